@@ -1,0 +1,40 @@
+// heft: the command-line entry point. Each subcommand lives in its own file (commands.h).
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "heft/cli/commands.h"
+#include "heft/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"heft: distributed deep-learning training, from one laptop to a cluster"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "heft 0.1.0");
+  std::map<CLI::App*, heft::cli::Command> commands;
+  auto add = [&](heft::cli::Command (*adder)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    heft::cli::Command cmd = adder(app);
+    commands[app.get_subcommands({})[before]] = std::move(cmd);
+  };
+  add(heft::cli::add_run_command);
+  add(heft::cli::add_bench_command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, cmd] : commands)
+      if (sub->parsed()) return cmd();
+  } catch (const heft::Error& e) {
+    std::cerr << "heft: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "heft: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

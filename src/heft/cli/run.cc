@@ -1,0 +1,91 @@
+// `heft run [--hosts H] [-n P] [--timeout S] [--grace S] [--no-prefix] -- CMD ARGS...`:
+// the command line over job::LocalLauncher (docs/run.md). Parses and checks the options;
+// everything else (store, workers, signals, exit code) is the launcher's.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "heft/cli/commands.h"
+#include "heft/job/local_launcher.h"
+
+namespace heft::cli {
+
+namespace {
+
+struct RunArgs {
+  int hosts = 1;
+  int nproc_per_host = 1;
+  int timeout_s = 300;
+  double grace_s = 5.0;
+  bool no_prefix = false;
+  std::vector<std::string> command;
+};
+
+std::string number_text(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", value);
+  return buf;
+}
+
+void require_at_least(const std::string& option, double value, double minimum) {
+  if (!(value >= minimum))
+    throw CLI::ValidationError("heft run: " + option + " must be at least " +
+                               number_text(minimum) + ", got " + number_text(value));
+}
+
+// Runs inside app.parse(), so a CLI::ParseError thrown here is reported by main like any
+// other usage error (message, "Run with --help", CLI11's exit code).
+void validate(const RunArgs& args) {
+  require_at_least("--hosts", args.hosts, 1);
+  require_at_least("--nproc-per-host", args.nproc_per_host, 1);
+  require_at_least("--timeout", args.timeout_s, 1);
+  require_at_least("--grace", args.grace_s, 0);
+  if (args.command.empty())
+    throw CLI::RequiredError(
+        "heft run: no command given; usage: heft run [OPTIONS] -- CMD [ARGS...]",
+        CLI::ExitCodes::RequiredError);
+}
+
+job::LocalLauncherOptions launcher_options(const RunArgs& args) {
+  job::LocalLauncherOptions options;
+  options.hosts = args.hosts;
+  options.processes_per_host = args.nproc_per_host;
+  options.command = args.command;
+  options.timeout_s = args.timeout_s;
+  options.grace = std::chrono::milliseconds(std::llround(args.grace_s * 1000.0));
+  options.prefix_output = !args.no_prefix;
+  return options;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* run = app.add_subcommand(
+      "run", "Run a command as H hosts x P workers on this machine, torchrun-style");
+  run->add_option("--hosts", args->hosts, "Simulated hosts algo-1..algo-H")
+      ->capture_default_str();
+  run->add_option("-n,--nproc-per-host", args->nproc_per_host, "Worker processes per host")
+      ->capture_default_str();
+  run->add_option("--timeout", args->timeout_s,
+                  "Communication timeout in seconds handed to workers (HEFT_TIMEOUT)")
+      ->capture_default_str();
+  run->add_option("--grace", args->grace_s,
+                  "Seconds stopped workers get between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  run->add_flag("--no-prefix", args->no_prefix,
+                "Do not prefix output lines with [rank N]; workers write straight through");
+  run->add_option("command", args->command, "The command to run, after --")
+      ->type_name("CMD");
+  run->footer(
+      "Put the command after --, so its own options are not read as heft's:\n"
+      "  heft run --hosts 2 -n 2 -- python3 train.py --epochs 3\n"
+      "Workers' environment, exit codes and signals: docs/run.md");
+  run->callback([args] { validate(*args); });
+  return [args]() -> int { return job::LocalLauncher(launcher_options(*args)).run(); };
+}
+
+}  // namespace heft::cli

@@ -1,0 +1,177 @@
+// Communicator: a group of ranks and the collectives over them, on raw buffers.
+//
+// Every collective is issued in the same order on every rank of the group (as in MPI and
+// NCCL) and runs on the communicator's own thread, one at a time, in issue order; the
+// `_async` forms return a Work at once, the plain forms wait for it. Buffers handed to an
+// async call must stay valid and untouched until its Work finished.
+//
+// Errors (docs/errors.md): each operation has a deadline (options.timeout from when it
+// starts). A peer that dies or closes makes the operation fail with heft::PeerLost on every
+// rank, naming the lost peer: the first rank to see the loss records it in the store and
+// breaks all its links, so the loss spreads to every rank at once instead of each waiting
+// for its deadline. After any failure the communicator is broken: every later call fails
+// with the same error. Not copyable; methods are thread-safe (calls from several threads are
+// ordered by who gets the queue first, which is rarely what you want).
+//
+// Deliberately left out: tags on collectives, cancellation, non-contiguous buffers.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "heft/comm/dtype.h"
+#include "heft/comm/store/store.h"
+#include "heft/comm/transport/transport.h"
+#include "heft/comm/work.h"
+
+namespace heft::comm {
+
+// Algorithms a caller may force; kAuto picks by message size (see allreduce_algorithm()).
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kTree, kChain };
+const char* name(Algorithm a);
+// "auto", "ring", "recursive_doubling", "tree", "chain"; throws InvalidArgument otherwise.
+Algorithm parse_algorithm(const std::string& s);
+
+struct CommunicatorOptions {
+  // The job token (HEFT_TOKEN); authenticates every peer connection. Must be non-empty.
+  std::string token;
+  // Deadline of each operation, from when it starts running; also bounds set-up.
+  Millis timeout{std::chrono::seconds(300)};
+  // Allreduce algorithm; kAuto: recursive doubling up to small_message_bytes, ring above.
+  Algorithm allreduce_algorithm = Algorithm::kAuto;
+  // Broadcast algorithm; kAuto: tree up to small_message_bytes, chain above.
+  Algorithm broadcast_algorithm = Algorithm::kAuto;
+  // The size at or below which latency beats bandwidth (measured on loopback TCP).
+  size_t small_message_bytes = 64 << 10;
+  // Where this rank listens for peers (never wider than asked).
+  std::string bind_address = "127.0.0.1";
+
+  // Defaults overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
+  // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS.
+  // A malformed value throws heft::InvalidArgument naming the variable.
+  static CommunicatorOptions from_env();
+};
+
+class Communicator {
+ public:
+  // Joins the group `group` as `rank` of `size`: rendezvous through `store` (keys under
+  // "<group>/"), a full mesh of authenticated TCP links. Blocks until all ranks joined or
+  // options.timeout passed (heft::Timeout naming the missing ranks).
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store,
+                                              const std::string& group, int rank, int size,
+                                              CommunicatorOptions options);
+  // Finishes queued operations, then closes the links.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& group() const { return group_; }
+  const CommunicatorOptions& options() const { return options_; }
+  // The algorithm an allreduce / broadcast of `bytes` runs with under these options.
+  Algorithm allreduce_algorithm(size_t bytes) const;
+  Algorithm broadcast_algorithm(size_t bytes) const;
+
+  // recv[i] = op over ranks of send[i], i < count, on every rank. send == recv: in place.
+  std::shared_ptr<Work> allreduce_async(const void* send, void* recv, size_t count, DataType t,
+                                        ReduceOp op);
+  // send: size()*recv_count elements, block j for rank j; recv: this rank's block reduced.
+  // recv == send + rank()*recv_count: in place.
+  std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                             DataType t, ReduceOp op);
+  // recv: size()*send_count elements, rank j's send in block j. send ==
+  // recv + rank()*send_count: in place.
+  std::shared_ptr<Work> allgather_async(const void* send, void* recv, size_t send_count,
+                                        DataType t);
+  // buf on root is copied to buf on every rank.
+  std::shared_ptr<Work> broadcast_async(void* buf, size_t count, DataType t, int root);
+  // recv on root = op over ranks of send; recv untouched elsewhere (may be null there).
+  std::shared_ptr<Work> reduce_async(const void* send, void* recv, size_t count, DataType t,
+                                     ReduceOp op, int root);
+  // send, recv: size()*count elements; send block j goes to rank j's recv block rank().
+  std::shared_ptr<Work> alltoall_async(const void* send, void* recv, size_t count, DataType t);
+  // Completes on a rank only after every rank entered it.
+  std::shared_ptr<Work> barrier_async();
+  // Point to point. A recv must match the peer's send in tag and count, else both break
+  // with an error naming the mismatch.
+  std::shared_ptr<Work> send_async(const void* buf, size_t count, DataType t, int peer,
+                                   uint32_t tag = 0);
+  std::shared_ptr<Work> recv_async(void* buf, size_t count, DataType t, int peer,
+                                   uint32_t tag = 0);
+
+  void allreduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
+    allreduce_async(send, recv, count, t, op)->wait();
+  }
+  void allreduce(void* buf, size_t count, DataType t, ReduceOp op) {
+    allreduce(buf, buf, count, t, op);
+  }
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t, ReduceOp op) {
+    reduce_scatter_async(send, recv, recv_count, t, op)->wait();
+  }
+  void allgather(const void* send, void* recv, size_t send_count, DataType t) {
+    allgather_async(send, recv, send_count, t)->wait();
+  }
+  void broadcast(void* buf, size_t count, DataType t, int root) {
+    broadcast_async(buf, count, t, root)->wait();
+  }
+  void reduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op, int root) {
+    reduce_async(send, recv, count, t, op, root)->wait();
+  }
+  void alltoall(const void* send, void* recv, size_t count, DataType t) {
+    alltoall_async(send, recv, count, t)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+  void send(const void* buf, size_t count, DataType t, int peer, uint32_t tag = 0) {
+    send_async(buf, count, t, peer, tag)->wait();
+  }
+  void recv(void* buf, size_t count, DataType t, int peer, uint32_t tag = 0) {
+    recv_async(buf, count, t, peer, tag)->wait();
+  }
+
+  // MPI_Comm_split: ranks passing the same color form a new communicator, ordered by
+  // (key, rank here). Collective over this communicator. color < 0: this rank joins none
+  // and gets nullptr.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // False once an operation failed (the communicator is then unusable).
+  bool healthy() const;
+
+ private:
+  Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
+               CommunicatorOptions options, std::unique_ptr<Transport> transport);
+  // Queues fn to run on the communicator thread as operation `op`.
+  std::shared_ptr<Work> enqueue(std::string op, std::function<void(Deadline)> fn);
+  void loop();
+  void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work);
+  std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
+  void check_peer(int peer, const char* what) const;
+
+  std::shared_ptr<Store> store_;
+  const std::string group_;
+  const int rank_;
+  const int size_;
+  const CommunicatorOptions options_;
+  std::unique_ptr<Transport> transport_;
+  int split_count_ = 0;  // only touched by split(), which is collective and ordered
+
+  struct Op {
+    std::string name;
+    std::function<void(Deadline)> fn;
+    std::shared_ptr<Work> work;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;            // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  std::exception_ptr broken_;       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace heft::comm

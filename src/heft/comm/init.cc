@@ -1,0 +1,46 @@
+#include "heft/comm/init.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "heft/comm/store/tcp_store.h"
+#include "heft/error.h"
+
+namespace heft::comm {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v)
+    throw InvalidArgument(std::string(name) +
+                          " is not set: start workers with `heft run` (see docs/run.md)");
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0)
+    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v +
+                          "'");
+  return static_cast<int>(x);
+}
+
+World init() { return init(CommunicatorOptions::from_env()); }
+
+World init(const CommunicatorOptions& options) {
+  const char* store_addr = std::getenv("HEFT_STORE");
+  if (!store_addr || !*store_addr)
+    throw InvalidArgument("HEFT_STORE is not set: start workers with `heft run` (see docs/run.md)");
+  const int rank = env_int("RANK");
+  const int size = env_int("WORLD_SIZE");
+  const char* job = std::getenv("HEFT_JOB");
+  CommunicatorOptions o = options;
+  if (o.token.empty())
+    throw InvalidArgument("HEFT_TOKEN is not set: start workers with `heft run` (see docs/run.md)");
+  auto store = std::shared_ptr<TcpStore>(TcpStore::connect(store_addr, o.token, o.timeout));
+  store->set_timeout(o.timeout);
+  if (!std::getenv("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
+  World w;
+  w.store = store;
+  w.comm = Communicator::create(store, std::string(job && *job ? job : "heft") + "/world", rank,
+                                size, o);
+  return w;
+}
+
+}  // namespace heft::comm

@@ -1,0 +1,69 @@
+// The transport interface the collective algorithms run on: a set of point-to-point links
+// from this rank to every other rank of one group, and one primitive, exchange(), that moves
+// several sends and receives at once until all are done. Ordering: transfers to the same
+// peer in the same direction complete in the order given, and successive exchange() calls
+// keep that order on each link (a link is a FIFO byte stream).
+// Implementations: tcp/context.h (sockets). Shared memory arrives behind the same interface.
+// Deliberately left out: tags and matching (callers agree on the order of transfers).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace heft::comm {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+struct Transfer {
+  enum class Kind { send, recv };
+  Kind kind = Kind::send;
+  int peer = -1;
+  void* data = nullptr;  // send: read from; recv: written to
+  size_t bytes = 0;
+  // Send only: send at most *limit bytes so far (the data after it is not ready yet); the
+  // limit may grow while the exchange runs (it is re-read after every receive progress).
+  const size_t* limit = nullptr;
+  // Recv only: called with the total bytes received so far, each time more arrive.
+  std::function<void(size_t)> on_progress;
+  // Progress so far; the transport updates it.
+  size_t done = 0;
+
+  static Transfer send(int peer, const void* data, size_t bytes) {
+    Transfer t;
+    t.kind = Kind::send;
+    t.peer = peer;
+    t.data = const_cast<void*>(data);
+    t.bytes = bytes;
+    return t;
+  }
+  static Transfer recv(int peer, void* data, size_t bytes) {
+    Transfer t;
+    t.kind = Kind::recv;
+    t.peer = peer;
+    t.data = data;
+    t.bytes = bytes;
+    return t;
+  }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Moves every transfer to completion, concurrently, or throws: heft::PeerLost (peer
+  // closed, naming it and `op`), heft::Timeout (deadline passed, naming the peer waited on
+  // and the bytes missing). Transfers to self are not allowed. Not thread-safe: one
+  // exchange at a time per transport.
+  virtual void exchange(Transfer* transfers, size_t n, Deadline deadline,
+                        const std::string& op) = 0;
+
+  // Breaks every link at once so that peers blocked on this rank see the loss now rather
+  // than at their deadline. Thread-safe; later exchanges fail.
+  virtual void abort() = 0;
+};
+
+}  // namespace heft::comm

@@ -1,0 +1,380 @@
+// The local launcher (local_launcher.h).
+//
+// Terms: a *worker* is one started rank (its Process and its two output streams); a *stop*
+// is SIGTERM (or the forwarded signal) to every running worker's process group followed,
+// at the *kill deadline* (now + grace), by SIGKILL to those still running.
+//
+// One thread does everything with poll(): the workers' stdout/stderr pipes and a self-pipe
+// that the signal handler writes each caught signal number to (SIGCHLD included), so no
+// work happens inside the handler. The store server's thread is started with these signals
+// blocked, so the handler only ever interrupts this thread.
+#include "heft/job/local_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+
+#include "heft/comm/auth.h"
+#include "heft/comm/store/tcp_store.h"
+#include "heft/comm/transport/tcp/socket.h"
+#include "heft/job/process.h"
+
+namespace heft::job {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+constexpr size_t kReadChunk = 64 * 1024;
+// A line longer than this is written out in pieces, each with the prefix.
+constexpr size_t kMaxLine = 64 * 1024;
+// poll() wakes at least this often to reap, in case a SIGCHLD byte was dropped.
+constexpr int kSafetyPollMillis = 1000;
+
+// The write end of the self-pipe; -1 when no launcher runs. Process-wide because signal
+// handlers are; atomic<int> is lock-free, so the handler may read it.
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void write_signal_to_pipe(int sig) {
+  const int saved = errno;
+  const int fd = g_signal_pipe.load();
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  if (fd >= 0) {
+    ssize_t ignored = ::write(fd, &byte, 1);
+    (void)ignored;
+  }
+  errno = saved;
+}
+
+// Owns the self-pipe and this process's handlers while a launcher runs.
+class SignalPipe {
+ public:
+  SignalPipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw IoError("heft: cannot create the signal pipe: " + errno_string(errno));
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    int expected = -1;
+    if (!g_signal_pipe.compare_exchange_strong(expected, write_fd_)) {
+      close_pipe();
+      throw Error("heft: a local launcher is already running in this process");
+    }
+    struct sigaction sa {};
+    sa.sa_handler = write_signal_to_pipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    for (size_t i = 0; i < std::size(kHandledSignals); ++i)
+      ::sigaction(kHandledSignals[i], &sa, &old_[i]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &old_pipe_);  // a closed stdout must not kill the launcher
+  }
+  ~SignalPipe() {
+    for (size_t i = 0; i < std::size(kHandledSignals); ++i)
+      ::sigaction(kHandledSignals[i], &old_[i], nullptr);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    g_signal_pipe.store(-1);
+    close_pipe();
+  }
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  int fd() const { return read_fd_; }
+  // The signals caught since the last call, in order.
+  std::vector<int> take() {
+    std::vector<int> sigs;
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0)
+      sigs.insert(sigs.end(), buf, buf + n);
+    return sigs;
+  }
+
+ private:
+  void close_pipe() {
+    ::close(read_fd_);
+    ::close(write_fd_);
+  }
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+  struct sigaction old_[std::size(kHandledSignals)] {};
+  struct sigaction old_pipe_ {};
+};
+
+// Blocks the handled signals in this thread while alive; threads started meanwhile inherit
+// the mask and so never run the handler.
+class ScopedSignalBlock {
+ public:
+  ScopedSignalBlock() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kHandledSignals) sigaddset(&set, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~ScopedSignalBlock() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
+
+// Writes all of data to fd; output to a closed or failing fd is dropped.
+void write_fully(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w > 0) {
+      data += w;
+      n -= static_cast<size_t>(w);
+    } else if (w < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+    } else if (!(w < 0 && errno == EINTR)) {
+      return;
+    }
+  }
+}
+
+// Splits one output stream of one worker into lines and writes each as "<prefix>line\n".
+class LineWriter {
+ public:
+  LineWriter(std::string prefix, int out_fd) : prefix_(std::move(prefix)), out_fd_(out_fd) {}
+
+  void feed(const char* data, size_t n) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) {
+      pending_.push_back(data[i]);
+      if (data[i] == '\n' || pending_.size() >= kMaxLine) {
+        out += prefix_;
+        out += pending_;
+        if (out.back() != '\n') out.push_back('\n');
+        pending_.clear();
+      }
+    }
+    write_fully(out_fd_, out.data(), out.size());
+  }
+  // Completes and writes a last line that had no '\n'.
+  void flush() {
+    if (!pending_.empty()) feed("\n", 1);
+  }
+
+ private:
+  std::string prefix_;
+  int out_fd_;
+  std::string pending_;
+};
+
+struct Worker {
+  int rank = 0;
+  std::unique_ptr<Process> process;
+  std::optional<LineWriter> out;
+  std::optional<LineWriter> err;
+};
+
+std::string plural(int n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+// The address workers dial for a store bound to `bind`, as "host:port".
+std::string store_address(const std::string& bind, int port) {
+  std::string host = bind;
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return host + ":" + std::to_string(port);
+}
+
+// A port nothing listens on now, for torch's own store (MASTER_PORT).
+int free_port(const std::string& host) {
+  comm::tcp::Socket probe = comm::tcp::listen_on(host, 0);
+  return comm::tcp::local_port(probe);
+}
+
+// Watches the running workers until all are reaped; see the file comment for the terms.
+class Supervisor {
+ public:
+  Supervisor(const LocalLauncherOptions& options, std::vector<Worker>& workers,
+             SignalPipe& signals)
+      : options_(options), workers_(workers), signals_(signals) {}
+
+  int run() {
+    while (running() > 0) {
+      wait_for_events();
+      for (int sig : signals_.take())
+        if (sig != SIGCHLD) on_interrupt(sig);
+      reap_exited();
+      if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
+        std::cerr << options_.log_name << ": " << plural(running(), "worker")
+                  << " still running " << seconds_text(options_.grace)
+                  << " after being stopped; sending SIGKILL" << std::endl;
+        kill_remaining();
+      }
+    }
+    if (interrupt_ != 0) return 128 + interrupt_;
+    return first_failure_code_;
+  }
+
+ private:
+  int running() const {
+    int n = 0;
+    for (const Worker& w : workers_) n += w.process->reaped() ? 0 : 1;
+    return n;
+  }
+
+  void wait_for_events() {
+    std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+    for (const Worker& w : workers_)
+      for (int fd : {w.process->stdout_fd(), w.process->stderr_fd()})
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    int timeout = kSafetyPollMillis;
+    if (kill_deadline_) timeout = std::min(timeout, comm::tcp::millis_left(*kill_deadline_));
+    if (::poll(fds.data(), fds.size(), timeout) <= 0) return;
+    for (Worker& w : workers_) read_output(w, false);
+  }
+
+  // Copies what a worker's pipes hold now; `to_eof` also flushes and closes them.
+  void read_output(Worker& w, bool to_eof) {
+    char buf[kReadChunk];
+    for (int stream = 0; stream < 2; ++stream) {
+      Process& p = *w.process;
+      const int fd = stream == 0 ? p.stdout_fd() : p.stderr_fd();
+      if (fd < 0) continue;
+      LineWriter& writer = stream == 0 ? *w.out : *w.err;
+      ssize_t n;
+      do {
+        n = ::read(fd, buf, sizeof(buf));
+        if (n > 0) writer.feed(buf, static_cast<size_t>(n));
+      } while ((n > 0 && to_eof) || (n < 0 && errno == EINTR));
+      const bool at_end = n == 0 || (n < 0 && errno != EAGAIN);
+      if (at_end || to_eof) {
+        writer.flush();
+        stream == 0 ? p.close_stdout() : p.close_stderr();
+      }
+    }
+  }
+
+  void reap_exited() {
+    for (Worker& w : workers_) {
+      if (w.process->reaped() || !w.process->try_reap()) continue;
+      read_output(w, true);
+      const int status = w.process->wait_status();
+      if (shell_exit_code(status) == 0 || stopping()) continue;
+      first_failure_code_ = shell_exit_code(status);
+      std::string line = options_.log_name + ": rank " + std::to_string(w.rank) + " " +
+                         describe_wait_status(status);
+      const int others = running();
+      if (others > 0) line += "; stopping the other " + plural(others, "worker");
+      std::cerr << line << std::endl;
+      stop(SIGTERM);
+    }
+  }
+
+  void on_interrupt(int sig) {
+    const int n = running();
+    if (interrupt_ != 0 || first_failure_code_ != 0) {
+      std::cerr << options_.log_name << ": received " << signal_name(sig) << " while stopping; "
+                << "killing " << plural(n, "worker") << std::endl;
+      kill_remaining();
+      return;
+    }
+    interrupt_ = sig;
+    std::cerr << options_.log_name << ": received " << signal_name(sig) << "; stopping "
+              << plural(n, "worker") << std::endl;
+    stop(sig);
+  }
+
+  bool stopping() const { return interrupt_ != 0 || first_failure_code_ != 0; }
+
+  void stop(int sig) {
+    if (options_.grace.count() <= 0) {
+      kill_remaining();
+      return;
+    }
+    for (Worker& w : workers_) w.process->signal_group(sig);
+    kill_deadline_ = Clock::now() + options_.grace;
+  }
+
+  void kill_remaining() {
+    kill_deadline_.reset();
+    for (Worker& w : workers_) w.process->signal_group(SIGKILL);
+  }
+
+  const LocalLauncherOptions& options_;
+  std::vector<Worker>& workers_;
+  SignalPipe& signals_;
+  int interrupt_ = 0;           // the signal that interrupted the run, 0 if none
+  int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none
+  std::optional<Clock::time_point> kill_deadline_;
+};
+
+}  // namespace
+
+LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw InvalidArgument("local launcher: " + what);
+  };
+  require(options_.hosts >= 1, "hosts must be at least 1, found " +
+                                   std::to_string(options_.hosts));
+  require(options_.processes_per_host >= 1, "processes_per_host must be at least 1, found " +
+                                                std::to_string(options_.processes_per_host));
+  require(!options_.command.empty(), "command must not be empty");
+  require(options_.timeout_s >= 1, "timeout_s must be at least 1, found " +
+                                       std::to_string(options_.timeout_s));
+  require(options_.grace.count() >= 0, "grace must not be negative");
+}
+
+int LocalLauncher::run() {
+  SignalPipe signals;
+  std::unique_ptr<comm::TcpStoreServer> store;
+  JobEnvironment job;
+  job.token = comm::random_token();
+  {
+    ScopedSignalBlock block;  // the store's thread inherits the blocked mask
+    store = std::make_unique<comm::TcpStoreServer>(
+        comm::TcpStoreServerOptions{options_.store_bind_address, 0, job.token});
+  }
+  job.hosts = options_.hosts;
+  job.processes_per_host = options_.processes_per_host;
+  job.master_port = free_port(job.master_addr);
+  job.store_address = store_address(options_.store_bind_address, store->port());
+  job.timeout_s = options_.timeout_s;
+  job.num_cpus = available_cpus();
+  job.extra = options_.extra_env;
+
+  const Environment parent = current_environment();
+  const int world = options_.hosts * options_.processes_per_host;
+  std::vector<Worker> workers(world);
+  for (int rank = 0; rank < world; ++rank) {
+    Worker& w = workers[rank];
+    w.rank = rank;
+    SpawnOptions spawn{options_.command, worker_environment(job, rank, parent),
+                       options_.prefix_output};
+    try {
+      w.process = Process::spawn(spawn);
+    } catch (const SpawnError& e) {
+      std::cerr << options_.log_name << ": " << e.what() << std::endl;
+      return e.exit_code();  // ~Process kills and reaps the ranks already started
+    }
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    w.out.emplace(prefix, STDOUT_FILENO);
+    w.err.emplace(prefix, STDERR_FILENO);
+  }
+  return Supervisor(options_, workers, signals).run();
+}
+
+}  // namespace heft::job

@@ -1,0 +1,235 @@
+// Starting and reaping children (process.h).
+//
+// spawn() prepares everything in the parent (the resolved path, argv and envp as C arrays)
+// because the launcher has other threads (the store server): between fork and execve the
+// child may only make async-signal-safe calls. An exec failure travels back through a
+// close-on-exec "exec pipe": EOF means execve succeeded, 4 bytes are the child's errno.
+#include "heft/job/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace heft::job {
+
+namespace {
+
+constexpr const char* kDefaultPath = "/bin:/usr/bin";
+
+bool is_executable_file(const std::string& path, int* err) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+    *err = EACCES;
+    return false;
+  }
+  return true;
+}
+
+// The path execve() gets for `name`: as given when it has a '/', else the first executable
+// file on PATH. Sets *err (ENOENT or EACCES, as execvp) and returns "" when none fits.
+std::string resolve_command(const std::string& name, const Environment& env, int* err) {
+  *err = ENOENT;
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) {
+    *err = 0;
+    return name;
+  }
+  const auto path_var = env.find("PATH");
+  const std::string path = path_var == env.end() ? kDefaultPath : path_var->second;
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = end == begin ? "." : path.substr(begin, end - begin);
+    const std::string candidate = dir + "/" + name;
+    if (is_executable_file(candidate, err)) {
+      *err = 0;
+      return candidate;
+    }
+    begin = end + 1;
+  }
+  return "";
+}
+
+SpawnError spawn_error(const std::string& command, int err) {
+  const char* reason = ::strerrordesc_np(err);  // "No such file or directory", as a shell says
+  return SpawnError("cannot execute '" + command + "': " +
+                        (reason ? reason : "error " + std::to_string(err)),
+                    err == ENOENT ? 127 : 126);
+}
+
+void make_pipe(int fds[2], const char* what) {
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw IoError(std::string("heft: cannot create the ") + what + " pipe: " +
+                  errno_string(errno));
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+struct Pipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int exec[2] = {-1, -1};
+  ~Pipes() {
+    for (int* p : {out, err, exec}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+  }
+};
+
+// Runs in the forked child: async-signal-safe calls only, never returns.
+[[noreturn]] void exec_child(const Pipes& pipes, pid_t parent, const char* path,
+                             char* const* argv, char* const* envp) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl took effect
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  if (pipes.out[1] >= 0) ::dup2(pipes.out[1], 1);
+  if (pipes.err[1] >= 0) ::dup2(pipes.err[1], 2);
+  ::execve(path, argv, envp);
+  const int err = errno;
+  ssize_t ignored = ::write(pipes.exec[1], &err, sizeof(err));
+  (void)ignored;
+  ::_exit(127);
+}
+
+// Blocks until the child has exec'd (EOF) or reported its execve errno; returns 0 or it.
+int read_exec_errno(int fd) {
+  int err = 0;
+  ssize_t n;
+  do {
+    n = ::read(fd, &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof(err)) ? err : 0;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) throw InvalidArgument("heft: spawn: empty command");
+  int err = 0;
+  const std::string path = resolve_command(options.argv[0], options.env, &err);
+  if (path.empty()) throw spawn_error(options.argv[0], err);
+  std::vector<std::string> argv_strings = options.argv;
+  std::vector<std::string> env_strings = to_envp(options.env);
+  std::vector<char*> argv = c_strings(argv_strings);
+  std::vector<char*> envp = c_strings(env_strings);
+
+  Pipes pipes;
+  if (options.capture_output) {
+    make_pipe(pipes.out, "stdout");
+    make_pipe(pipes.err, "stderr");
+  }
+  make_pipe(pipes.exec, "exec");
+  const pid_t parent = ::getpid();
+  // All signals blocked across fork: the child must not run the parent's handlers before
+  // exec_child() resets them (it then unblocks everything).
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  const pid_t pid = ::fork();
+  const int fork_errno = errno;
+  if (pid == 0) exec_child(pipes, parent, path.c_str(), argv.data(), envp.data());
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (pid < 0) throw IoError("heft: cannot fork: " + errno_string(fork_errno));
+
+  ::setpgid(pid, pid);  // also here, so signal_group() works before the child runs
+  close_fd(pipes.out[1]);
+  close_fd(pipes.err[1]);
+  close_fd(pipes.exec[1]);
+  std::unique_ptr<Process> child(new Process(pid, pipes.out[0], pipes.err[0]));
+  pipes.out[0] = pipes.err[0] = -1;  // owned by child now
+  for (int fd : {child->out_fd_, child->err_fd_})
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  const int exec_errno = read_exec_errno(pipes.exec[0]);
+  if (exec_errno != 0) throw spawn_error(options.argv[0], exec_errno);  // ~Process reaps
+  return child;
+}
+
+Process::~Process() {
+  close_stdout();
+  close_stderr();
+  if (reaped_) return;
+  ::kill(-pid_, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void Process::close_stdout() { close_fd(out_fd_); }
+void Process::close_stderr() { close_fd(err_fd_); }
+
+bool Process::signal_group(int sig) {
+  if (reaped_) return false;
+  return ::kill(-pid_, sig) == 0 || ::kill(pid_, sig) == 0;
+}
+
+bool Process::try_reap() {
+  if (reaped_) return true;
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid_, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == pid_) {
+    mark_reaped(status);
+  } else if (r < 0 && errno == ECHILD) {
+    mark_reaped(0);  // reaped elsewhere (a waitpid(-1) we do not own); status unknown
+  }
+  return reaped_;
+}
+
+void Process::mark_reaped(int status) {
+  reaped_ = true;
+  wait_status_ = status;
+  // The group id stays reserved while any member lives, so this reaches only leftovers.
+  ::kill(-pid_, SIGKILL);
+}
+
+int shell_exit_code(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::string describe_wait_status(int wait_status) {
+  if (WIFEXITED(wait_status))
+    return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    return "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+  }
+  return "ended with wait status " + std::to_string(wait_status);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  if (abbrev == nullptr) return "signal " + std::to_string(sig);
+  return std::string("SIG") + abbrev;
+}
+
+}  // namespace heft::job

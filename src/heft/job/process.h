@@ -1,0 +1,101 @@
+// Child processes of a launcher: start a command (fork + execve) with a given environment,
+// optionally capture its stdout and stderr through pipes, signal it and everything it
+// started, and reap it. Each child leads its own process group, so one kill() reaches the
+// worker and its own children; each child asks the kernel for SIGKILL when the launcher
+// dies (PR_SET_PDEATHSIG), so a SIGKILLed launcher leaves no worker behind.
+//
+// Deliberately left out: stdin (children read /dev/null), resource limits, a shell
+// (argv is executed as given), and line splitting of the output (local_launcher.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "heft/error.h"
+#include "heft/job/worker_env.h"
+
+namespace heft::job {
+
+// A command that could not be started. exit_code() is what a shell would return for it:
+// 127 when the command is not found, 126 when it is found but cannot be executed. what()
+// is "cannot execute 'CMD': <reason>".
+class SpawnError : public IoError {
+ public:
+  SpawnError(const std::string& msg, int exit_code) : IoError(msg), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+struct SpawnOptions {
+  // The command and its arguments; argv[0] without a '/' is looked up on the PATH of `env`
+  // (else /bin:/usr/bin). Must be non-empty.
+  std::vector<std::string> argv;
+  // The child's whole environment (nothing is inherited implicitly).
+  Environment env;
+  // true: stdout and stderr go to pipes read through stdout_fd()/stderr_fd(). false: the
+  // child writes straight to this process's stdout and stderr.
+  bool capture_output = true;
+};
+
+// One started child. Not thread-safe; owned by the thread that spawned it.
+class Process {
+ public:
+  // Starts the command and returns once it runs (execve succeeded). Throws SpawnError when
+  // the command is missing or not executable, heft::IoError when fork or pipe fails. Safe
+  // to call from a multi-threaded process: the child runs only async-signal-safe calls
+  // before execve.
+  static std::unique_ptr<Process> spawn(const SpawnOptions& options);
+
+  // A child not yet reaped is SIGKILLed with its group and reaped (blocks until it dies).
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // Non-blocking read ends of the child's stdout / stderr pipes; -1 when not captured or
+  // after close_stdout()/close_stderr(). The fds stay owned by this object.
+  int stdout_fd() const { return out_fd_; }
+  int stderr_fd() const { return err_fd_; }
+  void close_stdout();
+  void close_stderr();
+
+  // Sends `sig` to the child's process group (the child and what it started). A no-op once
+  // the child is reaped. Returns false when no process received it.
+  bool signal_group(int sig);
+
+  // Reaps the child if it has exited, without blocking; returns whether it is reaped (now or
+  // earlier). On reaping, anything still running in its process group is SIGKILLed: a
+  // finished worker leaves nothing behind.
+  bool try_reap();
+  bool reaped() const { return reaped_; }
+  // The waitpid() status; meaningful once reaped().
+  int wait_status() const { return wait_status_; }
+
+ private:
+  Process(pid_t pid, int out_fd, int err_fd) : pid_(pid), out_fd_(out_fd), err_fd_(err_fd) {}
+  void mark_reaped(int status);
+
+  pid_t pid_;
+  int out_fd_;
+  int err_fd_;
+  bool reaped_ = false;
+  int wait_status_ = 0;
+};
+
+// The exit code a shell reports for a waitpid() status: the code of a normal exit,
+// 128 + the signal number for a child killed by a signal.
+int shell_exit_code(int wait_status);
+
+// "exited with code 7" or "was killed by signal 9 (SIGKILL)".
+std::string describe_wait_status(int wait_status);
+
+// "SIGINT", "SIGKILL", ...; "signal N" for a number without a name.
+std::string signal_name(int sig);
+
+}  // namespace heft::job

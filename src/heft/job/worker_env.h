@@ -1,0 +1,60 @@
+// The environment a launcher gives each worker process: torchrun's variables (so a PyTorch
+// script with init_method="env://" runs unchanged), the cloud training container's host
+// variables, and heft's own (store address, job token, timeout, host name). A pure function
+// of the job's layout and the parent environment, so it is unit-tested without processes.
+// The variables and their meaning are listed in docs/run.md.
+//
+// Deliberately left out: the job-spec variables (SM_HPS, SM_CHANNEL_*, HEFT_JOB,
+// HEFT_DISTRIBUTION); `heft train` adds them through `extra`.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace heft::job {
+
+// Variable name -> value. Ordered, so a built environment prints and compares stably.
+using Environment = std::map<std::string, std::string>;
+
+// What is the same for every worker of one job.
+struct JobEnvironment {
+  // Simulated hosts (algo-1..algo-H) and processes on each. Both >= 1.
+  int hosts = 1;
+  int processes_per_host = 1;
+  // torch's env:// rendezvous: rank 0 starts its own TCPStore at MASTER_ADDR:MASTER_PORT,
+  // so the port must be free and differ from heft's store port.
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  // heft's store, as "host:port" (HEFT_STORE), and the job token (HEFT_TOKEN).
+  std::string store_address;
+  std::string token;
+  // Communication timeout in seconds handed to workers (HEFT_TIMEOUT). >= 1.
+  int timeout_s = 300;
+  // Cores of this machine (SM_NUM_CPUS; OMP_NUM_THREADS is derived from it). >= 1.
+  int num_cpus = 1;
+  // Set in every worker after everything else; overrides any variable above.
+  Environment extra;
+};
+
+// The simulated host name of host index h (0-based): "algo-<h+1>".
+std::string host_name(int host_index);
+
+// The environment of global rank `rank` (0 <= rank < hosts * processes_per_host): `parent`
+// with the variables above set or replaced, then `job.extra`. Ranks are host-major: host h
+// runs ranks h*P .. h*P+P-1. OMP_NUM_THREADS = max(1, num_cpus / processes_per_host) unless
+// `parent` or `extra` sets it. Throws heft::InvalidArgument naming the field on a layout
+// outside the ranges above or a rank outside the world.
+Environment worker_environment(const JobEnvironment& job, int rank, const Environment& parent);
+
+// The calling process's environment (environ). Reads a process-wide global: not
+// thread-safe against concurrent setenv.
+Environment current_environment();
+
+// Cores this process may run on (sched_getaffinity), at least 1.
+int available_cpus();
+
+// "NAME=value" strings, the form execve() takes.
+std::vector<std::string> to_envp(const Environment& env);
+
+}  // namespace heft::job

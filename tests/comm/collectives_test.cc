@@ -1,0 +1,259 @@
+// ctest-labels: multiproc
+// Every collective x dtype x op x world size {1,2,3,4,7} x awkward counts (0, 1, primes),
+// through real forked ranks on loopback TCP, checked against closed forms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <string>
+
+#include "heft/comm/communicator.h"
+#include "heft/error.h"
+#include "support/ranks.h"
+#include "support/values.h"
+
+namespace heft::comm {
+namespace {
+
+using test::Buffer;
+using test::expect;
+using test::expect_values;
+
+// Rank r's element i: exact in every dtype (small integers), signs alternate so min and max
+// differ from sum.
+double contribution(int r, size_t i) {
+  const double sign = i % 2 == 0 ? 1 : -1;
+  return sign * (r + 1) + static_cast<double>(i % 3);
+}
+
+bool is_integer(DataType t) { return t == DataType::i32 || t == DataType::i64; }
+
+// The closed form of op over ranks 0..n-1 of contribution(r, i), rounded as dtype t rounds.
+double expected(ReduceOp op, DataType t, int n, size_t i) {
+  const double sign = i % 2 == 0 ? 1 : -1, k = static_cast<double>(i % 3);
+  const double sum = sign * n * (n + 1) / 2 + n * k;
+  switch (op) {
+    case ReduceOp::sum: return sum;
+    case ReduceOp::min: return sign > 0 ? 1 + k : -n + k;
+    case ReduceOp::max: return sign > 0 ? n + k : -1 + k;
+    case ReduceOp::avg: {
+      if (is_integer(t)) return std::trunc(sum / n);
+      Buffer b(t, 1);
+      b.set(0, sum / n);
+      return b.get(0);
+    }
+  }
+  return 0;
+}
+
+std::string label(const char* what, DataType t, ReduceOp op, size_t count, int n) {
+  return std::string(what) + " " + name(t) + " " + name(op) + " count=" +
+         std::to_string(count) + " world=" + std::to_string(n);
+}
+
+const size_t kCounts[] = {0, 1, 2, 97, 20011};
+
+void check_allreduce(Communicator& c, bool in_place) {
+  const int n = c.size(), r = c.rank();
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kAllReduceOps)
+      for (size_t count : kCounts) {
+        Buffer in(t, count), out(t, count);
+        for (size_t i = 0; i < count; ++i) in.set(i, contribution(r, i));
+        Buffer& result = in_place ? in : out;
+        c.allreduce(in.data(), result.data(), count, t, op);
+        expect_values(result, count, [&](size_t i) { return expected(op, t, n, i); },
+                      label(in_place ? "allreduce in place" : "allreduce", t, op, count, n));
+      }
+}
+
+void check_reduce_scatter(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kAllReduceOps)
+      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4001}}) {
+        // Element j of block b is global index b*count + j; in place uses block r of `in`.
+        Buffer in(t, count * n), out(t, count);
+        for (size_t i = 0; i < count * n; ++i) in.set(i, contribution(r, i));
+        const bool in_place = count % 2 == 1;
+        void* dst = in_place ? in.at(r * count) : out.data();
+        c.reduce_scatter(in.data(), dst, count, t, op);
+        Buffer got(t, count);
+        std::memcpy(got.data(), dst, count * element_size(t));
+        expect_values(got, count, [&](size_t j) { return expected(op, t, n, r * count + j); },
+                      label("reduce_scatter", t, op, count, n));
+      }
+}
+
+void check_allgather(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  auto value = [](int rank, size_t j) { return (rank + 1) * static_cast<double>(j % 5 + 1); };
+  for (DataType t : kAllDataTypes)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4001}}) {
+      Buffer in(t, count), out(t, count * n);
+      const bool in_place = count % 2 == 1;
+      Buffer& src = in_place ? out : in;
+      const size_t base = in_place ? r * count : 0;
+      for (size_t j = 0; j < count; ++j) src.set(base + j, value(r, j));
+      c.allgather(in_place ? out.at(r * count) : in.data(), out.data(), count, t);
+      expect_values(out, count * n,
+                    [&](size_t i) { return value(static_cast<int>(i / count), i % count); },
+                    label("allgather", t, ReduceOp::sum, count, n));
+    }
+}
+
+void check_broadcast(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (int root : {0, n - 1, n / 2})
+    for (DataType t : {DataType::f32, DataType::bf16, DataType::i64})
+      for (size_t count : {size_t{0}, size_t{1}, size_t{97}, size_t{100003}}) {
+        Buffer b(t, count);
+        for (size_t i = 0; i < count; ++i) b.set(i, r == root ? static_cast<double>(i % 251) : -1);
+        c.broadcast(b.data(), count, t, root);
+        expect_values(b, count, [](size_t i) { return static_cast<double>(i % 251); },
+                      label("broadcast", t, ReduceOp::sum, count, n) + " root=" +
+                          std::to_string(root));
+      }
+}
+
+void check_reduce(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (int root : {0, n - 1})
+    for (DataType t : kAllDataTypes)
+      for (ReduceOp op : kAllReduceOps)
+        for (size_t count : {size_t{0}, size_t{1}, size_t{97}}) {
+          Buffer in(t, count), out(t, count);
+          for (size_t i = 0; i < count; ++i) in.set(i, contribution(r, i));
+          c.reduce(in.data(), out.data(), count, t, op, root);
+          if (r == root)
+            expect_values(out, count, [&](size_t i) { return expected(op, t, n, i); },
+                          label("reduce", t, op, count, n));
+        }
+}
+
+void check_alltoall(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{13}}) {
+    Buffer in(DataType::i32, count * n), out(DataType::i32, count * n);
+    // Block j of rank r's send holds 1000*r + 10*j + element.
+    for (int j = 0; j < n; ++j)
+      for (size_t e = 0; e < count; ++e) in.set(j * count + e, 1000.0 * r + 10.0 * j + e);
+    c.alltoall(in.data(), out.data(), count, DataType::i32);
+    expect_values(out, count * n,
+                  [&](size_t i) { return 1000.0 * (i / count) + 10.0 * r + (i % count); },
+                  "alltoall count=" + std::to_string(count));
+  }
+}
+
+void check_send_recv(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return;
+  // A ring of point-to-point messages; even ranks send first so the ring never deadlocks.
+  Buffer out(DataType::f64, 1001), in(DataType::f64, 1001);
+  for (size_t i = 0; i < 1001; ++i) out.set(i, r * 10000.0 + i);
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  auto s = c.send_async(out.data(), 1001, DataType::f64, right, 7);
+  c.recv(in.data(), 1001, DataType::f64, left, 7);
+  s->wait();
+  expect_values(in, 1001, [&](size_t i) { return left * 10000.0 + i; }, "send/recv ring");
+}
+
+class Collectives : public ::testing::TestWithParam<int> {
+ protected:
+  void run(const std::function<void(Communicator&)>& body, CommunicatorOptions options = {}) {
+    test::StoreProcess store;
+    options.timeout = std::chrono::seconds(60);
+    test::RunResult res = test::run_world(GetParam(), store, body, options);
+    EXPECT_TRUE(res.all_ok()) << res.summary();
+  }
+};
+
+TEST_P(Collectives, AllreduceAuto) {
+  run([](Communicator& c) {
+    check_allreduce(c, false);
+    check_allreduce(c, true);
+  });
+}
+
+TEST_P(Collectives, AllreduceRing) {
+  CommunicatorOptions o;
+  o.allreduce_algorithm = Algorithm::kRing;
+  run([](Communicator& c) { check_allreduce(c, false); }, o);
+}
+
+TEST_P(Collectives, AllreduceRecursiveDoubling) {
+  CommunicatorOptions o;
+  o.allreduce_algorithm = Algorithm::kRecursiveDoubling;
+  run([](Communicator& c) { check_allreduce(c, true); }, o);
+}
+
+TEST_P(Collectives, ReduceScatterAllgatherAlltoall) {
+  run([](Communicator& c) {
+    check_reduce_scatter(c);
+    check_allgather(c);
+    check_alltoall(c);
+  });
+}
+
+TEST_P(Collectives, BroadcastTreeAndChain) {
+  for (Algorithm a : {Algorithm::kTree, Algorithm::kChain}) {
+    CommunicatorOptions o;
+    o.broadcast_algorithm = a;
+    run(check_broadcast, o);
+  }
+}
+
+TEST_P(Collectives, ReduceSendRecvBarrier) {
+  test::StoreProcess store;
+  const int n = GetParam();
+  const std::string counter = "test/barrier-counter-" + std::to_string(n);
+  test::RunResult res = test::run_world(n, store, [&](Communicator& c) {
+    check_reduce(c);
+    check_send_recv(c);
+    // Barrier: no rank may leave before every rank has entered.
+    auto s = store.connect();
+    if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    s->add(counter, 1);
+    c.barrier();
+    expect(s->add(counter, 0) == n, "a rank left the barrier before all entered");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST_P(Collectives, SplitByParity) {
+  test::StoreProcess store;
+  test::RunResult res = test::run_world(GetParam(), store, [](Communicator& c) {
+    const int n = c.size(), r = c.rank();
+    // Odd ranks ordered by descending rank (key = -rank); rank 0 sits out (color -1).
+    const int color = r == 0 && n > 1 ? -1 : r % 2;
+    auto sub = c.split(color, -r);
+    // The parent keeps working after the split, for every rank.
+    int32_t y = 1;
+    c.allreduce(&y, 1, DataType::i32, ReduceOp::sum);
+    expect(y == n, "parent allreduce after split");
+    if (color < 0) {
+      expect(sub == nullptr, "color -1 must give no communicator");
+      return;
+    }
+    int members = 0, sum = 0, higher = 0;
+    for (int q = 0; q < n; ++q) {
+      if ((q == 0 && n > 1 ? -1 : q % 2) != color) continue;
+      ++members;
+      sum += q;
+      higher += q > r;
+    }
+    expect(sub->size() == members, "split size");
+    expect(sub->rank() == higher, "split rank follows the key");
+    int32_t x = r;
+    sub->allreduce(&x, 1, DataType::i32, ReduceOp::sum);
+    expect(x == sum, "allreduce inside the split group");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 7),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace heft::comm

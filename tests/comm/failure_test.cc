@@ -1,0 +1,159 @@
+// ctest-labels: multiproc
+// What happens when a rank dies or hangs: every other rank raises heft::PeerLost naming the
+// lost rank (or heft::Timeout) within the timeout, never hangs; a broken communicator keeps
+// failing; a peer with the wrong job token is refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "heft/comm/communicator.h"
+#include "heft/error.h"
+#include "support/ranks.h"
+
+namespace heft::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using test::expect;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Rank `victim` starts a large allreduce and is SIGKILLed in the middle of it; the others
+// must raise PeerLost naming it, well before the 30 s timeout.
+void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo) {
+  test::StoreProcess store;
+  CommunicatorOptions o;
+  o.timeout = std::chrono::seconds(30);
+  o.allreduce_algorithm = algo;
+  test::RunResult res = test::run_world(
+      n, store,
+      [&](Communicator& c) {
+        std::vector<float> buf(8 << 20, 1.0f);  // 32 MiB: many ring steps
+        c.allreduce(buf.data(), buf.size(), DataType::f32, ReduceOp::sum);  // warm-up
+        if (c.rank() == victim) {
+          auto w = c.allreduce_async(buf.data(), buf.data(), buf.size(), DataType::f32,
+                                     ReduceOp::sum);
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          raise(SIGKILL);
+        }
+        const auto start = Clock::now();
+        try {
+          for (int i = 0; i < 100; ++i)
+            c.allreduce(buf.data(), buf.size(), DataType::f32, ReduceOp::sum);
+        } catch (const PeerLost& e) {
+          expect(e.peer() == victim, std::string("PeerLost names the victim: ") + e.what());
+          expect(e.rank() == c.rank(), "PeerLost names this rank");
+          expect(seconds_since(start) < 20, "PeerLost took longer than 20 s");
+          // The communicator stays broken: later calls fail at once, with the same error.
+          float x = 1;
+          try {
+            c.allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+          } catch (const PeerLost& again) {
+            expect(again.peer() == victim, "a later call rethrows the same PeerLost");
+            expect(!c.healthy(), "healthy() is false after a failure");
+            return;
+          }
+          throw Error("a call after PeerLost succeeded");
+        }
+        throw Error("no PeerLost after the victim was killed");
+      },
+      o, std::chrono::seconds(60));
+  ASSERT_FALSE(res.timed_out) << res.summary();
+  for (const test::RankExit& e : res.ranks) {
+    if (e.rank == victim) {
+      EXPECT_EQ(e.signal, SIGKILL) << res.summary();
+    } else {
+      EXPECT_EQ(e.exit_code, 0) << res.summary();
+      EXPECT_LT(e.seconds, 30) << res.summary();
+    }
+  }
+}
+
+TEST(Failure, KilledRankMidRingAllreduceRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(4, 2, Algorithm::kRing);
+}
+
+TEST(Failure, KilledRankMidRecursiveDoublingRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(7, 0, Algorithm::kRecursiveDoubling);
+}
+
+TEST(Failure, HungRankMakesOthersTimeOutNotHang) {
+  test::StoreProcess store;
+  CommunicatorOptions o;
+  o.timeout = std::chrono::seconds(2);
+  test::RunResult res = test::run_world(
+      3, store,
+      [&](Communicator& c) {
+        if (c.rank() == 1) {  // never joins the allreduce; exits after the others gave up
+          std::this_thread::sleep_for(std::chrono::seconds(5));
+          return;
+        }
+        float x = 1;
+        const auto start = Clock::now();
+        try {
+          c.allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+        } catch (const Timeout& e) {
+          expect(seconds_since(start) >= 1.9, "timed out before the deadline");
+          expect(std::string(e.what()).find("allreduce") != std::string::npos,
+                 std::string("the message names the operation: ") + e.what());
+          return;
+        } catch (const PeerLost&) {
+          return;  // the other waiting rank timed out first and broke its links: also fine
+        }
+        throw Error("allreduce finished without rank 1");
+      },
+      o, std::chrono::seconds(30));
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+  for (const test::RankExit& e : res.ranks) {
+    if (e.rank != 1) {
+      EXPECT_LT(e.seconds, 10) << res.summary();
+    }
+  }
+}
+
+TEST(Failure, PeerWithWrongTokenIsRefused) {
+  test::StoreProcess store;
+  test::RunResult res = test::run_ranks(2, [&](int rank) {
+    CommunicatorOptions o;
+    o.timeout = std::chrono::seconds(3);
+    o.token = rank == 1 ? "not-the-job-token" : store.token();
+    try {
+      auto c = Communicator::create(store.connect(), "test/auth", rank, 2, o);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (rank == 1)
+        expect(msg.find("refused") != std::string::npos, "connector is told it was refused: " + msg);
+      return;  // both sides must fail
+    }
+    throw Error("a communicator formed with a wrong token");
+  }, std::chrono::seconds(30));
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(Failure, MismatchedRecvIsAClearError) {
+  test::StoreProcess store;
+  test::RunResult res = test::run_world(2, store, [](Communicator& c) {
+    int32_t buf[4] = {1, 2, 3, 4};
+    try {
+      if (c.rank() == 0) {
+        c.send(buf, 4, DataType::i32, 1, /*tag=*/5);
+      } else {
+        c.recv(buf, 4, DataType::i32, 0, /*tag=*/6);
+      }
+    } catch (const Error& e) {
+      expect(c.rank() == 1, std::string("only the receiver detects it: ") + e.what());
+      expect(std::string(e.what()).find("tag 5") != std::string::npos, e.what());
+      return;
+    }
+    expect(c.rank() == 0, "the receiver accepted a message with the wrong tag");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace heft::comm

@@ -1,0 +1,339 @@
+// ctest-labels: unit
+// What only the TCP store has: the token handshake (both directions), the server's
+// resilience to clients that stall or send garbage, and what clients see when the server
+// goes away. RawClient speaks the bytes of docs/store-protocol.md by hand, so these tests
+// also pin the documented wire format.
+// Deliberately left out: the Store contract itself (store_test.cc) and forked processes
+// (tcp_store_multiproc_test.cc).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "heft/comm/auth.h"
+#include "heft/comm/store/tcp_store.h"
+#include "heft/comm/transport/tcp/socket.h"
+#include "heft/error.h"
+
+namespace heft::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+const std::string kToken = "the-job-token";
+
+TcpStoreServerOptions options() { return TcpStoreServerOptions{"127.0.0.1", 0, kToken}; }
+
+double seconds_since(steady_clock::time_point t0) {
+  return std::chrono::duration<double>(steady_clock::now() - t0).count();
+}
+
+tcp::Deadline in_seconds(int s) { return tcp::Clock::now() + std::chrono::seconds(s); }
+
+void put_u32(Bytes& b, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+// A client written from docs/store-protocol.md, byte by byte.
+class RawClient {
+ public:
+  explicit RawClient(int port)
+      : sock_(tcp::connect_until("127.0.0.1", port, in_seconds(10), "raw client")) {}
+
+  // Reads the server hello and proves `token`; returns the verdict byte.
+  uint8_t hello(const std::string& token) {
+    uint8_t server_hello[37];
+    read(server_hello, sizeof(server_hello));
+    EXPECT_EQ(std::memcmp(server_hello, "HFSS", 4), 0);
+    EXPECT_EQ(server_hello[4], 1);
+    Nonce nonce;
+    std::memcpy(nonce.data(), server_hello + 5, nonce.size());
+    Bytes answer = {'H', 'F', 'S', 'C', 1};
+    Mac mac = auth_mac(token, "heft-store", nonce);
+    answer.insert(answer.end(), mac.begin(), mac.end());
+    Nonce mine = random_nonce();
+    answer.insert(answer.end(), mine.begin(), mine.end());
+    send(answer);
+    uint8_t verdict = 0xff;
+    read(&verdict, 1);
+    if (verdict == 0) {
+      Mac proof;
+      read(proof.data(), proof.size());
+      EXPECT_TRUE(mac_equal(proof, auth_mac(token, "heft-store-server", mine)));
+    }
+    return verdict;
+  }
+
+  void send(const Bytes& b) {
+    tcp::write_all(sock_.fd(), b.data(), b.size(), in_seconds(10), "raw client");
+  }
+  void read(void* p, size_t n) { tcp::read_exact(sock_.fd(), p, n, in_seconds(10), "raw client"); }
+
+  // Reads one response frame; returns its status, the body in *body.
+  uint8_t response(Bytes* body) {
+    uint8_t header[5];
+    read(header, 5);
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= uint32_t{header[1 + i]} << (8 * i);
+    body->resize(n);
+    read(body->data(), n);
+    return header[0];
+  }
+
+  // True when the server closed the connection (EOF within a few seconds).
+  bool closed_by_server() {
+    uint8_t b;
+    try {
+      read(&b, 1);
+      return false;
+    } catch (const tcp::ConnectionClosed&) {
+      return true;
+    }
+  }
+
+ private:
+  tcp::Socket sock_;
+};
+
+TEST(TcpStoreTest, ServerBindsTheGivenAddressAndAPickedPort) {
+  TcpStoreServer server(options());
+  EXPECT_EQ(server.address(), "127.0.0.1");
+  EXPECT_GT(server.port(), 0);
+  EXPECT_EQ(server.refused_connections(), 0);
+}
+
+TEST(TcpStoreTest, EmptyTokenIsInvalidArgument) {
+  EXPECT_THROW(TcpStoreServer(TcpStoreServerOptions{"127.0.0.1", 0, ""}), InvalidArgument);
+}
+
+TEST(TcpStoreTest, ConnectParsesHostPort) {
+  TcpStoreServer server(options());
+  auto store = TcpStore::connect("127.0.0.1:" + std::to_string(server.port()), kToken);
+  store->set("k", std::string("v"));
+  EXPECT_EQ(store->get_string("k"), "v");
+  EXPECT_EQ(store->local_address(), "127.0.0.1");
+  EXPECT_THROW(TcpStore::connect("no-port-here", kToken), InvalidArgument);
+}
+
+TEST(TcpStoreTest, WrongTokenIsRefusedAndCounted) {
+  TcpStoreServer server(options());
+  try {
+    TcpStore bad("127.0.0.1", server.port(), "not-the-token");
+    FAIL() << "a client with a wrong token was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("refused the job token"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("127.0.0.1:" + std::to_string(server.port())), std::string::npos) << msg;
+  }
+  EXPECT_EQ(server.refused_connections(), 1);
+  TcpStore good("127.0.0.1", server.port(), kToken);  // the server still serves others
+  EXPECT_EQ(good.add("n", 1), 1);
+  EXPECT_EQ(server.refused_connections(), 1);
+}
+
+TEST(TcpStoreTest, RawClientWithWrongTokenGetsRefusalThenClose) {
+  TcpStoreServer server(options());
+  RawClient raw(server.port());
+  EXPECT_EQ(raw.hello("wrong"), 3);
+  EXPECT_TRUE(raw.closed_by_server());
+  EXPECT_EQ(server.refused_connections(), 1);
+}
+
+TEST(TcpStoreTest, ClientRefusesAServerThatCannotProveTheToken) {
+  tcp::Socket listener = tcp::listen_on("127.0.0.1", 0);
+  const int port = tcp::local_port(listener);
+  std::thread impostor([&] {
+    tcp::Socket s = tcp::accept_until(listener, in_seconds(10), "impostor");
+    Bytes hello = {'H', 'F', 'S', 'S', 1};
+    Nonce n = random_nonce();
+    hello.insert(hello.end(), n.begin(), n.end());
+    tcp::write_all(s.fd(), hello.data(), hello.size(), in_seconds(10), "impostor");
+    uint8_t answer[69];
+    tcp::read_exact(s.fd(), answer, sizeof(answer), in_seconds(10), "impostor");
+    Bytes verdict = {0};
+    Nonce fake = random_nonce();  // not a MAC of the client's nonce under the token
+    verdict.insert(verdict.end(), fake.begin(), fake.end());
+    tcp::write_all(s.fd(), verdict.data(), verdict.size(), in_seconds(10), "impostor");
+  });
+  try {
+    TcpStore store("127.0.0.1", port, kToken);
+    FAIL() << "the client accepted an impostor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("could not prove"), std::string::npos) << e.what();
+  }
+  impostor.join();
+}
+
+TEST(TcpStoreTest, ConnectRetriesUntilTheServerComesUp) {
+  int port = 0;
+  {
+    tcp::Socket probe = tcp::listen_on("127.0.0.1", 0);  // a free port, released again
+    port = tcp::local_port(probe);
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"127.0.0.1", port, kToken});
+  });
+  TcpStore store("127.0.0.1", port, kToken, std::chrono::seconds(20));
+  late.join();
+  EXPECT_EQ(store.add("n", 1), 1);
+}
+
+TEST(TcpStoreTest, ConnectTimesOutWhenNoServerComes) {
+  int port = 0;
+  {
+    tcp::Socket probe = tcp::listen_on("127.0.0.1", 0);
+    port = tcp::local_port(probe);
+  }
+  const auto t0 = steady_clock::now();
+  EXPECT_THROW(TcpStore("127.0.0.1", port, kToken, milliseconds(400)), Timeout);
+  EXPECT_GE(seconds_since(t0), 0.4);
+  EXPECT_LT(seconds_since(t0), 0.4 + 3.0);
+}
+
+TEST(TcpStoreTest, ServerSurvivesGarbageBeforeTheHandshake) {
+  TcpStoreServer server(options());
+  {
+    RawClient raw(server.port());
+    Bytes garbage(69);
+    for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(i * 37 + 11);
+    raw.send(garbage);
+    uint8_t hello[37];
+    raw.read(hello, sizeof(hello));
+    uint8_t verdict = 0;
+    raw.read(&verdict, 1);
+    EXPECT_EQ(verdict, 4);  // bad request: not a heft store client
+    EXPECT_TRUE(raw.closed_by_server());
+  }
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  EXPECT_EQ(store.add("n", 1), 1);
+  EXPECT_EQ(server.refused_connections(), 0);
+}
+
+TEST(TcpStoreTest, ServerClosesAnAuthenticatedClientThatSendsAHugeLength) {
+  TcpStoreServer server(options());
+  RawClient raw(server.port());
+  ASSERT_EQ(raw.hello(kToken), 0);
+  Bytes frame = {1};  // set, with a body length far over the 64 MiB limit
+  put_u32(frame, 0xffffffffu);
+  raw.send(frame);
+  Bytes body;
+  EXPECT_EQ(raw.response(&body), 4);
+  EXPECT_NE(std::string(body.begin(), body.end()).find("exceeds"), std::string::npos);
+  EXPECT_TRUE(raw.closed_by_server());
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  EXPECT_EQ(store.add("n", 1), 1);
+}
+
+TEST(TcpStoreTest, ServerAnswersMalformedBodiesWithBadRequest) {
+  TcpStoreServer server(options());
+  for (Bytes frame : {Bytes{99, 0, 0, 0, 0},              // unknown opcode
+                      Bytes{1, 3, 0, 0, 0, 200, 0, 0},    // set: key length past the body
+                      Bytes{5, 5, 0, 0, 0, 1, 0, 0, 0, 'k'} /* delete: fine */}) {
+    RawClient raw(server.port());
+    ASSERT_EQ(raw.hello(kToken), 0);
+    raw.send(frame);
+    Bytes body;
+    uint8_t status = raw.response(&body);
+    if (frame[0] == 5) {
+      EXPECT_EQ(status, 0);
+      EXPECT_EQ(body, Bytes{0});  // the key did not exist
+    } else {
+      EXPECT_EQ(status, 4);
+      EXPECT_TRUE(raw.closed_by_server());
+    }
+  }
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  EXPECT_EQ(store.add("n", 1), 1);
+}
+
+TEST(TcpStoreTest, SilentAndHalfSentClientsDoNotStallOthers) {
+  TcpStoreServer server(options());
+  RawClient silent(server.port());  // never says hello
+  RawClient half(server.port());
+  ASSERT_EQ(half.hello(kToken), 0);
+  half.send(Bytes{1, 100, 0, 0, 0, 4});  // a set frame cut short
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  const auto t0 = steady_clock::now();
+  for (int i = 0; i < 100; ++i) store.add("n", 1);
+  EXPECT_EQ(store.get_string("n"), "100");
+  EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+TEST(TcpStoreTest, ParkedGetDoesNotStallOtherClients) {
+  TcpStoreServer server(options());
+  TcpStore waiter("127.0.0.1", server.port(), kToken);
+  TcpStore other("127.0.0.1", server.port(), kToken);
+  std::thread blocked([&] { EXPECT_EQ(waiter.get_string("late", milliseconds(10000)), "x"); });
+  std::this_thread::sleep_for(milliseconds(100));
+  for (int i = 0; i < 50; ++i) other.add("busy", 1);
+  other.set("late", std::string("x"));
+  blocked.join();
+}
+
+TEST(TcpStoreTest, DestructorReturnsPromptlyWithClientsConnectedAndWaiting) {
+  auto server = std::make_unique<TcpStoreServer>(options());
+  TcpStore idle("127.0.0.1", server->port(), kToken);
+  TcpStore waiter("127.0.0.1", server->port(), kToken);
+  RawClient silent(server->port());
+  bool got_peer_lost = false;
+  std::thread blocked([&] {
+    try {
+      waiter.get("never", milliseconds(60000));
+    } catch (const PeerLost&) {
+      got_peer_lost = true;
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto t0 = steady_clock::now();
+  server.reset();
+  EXPECT_LT(seconds_since(t0), 1.0);
+  blocked.join();
+  EXPECT_TRUE(got_peer_lost);
+  EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+TEST(TcpStoreTest, ClientOfADeadServerGetsPeerLostOnEveryLaterCall) {
+  auto server = std::make_unique<TcpStoreServer>(options());
+  TcpStore store("127.0.0.1", server->port(), kToken);
+  store.set("k", std::string("v"));
+  server.reset();
+  const auto t0 = steady_clock::now();
+  try {
+    store.get("k", milliseconds(60000));
+    FAIL() << "get on a dead server returned";
+  } catch (const PeerLost& e) {
+    EXPECT_EQ(e.peer(), -1);
+    EXPECT_EQ(e.op(), "store get");
+    EXPECT_NE(std::string(e.what()).find("store at 127.0.0.1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(store.add("n", 1), PeerLost);
+  EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+TEST(TcpStoreTest, RawWaitFrameIsAnsweredWhenTheKeyAppears) {
+  TcpStoreServer server(options());
+  RawClient raw(server.port());
+  ASSERT_EQ(raw.hello(kToken), 0);
+  Bytes wait = {6};  // wait, 10 s, keys ["k"]
+  put_u32(wait, 8 + 4 + 4 + 1);
+  for (uint64_t ms = 10000, i = 0; i < 8; ++i) wait.push_back(static_cast<uint8_t>(ms >> (8 * i)));
+  put_u32(wait, 1);
+  put_u32(wait, 1);
+  wait.push_back('k');
+  raw.send(wait);
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  store.set("k", std::string("v"));
+  Bytes body;
+  EXPECT_EQ(raw.response(&body), 0);
+  EXPECT_TRUE(body.empty());
+}
+
+}  // namespace
+}  // namespace heft::comm
