@@ -1,6 +1,7 @@
 // ctest-labels: multiproc
-// Every collective x dtype x op x world size {1,2,3,4,7} x awkward counts (0, 1, primes),
-// through real forked ranks on loopback TCP, checked against closed forms.
+// Every collective x dtype x op x world size {1,2,3,4,7} x awkward counts (0, 1, primes) x
+// transport layout (TCP only; one shared-memory host; two simulated hosts, e.g. 7 = 3 + 4,
+// so hierarchical paths run), through real forked ranks, checked against closed forms.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -159,12 +160,24 @@ void check_send_recv(Communicator& c) {
   expect_values(in, 1001, [&](size_t i) { return left * 10000.0 + i; }, "send/recv ring");
 }
 
-class Collectives : public ::testing::TestWithParam<int> {
+enum class Layout { kTcp, kShm, kTwoHosts };
+
+class Collectives : public ::testing::TestWithParam<std::tuple<int, Layout>> {
  protected:
+  int world() const { return std::get<0>(GetParam()); }
   void run(const std::function<void(Communicator&)>& body, CommunicatorOptions options = {}) {
     test::StoreProcess store;
     options.timeout = std::chrono::seconds(60);
-    test::RunResult res = test::run_world(GetParam(), store, body, options);
+    // Small chunks so that counts above make several pipeline chunks.
+    options.shm_chunk_bytes = 4096;
+    std::vector<std::string> hosts;
+    switch (std::get<1>(GetParam())) {
+      case Layout::kTcp: options.shared_memory = false; break;
+      case Layout::kShm: break;
+      case Layout::kTwoHosts: hosts = test::split_hosts(world(), std::min(2, world())); break;
+    }
+    test::RunResult res =
+        test::run_world(world(), store, body, options, std::chrono::seconds(120), hosts);
     EXPECT_TRUE(res.all_ok()) << res.summary();
   }
 };
@@ -188,6 +201,14 @@ TEST_P(Collectives, AllreduceRecursiveDoubling) {
   run([](Communicator& c) { check_allreduce(c, true); }, o);
 }
 
+TEST_P(Collectives, AllreduceShmSmallAndLargeForms) {
+  for (size_t small : {size_t{0}, size_t{1} << 30}) {
+    CommunicatorOptions o;
+    o.shm_small_bytes = small;
+    run([](Communicator& c) { check_allreduce(c, false); }, o);
+  }
+}
+
 TEST_P(Collectives, ReduceScatterAllgatherAlltoall) {
   run([](Communicator& c) {
     check_reduce_scatter(c);
@@ -206,9 +227,9 @@ TEST_P(Collectives, BroadcastTreeAndChain) {
 
 TEST_P(Collectives, ReduceSendRecvBarrier) {
   test::StoreProcess store;
-  const int n = GetParam();
+  const int n = world();
   const std::string counter = "test/barrier-counter-" + std::to_string(n);
-  test::RunResult res = test::run_world(n, store, [&](Communicator& c) {
+  run([&](Communicator& c) {
     check_reduce(c);
     check_send_recv(c);
     // Barrier: no rank may leave before every rank has entered.
@@ -217,13 +238,12 @@ TEST_P(Collectives, ReduceSendRecvBarrier) {
     s->add(counter, 1);
     c.barrier();
     expect(s->add(counter, 0) == n, "a rank left the barrier before all entered");
+    c.barrier();  // nobody resets or reuses the counter while others still read it
   });
-  EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
 TEST_P(Collectives, SplitByParity) {
-  test::StoreProcess store;
-  test::RunResult res = test::run_world(GetParam(), store, [](Communicator& c) {
+  run([](Communicator& c) {
     const int n = c.size(), r = c.rank();
     // Odd ranks ordered by descending rank (key = -rank); rank 0 sits out (color -1).
     const int color = r == 0 && n > 1 ? -1 : r % 2;
@@ -249,11 +269,19 @@ TEST_P(Collectives, SplitByParity) {
     sub->allreduce(&x, 1, DataType::i32, ReduceOp::sum);
     expect(x == sum, "allreduce inside the split group");
   });
-  EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 7),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+std::string param_name(const ::testing::TestParamInfo<std::tuple<int, Layout>>& info) {
+  static const char* kLayouts[] = {"tcp", "shm", "two_hosts"};
+  return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+         kLayouts[static_cast<int>(std::get<1>(info.param))];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, Collectives,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 7),
+                       ::testing::Values(Layout::kTcp, Layout::kShm, Layout::kTwoHosts)),
+    param_name);
 
 }  // namespace
 }  // namespace heft::comm

@@ -120,17 +120,29 @@ RunResult run_ranks(int n, const std::function<void(int)>& body, std::chrono::se
 
 RunResult run_world(int n, const StoreProcess& store,
                     const std::function<void(comm::Communicator&)>& body,
-                    comm::CommunicatorOptions options, std::chrono::seconds timeout) {
+                    comm::CommunicatorOptions options, std::chrono::seconds timeout,
+                    std::vector<std::string> hosts) {
   if (options.token.empty()) options.token = store.token();
   static int world_count = 0;
   const std::string group = "test/world" + std::to_string(world_count++);
   return run_ranks(
       n,
       [&](int rank) {
+        if (!hosts.empty()) options.host = hosts[rank];
         auto comm = comm::Communicator::create(store.connect(), group, rank, n, options);
         body(*comm);
       },
       timeout);
+}
+
+std::vector<std::string> split_hosts(int n, int host_count) {
+  std::vector<std::string> names;
+  for (int h = 0; h < host_count; ++h) {
+    // Host h gets n/host_count ranks, plus one for the last n % host_count hosts.
+    int ranks = n / host_count + (h >= host_count - n % host_count ? 1 : 0);
+    for (int i = 0; i < ranks; ++i) names.push_back("host-" + std::to_string(h));
+  }
+  return names;
 }
 
 void expect(bool cond, const std::string& message) {

@@ -51,10 +51,16 @@ RunResult run_ranks(int n, const std::function<void(int rank)>& body,
                     std::chrono::seconds timeout = std::chrono::seconds(120));
 
 // run_ranks where each rank first joins a world communicator of size n through `store`.
+// hosts[r], when given, is rank r's host name (ranks with the same name share memory).
 RunResult run_world(int n, const StoreProcess& store,
                     const std::function<void(comm::Communicator& comm)>& body,
                     comm::CommunicatorOptions options = {},
-                    std::chrono::seconds timeout = std::chrono::seconds(120));
+                    std::chrono::seconds timeout = std::chrono::seconds(120),
+                    std::vector<std::string> hosts = {});
+
+// Host names for n ranks split into `host_count` simulated hosts, the first hosts one rank
+// smaller when n does not divide (7 ranks on 2 hosts: 3 + 4).
+std::vector<std::string> split_hosts(int n, int host_count);
 
 // Throws heft::Error with `message` when cond is false (use inside rank bodies).
 void expect(bool cond, const std::string& message);

@@ -1,5 +1,7 @@
 #include "heft/comm/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,13 +17,15 @@
 #include "heft/comm/algo/ring_reduce_scatter.h"
 #include "heft/comm/algo/tree_broadcast.h"
 #include "heft/comm/algo/tree_reduce.h"
+#include "heft/comm/algo/hierarchical_allreduce.h"
+#include "heft/comm/algo/shm_allreduce.h"
+#include "heft/comm/algo/shm_collectives.h"
+#include "heft/comm/transport/shm/context.h"
 #include "heft/comm/transport/tcp/context.h"
 
 namespace heft::comm {
 
 namespace {
-
-constexpr const char* kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "tree", "chain"};
 
 std::string describe(const char* verb, Algorithm a, size_t bytes) {
   return std::string(verb) + "(" + name(a) + ", " + std::to_string(bytes) + " B)";
@@ -34,48 +38,24 @@ struct P2PHeader {
   uint64_t bytes = 0;
 };
 
-std::string env_or(const char* var, const std::string& fallback) {
-  const char* v = std::getenv(var);
-  return v && *v ? std::string(v) : fallback;
-}
-
-long long env_number(const char* var, long long fallback, long long min_value) {
-  const char* v = std::getenv(var);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  if (*end != '\0' || x < min_value)
-    throw InvalidArgument(std::string(var) + ": expected an integer >= " +
-                          std::to_string(min_value) + ", found '" + v + "'");
-  return x;
+// Every rank publishes its host name; all read all of them.
+Topology exchange_hosts(Store& store, const std::string& group, int rank, int size,
+                        std::string host, Deadline deadline) {
+  if (host.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    host = buf;
+  }
+  store.set(group + "/host/" + std::to_string(rank), host);
+  std::vector<std::string> names(size);
+  for (int r = 0; r < size; ++r) {
+    auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    names[r] = store.get_string(group + "/host/" + std::to_string(r), std::max(left, Millis(1)));
+  }
+  return Topology::from_names(names, rank);
 }
 
 }  // namespace
-
-const char* name(Algorithm a) { return kAlgorithmNames[static_cast<int>(a)]; }
-
-Algorithm parse_algorithm(const std::string& s) {
-  for (int i = 0; i < 5; ++i)
-    if (s == kAlgorithmNames[i]) return static_cast<Algorithm>(i);
-  throw InvalidArgument("unknown algorithm '" + s +
-                        "': expected one of auto, ring, recursive_doubling, tree, chain");
-}
-
-CommunicatorOptions CommunicatorOptions::from_env() {
-  CommunicatorOptions o;
-  o.token = env_or("HEFT_TOKEN", "");
-  o.timeout = std::chrono::seconds(env_number("HEFT_TIMEOUT", 300, 1));
-  try {
-    o.allreduce_algorithm = parse_algorithm(env_or("HEFT_ALLREDUCE_ALGO", "auto"));
-    o.broadcast_algorithm = parse_algorithm(env_or("HEFT_BROADCAST_ALGO", "auto"));
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("HEFT_ALLREDUCE_ALGO / HEFT_BROADCAST_ALGO: ") + e.what());
-  }
-  o.small_message_bytes =
-      static_cast<size_t>(env_number("HEFT_SMALL_MESSAGE_BYTES", 64 << 10, 0));
-  o.bind_address = env_or("HEFT_BIND_ADDRESS", o.bind_address);
-  return o;
-}
 
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                                                    const std::string& group, int rank, int size,
@@ -90,18 +70,37 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   tcp_options.bind_address = options.bind_address;
   std::unique_ptr<Transport> transport =
       tcp::Context::create(*store, group, rank, size, options.token, tcp_options, deadline);
-  return std::unique_ptr<Communicator>(new Communicator(
-      std::move(store), group, rank, size, std::move(options), std::move(transport)));
+  Topology topology = exchange_hosts(*store, group, rank, size, options.host, deadline);
+  std::unique_ptr<shm::Context> shm;
+  if (options.shared_memory && topology.local_size() > 1) {
+    shm::ContextOptions shm_options;
+    shm_options.chunk_bytes = options.shm_chunk_bytes;
+    shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
+                               topology.local_rank, topology.local(), shm_options, deadline);
+  }
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::move(store), group, rank, size, std::move(options),
+                       std::move(transport), std::move(topology), std::move(shm)));
 }
 
 Communicator::Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
-                           CommunicatorOptions options, std::unique_ptr<Transport> transport)
+                           CommunicatorOptions options, std::unique_ptr<Transport> transport,
+                           Topology topology, std::unique_ptr<shm::Context> shm)
     : store_(std::move(store)),
       group_(std::move(group)),
       rank_(rank),
       size_(size),
       options_(std::move(options)),
-      transport_(std::move(transport)) {
+      transport_(std::move(transport)),
+      topology_(std::move(topology)),
+      shm_(std::move(shm)) {
+  if (shm_) {
+    // A peer blocked in shared memory cannot see a socket close; look at its TCP link
+    // while waiting for it.
+    shm_->set_liveness_check([this](int local_peer, const std::string& op) {
+      transport_->check_link(topology_.local()[local_peer], op);
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -120,13 +119,22 @@ bool Communicator::healthy() const {
 }
 
 Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
-  if (options_.allreduce_algorithm != Algorithm::kAuto) return options_.allreduce_algorithm;
+  Algorithm a = options_.allreduce_algorithm;
+  const bool shared = options_.shared_memory && topology_.any_shared_host();
+  if ((a == Algorithm::kShm && !single_shm_host()) || (a == Algorithm::kHierarchical && !shared))
+    a = Algorithm::kAuto;  // not possible on this topology: fall back
+  if (a != Algorithm::kAuto) return a;
+  if (single_shm_host()) return Algorithm::kShm;
+  if (shared && topology_.hosts() > 1) return Algorithm::kHierarchical;
   return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
                                                : Algorithm::kRing;
 }
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
-  if (options_.broadcast_algorithm != Algorithm::kAuto) return options_.broadcast_algorithm;
+  Algorithm a = options_.broadcast_algorithm;
+  if (a == Algorithm::kShm && !single_shm_host()) a = Algorithm::kAuto;
+  if (a != Algorithm::kAuto) return a;
+  if (single_shm_host()) return Algorithm::kShm;
   return bytes <= options_.small_message_bytes ? Algorithm::kTree : Algorithm::kChain;
 }
 
@@ -204,6 +212,7 @@ std::exception_ptr Communicator::on_failure(const std::string& op, std::exceptio
     // The store is unreachable too (the launcher died): keep the original error.
   }
   transport_->abort();
+  if (shm_) shm_->abort();
   return result;
 }
 
@@ -220,20 +229,32 @@ std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv
   std::string name = describe("allreduce", algo, bytes);
   return enqueue(name, [=](Deadline deadline) {
     if (send != recv) std::memcpy(recv, send, bytes);
-    algo::Links links{*transport_, deadline, name};
-    if (algo == Algorithm::kRecursiveDoubling || algo == Algorithm::kTree)
+    if (algo == Algorithm::kShm) {
+      algo::ShmLinks local{*shm_, deadline, name};
+      algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);
+    } else if (algo == Algorithm::kHierarchical) {
+      algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
+                                   options_.small_message_bytes, deadline, name);
+    } else if (algo == Algorithm::kRecursiveDoubling || algo == Algorithm::kTree) {
+      algo::Links links{*transport_, deadline, name};
       algo::recursive_doubling_allreduce(links, recv, count, t, op);
-    else
+    } else {
+      algo::Links links{*transport_, deadline, name};
       algo::ring_allreduce(links, recv, count, t, op);
+    }
   });
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,
                                                          size_t recv_count, DataType t,
                                                          ReduceOp op) {
-  std::string name = describe("reduce_scatter", Algorithm::kRing,
+  std::string name = describe("reduce_scatter", single_shm_host() ? Algorithm::kShm : Algorithm::kRing,
                               recv_count * element_size(t) * size_);
   return enqueue(name, [=](Deadline deadline) {
+    if (single_shm_host()) {
+      algo::ShmLinks local{*shm_, deadline, name};
+      return algo::shm_reduce_scatter(local, send, recv, recv_count, t, op, size_);
+    }
     algo::Links links{*transport_, deadline, name};
     algo::ring_reduce_scatter(links, send, recv, recv_count, t, op);
   });
@@ -241,9 +262,13 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void*
 
 std::shared_ptr<Work> Communicator::allgather_async(const void* send, void* recv,
                                                     size_t send_count, DataType t) {
-  std::string name =
-      describe("allgather", Algorithm::kRing, send_count * element_size(t) * size_);
+  std::string name = describe("allgather", single_shm_host() ? Algorithm::kShm : Algorithm::kRing,
+                              send_count * element_size(t) * size_);
   return enqueue(name, [=](Deadline deadline) {
+    if (single_shm_host()) {
+      algo::ShmLinks local{*shm_, deadline, name};
+      return algo::shm_allgather(local, send, recv, send_count, t);
+    }
     algo::Links links{*transport_, deadline, name};
     algo::ring_allgather(links, send, recv, send_count, t);
   });
@@ -256,6 +281,10 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
   const Algorithm algo = broadcast_algorithm(bytes);
   std::string name = describe("broadcast", algo, bytes);
   return enqueue(name, [=](Deadline deadline) {
+    if (algo == Algorithm::kShm) {
+      algo::ShmLinks local{*shm_, deadline, name};
+      return algo::shm_broadcast(local, buf, bytes, root);
+    }
     algo::Links links{*transport_, deadline, name};
     if (algo == Algorithm::kChain || algo == Algorithm::kRing)
       algo::chain_broadcast(links, buf, bytes, root);
@@ -267,8 +296,13 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
 std::shared_ptr<Work> Communicator::reduce_async(const void* send, void* recv, size_t count,
                                                  DataType t, ReduceOp op, int root) {
   check_peer(root, "reduce root");
-  std::string name = describe("reduce", Algorithm::kTree, count * element_size(t));
+  std::string name = describe("reduce", single_shm_host() ? Algorithm::kShm : Algorithm::kTree,
+                              count * element_size(t));
   return enqueue(name, [=](Deadline deadline) {
+    if (single_shm_host()) {
+      algo::ShmLinks local{*shm_, deadline, name};
+      return algo::shm_reduce(local, send, recv, count, t, op, root, size_);
+    }
     algo::Links links{*transport_, deadline, name};
     algo::tree_reduce(links, send, recv, count, t, op, root);
   });
@@ -287,6 +321,10 @@ std::shared_ptr<Work> Communicator::alltoall_async(const void* send, void* recv,
 
 std::shared_ptr<Work> Communicator::barrier_async() {
   return enqueue("barrier", [=](Deadline deadline) {
+    if (single_shm_host()) {
+      algo::ShmLinks local{*shm_, deadline, "barrier(shm)"};
+      return algo::shm_barrier(local);
+    }
     algo::Links links{*transport_, deadline, "barrier"};
     algo::dissemination_barrier(links);
   });

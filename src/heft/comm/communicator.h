@@ -1,5 +1,10 @@
 // Communicator: a group of ranks and the collectives over them, on raw buffers.
 //
+// Transports: a full mesh of TCP links among all ranks (tcp/context.h), plus shared memory
+// among the ranks of each host (shm/context.h) unless options.shared_memory is false. Which
+// ranks share a host comes from options.host (topology.h). One host: collectives go through
+// shared memory; several: allreduce is hierarchical, the others run over TCP.
+//
 // Every collective is issued in the same order on every rank of the group (as in MPI and
 // NCCL) and runs on the communicator's own thread, one at a time, in issue order; the
 // `_async` forms return a Work at once, the plain forms wait for it. Buffers handed to an
@@ -26,43 +31,24 @@
 #include <thread>
 
 #include "heft/comm/dtype.h"
+#include "heft/comm/options.h"
+#include "heft/comm/topology.h"
 #include "heft/comm/store/store.h"
 #include "heft/comm/transport/transport.h"
 #include "heft/comm/work.h"
 
 namespace heft::comm {
 
-// Algorithms a caller may force; kAuto picks by message size (see allreduce_algorithm()).
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kTree, kChain };
-const char* name(Algorithm a);
-// "auto", "ring", "recursive_doubling", "tree", "chain"; throws InvalidArgument otherwise.
-Algorithm parse_algorithm(const std::string& s);
-
-struct CommunicatorOptions {
-  // The job token (HEFT_TOKEN); authenticates every peer connection. Must be non-empty.
-  std::string token;
-  // Deadline of each operation, from when it starts running; also bounds set-up.
-  Millis timeout{std::chrono::seconds(300)};
-  // Allreduce algorithm; kAuto: recursive doubling up to small_message_bytes, ring above.
-  Algorithm allreduce_algorithm = Algorithm::kAuto;
-  // Broadcast algorithm; kAuto: tree up to small_message_bytes, chain above.
-  Algorithm broadcast_algorithm = Algorithm::kAuto;
-  // The size at or below which latency beats bandwidth (measured on loopback TCP).
-  size_t small_message_bytes = 64 << 10;
-  // Where this rank listens for peers (never wider than asked).
-  std::string bind_address = "127.0.0.1";
-
-  // Defaults overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
-  // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS.
-  // A malformed value throws heft::InvalidArgument naming the variable.
-  static CommunicatorOptions from_env();
-};
+namespace shm {
+class Context;
+}
 
 class Communicator {
  public:
   // Joins the group `group` as `rank` of `size`: rendezvous through `store` (keys under
-  // "<group>/"), a full mesh of authenticated TCP links. Blocks until all ranks joined or
-  // options.timeout passed (heft::Timeout naming the missing ranks).
+  // "<group>/"), a full mesh of authenticated TCP links, shared-memory segments per host.
+  // Blocks until all ranks joined or options.timeout passed (heft::Timeout naming the
+  // missing ranks).
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store,
                                               const std::string& group, int rank, int size,
                                               CommunicatorOptions options);
@@ -75,6 +61,9 @@ class Communicator {
   int size() const { return size_; }
   const std::string& group() const { return group_; }
   const CommunicatorOptions& options() const { return options_; }
+  const Topology& topology() const { return topology_; }
+  // Whether this rank shares memory with others of its host.
+  bool has_shared_memory() const { return shm_ != nullptr; }
   // The algorithm an allreduce / broadcast of `bytes` runs with under these options.
   Algorithm allreduce_algorithm(size_t bytes) const;
   Algorithm broadcast_algorithm(size_t bytes) const;
@@ -145,7 +134,10 @@ class Communicator {
 
  private:
   Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
-               CommunicatorOptions options, std::unique_ptr<Transport> transport);
+               CommunicatorOptions options, std::unique_ptr<Transport> transport,
+               Topology topology, std::unique_ptr<shm::Context> shm);
+  // True when the whole group is one host with shared memory.
+  bool single_shm_host() const { return shm_ && topology_.hosts() == 1; }
   // Queues fn to run on the communicator thread as operation `op`.
   std::shared_ptr<Work> enqueue(std::string op, std::function<void(Deadline)> fn);
   void loop();
@@ -159,6 +151,8 @@ class Communicator {
   const int size_;
   const CommunicatorOptions options_;
   std::unique_ptr<Transport> transport_;
+  const Topology topology_;
+  std::unique_ptr<shm::Context> shm_;  // null when alone on the host or shm is off
   int split_count_ = 0;  // only touched by split(), which is collective and ordered
 
   struct Op {

@@ -38,6 +38,8 @@ constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 constexpr size_t kReadChunk = 64 * 1024;
 // A line longer than this is written out in pieces, each with the prefix.
 constexpr size_t kMaxLine = 64 * 1024;
+// At most this many chunks are read from a finished worker's pipe before it is closed.
+constexpr int kMaxDrainChunks = 64;
 // poll() wakes at least this often to reap, in case a SIGCHLD byte was dropped.
 constexpr int kSafetyPollMillis = 1000;
 
@@ -128,8 +130,8 @@ class ScopedSignalBlock {
   sigset_t old_;
 };
 
-// Writes all of data to fd; output to a closed or failing fd is dropped.
-void write_fully(int fd, const char* data, size_t n) {
+// Writes all of data to fd. Returns false when fd is broken (its reader went away).
+bool write_fully(int fd, const char* data, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, data, n);
     if (w > 0) {
@@ -139,9 +141,10 @@ void write_fully(int fd, const char* data, size_t n) {
       pollfd p{fd, POLLOUT, 0};
       ::poll(&p, 1, 100);
     } else if (!(w < 0 && errno == EINTR)) {
-      return;
+      return false;
     }
   }
+  return true;
 }
 
 // Splits one output stream of one worker into lines and writes each as "<prefix>line\n".
@@ -149,7 +152,9 @@ class LineWriter {
  public:
   LineWriter(std::string prefix, int out_fd) : prefix_(std::move(prefix)), out_fd_(out_fd) {}
 
-  void feed(const char* data, size_t n) {
+  // Returns false when the destination is broken; the caller then closes the worker's pipe,
+  // so the worker sees EPIPE/SIGPIPE as it would writing to the broken fd itself.
+  bool feed(const char* data, size_t n) {
     std::string out;
     for (size_t i = 0; i < n; ++i) {
       pending_.push_back(data[i]);
@@ -160,7 +165,7 @@ class LineWriter {
         pending_.clear();
       }
     }
-    write_fully(out_fd_, out.data(), out.size());
+    return write_fully(out_fd_, out.data(), out.size());
   }
   // Completes and writes a last line that had no '\n'.
   void flush() {
@@ -218,12 +223,7 @@ class Supervisor {
       for (int sig : signals_.take())
         if (sig != SIGCHLD) on_interrupt(sig);
       reap_exited();
-      if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
-        std::cerr << options_.log_name << ": " << plural(running(), "worker")
-                  << " still running " << seconds_text(options_.grace)
-                  << " after being stopped; sending SIGKILL" << std::endl;
-        kill_remaining();
-      }
+      if (kill_deadline_ && Clock::now() >= *kill_deadline_) kill_after_grace();
     }
     if (interrupt_ != 0) return 128 + interrupt_;
     return first_failure_code_;
@@ -256,11 +256,14 @@ class Supervisor {
       if (fd < 0) continue;
       LineWriter& writer = stream == 0 ? *w.out : *w.err;
       ssize_t n;
+      bool delivered = true;
+      int chunks = 0;  // bounds the drain should something outside the group keep writing
       do {
         n = ::read(fd, buf, sizeof(buf));
-        if (n > 0) writer.feed(buf, static_cast<size_t>(n));
-      } while ((n > 0 && to_eof) || (n < 0 && errno == EINTR));
-      const bool at_end = n == 0 || (n < 0 && errno != EAGAIN);
+        if (n > 0) delivered = writer.feed(buf, static_cast<size_t>(n));
+      } while ((n > 0 && to_eof && delivered && ++chunks < kMaxDrainChunks) ||
+               (n < 0 && errno == EINTR));
+      const bool at_end = n == 0 || (n < 0 && errno != EAGAIN) || !delivered;
       if (at_end || to_eof) {
         writer.flush();
         stream == 0 ? p.close_stdout() : p.close_stderr();
@@ -307,6 +310,14 @@ class Supervisor {
     }
     for (Worker& w : workers_) w.process->signal_group(sig);
     kill_deadline_ = Clock::now() + options_.grace;
+  }
+
+  void kill_after_grace() {
+    if (running() > 0)
+      std::cerr << options_.log_name << ": " << plural(running(), "worker") << " still running "
+                << seconds_text(options_.grace) << " after being stopped; sending SIGKILL"
+                << std::endl;
+    kill_remaining();
   }
 
   void kill_remaining() {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,14 +70,15 @@ struct Backend {
   std::function<std::unique_ptr<World>()> make;
 };
 
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+
 std::vector<Backend> backends() {
   return {
       {"Memory", [] { return std::make_unique<MemoryWorld>(); }},
       {"Tcp", [] { return std::make_unique<TcpWorld>(); }},
       {"PrefixOverMemory",
        [] { return std::make_unique<PrefixWorld>(std::make_unique<MemoryWorld>()); }},
-      {"PrefixOverTcp",
-       [] { return std::make_unique<PrefixWorld>(std::make_unique<TcpWorld>()); }},
+      {"PrefixOverTcp", [] { return std::make_unique<PrefixWorld>(std::make_unique<TcpWorld>()); }},
   };
 }
 
@@ -232,6 +234,17 @@ TEST_P(StoreTest, WaitingGetIsWokenBySetFromAnotherClient) {
   const auto t0 = steady_clock::now();
   EXPECT_EQ(store_->get_string("wake", milliseconds(10000)), "up");
   EXPECT_LT(seconds_since(t0), 5.0);
+  setter.join();
+}
+
+TEST_P(StoreTest, LargestTimeoutMeansWaitUntilSet) {
+  std::shared_ptr<Store> other = world_->client();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    other->set("forever", std::string("here"));
+  });
+  EXPECT_EQ(store_->get_string("forever", milliseconds::max()), "here");
+  store_->wait({"forever"}, milliseconds::max());
   setter.join();
 }
 

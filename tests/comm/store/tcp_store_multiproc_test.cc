@@ -6,7 +6,6 @@
 // test.
 // Deliberately left out: multi-host runs (network namespaces belong to the launcher tests).
 #include <gtest/gtest.h>
-
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>

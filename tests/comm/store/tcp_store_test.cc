@@ -5,6 +5,8 @@
 // also pin the documented wire format.
 // Deliberately left out: the Store contract itself (store_test.cc) and forked processes
 // (tcp_store_multiproc_test.cc).
+#include "heft/comm/store/tcp_store.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "heft/comm/auth.h"
-#include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
 #include "heft/error.h"
 
@@ -233,8 +234,8 @@ TEST(TcpStoreTest, ServerClosesAnAuthenticatedClientThatSendsAHugeLength) {
 
 TEST(TcpStoreTest, ServerAnswersMalformedBodiesWithBadRequest) {
   TcpStoreServer server(options());
-  for (Bytes frame : {Bytes{99, 0, 0, 0, 0},              // unknown opcode
-                      Bytes{1, 3, 0, 0, 0, 200, 0, 0},    // set: key length past the body
+  for (Bytes frame : {Bytes{99, 0, 0, 0, 0},            // unknown opcode
+                      Bytes{1, 3, 0, 0, 0, 200, 0, 0},  // set: key length past the body
                       Bytes{5, 5, 0, 0, 0, 1, 0, 0, 0, 'k'} /* delete: fine */}) {
     RawClient raw(server.port());
     ASSERT_EQ(raw.hello(kToken), 0);
@@ -263,6 +264,25 @@ TEST(TcpStoreTest, SilentAndHalfSentClientsDoNotStallOthers) {
   const auto t0 = steady_clock::now();
   for (int i = 0; i < 100; ++i) store.add("n", 1);
   EXPECT_EQ(store.get_string("n"), "100");
+  EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+TEST(TcpStoreTest, ClientThatNeverReadsDoesNotStallOthers) {
+  TcpStoreServer server(options());
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  store.set("big", Bytes(8 << 20, 0x5a));
+  RawClient greedy(server.port());
+  ASSERT_EQ(greedy.hello(kToken), 0);
+  Bytes get = {2};  // get "big", timeout 0, sent 20 times and never read
+  put_u32(get, 8 + 4 + 3);
+  for (int i = 0; i < 8; ++i) get.push_back(0);
+  put_u32(get, 3);
+  get.insert(get.end(), {'b', 'i', 'g'});
+  for (int i = 0; i < 20; ++i) greedy.send(get);
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto t0 = steady_clock::now();
+  for (int i = 0; i < 100; ++i) store.add("n", 1);
+  EXPECT_EQ(store.get("big", milliseconds(1000)).size(), size_t{8} << 20);
   EXPECT_LT(seconds_since(t0), 3.0);
 }
 
@@ -333,6 +353,27 @@ TEST(TcpStoreTest, RawWaitFrameIsAnsweredWhenTheKeyAppears) {
   Bytes body;
   EXPECT_EQ(raw.response(&body), 0);
   EXPECT_TRUE(body.empty());
+}
+
+// The exchange printed at the end of docs/store-protocol.md, byte for byte.
+TEST(TcpStoreTest, DocumentedExchangeIsWhatTheServerSpeaks) {
+  TcpStoreServer server(options());
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  store.set("n", std::string("2"));
+  store.set("a", std::string("x"));
+  RawClient raw(server.port());
+  ASSERT_EQ(raw.hello(kToken), 0);
+  raw.send(Bytes{0x03, 0x0d, 0, 0, 0, 0x01, 0, 0, 0, 'n', 0x05, 0, 0, 0, 0, 0, 0, 0});
+  uint8_t add_reply[13];
+  raw.read(add_reply, sizeof(add_reply));
+  EXPECT_EQ(Bytes(add_reply, add_reply + 13), (Bytes{0, 8, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0}));
+  raw.send(Bytes{0x06, 0x16, 0, 0,    0, 0xdc, 0x05, 0,   0,    0, 0, 0, 0,  0x02,
+                 0,    0,    0, 0x01, 0, 0,    0,    'a', 0x01, 0, 0, 0, 'b'});
+  uint8_t wait_reply[14];
+  raw.read(wait_reply, sizeof(wait_reply));
+  EXPECT_EQ(Bytes(wait_reply, wait_reply + 14),
+            (Bytes{0x01, 0x09, 0, 0, 0, 0x01, 0, 0, 0, 0x01, 0, 0, 0, 'b'}));
+  EXPECT_EQ(store.get_string("n"), "7");
 }
 
 }  // namespace

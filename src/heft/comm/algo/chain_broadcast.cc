@@ -16,7 +16,8 @@ void chain_broadcast(Links& links, void* buf, size_t bytes, int root) {
     return;
   }
   size_t received = 0;
-  Transfer t[2] = {Transfer::recv(prev, buf, bytes), Transfer::send(next, buf, bytes)};
+  Transfer t[2] = {Transfer::recv(links.real(prev), buf, bytes),
+                   Transfer::send(links.real(next), buf, bytes)};
   t[0].on_progress = [&](size_t done) { received = done; };
   t[1].limit = &received;  // forward only what has arrived
   links.transport.exchange(t, 2, links.deadline, links.op);

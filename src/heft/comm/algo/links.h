@@ -7,26 +7,42 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "heft/comm/dtype.h"
 #include "heft/comm/transport/transport.h"
 
 namespace heft::comm::algo {
 
-struct Links {
+class Links {
+ public:
+  // All ranks of the transport, in transport order.
+  Links(Transport& transport, Deadline deadline, std::string op)
+      : transport(transport), deadline(deadline), op(std::move(op)) {}
+  // A subset: virtual rank i is transport rank members[i]; this rank must be a member.
+  // Used by hierarchical algorithms (e.g. a ring among host leaders over the world mesh).
+  Links(Transport& transport, Deadline deadline, std::string op, std::vector<int> members);
+
   Transport& transport;
   Deadline deadline;
   std::string op;  // e.g. "allreduce(ring, 1048576 B)": appears in PeerLost and Timeout
 
-  int rank() const { return transport.rank(); }
-  int size() const { return transport.size(); }
+  int rank() const { return rank_ >= 0 ? rank_ : transport.rank(); }
+  int size() const { return members_.empty() ? transport.size() : static_cast<int>(members_.size()); }
+  // The transport rank of virtual rank v.
+  int real(int v) const { return members_.empty() ? v : members_[v]; }
 
+  // Peers below are virtual ranks.
   void send(int peer, const void* data, size_t bytes);
   void recv(int peer, void* data, size_t bytes);
   // Sends to `to` and receives from `from` at the same time (a ring step). on_recv, when
   // set, is called with the bytes received so far as they arrive.
   void sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes,
                 const std::function<void(size_t)>& on_recv = nullptr);
+
+ private:
+  std::vector<int> members_;
+  int rank_ = -1;
 };
 
 struct Range {

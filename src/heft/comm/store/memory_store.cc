@@ -3,6 +3,7 @@
 // the same on every store.
 #include "heft/comm/store/memory_store.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -15,12 +16,15 @@ namespace {
 constexpr size_t kMaxKeyBytes = 4096;
 constexpr size_t kMaxValueBytes = size_t{64} << 20;
 
+// A caller may pass Millis::max() for "forever"; wait_for adds it to now() and would
+// overflow, so waits are capped at a year.
+Millis bounded(Millis t) { return std::min(t, Millis(std::chrono::hours(24 * 365))); }
+
 void check_key(const std::string& key, const char* verb) {
   if (key.empty()) throw InvalidArgument(std::string("store ") + verb + ": empty key");
   if (key.size() > kMaxKeyBytes)
-    throw InvalidArgument(std::string("store ") + verb + ": key of " +
-                          std::to_string(key.size()) + " bytes, at most " +
-                          std::to_string(kMaxKeyBytes) + " allowed");
+    throw InvalidArgument(std::string("store ") + verb + ": key of " + std::to_string(key.size()) +
+                          " bytes, at most " + std::to_string(kMaxKeyBytes) + " allowed");
 }
 
 void check_keys(const std::vector<std::string>& keys, const char* verb) {
@@ -73,7 +77,7 @@ Bytes MemoryStore::get(const std::string& key, Millis timeout) {
   check_key(key, "get");
   std::unique_lock<std::mutex> lock(mu_);
   auto ready = [&] { return values_.count(key) > 0; };
-  if (!changed_.wait_for(lock, timeout, ready))
+  if (!changed_.wait_for(lock, bounded(timeout), ready))
     throw Timeout(timeout_message("get", {key}, timeout));
   return values_.at(key);
 }
@@ -114,7 +118,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   check_keys(keys, "wait");
   std::unique_lock<std::mutex> lock(mu_);
   auto ready = [&] { return missing_locked(keys).empty(); };
-  if (!changed_.wait_for(lock, timeout, ready))
+  if (!changed_.wait_for(lock, bounded(timeout), ready))
     throw Timeout(timeout_message("wait", missing_locked(keys), timeout));
 }
 

@@ -45,7 +45,7 @@ class MemoryStore : public Store {
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys) const;
 
   std::mutex mu_;
-  std::condition_variable changed_;       // notified on every set and add
+  std::condition_variable changed_;      // notified on every set and add
   std::map<std::string, Bytes> values_;  // guarded by mu_
 };
 

@@ -120,17 +120,12 @@ class Decoder {
   uint64_t u64() { return fixed(8); }
   std::string str() {
     size_t n = u32();
-    need(n);
-    std::string s(reinterpret_cast<const char*>(p_), n);
-    skip(n);
-    return s;
+    return std::string(reinterpret_cast<const char*>(bytes(n)), n);
   }
   Bytes blob() {
     size_t n = u32();
-    need(n);
-    Bytes b(p_, p_ + n);
-    skip(n);
-    return b;
+    const uint8_t* p = bytes(n);
+    return Bytes(p, p + n);
   }
   std::vector<std::string> keys() {
     uint32_t n = u32();
@@ -147,24 +142,25 @@ class Decoder {
   void need(size_t n) const {
     if (n > left_) throw BadFrame("body ends early");
   }
-  void skip(size_t n) {
+  // The next n bytes, consumed.
+  const uint8_t* bytes(size_t n) {
+    need(n);
+    const uint8_t* p = p_;
     p_ += n;
     left_ -= n;
+    return p;
   }
-  uint64_t fixed(int n) {
-    need(static_cast<size_t>(n));
+  uint64_t fixed(size_t n) {
+    const uint8_t* p = bytes(n);
     uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= uint64_t{p_[i]} << (8 * i);
-    skip(static_cast<size_t>(n));
+    for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
     return v;
   }
   const uint8_t* p_;
   size_t left_;
 };
 
-uint32_t body_length(const uint8_t* header) {
-  return Decoder(header + 1, 4).u32();
-}
+uint32_t body_length(const uint8_t* header) { return Decoder(header + 1, 4).u32(); }
 
 std::string quoted(const std::vector<std::string>& keys) {
   std::string s = keys.size() == 1 ? "key " : "keys ";
@@ -197,7 +193,7 @@ class TcpStoreServer::Impl {
     State state = State::kHello;
     Nonce nonce{};
     Deadline hello_deadline;
-    Bytes in;  // received, not yet handled
+    Bytes in;   // received, not yet handled
     Bytes out;  // the reply being sent
     size_t out_sent = 0;
     std::optional<Parked> parked;
@@ -395,12 +391,7 @@ void TcpStoreServer::Impl::serve(Conn& c) {
     c.in.clear();
     c.parked.reset();
     reply_text(c, kBadRequest, e.what());
-    c.state = State::kClosing;
-    try {
-      flush(c);
-    } catch (const IoError&) {
-      c.state = State::kDead;
-    }
+    c.state = State::kClosing;  // the loop flushes the reply, then closes
   } catch (const IoError&) {
     c.state = State::kDead;
   } catch (const std::exception& e) {
@@ -410,18 +401,18 @@ void TcpStoreServer::Impl::serve(Conn& c) {
 }
 
 void TcpStoreServer::Impl::finish_hello(Conn& c) {
-  Decoder d(c.in.data(), c.in.size());
-  uint8_t magic[4];
-  for (auto& m : magic) m = d.u8();
-  uint8_t version = d.u8();
+  const uint8_t* hello = c.in.data();  // magic[4] version mac[32] nonce[32]
+  const bool greeting_ok = std::memcmp(hello, kClientMagic, 4) == 0 && hello[4] == kVersion;
   Mac mac;
-  for (auto& b : mac) b = d.u8();
   Nonce client_nonce;
-  for (auto& b : client_nonce) b = d.u8();
+  std::memcpy(mac.data(), hello + 5, kMacBytes);
+  std::memcpy(client_nonce.data(), hello + 5 + kMacBytes, kNonceBytes);
   c.in.clear();
-  if (std::memcmp(magic, kClientMagic, 4) != 0 || version != kVersion) {
-    spdlog::warn("store server: closing connection from {}: not a heft store client of "
-                 "protocol version {}", c.peer, kVersion);
+  if (!greeting_ok) {
+    spdlog::warn(
+        "store server: closing connection from {}: not a heft store client of "
+        "protocol version {}",
+        c.peer, kVersion);
     c.out.assign(1, kBadRequest);
     c.state = State::kClosing;
     return;
@@ -509,16 +500,11 @@ bool TcpStoreServer::Impl::try_answer(Conn& c) {
   return true;
 }
 
+// The replies go out when the loop serves each connection, later in this same pass or
+// (for connections served earlier in it) on the next one, which POLLOUT makes immediate.
 void TcpStoreServer::Impl::wake_parked() {
-  for (auto& c : conns_) {
-    if (c->state == State::kServing && try_answer(*c)) {
-      try {
-        flush(*c);
-      } catch (const IoError&) {
-        c->state = State::kDead;
-      }
-    }
-  }
+  for (auto& c : conns_)
+    if (c->state == State::kServing) try_answer(*c);
 }
 
 void TcpStoreServer::Impl::expire(Deadline now) {
@@ -545,8 +531,7 @@ void TcpStoreServer::Impl::reply(Conn& c, uint8_t status, const uint8_t* body, s
 }
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) {
-  if (options.token.empty())
-    throw InvalidArgument("store server: the job token must not be empty");
+  if (options.token.empty()) throw InvalidArgument("store server: the job token must not be empty");
   impl_ = std::make_unique<Impl>(std::move(options));
 }
 
@@ -562,8 +547,8 @@ namespace {
 void check_key(const std::string& key, const char* verb) {
   if (key.empty()) throw InvalidArgument(std::string("store ") + verb + ": empty key");
   if (key.size() > kMaxKeyBytes)
-    throw InvalidArgument(std::string("store ") + verb + ": key of " +
-                          std::to_string(key.size()) + " bytes, at most 4096 allowed");
+    throw InvalidArgument(std::string("store ") + verb + ": key of " + std::to_string(key.size()) +
+                          " bytes, at most 4096 allowed");
 }
 
 void check_keys(const std::vector<std::string>& keys, const char* verb) {
@@ -581,21 +566,25 @@ class TcpStore::Impl {
  public:
   Impl(const std::string& host, int port, const std::string& token, Millis connect_timeout);
 
-  // Sends one request frame and returns the response, holding the connection meanwhile.
-  // `keys` names what the request is about, for error messages. A lost connection throws
-  // heft::PeerLost, no response by `deadline` heft::Timeout; either leaves the connection
-  // unusable and every later call throws PeerLost.
-  Response call(const char* verb, const Bytes& frame, Deadline deadline, const std::string& keys);
+  // Sends one request frame and returns the body of its OK response, holding the
+  // connection meanwhile. `keys` names what the request is about and `timeout` is the
+  // server-side wait, both for error messages. Other statuses throw what they stand for
+  // (raise). A lost connection throws heft::PeerLost, no response by `deadline`
+  // heft::Timeout; either leaves the connection unusable and every later call PeerLost.
+  Bytes request(const char* verb, const Bytes& frame, Deadline deadline, const std::string& keys,
+                Millis timeout);
 
-  // Turns a response other than OK into the exception it stands for.
-  [[noreturn]] void raise(const char* verb, const std::string& keys, Millis timeout,
-                          const Response& r);
+  // The one-byte boolean body of a check or delete response.
+  bool flag(const Bytes& body, const char* verb) const;
 
   const std::string& where() const { return where_; }
   const std::string& local_address() const { return local_address_; }
 
  private:
   void handshake(const std::string& token, Deadline deadline);
+  Response call(const char* verb, const Bytes& frame, Deadline deadline, const std::string& keys);
+  [[noreturn]] void raise(const char* verb, const std::string& keys, Millis timeout,
+                          const Response& r);
 
   const std::string where_;  // "host:port" of the server
   std::string local_address_;
@@ -648,8 +637,8 @@ void TcpStore::Impl::handshake(const std::string& token, Deadline deadline) {
   } catch (const Timeout&) {
     throw Timeout("store connect: no handshake from " + what + " before the deadline");
   } catch (const tcp::ConnectionClosed& e) {
-    throw PeerLost(-1, -1, "store connect", what + " closed the connection during the " +
-                                                "handshake (" + e.what() + ")");
+    throw PeerLost(-1, -1, "store connect",
+                   what + " closed the connection during the handshake (" + e.what() + ")");
   }
 }
 
@@ -658,16 +647,17 @@ Response TcpStore::Impl::call(const char* verb, const Bytes& frame, Deadline dea
   const std::string op = std::string("store ") + verb;
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty())
-    throw PeerLost(-1, -1, op, "the connection to the store at " + where_ +
-                                   " is unusable after an earlier failure: " + broken_);
-  const std::string what = "store at " + where_;
+    throw PeerLost(-1, -1, op,
+                   "the connection to the store at " + where_ +
+                       " is unusable after an earlier failure: " + broken_);
+  const std::string what = "connection to the store at " + where_;
   try {
     tcp::write_all(sock_.fd(), frame.data(), frame.size(), deadline, what);
     uint8_t header[kHeaderBytes];
     tcp::read_exact(sock_.fd(), header, sizeof(header), deadline, what);
     uint32_t n = body_length(header);
-    if (n > kMaxBodyBytes) throw IoError(what + " sent a response of " + std::to_string(n) +
-                                         " bytes, over the limit");
+    if (n > kMaxBodyBytes)
+      throw IoError(what + ": a response of " + std::to_string(n) + " bytes, over the limit");
     Response r{header[0], Bytes(n)};
     tcp::read_exact(sock_.fd(), r.body.data(), n, deadline, what);
     if (r.status == kBadRequest) broken_ = "the store rejected a request and hung up";
@@ -680,9 +670,21 @@ Response TcpStore::Impl::call(const char* verb, const Bytes& frame, Deadline dea
   } catch (const IoError& e) {
     broken_ = e.what();
     sock_.shutdown();
-    throw PeerLost(-1, -1, op, "lost the connection to the store at " + where_ + " (" +
-                                   e.what() + ")");
+    throw PeerLost(-1, -1, op, e.what());
   }
+}
+
+Bytes TcpStore::Impl::request(const char* verb, const Bytes& frame, Deadline deadline,
+                              const std::string& keys, Millis timeout) {
+  Response r = call(verb, frame, deadline, keys);
+  if (r.status != kOk) raise(verb, keys, timeout, r);
+  return std::move(r.body);
+}
+
+bool TcpStore::Impl::flag(const Bytes& body, const char* verb) const {
+  if (body.size() != 1)
+    throw Error("the store at " + where_ + " sent a malformed " + verb + " response");
+  return body[0] != 0;
 }
 
 void TcpStore::Impl::raise(const char* verb, const std::string& keys, Millis timeout,
@@ -712,8 +714,8 @@ TcpStore::TcpStore(const std::string& host, int port, const std::string& token,
 
 TcpStore::~TcpStore() = default;
 
-std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host_port,
-                                            const std::string& token, Millis connect_timeout) {
+std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host_port, const std::string& token,
+                                            Millis connect_timeout) {
   tcp::HostPort hp = tcp::parse_host_port(host_port, "store address");
   return std::make_unique<TcpStore>(hp.host, hp.port, token, connect_timeout);
 }
@@ -729,8 +731,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   e.begin(kSet);
   e.str(key);
   e.blob(value);
-  Response r = impl_->call("set", e.finish(), after(timeout()), quoted({key}));
-  if (r.status != kOk) impl_->raise("set", quoted({key}), timeout(), r);
+  impl_->request("set", e.finish(), after(timeout()), quoted({key}), timeout());
 }
 
 Bytes TcpStore::get(const std::string& key, Millis timeout) {
@@ -740,9 +741,7 @@ Bytes TcpStore::get(const std::string& key, Millis timeout) {
   e.begin(kGet);
   e.u64(static_cast<uint64_t>(timeout.count()));
   e.str(key);
-  Response r = impl_->call("get", e.finish(), after(timeout + kReplyMargin), quoted({key}));
-  if (r.status != kOk) impl_->raise("get", quoted({key}), timeout, r);
-  return std::move(r.body);
+  return impl_->request("get", e.finish(), after(timeout + kReplyMargin), quoted({key}), timeout);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
@@ -751,11 +750,10 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   e.begin(kAdd);
   e.str(key);
   e.u64(static_cast<uint64_t>(delta));
-  Response r = impl_->call("add", e.finish(), after(timeout()), quoted({key}));
-  if (r.status != kOk) impl_->raise("add", quoted({key}), timeout(), r);
-  if (r.body.size() != 8)
+  Bytes body = impl_->request("add", e.finish(), after(timeout()), quoted({key}), timeout());
+  if (body.size() != 8)
     throw Error("the store at " + impl_->where() + " sent a malformed add response");
-  return static_cast<int64_t>(Decoder(r.body.data(), 8).u64());
+  return static_cast<int64_t>(Decoder(body.data(), 8).u64());
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -763,11 +761,8 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   Encoder e;
   e.begin(kCheck);
   e.keys(keys);
-  Response r = impl_->call("check", e.finish(), after(timeout()), quoted(keys));
-  if (r.status != kOk) impl_->raise("check", quoted(keys), timeout(), r);
-  if (r.body.size() != 1)
-    throw Error("the store at " + impl_->where() + " sent a malformed check response");
-  return r.body[0] != 0;
+  return impl_->flag(impl_->request("check", e.finish(), after(timeout()), quoted(keys), timeout()),
+                     "check");
 }
 
 bool TcpStore::delete_key(const std::string& key) {
@@ -775,11 +770,8 @@ bool TcpStore::delete_key(const std::string& key) {
   Encoder e;
   e.begin(kDelete);
   e.str(key);
-  Response r = impl_->call("delete", e.finish(), after(timeout()), quoted({key}));
-  if (r.status != kOk) impl_->raise("delete", quoted({key}), timeout(), r);
-  if (r.body.size() != 1)
-    throw Error("the store at " + impl_->where() + " sent a malformed delete response");
-  return r.body[0] != 0;
+  return impl_->flag(
+      impl_->request("delete", e.finish(), after(timeout()), quoted({key}), timeout()), "delete");
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
@@ -789,8 +781,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   e.begin(kWait);
   e.u64(static_cast<uint64_t>(timeout.count()));
   e.keys(keys);
-  Response r = impl_->call("wait", e.finish(), after(timeout + kReplyMargin), quoted(keys));
-  if (r.status != kOk) impl_->raise("wait", quoted(keys), timeout, r);
+  impl_->request("wait", e.finish(), after(timeout + kReplyMargin), quoted(keys), timeout);
 }
 
 }  // namespace heft::comm

@@ -61,6 +61,10 @@ class Transport {
   virtual void exchange(Transfer* transfers, size_t n, Deadline deadline,
                         const std::string& op) = 0;
 
+  // Throws heft::PeerLost naming `peer` and `op` when its link has been closed by the peer
+  // (it died or gave up). Never blocks.
+  virtual void check_link(int peer, const std::string& op) = 0;
+
   // Breaks every link at once so that peers blocked on this rank see the loss now rather
   // than at their deadline. Thread-safe; later exchanges fail.
   virtual void abort() = 0;

@@ -63,6 +63,12 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   return std::unique_ptr<Context>(new Context(rank, std::move(pairs)));
 }
 
+void Context::check_link(int peer, const std::string& op) {
+  pollfd p{pairs_[peer].fd(), POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+    throw PeerLost(rank_, peer, op, "its connection closed");
+}
+
 void Context::abort() {
   aborted_ = true;
   for (Pair& p : pairs_) p.shutdown();

@@ -38,6 +38,7 @@ class Context : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(pairs_.size()); }
   void exchange(Transfer* transfers, size_t n, Deadline deadline, const std::string& op) override;
+  void check_link(int peer, const std::string& op) override;
   void abort() override;
 
  private:

@@ -1,0 +1,76 @@
+#include "heft/comm/options.h"
+
+#include <cstdlib>
+
+#include "heft/error.h"
+
+namespace heft::comm {
+
+namespace {
+
+constexpr const char* kAlgorithmNames[] = {"auto", "ring",  "recursive_doubling", "tree",
+                                           "chain", "shm", "hierarchical"};
+constexpr int kAlgorithms = sizeof(kAlgorithmNames) / sizeof(kAlgorithmNames[0]);
+
+std::string env_or(const char* var, const std::string& fallback) {
+  const char* v = std::getenv(var);
+  return v && *v ? std::string(v) : fallback;
+}
+
+long long env_number(const char* var, long long fallback, long long min_value) {
+  const char* v = std::getenv(var);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (*end != '\0' || x < min_value)
+    throw InvalidArgument(std::string(var) + ": expected an integer >= " +
+                          std::to_string(min_value) + ", found '" + v + "'");
+  return x;
+}
+
+Algorithm env_algorithm(const char* var) {
+  try {
+    return parse_algorithm(env_or(var, "auto"));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(var) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+const char* name(Algorithm a) { return kAlgorithmNames[static_cast<int>(a)]; }
+
+Algorithm parse_algorithm(const std::string& s) {
+  std::string all;
+  for (int i = 0; i < kAlgorithms; ++i) {
+    if (s == kAlgorithmNames[i]) return static_cast<Algorithm>(i);
+    all += std::string(i ? ", " : "") + kAlgorithmNames[i];
+  }
+  throw InvalidArgument("unknown algorithm '" + s + "': expected one of " + all);
+}
+
+CommunicatorOptions CommunicatorOptions::from_env() {
+  CommunicatorOptions o;
+  o.token = env_or("HEFT_TOKEN", "");
+  o.timeout = std::chrono::seconds(env_number("HEFT_TIMEOUT", 300, 1));
+  o.allreduce_algorithm = env_algorithm("HEFT_ALLREDUCE_ALGO");
+  o.broadcast_algorithm = env_algorithm("HEFT_BROADCAST_ALGO");
+  o.small_message_bytes = static_cast<size_t>(
+      env_number("HEFT_SMALL_MESSAGE_BYTES", static_cast<long long>(o.small_message_bytes), 0));
+  o.bind_address = env_or("HEFT_BIND_ADDRESS", o.bind_address);
+  o.host = env_or("HEFT_HOST", "");
+  const std::string transport = env_or("HEFT_TRANSPORT", "auto");
+  if (transport != "auto" && transport != "tcp")
+    throw InvalidArgument("HEFT_TRANSPORT: expected auto or tcp, found '" + transport + "'");
+  o.shared_memory = transport == "auto";
+  o.shm_chunk_bytes = static_cast<size_t>(
+      env_number("HEFT_SHM_CHUNK_BYTES", static_cast<long long>(o.shm_chunk_bytes), 4096));
+  if (o.shm_chunk_bytes % 64 != 0)
+    throw InvalidArgument("HEFT_SHM_CHUNK_BYTES: expected a multiple of 64, found " +
+                          std::to_string(o.shm_chunk_bytes));
+  o.shm_small_bytes = static_cast<size_t>(
+      env_number("HEFT_SHM_SMALL_BYTES", static_cast<long long>(o.shm_small_bytes), 0));
+  return o;
+}
+
+}  // namespace heft::comm

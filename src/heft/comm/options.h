@@ -1,0 +1,56 @@
+// How a communicator is set up and which algorithms it runs: CommunicatorOptions, with
+// defaults that suit loopback TCP and one shared-memory host, each overridable by an
+// environment variable (from_env) so a launched job can be tuned without recompiling.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "heft/comm/store/store.h"
+
+namespace heft::comm {
+
+// Algorithms a caller may force; kAuto picks by size and topology (Communicator::
+// allreduce_algorithm()). kShm and kHierarchical need ranks that share a host.
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kTree, kChain, kShm, kHierarchical };
+const char* name(Algorithm a);
+// "auto", "ring", "recursive_doubling", "tree", "chain", "shm", "hierarchical"; throws
+// heft::InvalidArgument listing them otherwise.
+Algorithm parse_algorithm(const std::string& s);
+
+struct CommunicatorOptions {
+  // The job token (HEFT_TOKEN); authenticates every peer connection. Must be non-empty.
+  std::string token;
+  // Deadline of each operation, from when it starts running; also bounds set-up.
+  Millis timeout{std::chrono::seconds(300)};
+  // Allreduce algorithm. kAuto: one host with shared memory -> kShm; several hosts, some
+  // with several ranks -> kHierarchical; otherwise recursive doubling up to
+  // small_message_bytes and the ring above.
+  Algorithm allreduce_algorithm = Algorithm::kAuto;
+  // Broadcast algorithm. kAuto: kShm on one shared host, else tree up to
+  // small_message_bytes and chain above.
+  Algorithm broadcast_algorithm = Algorithm::kAuto;
+  // The size at or below which latency beats bandwidth on TCP.
+  size_t small_message_bytes = 64 << 10;
+  // Where this rank listens for peers (never wider than asked).
+  std::string bind_address = "127.0.0.1";
+  // The host this rank runs on; ranks with the same host share memory. Empty: HEFT_HOST,
+  // else the machine's hostname.
+  std::string host;
+  // Use shared memory between ranks of one host (false: TCP only, for comparison).
+  bool shared_memory = true;
+  // Shared-memory pipeline chunk (bytes per slot area; see transport/shm/context.h).
+  size_t shm_chunk_bytes = 256 << 10;
+  // Up to this size the shared-memory allreduce has every rank reduce the whole chunk (one
+  // synchronisation); above it, each rank reduces a slice (two, but n times less reading).
+  size_t shm_small_bytes = 16 << 10;
+
+  // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
+  // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
+  // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES.
+  // A malformed value throws heft::InvalidArgument naming the variable.
+  static CommunicatorOptions from_env();
+};
+
+}  // namespace heft::comm

@@ -1,0 +1,35 @@
+// Which ranks of a group share a host, learned at set-up from each rank's host name
+// (CommunicatorOptions::host: the launcher's HEFT_HOST, e.g. the simulated "algo-2", else
+// the machine's hostname). Hosts are numbered by their lowest rank; ranks within a host keep
+// group order. Example, 7 ranks on hosts a a a b b b b: hosts() = 2, ranks_of_host =
+// {{0,1,2},{3,4,5,6}}, leaders = {0,3}, uniform() = false.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace heft::comm {
+
+struct Topology {
+  std::vector<int> host_of_rank;                 // host index of each rank
+  std::vector<std::vector<int>> ranks_of_host;   // ranks of each host, ascending
+  int host = 0;                                  // this rank's host
+  int local_rank = 0;                            // index of this rank within its host
+
+  // names[r] = host name of rank r.
+  static Topology from_names(const std::vector<std::string>& names, int rank);
+
+  int hosts() const { return static_cast<int>(ranks_of_host.size()); }
+  const std::vector<int>& local() const { return ranks_of_host[host]; }
+  int local_size() const { return static_cast<int>(local().size()); }
+  // Every host has the same number of ranks.
+  bool uniform() const;
+  // Some host has more than one rank (shared memory has something to do).
+  bool any_shared_host() const;
+  // The lowest rank of each host, by host.
+  std::vector<int> leaders() const;
+  // The rank with local index i on each host, by host (uniform topologies only).
+  std::vector<int> column(int i) const;
+};
+
+}  // namespace heft::comm

@@ -1,0 +1,157 @@
+#include "heft/comm/transport/shm/context.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <ctime>
+#include <functional>
+
+#include "heft/check.h"
+#include "heft/error.h"
+
+namespace heft::comm::shm {
+
+// Each field on its own cache line: the epoch is written by its owner and polled by every
+// peer; keeping the others away from it avoids false sharing.
+struct Context::Header {
+  alignas(64) std::atomic<uint32_t> epoch;
+  alignas(64) std::atomic<uint32_t> waiters;  // peers sleeping on epoch's futex
+  alignas(64) std::atomic<uint32_t> aborted;
+};
+
+namespace {
+
+constexpr size_t kHeaderBytes = 4096;
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
+
+size_t segment_bytes(const ContextOptions& o) { return kHeaderBytes + 4 * o.chunk_bytes; }
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long nanos) {
+  timespec ts{0, nanos};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::string segment_name(const std::string& group, int local_rank) {
+  // Names may not contain '/' after the first character: hash the group, add the pid so a
+  // stale segment of a crashed run never collides.
+  return "/heft-" + std::to_string(std::hash<std::string>{}(group)) + "-" +
+         std::to_string(local_rank) + "-" + std::to_string(getpid());
+}
+
+}  // namespace
+
+Context::Context(int rank, std::vector<int> global_ranks, const ContextOptions& options)
+    : rank_(rank), global_ranks_(std::move(global_ranks)), options_(options) {}
+
+Context::~Context() = default;
+
+std::unique_ptr<Context> Context::create(Store& store, const std::string& group, int local_rank,
+                                         std::vector<int> global_ranks,
+                                         const ContextOptions& options, Deadline deadline) {
+  const int n = static_cast<int>(global_ranks.size());
+  HEFT_CHECK(local_rank >= 0 && local_rank < n, "local rank ", local_rank, " of ", n);
+  HEFT_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0,
+             "shm chunk_bytes must be a multiple of 64, at least 4096: ", options.chunk_bytes);
+  std::unique_ptr<Context> ctx(new Context(local_rank, std::move(global_ranks), options));
+  ctx->segments_.resize(n);
+  const size_t bytes = segment_bytes(options);
+  Segment own = Segment::create(segment_name(group, local_rank), bytes);
+  store.set(group + "/shm/" + std::to_string(local_rank), own.name());
+  auto left = [&] {
+    return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now()));
+  };
+  for (int p = 0; p < n; ++p) {
+    if (p == local_rank) continue;
+    ctx->segments_[p] =
+        Segment::open(store.get_string(group + "/shm/" + std::to_string(p), left()), bytes);
+  }
+  // Every rank has mapped every segment once all "mapped" keys exist: unlink the names now,
+  // so a crash from here on leaves nothing behind in /dev/shm.
+  store.set(group + "/shm-mapped/" + std::to_string(local_rank), "1");
+  std::vector<std::string> keys;
+  for (int p = 0; p < n; ++p) keys.push_back(group + "/shm-mapped/" + std::to_string(p));
+  store.wait(keys, left());
+  own.unlink();
+  ctx->segments_[local_rank] = std::move(own);
+  return ctx;
+}
+
+Context::Header& Context::header(int local_rank) const {
+  return *reinterpret_cast<Header*>(segments_[local_rank].data());
+}
+
+uint8_t* Context::in(int local_rank, int slot) const {
+  return segments_[local_rank].data() + kHeaderBytes + slot * 2 * options_.chunk_bytes;
+}
+
+uint8_t* Context::out(int local_rank, int slot) const {
+  return in(local_rank, slot) + options_.chunk_bytes;
+}
+
+void Context::sync(Deadline deadline, const std::string& op) {
+  const uint32_t target = ++epoch_;
+  Header& self = header(rank_);
+  self.epoch.store(target, std::memory_order_seq_cst);
+  if (self.waiters.load(std::memory_order_seq_cst) > 0) futex_wake_all(&self.epoch);
+  for (int p = 0; p < size(); ++p)
+    if (p != rank_) wait_for(p, target, deadline, op);
+}
+
+void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::string& op) {
+  Header& h = header(peer);
+  for (int i = 0; i < options_.spin; ++i) {
+    if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
+    cpu_relax();
+  }
+  for (int i = 0; i < options_.yields; ++i) {
+    if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
+    sched_yield();
+  }
+  h.waiters.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    Header& h;
+    ~Leave() { h.waiters.fetch_sub(1, std::memory_order_seq_cst); }
+  } leave{h};
+  for (;;) {
+    const uint32_t v = h.epoch.load(std::memory_order_seq_cst);
+    if (reached(v, target)) return;
+    const int me = global_ranks_[rank_], them = global_ranks_[peer];
+    if (h.aborted.load(std::memory_order_acquire))
+      throw PeerLost(me, them, op, "its shared-memory communicator was aborted");
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Timeout("rank " + std::to_string(me) + ": " + op +
+                    " timed out waiting for rank " + std::to_string(them) +
+                    " (shared memory, epoch " + std::to_string(target) + ")");
+    if (liveness_) liveness_(peer, op);
+    futex_wait(&h.epoch, v, 10'000'000);  // 10 ms, then look at the peer and deadline again
+  }
+}
+
+void Context::abort() {
+  if (segments_.empty() || !segments_[rank_].data()) return;
+  Header& self = header(rank_);
+  self.aborted.store(1, std::memory_order_seq_cst);
+  self.epoch.fetch_add(0, std::memory_order_seq_cst);
+  futex_wake_all(&self.epoch);
+}
+
+}  // namespace heft::comm::shm
+

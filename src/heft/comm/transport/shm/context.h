@@ -1,0 +1,92 @@
+// The shared-memory transport: one segment per rank of a host, mapped by every rank of that
+// host, and sync(), the one primitive the shared-memory algorithms need.
+//
+// Terms. A *segment* (segment.h) holds a header and two *slots*; a slot is an `in` area and
+// an `out` area of chunk_bytes each. Algorithms move data in *uses*: a use writes this
+// rank's slot, calls sync(), then reads peers' slots (and may write `out`, sync again, read
+// `out`). Uses alternate between the two slots (next_slot()), and that alone makes reuse
+// safe: a rank writes slot s again only after passing the sync of the use in between, which
+// every peer reaches only after it finished reading slot s.
+//
+// sync() is a barrier over an *epoch* counter per rank: publish epoch+1, wait for every peer
+// to publish it. Waiting spins briefly, then yields, then sleeps on a futex on the peer's
+// counter (timed, so a dead or aborted peer and the deadline are noticed), so more ranks than
+// cores do not starve each other.
+//
+// Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
+// slots, cross-host anything.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "heft/comm/store/store.h"
+#include "heft/comm/transport/shm/segment.h"
+#include "heft/comm/transport/transport.h"
+
+namespace heft::comm::shm {
+
+struct ContextOptions {
+  // Bytes of each in / out area: the pipeline's chunk. Small enough to stay in L2 while all
+  // ranks of the host work on it, large enough that a sync is rare.
+  size_t chunk_bytes = 256 << 10;
+  // Busy-wait iterations, then sched_yield() calls, before sleeping on the futex. Spinning
+  // wins when every rank has a core; yielding is what lets oversubscribed ranks make
+  // progress.
+  int spin = 100;
+  int yields = 50;
+};
+
+class Context {
+ public:
+  // Creates this rank's segment, opens its peers' (names exchanged through `store` under
+  // "<group>/shm/"), then unlinks the names once every rank mapped every segment.
+  // `global_ranks[i]` is local rank i's rank in the communicator (for error messages).
+  static std::unique_ptr<Context> create(Store& store, const std::string& group, int local_rank,
+                                         std::vector<int> global_ranks,
+                                         const ContextOptions& options, Deadline deadline);
+  ~Context();
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(segments_.size()); }
+  size_t chunk_bytes() const { return options_.chunk_bytes; }
+
+  // The slot of the next use (alternates 0, 1, 0, ...; identical on every rank).
+  int next_slot() { return slot_++ & 1; }
+  uint8_t* in(int local_rank, int slot) const;
+  uint8_t* out(int local_rank, int slot) const;
+
+  // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
+  // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
+  // by its communicator rank and `op`.
+  void sync(Deadline deadline, const std::string& op);
+
+  // Called about every 10 ms while waiting for local rank `peer`; throws to give up (the
+  // communicator checks the peer's TCP link for a close).
+  void set_liveness_check(std::function<void(int local_peer, const std::string& op)> check) {
+    liveness_ = std::move(check);
+  }
+
+  // Marks this rank aborted and wakes every waiter, so peers fail now. Thread-safe.
+  void abort();
+
+ private:
+  Context(int rank, std::vector<int> global_ranks, const ContextOptions& options);
+  struct Header;
+  Header& header(int local_rank) const;
+  void wait_for(int peer, uint32_t epoch, Deadline deadline, const std::string& op);
+
+  int rank_;
+  std::vector<int> global_ranks_;
+  ContextOptions options_;
+  std::vector<Segment> segments_;  // by local rank; segments_[rank_] is ours
+  uint32_t epoch_ = 0;
+  uint32_t slot_ = 0;
+  std::function<void(int, const std::string&)> liveness_;
+};
+
+}  // namespace heft::comm::shm

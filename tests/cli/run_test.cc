@@ -1,0 +1,364 @@
+// ctest-labels: multiproc
+// End-to-end tests of `heft run` (src/heft/cli/run.cc over job::LocalLauncher): the real
+// built binary is started with fork/exec, its stdout/stderr go to files, and every wait has
+// a deadline. Workers are small scripts under tests/cli/ that write their pids to a
+// temporary directory, so each test can check that no worker (nor a worker's own child)
+// survives the run.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::seconds;
+
+const std::string kHeft = HEFT_BINARY_DIR "/heft";
+const std::string kScripts = HEFT_SOURCE_DIR "/tests/cli";
+const std::string kPython = "/usr/bin/python3";  // Debian's, with torch
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "heft-run-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Outcome {
+  int exit_code = -1;  // 128 + signal when heft itself was killed
+  bool timed_out = false;
+  double seconds = 0;
+  std::string out;
+  std::string err;
+};
+
+// `heft ARGS...` running in the background, stdout and stderr to files in `dir`.
+class Heft {
+ public:
+  Heft(const std::vector<std::string>& args, const std::string& dir)
+      : out_path_(dir + "/heft.out"), err_path_(dir + "/heft.err"), start_(Clock::now()) {
+    std::vector<std::string> argv_strings{kHeft};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::FILE* in = std::freopen("/dev/null", "r", stdin);
+      std::FILE* out = std::freopen(out_path_.c_str(), "w", stdout);
+      std::FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
+      if (in && out && err) ::execv(kHeft.c_str(), argv.data());
+      ::_exit(126);
+    }
+  }
+  ~Heft() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+  // Waits for heft to exit; kills it at the deadline (timed_out).
+  Outcome wait(seconds timeout) {
+    Outcome o;
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        o.timed_out = true;
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    o.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    o.out = read_file(out_path_);
+    o.err = read_file(err_path_);
+    return o;
+  }
+
+ private:
+  std::string out_path_;
+  std::string err_path_;
+  Clock::time_point start_;
+  pid_t pid_ = -1;
+};
+
+Outcome run_heft(const std::vector<std::string>& args, seconds timeout = seconds(60)) {
+  TempDir dir;
+  return Heft(args, dir.path()).wait(timeout);
+}
+
+std::string describe(const Outcome& o) {
+  return "exit " + std::to_string(o.exit_code) + (o.timed_out ? " (timed out)" : "") +
+         " after " + std::to_string(o.seconds) + " s\n--- stdout:\n" + o.out +
+         "--- stderr:\n" + o.err;
+}
+
+// The pid files (worker-R.pid, sleep-R.pid) the worker scripts wrote to dir.
+std::vector<std::pair<std::string, pid_t>> pid_files(const std::string& dir) {
+  std::vector<std::pair<std::string, pid_t>> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".pid") continue;
+    const std::string text = read_file(entry.path().string());
+    if (!text.empty()) out.emplace_back(entry.path().filename().string(), std::atoi(text.c_str()));
+  }
+  return out;
+}
+
+bool wait_for_pid_files(const std::string& dir, size_t count, seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (pid_files(dir).size() < count) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Gone: no such process, or a zombie waiting for init (the process no longer runs).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+// Waits up to `timeout` for every process named in dir's pid files to be gone; returns the
+// names of the survivors (and kills them, so a failing test leaves nothing behind).
+std::vector<std::string> survivors(const std::string& dir, seconds timeout = seconds(5)) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::string> alive;
+  do {
+    alive.clear();
+    for (const auto& [name, pid] : pid_files(dir))
+      if (!process_gone(pid)) alive.push_back(name + " (pid " + std::to_string(pid) + ")");
+    if (alive.empty()) return alive;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (Clock::now() < deadline);
+  for (const auto& [name, pid] : pid_files(dir)) ::kill(pid, SIGKILL);
+  return alive;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + " ";
+  return s;
+}
+
+std::vector<std::string> exit_rank_command(const std::string& dir, const std::string& rank,
+                                           const std::string& action, const std::string& arg) {
+  return {"--", "/bin/sh", kScripts + "/exit_rank.sh", dir, rank, action, arg};
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(HeftRun, TorchScriptRunsOnTwoHostsOfTwo) {
+  if (std::system((kPython + " -c 'import torch.distributed' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << kPython << " has no torch";
+  const Outcome o = run_heft({"run", "--hosts", "2", "-n", "2", "--timeout", "60", "--",
+                              kPython, kScripts + "/torchrun_script.py"},
+                             seconds(240));
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string line = "[rank " + std::to_string(rank) + "] rank " +
+                             std::to_string(rank) + "/4 on algo-" + std::to_string(rank / 2 + 1) +
+                             ": all_reduce=6 all_gather=[0, 10, 20, 30] ok\n";
+    EXPECT_NE(o.out.find(line), std::string::npos) << "missing: " << line << describe(o);
+  }
+}
+
+TEST(HeftRun, FailingRankStopsTheOthersAndGivesItsExitCode) {
+  TempDir dir;
+  Heft heft(concat({"run", "-n", "4"}, exit_rank_command(dir.path(), "2", "exit", "7")),
+            dir.path());
+  const Outcome o = heft.wait(seconds(50));
+  EXPECT_EQ(o.exit_code, 7) << describe(o);
+  EXPECT_LT(o.seconds, 20.0) << describe(o);
+  EXPECT_NE(o.err.find("heft run: rank 2 exited with code 7; stopping the other 3 workers\n"),
+            std::string::npos)
+      << describe(o);
+  EXPECT_EQ(pid_files(dir.path()).size(), 7u) << "4 workers and 3 background sleeps";
+  EXPECT_EQ(join(survivors(dir.path())), "");
+}
+
+TEST(HeftRun, WorkerKilledBySigkillGives137) {
+  TempDir dir;
+  Heft heft(concat({"run", "--hosts", "3"}, exit_rank_command(dir.path(), "1", "kill", "KILL")),
+            dir.path());
+  const Outcome o = heft.wait(seconds(50));
+  EXPECT_EQ(o.exit_code, 137) << describe(o);
+  EXPECT_NE(o.err.find("heft run: rank 1 was killed by signal 9 (SIGKILL); stopping the other "
+                       "2 workers\n"),
+            std::string::npos)
+      << describe(o);
+  EXPECT_EQ(join(survivors(dir.path())), "");
+}
+
+TEST(HeftRun, SigintEndsAllWorkersAndReturns130) {
+  TempDir dir;
+  Heft heft(concat({"run", "--hosts", "2", "-n", "2"},
+                   exit_rank_command(dir.path(), "-1", "none", "0")),
+            dir.path());
+  ASSERT_TRUE(wait_for_pid_files(dir.path(), 8, seconds(30))) << "workers did not start";
+  ::kill(heft.pid(), SIGINT);
+  const Outcome o = heft.wait(seconds(30));
+  EXPECT_EQ(o.exit_code, 130) << describe(o);
+  EXPECT_NE(o.err.find("heft run: received SIGINT; stopping 4 workers\n"), std::string::npos)
+      << describe(o);
+  EXPECT_EQ(join(survivors(dir.path())), "");
+}
+
+TEST(HeftRun, SigtermReturns143) {
+  TempDir dir;
+  Heft heft(concat({"run", "-n", "2"}, exit_rank_command(dir.path(), "-1", "none", "0")),
+            dir.path());
+  ASSERT_TRUE(wait_for_pid_files(dir.path(), 4, seconds(30))) << "workers did not start";
+  ::kill(heft.pid(), SIGTERM);
+  const Outcome o = heft.wait(seconds(30));
+  EXPECT_EQ(o.exit_code, 143) << describe(o);
+  EXPECT_EQ(join(survivors(dir.path())), "");
+}
+
+TEST(HeftRun, WorkersIgnoringSigtermAreKilledAfterTheGrace) {
+  TempDir dir;
+  const std::string d = dir.path();
+  // Ranks 1 and 2 ignore SIGTERM (and so does their exec'd sleep); rank 0 fails once they
+  // are set up.
+  const std::string script = "trap '' TERM; echo $$ > " + d + "/worker-$RANK.pid; " +
+                             "if [ $RANK = 0 ]; then while [ ! -e " + d + "/worker-1.pid ] || " +
+                             "[ ! -e " + d + "/worker-2.pid ]; do sleep 0.05; done; exit 3; fi; " +
+                             "exec sleep 60";
+  Heft heft({"run", "-n", "3", "--grace", "1", "--", "/bin/sh", "-c", script}, dir.path());
+  const Outcome o = heft.wait(seconds(50));
+  EXPECT_EQ(o.exit_code, 3) << describe(o);
+  EXPECT_GE(o.seconds, 1.0) << describe(o);
+  EXPECT_LT(o.seconds, 20.0) << describe(o);
+  EXPECT_NE(o.err.find("heft run: 2 workers still running 1 s after being stopped; "
+                       "sending SIGKILL\n"),
+            std::string::npos)
+      << describe(o);
+  EXPECT_EQ(join(survivors(dir.path())), "");
+}
+
+TEST(HeftRun, LauncherKilledBySigkillLeavesNoWorker) {
+  TempDir dir;
+  const std::string script = "echo $$ > " + dir.path() + "/worker-$RANK.pid; exec sleep 60";
+  Heft heft({"run", "-n", "3", "--", "/bin/sh", "-c", script}, dir.path());
+  ASSERT_TRUE(wait_for_pid_files(dir.path(), 3, seconds(30))) << "workers did not start";
+  ::kill(heft.pid(), SIGKILL);
+  const Outcome o = heft.wait(seconds(30));
+  EXPECT_EQ(o.exit_code, 137);
+  EXPECT_EQ(join(survivors(dir.path())), "") << "PR_SET_PDEATHSIG should have killed them";
+}
+
+TEST(HeftRun, OutputLinesCarryTheRankPrefix) {
+  const Outcome o = run_heft({"run", "-n", "2", "--", "/bin/sh", "-c",
+                              "echo out-$RANK; echo err-$RANK >&2; printf partial-$RANK"});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  for (const std::string rank : {"0", "1"}) {
+    const std::string p = "[rank " + rank + "] ";
+    EXPECT_NE(o.out.find(p + "out-" + rank + "\n"), std::string::npos) << describe(o);
+    EXPECT_NE(o.out.find(p + "partial-" + rank + "\n"), std::string::npos) << describe(o);
+    EXPECT_NE(o.err.find(p + "err-" + rank + "\n"), std::string::npos) << describe(o);
+    EXPECT_EQ(o.out.find("err-" + rank), std::string::npos) << "stderr stays on stderr";
+  }
+}
+
+TEST(HeftRun, NoPrefixPassesOutputThrough) {
+  const Outcome o = run_heft({"run", "--no-prefix", "--", "/bin/sh", "-c", "printf raw"});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_EQ(o.out, "raw");
+}
+
+TEST(HeftRun, WorkersGetTheEnvironmentContract) {
+  const Outcome o = run_heft(
+      {"run", "--hosts", "2", "-n", "2", "--timeout", "42", "--", "/bin/sh", "-c",
+       "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $SM_CURRENT_HOST "
+       "$HEFT_HOST $SM_HOSTS $SM_NUM_GPUS $HEFT_TIMEOUT $TORCHELASTIC_RESTART_COUNT "
+       "$MASTER_ADDR ${#HEFT_TOKEN}\""});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  const char* expected[] = {
+      "[rank 0] 0 0 4 2 0 algo-1 algo-1 [\"algo-1\",\"algo-2\"] 0 42 0 127.0.0.1 64\n",
+      "[rank 1] 1 1 4 2 0 algo-1 algo-1 [\"algo-1\",\"algo-2\"] 0 42 0 127.0.0.1 64\n",
+      "[rank 2] 2 0 4 2 1 algo-2 algo-2 [\"algo-1\",\"algo-2\"] 0 42 0 127.0.0.1 64\n",
+      "[rank 3] 3 1 4 2 1 algo-2 algo-2 [\"algo-1\",\"algo-2\"] 0 42 0 127.0.0.1 64\n"};
+  for (const char* line : expected)
+    EXPECT_NE(o.out.find(line), std::string::npos) << "missing: " << line << describe(o);
+}
+
+TEST(HeftRun, AllWorkersSucceedingGivesZero) {
+  const Outcome o = run_heft({"run", "--hosts", "3", "-n", "1", "--", "true"});
+  EXPECT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_EQ(o.out, "");
+  EXPECT_EQ(o.err, "");
+}
+
+TEST(HeftRun, MissingCommandExits127) {
+  Outcome o = run_heft({"run", "-n", "2", "--", "heft-no-such-command", "--flag"});
+  EXPECT_EQ(o.exit_code, 127) << describe(o);
+  EXPECT_EQ(o.err, "heft run: cannot execute 'heft-no-such-command': No such file or directory\n");
+  o = run_heft({"run", "--", "/nonexistent/worker"});
+  EXPECT_EQ(o.exit_code, 127) << describe(o);
+  EXPECT_EQ(o.err, "heft run: cannot execute '/nonexistent/worker': No such file or directory\n");
+}
+
+TEST(HeftRun, NonExecutableCommandExits126) {
+  TempDir dir;
+  const std::string file = dir.path() + "/not-executable";
+  std::ofstream(file) << "echo never\n";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  const Outcome o = run_heft({"run", "--", file});
+  EXPECT_EQ(o.exit_code, 126) << describe(o);
+  EXPECT_NE(o.err.find("Permission denied"), std::string::npos) << describe(o);
+}
+
+TEST(HeftRun, UsageErrorsNameTheOption) {
+  Outcome o = run_heft({"run", "--hosts", "0", "--", "true"});
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("heft run: --hosts must be at least 1, got 0"), std::string::npos)
+      << describe(o);
+  o = run_heft({"run", "-n", "0", "--", "true"});
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("heft run: --nproc-per-host must be at least 1, got 0"),
+            std::string::npos)
+      << describe(o);
+  o = run_heft({"run", "-n", "2"});
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("heft run: no command given"), std::string::npos) << describe(o);
+}
+
+}  // namespace

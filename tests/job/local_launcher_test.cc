@@ -1,0 +1,129 @@
+// ctest-labels: multiproc
+// Tests of job::LocalLauncher used as a library (as `heft bench` does): options checks,
+// extra environment, unprefixed output, exit codes, the launcher's own log lines, and that
+// run() gives this process's signal handlers back. End-to-end behaviour of the command
+// (signals, survivors, torch) is tests/cli/run_test.cc.
+#include "heft/job/local_launcher.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "heft/error.h"
+
+namespace heft::job {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "heft-launcher-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+LocalLauncherOptions sh(const std::string& script) {
+  LocalLauncherOptions o;
+  o.command = {"/bin/sh", "-c", script};
+  o.grace = std::chrono::milliseconds(500);
+  return o;
+}
+
+TEST(LocalLauncher, ExtraEnvironmentReachesEveryWorker) {
+  TempDir dir;
+  LocalLauncherOptions o = sh("echo \"$RANK $HEFT_HOST $BENCH_SIZE $HEFT_TIMEOUT\" > " +
+                              dir.path() + "/rank-$RANK");
+  o.hosts = 2;
+  o.processes_per_host = 2;
+  o.timeout_s = 7;
+  o.prefix_output = false;
+  o.extra_env = {{"BENCH_SIZE", "1024"}, {"HEFT_TIMEOUT", "9"}};
+  ASSERT_EQ(LocalLauncher(o).run(), 0);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(read_file(dir.path() + "/rank-" + std::to_string(rank)),
+              std::to_string(rank) + " algo-" + std::to_string(rank / 2 + 1) + " 1024 9\n");
+}
+
+TEST(LocalLauncher, ReturnsTheFailingWorkersCodeAndLogsWithItsName) {
+  LocalLauncherOptions o = sh("if [ $RANK = 1 ]; then exit 5; fi; exec sleep 30");
+  o.processes_per_host = 3;
+  o.log_name = "heft bench";
+  testing::internal::CaptureStderr();
+  const int code = LocalLauncher(o).run();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 5);
+  EXPECT_NE(err.find("heft bench: rank 1 exited with code 5; stopping the other 2 workers\n"),
+            std::string::npos)
+      << err;
+}
+
+TEST(LocalLauncher, GraceZeroKillsAtOnce) {
+  LocalLauncherOptions o = sh("trap '' TERM; if [ $RANK = 0 ]; then exit 4; fi; exec sleep 30");
+  o.processes_per_host = 2;
+  o.grace = std::chrono::milliseconds(0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(LocalLauncher(o).run(), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(LocalLauncher, MissingCommandReturns127) {
+  LocalLauncherOptions o;
+  o.command = {"heft-no-such-command"};
+  o.processes_per_host = 2;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(LocalLauncher(o).run(), 127);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "heft run: cannot execute 'heft-no-such-command': No such file or directory\n");
+}
+
+TEST(LocalLauncher, GivesSignalHandlersBackAndRunsAgain) {
+  struct sigaction before {};
+  ::sigaction(SIGINT, nullptr, &before);
+  EXPECT_EQ(LocalLauncher(sh("exit 0")).run(), 0);
+  EXPECT_EQ(LocalLauncher(sh("exit 2")).run(), 2);
+  struct sigaction after {};
+  ::sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
+
+TEST(LocalLauncher, RejectsBadOptionsNamingTheField) {
+  LocalLauncherOptions o = sh("true");
+  o.hosts = 0;
+  try {
+    LocalLauncher launcher(o);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "local launcher: hosts must be at least 1, found 0");
+  }
+  o = sh("true");
+  o.command.clear();
+  EXPECT_THROW(LocalLauncher{o}, InvalidArgument);
+  o = sh("true");
+  o.grace = std::chrono::milliseconds(-1);
+  EXPECT_THROW(LocalLauncher{o}, InvalidArgument);
+}
+
+}  // namespace
+}  // namespace heft::job
