@@ -348,16 +348,16 @@ TEST(HeftRun, NonExecutableCommandExits126) {
 
 TEST(HeftRun, UsageErrorsNameTheOption) {
   Outcome o = run_heft({"run", "--hosts", "0", "--", "true"});
-  EXPECT_NE(o.exit_code, 0);
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
   EXPECT_NE(o.err.find("heft run: --hosts must be at least 1, got 0"), std::string::npos)
       << describe(o);
   o = run_heft({"run", "-n", "0", "--", "true"});
-  EXPECT_NE(o.exit_code, 0);
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
   EXPECT_NE(o.err.find("heft run: --nproc-per-host must be at least 1, got 0"),
             std::string::npos)
       << describe(o);
   o = run_heft({"run", "-n", "2"});
-  EXPECT_NE(o.exit_code, 0);
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
   EXPECT_NE(o.err.find("heft run: no command given"), std::string::npos) << describe(o);
 }
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -23,9 +24,20 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Names in /dev/shm that heft created.
+int heft_segments() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    n += e.path().filename().string().rfind("heft-", 0) == 0;
+  return n;
+}
+
 // Rank `victim` starts a large allreduce and is SIGKILLed in the middle of it; the others
-// must raise PeerLost naming it, well before the 30 s timeout.
-void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo) {
+// must raise PeerLost naming it, well before the 30 s timeout, and no shared-memory segment
+// may be left behind.
+void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
+                                 std::vector<std::string> hosts = {}) {
+  const int segments_before = heft_segments();
   test::StoreProcess store;
   CommunicatorOptions o;
   o.timeout = std::chrono::seconds(30);
@@ -62,8 +74,9 @@ void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo) {
         }
         throw Error("no PeerLost after the victim was killed");
       },
-      o, std::chrono::seconds(60));
+      o, std::chrono::seconds(60), hosts);
   ASSERT_FALSE(res.timed_out) << res.summary();
+  EXPECT_EQ(heft_segments(), segments_before) << "shared-memory segments leaked in /dev/shm";
   for (const test::RankExit& e : res.ranks) {
     if (e.rank == victim) {
       EXPECT_EQ(e.signal, SIGKILL) << res.summary();
@@ -80,6 +93,18 @@ TEST(Failure, KilledRankMidRingAllreduceRaisesPeerLostEverywhere) {
 
 TEST(Failure, KilledRankMidRecursiveDoublingRaisesPeerLostEverywhere) {
   kill_one_rank_mid_allreduce(7, 0, Algorithm::kRecursiveDoubling);
+}
+
+TEST(Failure, KilledRankMidSharedMemoryAllreduceRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(4, 1, Algorithm::kShm);
+}
+
+TEST(Failure, KilledRankMidHierarchicalAllreduceRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(4, 3, Algorithm::kHierarchical, test::split_hosts(4, 2));
+}
+
+TEST(Failure, KilledRankMidUnevenHierarchicalAllreduceRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(7, 5, Algorithm::kHierarchical, test::split_hosts(7, 2));
 }
 
 TEST(Failure, HungRankMakesOthersTimeOutNotHang) {

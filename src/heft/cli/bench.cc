@@ -133,6 +133,21 @@ size_t check_case(Case& k) {
   return bad;
 }
 
+// The algorithm each size runs with, as runs: " recursive_doubling from 4 B ring from 262144 B".
+std::string chosen_algorithms(const Communicator& comm, const BenchArgs& args) {
+  std::string out, last;
+  for (size_t bytes = parse_size(args.min, "--min"); bytes <= parse_size(args.max, "--max");
+       bytes *= args.factor) {
+    std::string algo;
+    if (args.collective == "allreduce") algo = comm::name(comm.allreduce_algorithm(bytes));
+    else if (args.collective == "broadcast") algo = comm::name(comm.broadcast_algorithm(bytes));
+    else algo = comm.has_shared_memory() && comm.topology().hosts() == 1 ? "shm" : "ring";
+    if (algo != last) out += " " + algo + " from " + std::to_string(bytes) + " B";
+    last = algo;
+  }
+  return out;
+}
+
 int run_worker(const BenchArgs& args) {
   comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
   if (args.algo != "auto") {
@@ -149,14 +164,8 @@ int run_worker(const BenchArgs& args) {
     std::printf("# impl=heft collective=%s ranks=%d hosts=%d dtype=%s op=%s iters=%d warmup=%d\n",
                 args.collective.c_str(), n, args.hosts, args.dtype.c_str(), args.op.c_str(),
                 args.iters, args.warmup);
-    if (args.collective == "allreduce" || args.collective == "broadcast") {
-      const bool ar = args.collective == "allreduce";
-      std::printf("# algo=%s (auto: %s up to %zu B, %s above) transport=tcp\n", args.algo.c_str(),
-                  ar ? "recursive_doubling" : "tree", options.small_message_bytes,
-                  ar ? "ring" : "chain");
-    } else {
-      std::printf("# algo=ring transport=tcp\n");
-    }
+    std::printf("# algo=%s transport=%s chosen:%s\n", args.algo.c_str(),
+                comm.has_shared_memory() ? "shm+tcp" : "tcp", chosen_algorithms(comm, args).c_str());
     std::printf("# bytes time_us algbw_GBps busbw_GBps%s\n", args.check ? " check" : "");
     std::fflush(stdout);
   }

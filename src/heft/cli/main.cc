@@ -24,11 +24,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version print and succeed; a usage error exits 2, as shells and
+    // argparse do (CLI11's own codes are 100+).
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   try {
     for (auto& [sub, cmd] : commands)
       if (sub->parsed()) return cmd();
+  } catch (const heft::InvalidArgument& e) {
+    std::cerr << "heft: error: " << e.what() << "\n";
+    return 2;  // bad input, like a usage error
   } catch (const heft::Error& e) {
     std::cerr << "heft: error: " << e.what() << "\n";
     return 1;
