@@ -7,8 +7,8 @@ namespace heft {
 namespace {
 std::string peer_lost_message(int rank, int peer, const std::string& op,
                               const std::string& detail) {
-  std::string msg = "rank " + std::to_string(rank) + ": peer ";
-  msg += peer >= 0 ? "rank " + std::to_string(peer) : std::string("(unknown)");
+  std::string msg = rank >= 0 ? "rank " + std::to_string(rank) + ": " : std::string();
+  msg += peer >= 0 ? "peer rank " + std::to_string(peer) : std::string("a peer");
   msg += " lost during " + op;
   if (!detail.empty()) msg += ": " + detail;
   return msg;

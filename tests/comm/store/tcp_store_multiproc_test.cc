@@ -1,4 +1,4 @@
-// ctest-labels: unit;multiproc
+// ctest-labels: multiproc
 // The TCP store between real processes on loopback. Every fork happens while the test
 // process has a single thread (before any server or client thread exists), and children
 // only use objects they create themselves, then _exit. Children learn the server's port
