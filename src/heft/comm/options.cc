@@ -70,6 +70,7 @@ CommunicatorOptions CommunicatorOptions::from_env() {
                           std::to_string(o.shm_chunk_bytes));
   o.shm_small_bytes = static_cast<size_t>(
       env_number("HEFT_SHM_SMALL_BYTES", static_cast<long long>(o.shm_small_bytes), 0));
+  o.shm_spin = static_cast<int>(env_number("HEFT_SHM_SPIN", o.shm_spin, -1));
   return o;
 }
 

@@ -45,10 +45,14 @@ struct CommunicatorOptions {
   // Up to this size the shared-memory allreduce has every rank reduce the whole chunk (one
   // synchronisation); above it, each rank reduces a slice (two, but n times less reading).
   size_t shm_small_bytes = 16 << 10;
+  // Busy-wait iterations before a shared-memory wait yields and sleeps; -1 chooses by
+  // whether the host's ranks fit its cores (transport/shm/context.h).
+  int shm_spin = -1;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
-  // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES.
+  // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
+  // HEFT_SHM_SPIN.
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();
 };

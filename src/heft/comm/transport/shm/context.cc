@@ -71,6 +71,14 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   HEFT_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0,
              "shm chunk_bytes must be a multiple of 64, at least 4096: ", options.chunk_bytes);
   std::unique_ptr<Context> ctx(new Context(local_rank, std::move(global_ranks), options));
+  if (ctx->options_.spin < 0) {
+    // A rank with a core of its own wins by spinning (a futex wake costs tens of µs here);
+    // ranks that outnumber the cores must get off the CPU quickly instead.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    ctx->options_.spin = n <= cores ? 20000 : 100;
+  }
   ctx->segments_.resize(n);
   const size_t bytes = segment_bytes(options);
   Segment own = Segment::create(segment_name(group, local_rank), bytes);

@@ -36,8 +36,9 @@ struct ContextOptions {
   size_t chunk_bytes = 256 << 10;
   // Busy-wait iterations, then sched_yield() calls, before sleeping on the futex. Spinning
   // wins when every rank has a core; yielding is what lets oversubscribed ranks make
-  // progress.
-  int spin = 100;
+  // progress. spin < 0: 20000 when the host's ranks fit the cores this process may use,
+  // else 100.
+  int spin = -1;
   int yields = 50;
 };
 
