@@ -28,14 +28,14 @@ namespace heft::parallel {
 class Work {
  public:
   Work(std::shared_ptr<comm::Work> work, std::vector<torch::Tensor> tensors);
-  // Blocks until done; rethrows the operation's error. Releases the tensors it kept alive.
+  // Blocks until done; rethrows the operation's error. May be called any number of times.
   void wait();
   // True once the operation finished; never blocks or throws.
   bool test();
 
  private:
   std::shared_ptr<comm::Work> work_;
-  std::vector<torch::Tensor> tensors_;  // kept alive until wait()
+  const std::vector<torch::Tensor> tensors_;  // kept alive as long as this Work
 };
 
 // The communicator dtype of a torch scalar type; throws heft::InvalidArgument naming it

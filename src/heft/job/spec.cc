@@ -1,0 +1,511 @@
+// Reading and validating a job spec (spec.h). The YAML tree is walked once, field by field;
+// each problem is appended to a list instead of stopping at the first, so one run of
+// `heft train` shows everything wrong with a spec. A message reads
+//   "<where> <path>: expected <what>, found <what>"
+// where <where> is "file:line:" for a field from the file and "--set" for one an override
+// put there, and <path> is dotted with list indices in brackets (metric_definitions[1].regex).
+#include "heft/job/spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "heft/job/spec_yaml.h"
+
+namespace heft::job {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTopKeys = {
+    "name",     "entry_point", "hyperparameters", "inputs", "cluster", "distribution",
+    "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment"};
+const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
+                                               "launcher"};
+const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
+const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s"};
+const std::vector<std::string> kRetryKeys = {"max_attempts"};
+const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
+const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
+const std::vector<std::string> kMetricKeys = {"name", "regex"};
+const std::vector<std::string> kDistributionKeys = {"dataparallel", "modelparallel"};
+
+// Variables heft sets for every worker; a spec may not replace them.
+const std::set<std::string> kReservedVariables = {
+    "RANK",         "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR",  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",     "HEFT_STORE",
+    "HEFT_TOKEN",   "HEFT_JOB",    "HEFT_HOST",  "HEFT_DISTRIBUTION", "HEFT_CHECKPOINT",
+    "HEFT_TIMEOUT", "TRAINING_JOB_NAME"};
+
+constexpr int kMaxHyperparameters = 100;
+constexpr int kMaxMetricDefinitions = 40;
+constexpr size_t kMaxMetricName = 255;
+constexpr size_t kMaxMetricRegex = 500;
+constexpr size_t kMaxName = 63;
+constexpr int kMaxWorld = 1024;
+
+bool is_identifier(const std::string& s, bool allow_dash) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
+    return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (allow_dash && c == '-');
+  });
+}
+
+// Job names as the cloud service allows them: letters, digits and single-or-more dashes
+// between them, at most 63 characters (they become directory names).
+bool is_job_name(const std::string& s) {
+  if (s.empty() || s.size() > kMaxName) return false;
+  if (!std::isalnum(static_cast<unsigned char>(s.front())) ||
+      !std::isalnum(static_cast<unsigned char>(s.back())))
+    return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+  });
+}
+
+class Validator {
+ public:
+  Validator(SpecReader& reader, JobSpec& spec) : r_(reader), spec_(spec) {}
+
+  void run(const YAML::Node& root) {
+    if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
+      r_.error("", root, "expected a map of fields (name, entry_point, ...), found " +
+                             found(root));
+      return;
+    }
+    r_.check_keys(root, "", kTopKeys);
+    name(root["name"]);
+    entry_point(root["entry_point"]);
+    hyperparameters(root["hyperparameters"]);
+    inputs(root["inputs"]);
+    cluster(root["cluster"]);
+    distribution(root["distribution"]);
+    metric_definitions(root["metric_definitions"]);
+    checkpoint(root["checkpoint"]);
+    stopping(root["stopping"]);
+    retry(root["retry"]);
+    spot(root["spot"]);
+    environment(root["environment"]);
+  }
+
+ private:
+  void name(const YAML::Node& n) {
+    if (!present(n)) {
+      r_.error("name", n, "required; expected a job name such as fashion-cnn (or give --name)");
+      return;
+    }
+    std::string s;
+    if (!r_.get_string(n, "name", &s)) return;
+    if (!is_job_name(s)) {
+      r_.error("name", n, "expected letters, digits and '-' (not first or last), at most " +
+                              std::to_string(kMaxName) + " characters, found " + found(n));
+      return;
+    }
+    spec_.name = s;
+  }
+
+  void entry_point(const YAML::Node& n) {
+    const std::string expected = "expected heft-train or a command list such as "
+                                 "[python3, train.py]";
+    if (!present(n)) {
+      r_.error("entry_point", n, "required; " + expected);
+      return;
+    }
+    if (n.IsScalar()) {
+      const std::string s = n.Scalar();
+      if (s.empty() || s.find_first_of(" \t") != std::string::npos) {
+        r_.error("entry_point", n, expected + ", found " + found(n) +
+                                       (s.empty() ? "" : " (write a command with arguments as a list)"));
+        return;
+      }
+      spec_.entry_point = {s};
+      return;
+    }
+    if (!n.IsSequence() || n.size() == 0) {
+      r_.error("entry_point", n, expected + ", found " + found(n));
+      return;
+    }
+    std::vector<std::string> argv;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string path = "entry_point[" + std::to_string(i) + "]";
+      if (!n[i].IsScalar() || (i == 0 && n[i].Scalar().empty())) {
+        r_.error(path, n[i], "expected a " + std::string(i == 0 ? "program name" : "string") +
+                                 ", found " + found(n[i]));
+        return;
+      }
+      argv.push_back(n[i].Scalar());
+    }
+    spec_.entry_point = argv;
+  }
+
+  void hyperparameters(const YAML::Node& n) {
+    if (!r_.expect_map(n, "hyperparameters")) return;
+    if (static_cast<int>(n.size()) > kMaxHyperparameters)
+      r_.error("hyperparameters", n, "expected at most " + std::to_string(kMaxHyperparameters) +
+                                         " entries, found " + std::to_string(n.size()));
+    for (const auto& kv : n) {
+      const std::string key = kv.first.as<std::string>();
+      const std::string path = "hyperparameters." + key;
+      if (!is_identifier(key, true)) {
+        r_.error(path, kv.first, "expected a name of letters, digits, '_' and '-', found '" +
+                                     key + "'");
+        continue;
+      }
+      if (!kv.second.IsScalar()) {
+        r_.error(path, kv.second, "expected a number, string or boolean, found " +
+                                      found(kv.second));
+        continue;
+      }
+      spec_.hyperparameters[key] = Hyperparameter{kv.second.Scalar(), scalar_json(kv.second)};
+    }
+  }
+
+  void inputs(const YAML::Node& n) {
+    if (!r_.expect_map(n, "inputs")) return;
+    for (const auto& kv : n) {
+      const std::string channel = kv.first.as<std::string>();
+      const std::string path = "inputs." + channel;
+      if (!is_identifier(channel, true)) {
+        r_.error(path, kv.first, "expected a channel name of letters, digits, '_' and '-', "
+                                 "found '" + channel + "'");
+        continue;
+      }
+      std::string dir;
+      if (!r_.get_string(kv.second, path, &dir)) continue;
+      std::error_code ec;
+      const fs::path absolute = fs::absolute(dir, ec);
+      if (dir.empty() || ec || !fs::is_directory(absolute, ec)) {
+        r_.error(path, kv.second, "expected an existing directory, found " + found(kv.second));
+        continue;
+      }
+      spec_.inputs[channel] = absolute.lexically_normal().string();
+    }
+  }
+
+  void cluster(const YAML::Node& n) {
+    if (!r_.expect_map(n, "cluster")) return;
+    r_.check_keys(n, "cluster", kClusterKeys);
+    ClusterSpec& c = spec_.cluster;
+    r_.get_int(n["instance_count"], "cluster.instance_count", 1, kMaxWorld, &c.instance_count);
+    r_.get_int(n["processes_per_host"], "cluster.processes_per_host", 1, kMaxWorld,
+               &c.processes_per_host);
+    if (present(n["launcher"])) {
+      std::string launcher;
+      if (r_.get_string(n["launcher"], "cluster.launcher", &launcher)) {
+        if (launcher != "local")
+          r_.error("cluster.launcher", n["launcher"],
+                   "expected local (the only launcher so far), found " + found(n["launcher"]));
+      }
+    }
+    if (static_cast<long>(c.instance_count) * c.processes_per_host > kMaxWorld)
+      r_.error("cluster", n, "expected at most " + std::to_string(kMaxWorld) +
+                                 " workers (instance_count x processes_per_host), found " +
+                                 std::to_string(static_cast<long>(c.instance_count) *
+                                                c.processes_per_host));
+  }
+
+  void distribution(const YAML::Node& n) {
+    if (!r_.expect_map(n, "distribution")) return;
+    r_.check_keys(n, "distribution", kDistributionKeys);
+    for (const std::string& key : kDistributionKeys) {
+      const YAML::Node strategy = n[key];
+      const std::string path = "distribution." + key;
+      if (!present(strategy)) continue;
+      if (!r_.expect_map(strategy, path)) continue;
+      bool enabled = false;
+      r_.get_bool(strategy["enabled"], path + ".enabled", &enabled);
+      if (present(strategy["parameters"])) r_.expect_map(strategy["parameters"], path + ".parameters");
+    }
+    spec_.distribution = yaml_to_json(n);
+    if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
+  }
+
+  void metric_definitions(const YAML::Node& n) {
+    std::vector<MetricDefinition> defs;
+    if (present(n)) {
+      if (!n.IsSequence()) {
+        r_.error("metric_definitions", n,
+                 "expected a list of {name, regex}, found " + found(n));
+        return;
+      }
+      if (static_cast<int>(n.size()) > kMaxMetricDefinitions)
+        r_.error("metric_definitions", n,
+                 "expected at most " + std::to_string(kMaxMetricDefinitions) +
+                     " definitions, found " + std::to_string(n.size()));
+      for (size_t i = 0; i < n.size(); ++i) {
+        MetricDefinition def;
+        if (metric_definition(n[i], "metric_definitions[" + std::to_string(i) + "]", &def)) {
+          const bool duplicate = std::any_of(defs.begin(), defs.end(), [&](const auto& d) {
+            return d.name == def.name;
+          });
+          if (duplicate)
+            r_.error("metric_definitions[" + std::to_string(i) + "].name", n[i]["name"],
+                     "expected a name not used by another definition, found '" + def.name +
+                         "' again");
+          else
+            defs.push_back(def);
+        }
+      }
+    }
+    // entry_point is read before this, so the trainer's defaults can be added.
+    if (spec_.builtin_trainer())
+      for (const MetricDefinition& d : builtin_metric_definitions())
+        if (std::none_of(defs.begin(), defs.end(), [&](const auto& x) { return x.name == d.name; }))
+          defs.push_back(d);
+    spec_.metric_definitions = defs;
+  }
+
+  bool metric_definition(const YAML::Node& n, const std::string& path, MetricDefinition* def) {
+    if (!n.IsMap()) {
+      r_.error(path, n, "expected {name, regex}, found " + found(n));
+      return false;
+    }
+    r_.check_keys(n, path, kMetricKeys);
+    bool ok = true;
+    for (const char* field : {"name", "regex"}) {
+      if (!present(n[field])) {
+        r_.error(path + "." + field, n, std::string("required; expected ") +
+                                            (field[0] == 'n' ? "a metric name such as train:loss"
+                                                             : "a regular expression whose first "
+                                                               "group is the number"));
+        ok = false;
+      }
+    }
+    if (!ok) return false;
+    if (!r_.get_string(n["name"], path + ".name", &def->name)) return false;
+    if (!r_.get_string(n["regex"], path + ".regex", &def->regex)) return false;
+    if (def->name.empty() || def->name.size() > kMaxMetricName) {
+      r_.error(path + ".name", n["name"], "expected 1 to " + std::to_string(kMaxMetricName) +
+                                              " characters, found " + found(n["name"]));
+      return false;
+    }
+    if (def->regex.size() > kMaxMetricRegex) {
+      r_.error(path + ".regex", n["regex"], "expected at most " +
+                                                std::to_string(kMaxMetricRegex) +
+                                                " characters, found " +
+                                                std::to_string(def->regex.size()));
+      return false;
+    }
+    try {
+      const std::regex re(def->regex, std::regex::ECMAScript);
+      if (re.mark_count() < 1) {
+        r_.error(path + ".regex", n["regex"],
+                 "expected a regular expression with a group around the number, such as "
+                 "loss=([0-9.eE+-]+), found " + found(n["regex"]));
+        return false;
+      }
+    } catch (const std::regex_error& e) {
+      r_.error(path + ".regex", n["regex"], "expected an ECMAScript regular expression, found " +
+                                                found(n["regex"]) + " (" + e.what() + ")");
+      return false;
+    }
+    return true;
+  }
+
+  void checkpoint(const YAML::Node& n) {
+    if (!r_.expect_map(n, "checkpoint")) return;
+    r_.check_keys(n, "checkpoint", kCheckpointKeys);
+    r_.get_int(n["every_steps"], "checkpoint.every_steps", 0, 1 << 30, &spec_.checkpoint.every_steps);
+    r_.get_int(n["keep"], "checkpoint.keep", 1, 1000, &spec_.checkpoint.keep);
+  }
+
+  void stopping(const YAML::Node& n) {
+    if (!r_.expect_map(n, "stopping")) return;
+    r_.check_keys(n, "stopping", kStoppingKeys);
+    r_.get_seconds(n["max_runtime_s"], "stopping.max_runtime_s", false,
+                   &spec_.stopping.max_runtime_s);
+    r_.get_seconds(n["grace_s"], "stopping.grace_s", true, &spec_.stopping.grace_s);
+  }
+
+  void retry(const YAML::Node& n) {
+    if (!r_.expect_map(n, "retry")) return;
+    r_.check_keys(n, "retry", kRetryKeys);
+    r_.get_int(n["max_attempts"], "retry.max_attempts", 1, 30, &spec_.retry.max_attempts);
+  }
+
+  void spot(const YAML::Node& n) {
+    if (!r_.expect_map(n, "spot")) return;
+    r_.check_keys(n, "spot", kSpotKeys);
+    SpotSpec& s = spec_.spot;
+    r_.get_bool(n["enabled"], "spot.enabled", &s.enabled);
+    r_.get_seconds(n["max_wait_s"], "spot.max_wait_s", false, &s.max_wait_s);
+    const YAML::Node sim = n["simulate"];
+    if (present(sim) && r_.expect_map(sim, "spot.simulate")) {
+      r_.check_keys(sim, "spot.simulate", kSimulateKeys);
+      if (!present(sim["every_s"]))
+        r_.error("spot.simulate.every_s", sim, "required; expected seconds after each start "
+                                               "at which the group is interrupted");
+      r_.get_seconds(sim["every_s"], "spot.simulate.every_s", false, &s.simulate_every_s);
+      s.simulate_count = 1;
+      r_.get_int(sim["count"], "spot.simulate.count", 0, 1000, &s.simulate_count);
+      if (!s.enabled && s.simulate_count > 0)
+        r_.error("spot.simulate", sim, "needs spot.enabled: true, found spot.enabled: false");
+    }
+    if (!present(n["max_wait_s"])) return;
+    if (!s.enabled)
+      r_.error("spot.max_wait_s", n["max_wait_s"],
+               "needs spot.enabled: true, found spot.enabled: false");
+  }
+
+  void environment(const YAML::Node& n) {
+    if (!r_.expect_map(n, "environment")) return;
+    for (const auto& kv : n) {
+      const std::string var = kv.first.as<std::string>();
+      const std::string path = "environment." + var;
+      if (!is_identifier(var, false)) {
+        r_.error(path, kv.first, "expected a variable name of letters, digits and '_', found '" +
+                                     var + "'");
+        continue;
+      }
+      if (kReservedVariables.count(var) || var.rfind("SM_", 0) == 0) {
+        r_.error(path, kv.first, "expected a variable heft does not set itself, found " + var +
+                                     " (heft sets it for every worker; see docs/jobs.md)");
+        continue;
+      }
+      if (!kv.second.IsScalar()) {
+        r_.error(path, kv.second, "expected a string, found " + found(kv.second));
+        continue;
+      }
+      spec_.environment[var] = kv.second.Scalar();
+    }
+  }
+
+  SpecReader& r_;
+  JobSpec& spec_;
+};
+
+// Cross-field rules, checked once every field has its value.
+void check_relations(SpecReader& r, const YAML::Node& root, JobSpec& spec) {
+  SpotSpec& s = spec.spot;
+  if (!s.enabled) return;
+  if (s.max_wait_s == 0) {
+    s.max_wait_s = spec.stopping.max_runtime_s;
+  } else if (s.max_wait_s < spec.stopping.max_runtime_s) {
+    const YAML::Node spot = root["spot"];
+    r.error("spot.max_wait_s", spot["max_wait_s"],
+            "expected at least stopping.max_runtime_s (" +
+                number_text(spec.stopping.max_runtime_s) + "), found " +
+                number_text(s.max_wait_s));
+  }
+}
+
+}  // namespace
+
+std::vector<MetricDefinition> builtin_metric_definitions() {
+  // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S" and
+  // "epoch=E test_loss=L test_acc=A"; the final summary line is not matched again.
+  const std::string number = "([-+]?[0-9]*\\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)";
+  return {{"train:loss", "^step=[0-9]+ .*\\bloss=" + number},
+          {"train:throughput", "^step=[0-9]+ .*\\bsamples_per_s=" + number},
+          {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number}};
+}
+
+Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Result<JobSpec>::failure(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                    std::to_string(e.mark.column + 1) +
+                                    ": not valid YAML: " + e.msg);
+  }
+  SpecReader reader(source);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const std::string& o : overrides) reader.apply_override(root, o);
+  if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
+  JobSpec spec;
+  Validator(reader, spec).run(root);
+  check_relations(reader, root, spec);
+  if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
+  return Result<JobSpec>::success(std::move(spec));
+}
+
+Result<JobSpec> load_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  std::error_code ec;
+  if (!in || fs::is_directory(path, ec)) {
+    const std::string why = fs::exists(path, ec) ? (fs::is_directory(path, ec)
+                                                        ? "it is a directory"
+                                                        : "permission denied")
+                                                 : "no such file";
+    return Result<JobSpec>::failure("cannot read the spec '" + path + "': " + why);
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_spec(ss.str(), path, overrides);
+}
+
+nlohmann::json spec_to_json(const JobSpec& spec) {
+  using nlohmann::json;
+  json hps = json::object();
+  for (const auto& [k, hp] : spec.hyperparameters) hps[k] = hp.value;
+  json metrics = json::array();
+  for (const auto& m : spec.metric_definitions)
+    metrics.push_back({{"name", m.name}, {"regex", m.regex}});
+  json j = {
+      {"name", spec.name},
+      {"entry_point", spec.entry_point},
+      {"hyperparameters", hps},
+      {"inputs", spec.inputs},
+      {"cluster",
+       {{"instance_count", spec.cluster.instance_count},
+        {"processes_per_host", spec.cluster.processes_per_host},
+        {"launcher", spec.cluster.launcher}}},
+      {"distribution", spec.distribution},
+      {"metric_definitions", metrics},
+      {"checkpoint",
+       {{"every_steps", spec.checkpoint.every_steps}, {"keep", spec.checkpoint.keep}}},
+      {"stopping",
+       {{"max_runtime_s", spec.stopping.max_runtime_s}, {"grace_s", spec.stopping.grace_s}}},
+      {"retry", {{"max_attempts", spec.retry.max_attempts}}},
+      {"spot",
+       {{"enabled", spec.spot.enabled},
+        {"max_wait_s", spec.spot.max_wait_s},
+        {"simulate",
+         {{"every_s", spec.spot.simulate_every_s}, {"count", spec.spot.simulate_count}}}}},
+      {"environment", spec.environment}};
+  return j;
+}
+
+int edit_distance(const std::string& a, const std::string& b) {
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<int>> d(n + 1, std::vector<int>(m + 1));
+  for (size_t i = 0; i <= n; ++i) d[i][0] = static_cast<int>(i);
+  for (size_t j = 0; j <= m; ++j) d[0][j] = static_cast<int>(j);
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      const int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  int best_distance = 0;
+  for (const std::string& c : candidates) {
+    const int dist = edit_distance(word, c);
+    if (best.empty() || dist < best_distance) {
+      best = c;
+      best_distance = dist;
+    }
+  }
+  // A typo changes a few characters; beyond a third of the word it is another word.
+  const int limit = std::max<int>(2, static_cast<int>(word.size()) / 3);
+  return best_distance <= limit ? best : "";
+}
+
+}  // namespace heft::job

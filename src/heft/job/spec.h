@@ -1,0 +1,114 @@
+// The job spec: the YAML a user hands to `heft train` (docs/jobs.md is its reference: every
+// field, its default, an example). load_spec() reads and validates it; every problem becomes
+// one line of the error, naming where (file:line, or the --set override), the field, what
+// was expected and what was found. An unknown key suggests the nearest known one.
+//
+// Deliberately left out: launching (supervisor.h), the worker environment built from a
+// spec (spec_env.h), and launchers other than `local`.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "heft/job/result.h"
+
+namespace heft::job {
+
+// The entry point that names the built-in trainer.
+inline constexpr const char* kBuiltinTrainer = "heft-train";
+
+struct Hyperparameter {
+  // As written in the spec ("0.05", "cnn", "true"): what `--name value` and SM_HP_<NAME> get.
+  std::string text;
+  // Typed (number, bool or string): what SM_HPS holds.
+  nlohmann::json value;
+};
+
+struct MetricDefinition {
+  std::string name;   // "train:loss"
+  std::string regex;  // ECMAScript; its first group is the value
+};
+
+struct ClusterSpec {
+  int instance_count = 1;      // simulated hosts
+  int processes_per_host = 1;  // workers on each
+  std::string launcher = "local";
+};
+
+struct CheckpointSpec {
+  int every_steps = 0;  // 0: the trainer saves only when stopped and at the end
+  int keep = 2;         // newest checkpoints kept
+};
+
+struct StoppingSpec {
+  double max_runtime_s = 86400;  // of the group's running time, over all attempts
+  double grace_s = 30;           // between SIGTERM and SIGKILL when stopping the group
+};
+
+struct RetrySpec {
+  int max_attempts = 1;  // starts of a group that keeps failing, 1 = no retry
+};
+
+struct SpotSpec {
+  bool enabled = false;
+  // Wall-clock bound on the whole job, interruptions included; 0 in a spec means
+  // "as max_runtime_s" and is replaced by it.
+  double max_wait_s = 0;
+  // Simulated reclaims: interrupt the group every_s seconds after each start, at most count
+  // times. count 0 = none.
+  double simulate_every_s = 0;
+  int simulate_count = 0;
+};
+
+struct JobSpec {
+  std::string name;
+  // {"heft-train"} for the built-in trainer, else the command and its arguments.
+  std::vector<std::string> entry_point;
+  std::map<std::string, Hyperparameter> hyperparameters;
+  std::map<std::string, std::string> inputs;  // channel -> absolute directory
+  ClusterSpec cluster;
+  nlohmann::json distribution = nlohmann::json::object();
+  // The spec's own definitions; for the built-in trainer followed by its defaults whose
+  // names the spec does not define.
+  std::vector<MetricDefinition> metric_definitions;
+  CheckpointSpec checkpoint;
+  StoppingSpec stopping;
+  RetrySpec retry;
+  SpotSpec spot;
+  std::map<std::string, std::string> environment;  // extra variables for every worker
+
+  bool builtin_trainer() const {
+    return entry_point.size() == 1 && entry_point[0] == kBuiltinTrainer;
+  }
+  int world_size() const { return cluster.instance_count * cluster.processes_per_host; }
+};
+
+// The built-in trainer's metric lines (train:loss, train:throughput, test:acc).
+std::vector<MetricDefinition> builtin_metric_definitions();
+
+// Parses and validates spec text. `source` names it in messages (the file name).
+// `overrides` are "key.path=value" strings applied before validation (`--set`): the value
+// is read as a YAML scalar or flow collection, maps on the path are created, a number in the
+// path indexes a list. Relative input directories are resolved against the current
+// directory and must exist. The error holds one line per problem.
+Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides = {});
+
+// Reads `path` and parses it as above; a file that cannot be read is an error naming it.
+Result<JobSpec> load_spec(const std::string& path,
+                          const std::vector<std::string>& overrides = {});
+
+// The spec as JSON (every field, defaults filled in): what the job database keeps and
+// `heft describe --json` shows under "spec".
+nlohmann::json spec_to_json(const JobSpec& spec);
+
+// Optimal-string-alignment edit distance (insertions, deletions, substitutions and adjacent
+// transpositions each cost 1).
+int edit_distance(const std::string& a, const std::string& b);
+
+// The candidate nearest to `word` when it is close enough to be a likely typo, else "".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace heft::job

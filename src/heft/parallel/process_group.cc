@@ -1,0 +1,121 @@
+#include "heft/parallel/process_group.h"
+
+#include <sstream>
+#include <string>
+
+#include "heft/error.h"
+
+namespace heft::parallel {
+
+Work::Work(std::shared_ptr<comm::Work> work, std::vector<torch::Tensor> tensors)
+    : work_(std::move(work)), tensors_(std::move(tensors)) {}
+
+void Work::wait() { work_->wait(); }
+
+bool Work::test() { return work_->test(); }
+
+comm::DataType to_comm_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return comm::DataType::f32;
+    case torch::kDouble: return comm::DataType::f64;
+    case torch::kHalf: return comm::DataType::f16;
+    case torch::kBFloat16: return comm::DataType::bf16;
+    case torch::kInt: return comm::DataType::i32;
+    case torch::kLong: return comm::DataType::i64;
+    default: break;
+  }
+  throw InvalidArgument(std::string("unsupported tensor dtype ") + c10::toString(t) +
+                        ": expected one of Float, Double, Half, BFloat16, Int, Long");
+}
+
+namespace {
+
+// Checks the contract of the header; returns the communicator dtype.
+comm::DataType check_tensor(const char* op, const char* what, const torch::Tensor& t) {
+  const std::string where = std::string("ProcessGroup::") + op + ": " + what;
+  if (!t.defined()) throw InvalidArgument(where + " is an undefined tensor");
+  if (!t.device().is_cpu())
+    throw InvalidArgument(where + " is on device " + t.device().str() +
+                          "; only CPU tensors are supported");
+  if (t.is_sparse()) throw InvalidArgument(where + " is sparse; only dense tensors are supported");
+  if (!t.is_contiguous()) {
+    std::ostringstream os;
+    os << where << " is not contiguous (sizes " << t.sizes() << ", strides " << t.strides()
+       << "); call .contiguous() first";
+    throw InvalidArgument(os.str());
+  }
+  try {
+    return to_comm_dtype(t.scalar_type());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where + ": " + e.what());
+  }
+}
+
+void check_same_dtype(const char* op, const torch::Tensor& input, const torch::Tensor& output) {
+  if (input.scalar_type() != output.scalar_type())
+    throw InvalidArgument(std::string("ProcessGroup::") + op + ": output dtype " +
+                          c10::toString(output.scalar_type()) + " differs from input dtype " +
+                          c10::toString(input.scalar_type()));
+}
+
+void check_numel(const char* op, const char* what, int64_t found, int64_t expected) {
+  if (found != expected)
+    throw InvalidArgument(std::string("ProcessGroup::") + op + ": " + what + " has " +
+                          std::to_string(found) + " elements, expected " +
+                          std::to_string(expected));
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, comm::ReduceOp op) {
+  const comm::DataType t = check_tensor("allreduce", "tensor", tensor);
+  void* p = tensor.data_ptr();
+  auto w = comm_.allreduce_async(p, p, static_cast<size_t>(tensor.numel()), t, op);
+  return std::make_shared<Work>(std::move(w), std::vector<torch::Tensor>{tensor});
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast_async(torch::Tensor& tensor, int root) {
+  const comm::DataType t = check_tensor("broadcast", "tensor", tensor);
+  if (root < 0 || root >= size())
+    throw InvalidArgument("ProcessGroup::broadcast: root " + std::to_string(root) +
+                          " is outside the group of " + std::to_string(size()));
+  auto w = comm_.broadcast_async(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), t, root);
+  return std::make_shared<Work>(std::move(w), std::vector<torch::Tensor>{tensor});
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather_async(const torch::Tensor& input,
+                                                    torch::Tensor& output) {
+  const comm::DataType t = check_tensor("allgather", "input", input);
+  check_tensor("allgather", "output", output);
+  check_same_dtype("allgather", input, output);
+  check_numel("allgather", "output", output.numel(), input.numel() * size());
+  auto w = comm_.allgather_async(input.data_ptr(), output.data_ptr(),
+                                 static_cast<size_t>(input.numel()), t);
+  return std::make_shared<Work>(std::move(w), std::vector<torch::Tensor>{input, output});
+}
+
+torch::Tensor ProcessGroup::allgather(const torch::Tensor& input) {
+  std::vector<int64_t> shape{size()};
+  for (int64_t d : input.sizes()) shape.push_back(d);
+  torch::Tensor out = torch::empty(shape, input.options());
+  allgather(input, out);
+  return out;
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const torch::Tensor& input,
+                                                         torch::Tensor& output,
+                                                         comm::ReduceOp op) {
+  const comm::DataType t = check_tensor("reduce_scatter", "input", input);
+  check_tensor("reduce_scatter", "output", output);
+  check_same_dtype("reduce_scatter", input, output);
+  check_numel("reduce_scatter", "input", input.numel(), output.numel() * size());
+  auto w = comm_.reduce_scatter_async(input.data_ptr(), output.data_ptr(),
+                                      static_cast<size_t>(output.numel()), t, op);
+  return std::make_shared<Work>(std::move(w), std::vector<torch::Tensor>{input, output});
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier_async() {
+  return std::make_shared<Work>(comm_.barrier_async(), std::vector<torch::Tensor>{});
+}
+
+}  // namespace heft::parallel
