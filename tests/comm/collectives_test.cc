@@ -201,11 +201,14 @@ TEST_P(Collectives, AllreduceRecursiveDoubling) {
   run([](Communicator& c) { check_allreduce(c, true); }, o);
 }
 
-TEST_P(Collectives, AllreduceShmSmallAndLargeForms) {
+TEST_P(Collectives, AllreduceShmSmallLargeAndSingleCopyForms) {
   for (size_t small : {size_t{0}, size_t{1} << 30}) {
-    CommunicatorOptions o;
-    o.shm_small_bytes = small;
-    run([](Communicator& c) { check_allreduce(c, false); }, o);
+    for (bool single_copy : {false, true}) {
+      CommunicatorOptions o;
+      o.shm_small_bytes = small;
+      o.shm_single_copy = single_copy;
+      run([](Communicator& c) { check_allreduce(c, false); }, o);
+    }
   }
 }
 

@@ -76,6 +76,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm::ContextOptions shm_options;
     shm_options.chunk_bytes = options.shm_chunk_bytes;
     shm_options.spin = options.shm_spin;
+    shm_options.single_copy = options.shm_single_copy;
     shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
                                topology.local_rank, topology.local(), shm_options, deadline);
   }

@@ -71,6 +71,7 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.shm_small_bytes = static_cast<size_t>(
       env_number("HEFT_SHM_SMALL_BYTES", static_cast<long long>(o.shm_small_bytes), 0));
   o.shm_spin = static_cast<int>(env_number("HEFT_SHM_SPIN", o.shm_spin, -1));
+  o.shm_single_copy = env_number("HEFT_SHM_SINGLE_COPY", 1, 0) != 0;
   return o;
 }
 

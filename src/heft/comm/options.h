@@ -48,11 +48,14 @@ struct CommunicatorOptions {
   // Busy-wait iterations before a shared-memory wait yields and sleeps; -1 chooses by
   // whether the host's ranks fit its cores (transport/shm/context.h).
   int shm_spin = -1;
+  // Single-copy shared-memory allreduce through cross-memory attach where the kernel allows
+  // it (false: always through the shared segments).
+  bool shm_single_copy = true;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN.
+  // HEFT_SHM_SPIN, HEFT_SHM_SINGLE_COPY (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();
 };

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -424,8 +425,12 @@ Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
   for (const std::string& o : overrides) reader.apply_override(root, o);
   if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
   JobSpec spec;
-  Validator(reader, spec).run(root);
-  check_relations(reader, root, spec);
+  try {
+    Validator(reader, spec).run(root);
+    check_relations(reader, root, spec);
+  } catch (const YAML::Exception& e) {  // a shape the walk did not expect (a complex key)
+    reader.error("", YAML::Node(), "cannot be read: " + e.msg);
+  }
   if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
   return Result<JobSpec>::success(std::move(spec));
 }

@@ -5,7 +5,9 @@
 //  - large (memory bandwidth): each rank copies its chunk into its slot, sync, reduces only
 //    its 1/n slice from all slots into its `out` area, sync, then copies every rank's slice
 //    out: a reduce-scatter plus an allgather through memory, each byte read about 2+2/n
-//    times instead of n.
+//    times instead of n. Where the kernel allows cross-memory attach (shm::Context::
+//    cma_available()), the large form skips the slots: each rank reads its slice straight
+//    from the peers' buffers and then their finished slices, one copy each, three syncs.
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
 // pass the host size otherwise). Identical results on every rank.
 // on_slice (large form only), when set, is called with this rank's reduced slice of each

@@ -40,6 +40,8 @@ struct ContextOptions {
   // else 100.
   int spin = -1;
   int yields = 50;
+  // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
+  bool single_copy = true;
 };
 
 class Context {
@@ -75,11 +77,25 @@ class Context {
   // Marks this rank aborted and wakes every waiter, so peers fail now. Thread-safe.
   void abort();
 
+  // Single-copy access to peers' private memory (cross-memory attach, process_vm_readv):
+  // available when every rank of the host could read every other at set-up (the kernel
+  // may forbid it: Yama, seccomp). The same answer on every rank of the host.
+  bool cma_available() const { return cma_; }
+  // Publishes the address of this rank's buffer for the current operation (read by peers
+  // after the next sync()).
+  void publish_buffer(const void* address);
+  // Copies `bytes` from local rank `peer`'s published buffer at `offset` into `dst`. Throws
+  // heft::PeerLost when the peer is gone, heft::IoError on other failures.
+  void read_peer(int peer, size_t offset, void* dst, size_t bytes, const std::string& op);
+  // A scratch area of at least `bytes` owned by this context (reused across calls).
+  uint8_t* scratch(size_t bytes);
+
  private:
   Context(int rank, std::vector<int> global_ranks, const ContextOptions& options);
   struct Header;
   Header& header(int local_rank) const;
   void wait_for(int peer, uint32_t epoch, Deadline deadline, const std::string& op);
+  void probe_cma(Store& store, const std::string& group, Millis timeout);
 
   int rank_;
   std::vector<int> global_ranks_;
@@ -88,6 +104,8 @@ class Context {
   uint32_t epoch_ = 0;
   uint32_t slot_ = 0;
   std::function<void(int, const std::string&)> liveness_;
+  bool cma_ = false;
+  std::vector<uint8_t> scratch_;
 };
 
 }  // namespace heft::comm::shm

@@ -1,0 +1,255 @@
+#include "heft/train/hyperparameters.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace heft::train {
+
+namespace {
+
+enum class Kind { kInt, kDouble, kBool, kString };
+
+struct Field {
+  const char* name;
+  Kind kind;
+  const char* help;
+  // Stores a parsed value; returns an error text (empty on success).
+  std::function<std::string(Hyperparameters&, const std::string&)> set;
+  std::function<std::string(const Hyperparameters&)> show;
+};
+
+const char* kind_text(Kind k) {
+  switch (k) {
+    case Kind::kInt: return "an integer";
+    case Kind::kDouble: return "a number";
+    case Kind::kBool: return "true or false";
+    case Kind::kString: return "a string";
+  }
+  return "?";
+}
+
+std::string parse_int(const std::string& s, int64_t min, int64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0) return "expected an integer, found '" + s + "'";
+  if (v < min) return "expected at least " + std::to_string(min) + ", found " + s;
+  *out = v;
+  return "";
+}
+
+std::string parse_double(const std::string& s, double min, bool strict, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno != 0 || v != v)
+    return "expected a number, found '" + s + "'";
+  if (strict ? !(v > min) : !(v >= min)) {
+    std::ostringstream os;
+    os << "expected a number " << (strict ? "above " : "of at least ") << min << ", found " << s;
+    return os.str();
+  }
+  *out = v;
+  return "";
+}
+
+std::string parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "1" || s == "on" || s == "yes" || s == "True") {
+    *out = true;
+    return "";
+  }
+  if (s == "false" || s == "0" || s == "off" || s == "no" || s == "False") {
+    *out = false;
+    return "";
+  }
+  return "expected true or false, found '" + s + "'";
+}
+
+std::string one_of(const std::string& s, const std::vector<std::string>& options,
+                   std::string* out) {
+  for (const std::string& o : options)
+    if (s == o) {
+      *out = s;
+      return "";
+    }
+  std::string list;
+  for (const std::string& o : options) list += (list.empty() ? "" : ", ") + o;
+  return "expected one of " + list + ", found '" + s + "'";
+}
+
+std::string show_double(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+#define HEFT_INT_FIELD(member, min, help)                                                 \
+  Field {                                                                                 \
+    #member, Kind::kInt, help,                                                            \
+        [](Hyperparameters& h, const std::string& s) { return parse_int(s, min, &h.member); }, \
+        [](const Hyperparameters& h) { return std::to_string(h.member); }                 \
+  }
+#define HEFT_DOUBLE_FIELD(member, min, strict, help)                                     \
+  Field {                                                                                \
+    #member, Kind::kDouble, help,                                                        \
+        [](Hyperparameters& h, const std::string& s) {                                   \
+          return parse_double(s, min, strict, &h.member);                                \
+        },                                                                               \
+        [](const Hyperparameters& h) { return show_double(h.member); }                   \
+  }
+#define HEFT_BOOL_FIELD(member, help)                                                         \
+  Field {                                                                                     \
+    #member, Kind::kBool, help,                                                               \
+        [](Hyperparameters& h, const std::string& s) { return parse_bool(s, &h.member); },    \
+        [](const Hyperparameters& h) { return std::string(h.member ? "true" : "false"); }    \
+  }
+#define HEFT_STRING_FIELD(member, help)                                                    \
+  Field {                                                                                  \
+    #member, Kind::kString, help,                                                          \
+        [](Hyperparameters& h, const std::string& s) {                                     \
+          h.member = s;                                                                    \
+          return std::string();                                                            \
+        },                                                                                 \
+        [](const Hyperparameters& h) { return h.member.empty() ? "\"\"" : h.member; }      \
+  }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f{
+      Field{"model", Kind::kString, "mlp | cnn",
+            [](Hyperparameters& h, const std::string& s) {
+              return one_of(s, {"mlp", "cnn"}, &h.model);
+            },
+            [](const Hyperparameters& h) { return h.model; }},
+      HEFT_INT_FIELD(epochs, 1, "passes over the (limited) training set"),
+      HEFT_INT_FIELD(max_steps, 0, "stop after this many steps in all; 0: no limit"),
+      HEFT_INT_FIELD(batch_size, 1, "global batch: samples per step over all ranks"),
+      HEFT_DOUBLE_FIELD(lr, 0.0, true, "peak learning rate (before scale_lr)"),
+      HEFT_DOUBLE_FIELD(momentum, 0.0, false, "SGD momentum (sgd only)"),
+      Field{"optimizer", Kind::kString, "sgd | adamw",
+            [](Hyperparameters& h, const std::string& s) {
+              return one_of(s, {"sgd", "adamw"}, &h.optimizer);
+            },
+            [](const Hyperparameters& h) { return h.optimizer; }},
+      HEFT_DOUBLE_FIELD(weight_decay, 0.0, false,
+                        "weight decay: L2 for sgd, decoupled for adamw"),
+      HEFT_INT_FIELD(warmup_steps, 0, "linear warm-up of the learning rate over these steps"),
+      HEFT_BOOL_FIELD(scale_lr, "multiply lr by the number of ranks (linear scaling rule)"),
+      HEFT_INT_FIELD(seed, 0, "seed of the model's initialisation and of the epoch shuffles"),
+      HEFT_INT_FIELD(limit, 0, "training samples per epoch; 0: all"),
+      HEFT_INT_FIELD(log_every, 1, "steps between step= lines"),
+      HEFT_BOOL_FIELD(eval, "evaluate on the test set after each epoch"),
+      HEFT_STRING_FIELD(data, "data directory; default SM_CHANNEL_TRAIN, else "
+                              "/usr/share/datasets/fashion-mnist"),
+      HEFT_STRING_FIELD(model_dir, "where rank 0 saves model.pt; default SM_MODEL_DIR, else "
+                                   "not saved"),
+      HEFT_DOUBLE_FIELD(bucket_mb, 0.0, true, "DDP gradient bucket size in MiB"),
+      HEFT_BOOL_FIELD(bf16_compression, "DDP: reduce gradients as bfloat16 (lossy)"),
+  };
+  return f;
+}
+
+const Field* find_field(const std::string& name) {
+  for (const Field& f : fields())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+std::string unknown(const std::string& name, const char* where) {
+  std::string known;
+  for (const Field& f : fields()) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  return std::string("unknown hyperparameter '") + name + "'" + where + "; known: " + known;
+}
+
+std::string set_field(Hyperparameters& h, const std::string& name, const std::string& value,
+                      const char* where) {
+  const Field* f = find_field(name);
+  if (!f) return unknown(name, where);
+  std::string err = f->set(h, value);
+  if (!err.empty()) return "hyperparameter " + name + where + ": " + err;
+  return "";
+}
+
+// SM_HPS values as the text a command line would carry.
+std::string json_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v.get<double>();
+    return os.str();
+  }
+  return v.dump();
+}
+
+}  // namespace
+
+std::vector<std::string> hyperparameter_names() {
+  std::vector<std::string> names;
+  for (const Field& f : fields()) names.emplace_back(f.name);
+  return names;
+}
+
+std::string hyperparameters_help() {
+  std::ostringstream os;
+  const Hyperparameters defaults;
+  for (const Field& f : fields()) {
+    std::string head = std::string("  --") + f.name + " " + f.show(defaults);
+    if (head.size() < 28) head.resize(28, ' ');
+    os << head << " " << f.help << " (" << kind_text(f.kind) << ")\n";
+  }
+  return os.str();
+}
+
+ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args,
+                                            const std::string& sm_hps) {
+  ParsedHyperparameters r;
+  auto fail = [&](std::string e) {
+    r.error = std::move(e);
+    return r;
+  };
+  if (!sm_hps.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(sm_hps);
+    } catch (const std::exception& e) {
+      return fail(std::string("SM_HPS is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) return fail("SM_HPS must be a JSON object, found " + j.dump());
+    for (const auto& [name, value] : j.items()) {
+      std::string err = set_field(r.value, name, json_text(value), " (in SM_HPS)");
+      if (!err.empty()) return fail(err);
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0 || a.size() == 2)
+      return fail("unexpected argument '" + a + "': expected --name value");
+    std::string name = a.substr(2), value;
+    const size_t eq = name.find('=');
+    const Field* f = find_field(eq == std::string::npos ? name : name.substr(0, eq));
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (f && f->kind == Kind::kBool &&
+               (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      value = "true";
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else if (f) {
+      return fail("hyperparameter " + name + ": missing value (expected " + kind_text(f->kind) +
+                  ")");
+    }
+    std::string err = set_field(r.value, name, value, "");
+    if (!err.empty()) return fail(err);
+  }
+  return r;
+}
+
+}  // namespace heft::train

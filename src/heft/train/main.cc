@@ -1,0 +1,79 @@
+// heft-train: the built-in trainer. Reads its hyperparameters (hyperparameters.h) from the
+// command line and SM_HPS, joins the job (heft::comm::init(); alone when HEFT_STORE is not
+// set), and runs train() (trainer.h). Exit codes: 0 done; 2 bad hyperparameters; 1 any
+// other failure (missing data, a lost peer), with the reason on stderr.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "heft/comm/init.h"
+#include "heft/comm/store/memory_store.h"
+#include "heft/error.h"
+#include "heft/parallel/process_group.h"
+#include "heft/train/fashion_mnist.h"
+#include "heft/train/hyperparameters.h"
+#include "heft/train/trainer.h"
+
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// The world of a job started by heft run / heft train, or a world of one.
+heft::comm::World join() {
+  if (std::getenv("HEFT_STORE")) return heft::comm::init();
+  heft::comm::CommunicatorOptions o = heft::comm::CommunicatorOptions::from_env();
+  if (o.token.empty()) o.token = "local";
+  heft::comm::World w;
+  w.store = std::make_shared<heft::comm::MemoryStore>();
+  w.comm = heft::comm::Communicator::create(w.store, "local", 0, 1, o);
+  return w;
+}
+
+void set_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1)
+    throw heft::InvalidArgument(std::string("OMP_NUM_THREADS: expected a positive integer, found '") +
+                                v + "'");
+  torch::set_num_threads(static_cast<int>(n));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: heft-train [--name value]...  (also from SM_HPS, a JSON object)\n"
+                << "hyperparameters (name, default, meaning):\n"
+                << heft::train::hyperparameters_help();
+      return 0;
+    }
+  const char* sm_hps = std::getenv("SM_HPS");
+  heft::train::ParsedHyperparameters parsed =
+      heft::train::parse_hyperparameters(args, sm_hps ? sm_hps : "");
+  if (!parsed.ok()) {
+    std::cerr << "heft-train: " << parsed.error << "\n";
+    return 2;
+  }
+  heft::train::Hyperparameters hp = parsed.value;
+  if (hp.data.empty()) hp.data = env_or("SM_CHANNEL_TRAIN", heft::train::kDefaultFashionMnistDir);
+  if (hp.model_dir.empty()) hp.model_dir = env_or("SM_MODEL_DIR", "");
+  const std::string test_dir = env_or("SM_CHANNEL_TEST", hp.data);
+  try {
+    set_threads();
+    heft::comm::World world = join();
+    heft::parallel::ProcessGroup group(*world.comm);
+    heft::train::train(hp, test_dir, group, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "heft-train: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,47 @@
+#include "heft/train/models.h"
+
+#include "heft/error.h"
+
+namespace heft::train {
+
+namespace nn = torch::nn;
+
+Mlp::Mlp() {
+  fc1_ = register_module("fc1", nn::Linear(784, 512));
+  fc2_ = register_module("fc2", nn::Linear(512, 256));
+  fc3_ = register_module("fc3", nn::Linear(256, 10));
+}
+
+torch::Tensor Mlp::forward(torch::Tensor x) {
+  x = x.flatten(1);                     // (B, 784)
+  x = torch::relu_(fc1_->forward(x));   // (B, 512)
+  x = torch::relu_(fc2_->forward(x));   // (B, 256)
+  return fc3_->forward(x);              // (B, 10)
+}
+
+Cnn::Cnn() {
+  conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 5)));
+  conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 5)));
+  fc1_ = register_module("fc1", nn::Linear(1024, 512));
+  fc2_ = register_module("fc2", nn::Linear(512, 10));
+}
+
+torch::Tensor Cnn::forward(torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu_(conv1_->forward(x)), 2);  // (B, 32, 12, 12)
+  x = torch::max_pool2d(torch::relu_(conv2_->forward(x)), 2);  // (B, 64, 4, 4)
+  x = torch::relu_(fc1_->forward(x.flatten(1)));               // (B, 512)
+  return fc2_->forward(x);                                     // (B, 10)
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names{"mlp", "cnn"};
+  return names;
+}
+
+std::shared_ptr<Classifier> make_model(const std::string& name) {
+  if (name == "mlp") return std::make_shared<Mlp>();
+  if (name == "cnn") return std::make_shared<Cnn>();
+  throw InvalidArgument("unknown model '" + name + "': expected one of mlp, cnn");
+}
+
+}  // namespace heft::train

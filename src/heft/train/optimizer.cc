@@ -1,0 +1,32 @@
+#include "heft/train/optimizer.h"
+
+#include <algorithm>
+
+#include "heft/error.h"
+
+namespace heft::train {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        std::vector<torch::Tensor> parameters) {
+  const double lr0 = learning_rate(config, 0);
+  if (config.name == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        std::move(parameters),
+        torch::optim::SGDOptions(lr0).momentum(config.momentum).weight_decay(config.weight_decay));
+  if (config.name == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(parameters), torch::optim::AdamWOptions(lr0).weight_decay(config.weight_decay));
+  throw InvalidArgument("unknown optimizer '" + config.name + "': expected one of sgd, adamw");
+}
+
+double learning_rate(const OptimizerConfig& config, int64_t step) {
+  if (config.warmup_steps <= 0 || step >= config.warmup_steps) return config.lr;
+  return config.lr * static_cast<double>(std::max<int64_t>(step, 0) + 1) /
+         static_cast<double>(config.warmup_steps);
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+}  // namespace heft::train

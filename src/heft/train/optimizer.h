@@ -1,0 +1,38 @@
+// The trainer's optimizers and learning-rate schedule.
+//
+//  sgd:   torch::optim::SGD with momentum and (L2) weight_decay
+//  adamw: torch::optim::AdamW with decoupled weight_decay, default betas and eps
+// Schedule: the peak rate is lr, times the world size when scale_lr (the linear scaling
+// rule for a global batch that grows with the ranks); during the first warmup_steps steps
+// it rises linearly, step s (0-based) using peak * (s + 1) / warmup_steps; then it stays.
+// Deliberately left out: decay schedules (cosine, step): short jobs do not need them yet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace heft::train {
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.01;          // peak, already scaled
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  int64_t warmup_steps = 0;
+};
+
+// Throws heft::InvalidArgument for an unknown name.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        std::vector<torch::Tensor> parameters);
+
+// The rate for 0-based step `step` under the schedule above.
+double learning_rate(const OptimizerConfig& config, int64_t step);
+
+// Sets every parameter group's rate.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace heft::train

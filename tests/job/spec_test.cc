@@ -1,0 +1,212 @@
+// ctest-labels: unit
+// Tests of the job spec (src/heft/job/spec.h): a table of bad specs and the message
+// fragments each must produce (field, expectation, what was found, where), the
+// nearest-key suggestion, --set overrides, defaults, and the built-in trainer's metrics.
+#include "heft/job/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace heft::job {
+namespace {
+
+const std::string kGood =
+    "name: fashion-cnn\n"
+    "entry_point: [python3, train.py]\n"
+    "hyperparameters: {epochs: 2, lr: 0.05, model: cnn, amp: false, tag: '7'}\n"
+    "cluster: {instance_count: 2, processes_per_host: 3}\n";
+
+TEST(JobSpec, ParsesFieldsAndFillsDefaults) {
+  const Result<JobSpec> r = parse_spec(kGood, "spec.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const JobSpec& s = r.value();
+  EXPECT_EQ(s.name, "fashion-cnn");
+  EXPECT_EQ(s.entry_point, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(s.world_size(), 6);
+  EXPECT_EQ(s.hyperparameters.at("epochs").value, 2);
+  EXPECT_EQ(s.hyperparameters.at("lr").value, 0.05);
+  EXPECT_EQ(s.hyperparameters.at("lr").text, "0.05");
+  EXPECT_EQ(s.hyperparameters.at("model").value, "cnn");
+  EXPECT_EQ(s.hyperparameters.at("amp").value, false);
+  EXPECT_EQ(s.hyperparameters.at("tag").value, "7");  // quoted stays a string
+  EXPECT_EQ(s.stopping.max_runtime_s, 86400);
+  EXPECT_EQ(s.retry.max_attempts, 1);
+  EXPECT_FALSE(s.spot.enabled);
+  EXPECT_TRUE(s.metric_definitions.empty());  // no defaults for a user's script
+  EXPECT_TRUE(s.distribution.is_object());
+}
+
+TEST(JobSpec, BuiltinTrainerGetsDefaultMetricsAfterItsOwn) {
+  const Result<JobSpec> r = parse_spec(
+      "name: a\nentry_point: heft-train\n"
+      "metric_definitions: [{name: 'train:loss', regex: 'L=([0-9.]+)'}, {name: x, regex: "
+      "'x=(\\d+)'}]\n",
+      "s.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  std::vector<std::string> names;
+  for (const auto& d : r.value().metric_definitions) names.push_back(d.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"train:loss", "x", "train:throughput", "test:acc"}));
+  EXPECT_EQ(r.value().metric_definitions[0].regex, "L=([0-9.]+)");
+}
+
+TEST(JobSpec, BuiltinMetricRegexesMatchTheTrainerLines) {
+  std::map<std::string, std::regex> re;
+  for (const auto& d : builtin_metric_definitions()) re.emplace(d.name, std::regex(d.regex));
+  std::smatch m;
+  const std::string step = "step=40 epoch=1 loss=0.6931 lr=0.05 samples_per_s=1.2e3";
+  ASSERT_TRUE(std::regex_search(step, m, re.at("train:loss")));
+  EXPECT_EQ(m[1], "0.6931");
+  ASSERT_TRUE(std::regex_search(step, m, re.at("train:throughput")));
+  EXPECT_EQ(m[1], "1.2e3");
+  EXPECT_FALSE(std::regex_search(step, m, re.at("test:acc")));
+  const std::string epoch = "epoch=1 test_loss=0.41 test_acc=0.853";
+  ASSERT_TRUE(std::regex_search(epoch, m, re.at("test:acc")));
+  EXPECT_EQ(m[1], "0.853");
+  EXPECT_FALSE(std::regex_search(epoch, m, re.at("train:loss")));
+  const std::string final_line = "final: step=400 loss=0.3 test_acc=0.85 samples_per_s=9 seconds=3";
+  for (auto& [name, r] : re) EXPECT_FALSE(std::regex_search(final_line, m, r)) << name;
+}
+
+struct BadSpec {
+  const char* what;
+  std::string yaml;
+  std::vector<std::string> fragments;
+  std::vector<std::string> overrides = {};
+};
+
+const std::string kBase = "name: j\nentry_point: [python3, t.py]\n";
+
+TEST(JobSpec, BadSpecsNameTheFieldWhatWasExpectedAndWhatWasFound) {
+  const std::vector<BadSpec> table = {
+      {"typo at the top", kBase + "hyperparamters: {lr: 1}\n",
+       {"spec.yaml:3: hyperparamters: unknown field; did you mean 'hyperparameters'?"}},
+      {"typo inside a section", kBase + "cluster: {instance_cout: 2}\n",
+       {"spec.yaml:3: cluster.instance_cout: unknown field; did you mean 'instance_count'?"}},
+      {"no near key", kBase + "colour: blue\n",
+       {"colour: unknown field; expected one of name, entry_point,"}},
+      {"missing name", "entry_point: heft-train\n", {"name: required", "--name"}},
+      {"missing entry point", "name: j\n", {"entry_point: required", "heft-train", "[python3, train.py]"}},
+      {"entry point with spaces", "name: j\nentry_point: python3 train.py\n",
+       {"entry_point: expected heft-train or a command list", "found 'python3 train.py'", "as a list"}},
+      {"bad name", "name: my_job!\nentry_point: heft-train\n",
+       {"spec.yaml:1: name: expected letters, digits and '-'", "found 'my_job!'"}},
+      {"zero instances", kBase + "cluster:\n  instance_count: 0\n",
+       {"spec.yaml:4: cluster.instance_count: expected an integer from 1 to 1024, found 0"}},
+      {"word for a count", kBase + "cluster: {processes_per_host: two}\n",
+       {"cluster.processes_per_host: expected an integer from 1 to 1024, found 'two'"}},
+      {"float for a count", kBase + "retry: {max_attempts: 1.5}\n",
+       {"retry.max_attempts: expected an integer from 1 to 30, found 1.5"}},
+      {"other launcher", kBase + "cluster: {launcher: slurm}\n",
+       {"cluster.launcher: expected local", "found 'slurm'"}},
+      {"negative runtime", kBase + "stopping: {max_runtime_s: -5}\n",
+       {"stopping.max_runtime_s: expected a number of seconds > 0, found -5"}},
+      {"hyperparameters as a list", kBase + "hyperparameters: [1, 2]\n",
+       {"hyperparameters: expected a map, found a list"}},
+      {"nested hyperparameter", kBase + "hyperparameters: {opt: {name: sgd}}\n",
+       {"hyperparameters.opt: expected a number, string or boolean, found a map"}},
+      {"missing input directory", kBase + "inputs: {train: /no/such/dir}\n",
+       {"inputs.train: expected an existing directory, found '/no/such/dir'"}},
+      {"regex without group", kBase + "metric_definitions: [{name: loss, regex: 'loss=[0-9]+'}]\n",
+       {"metric_definitions[0].regex: expected a regular expression with a group"}},
+      {"broken regex", kBase + "metric_definitions: [{name: loss, regex: 'loss=([0-9]+'}]\n",
+       {"metric_definitions[0].regex: expected an ECMAScript regular expression"}},
+      {"metric without name", kBase + "metric_definitions: [{regex: 'a=(1)'}]\n",
+       {"metric_definitions[0].name: required"}},
+      {"duplicate metric", kBase + "metric_definitions: [{name: a, regex: 'a=(1)'}, {name: a, regex: 'b=(1)'}]\n",
+       {"metric_definitions[1].name: expected a name not used by another definition"}},
+      {"typo in a metric", kBase + "metric_definitions: [{name: a, regexp: 'a=(1)'}]\n",
+       {"metric_definitions[0].regexp: unknown field; did you mean 'regex'?"}},
+      {"simulate without spot", kBase + "spot: {simulate: {every_s: 5}}\n",
+       {"spot.simulate: needs spot.enabled: true"}},
+      {"max wait below max runtime",
+       kBase + "stopping: {max_runtime_s: 100}\nspot: {enabled: true, max_wait_s: 50}\n",
+       {"spot.max_wait_s: expected at least stopping.max_runtime_s (100), found 50"}},
+      {"spot enabled not bool", kBase + "spot: {enabled: yes please}\n",
+       {"spot.enabled: expected true or false, found 'yes please'"}},
+      {"reserved variable", kBase + "environment: {RANK: 3}\n",
+       {"environment.RANK: expected a variable heft does not set itself"}},
+      {"distribution typo", kBase + "distribution: {dataparalel: {enabled: true}}\n",
+       {"distribution.dataparalel: unknown field; did you mean 'dataparallel'?"}},
+      {"not a map", "- a\n- b\n", {"spec: expected a map of fields", "found a list"}},
+      {"bad yaml", "name: [a\n", {"spec.yaml:", "not valid YAML"}},
+      {"bad override value", kBase, {"--set cluster.instance_count: expected an integer from 1 to 1024, found 'many'"},
+       {"cluster.instance_count=many"}},
+      {"override typo", kBase, {"--set cluster.instance_cout: unknown field; did you mean 'instance_count'?"},
+       {"cluster.instance_cout=2"}},
+      {"override without =", kBase, {"--set 'cluster': expected key.path=value"}, {"cluster"}},
+      {"override into a value", kBase, {"--set name.x: name is a value, not a map"}, {"name.x=1"}},
+  };
+  for (const BadSpec& bad : table) {
+    const Result<JobSpec> r = parse_spec(bad.yaml, "spec.yaml", bad.overrides);
+    ASSERT_FALSE(r.ok()) << bad.what;
+    for (const std::string& fragment : bad.fragments)
+      EXPECT_NE(r.error().find(fragment), std::string::npos)
+          << bad.what << ": expected \"" << fragment << "\" in:\n" << r.error();
+  }
+}
+
+TEST(JobSpec, EveryProblemIsReportedOneALine) {
+  const Result<JobSpec> r = parse_spec(
+      "name: j\nentry_point: heft-train\ncluster: {instance_count: 0}\nretry: {max_attempts: 0}\n",
+      "s.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(),
+            "s.yaml:3: cluster.instance_count: expected an integer from 1 to 1024, found 0\n"
+            "s.yaml:4: retry.max_attempts: expected an integer from 1 to 30, found 0");
+}
+
+TEST(JobSpec, OverridesSetNestedFieldsAndCreateMaps) {
+  const Result<JobSpec> r = parse_spec(
+      kGood, "spec.yaml",
+      {"cluster.instance_count=1", "hyperparameters.lr=0.1", "stopping.max_runtime_s=60",
+       "name=other", "spot.enabled=true", "spot.simulate={every_s: 2, count: 3}",
+       "entry_point.1=t2.py"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  const JobSpec& s = r.value();
+  EXPECT_EQ(s.name, "other");
+  EXPECT_EQ(s.cluster.instance_count, 1);
+  EXPECT_EQ(s.cluster.processes_per_host, 3);
+  EXPECT_EQ(s.hyperparameters.at("lr").value, 0.1);
+  EXPECT_EQ(s.stopping.max_runtime_s, 60);
+  EXPECT_EQ(s.spot.simulate_every_s, 2);
+  EXPECT_EQ(s.spot.simulate_count, 3);
+  EXPECT_EQ(s.spot.max_wait_s, 60);  // defaults to max_runtime_s
+  EXPECT_EQ(s.entry_point[1], "t2.py");
+}
+
+TEST(JobSpec, InputsBecomeAbsoluteDirectories) {
+  const Result<JobSpec> r = parse_spec(kBase + "inputs: {train: /tmp/, test: .}\n", "s.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value().inputs.at("train"), "/tmp/");
+  EXPECT_EQ(r.value().inputs.at("test").front(), '/');
+}
+
+TEST(JobSpec, MissingFileIsNamed) {
+  const Result<JobSpec> r = load_spec("/no/such/spec.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), "cannot read the spec '/no/such/spec.yaml': no such file");
+}
+
+TEST(JobSpec, NearestKeyUsesEditDistance) {
+  EXPECT_EQ(edit_distance("hyperparamters", "hyperparameters"), 1);
+  EXPECT_EQ(edit_distance("retyr", "retry"), 1);  // a transposition costs 1
+  EXPECT_EQ(edit_distance("", "abc"), 3);
+  EXPECT_EQ(nearest("hyperparamters", {"name", "hyperparameters", "inputs"}), "hyperparameters");
+  EXPECT_EQ(nearest("colour", {"name", "hyperparameters", "inputs"}), "");
+}
+
+TEST(JobSpec, ToJsonKeepsEveryField) {
+  const Result<JobSpec> r = parse_spec(kGood, "s.yaml");
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json j = spec_to_json(r.value());
+  EXPECT_EQ(j["cluster"]["processes_per_host"], 3);
+  EXPECT_EQ(j["hyperparameters"]["lr"], 0.05);
+  EXPECT_EQ(j["stopping"]["max_runtime_s"], 86400);
+  EXPECT_EQ(j["spot"]["enabled"], false);
+}
+
+}  // namespace
+}  // namespace heft::job
