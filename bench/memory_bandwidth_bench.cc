@@ -31,8 +31,21 @@ void BM_SumInto(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
 }
 
+void BM_SumIntoBf16(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<uint16_t> a(bytes / 2, heft::comm::float_to_bf16(1.0f)),
+      b(bytes / 2, heft::comm::float_to_bf16(2.0f));
+  for (auto _ : state) {
+    heft::comm::reduce_into(a.data(), b.data(), a.size(), heft::comm::DataType::bf16,
+                            heft::comm::ReduceOp::sum);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+
 BENCHMARK(BM_Memcpy)->RangeMultiplier(4)->Range(4 << 10, 64 << 20);
 BENCHMARK(BM_SumInto)->RangeMultiplier(4)->Range(4 << 10, 64 << 20);
+BENCHMARK(BM_SumIntoBf16)->RangeMultiplier(16)->Range(4 << 10, 64 << 20);
 
 }  // namespace
 

@@ -212,6 +212,34 @@ TEST_P(Collectives, AllreduceShmSmallLargeAndSingleCopyForms) {
   }
 }
 
+// bf16 wire compression is lossy: within bf16's precision of the exact f32 sum (relative
+// 2^-8 per rounding, a few roundings), and identical on every rank.
+TEST_P(Collectives, AllreduceBf16WireCompression) {
+  run([](Communicator& c) {
+    const int n = c.size(), r = c.rank();
+    for (size_t count : {size_t{0}, size_t{1}, size_t{97}, size_t{100003}}) {
+      std::vector<float> x(count), exact(count, 0.0f);
+      for (size_t i = 0; i < count; ++i) {
+        x[i] = 1.0f + 0.001f * static_cast<float>(r) + 0.37f * static_cast<float>(i % 11);
+        for (int q = 0; q < n; ++q)
+          exact[i] += 1.0f + 0.001f * static_cast<float>(q) + 0.37f * static_cast<float>(i % 11);
+      }
+      c.allreduce(x.data(), x.data(), count, DataType::f32, ReduceOp::sum, Compression::kBf16);
+      double largest = 0;
+      for (size_t i = 0; i < count; ++i)
+        largest = std::max(largest, static_cast<double>(std::abs(x[i] - exact[i]) / exact[i]));
+      const double kTolerance = 0.02;  // bf16: 8 significant bits, rounded once per step
+      expect(largest <= kTolerance, "bf16 allreduce: largest relative difference " +
+                                        std::to_string(largest) + " > " + std::to_string(kTolerance));
+      // Every rank holds the same bits.
+      std::vector<float> first(x);
+      c.broadcast(first.data(), count, DataType::f32, 0);
+      expect(std::memcmp(first.data(), x.data(), count * sizeof(float)) == 0,
+             "bf16 allreduce results differ between ranks");
+    }
+  });
+}
+
 TEST_P(Collectives, ReduceScatterAllgatherAlltoall) {
   run([](Communicator& c) {
     check_reduce_scatter(c);

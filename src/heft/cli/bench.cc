@@ -39,6 +39,7 @@ struct BenchArgs {
   std::string dtype = "f32";
   std::string op = "sum";
   std::string algo = "auto";
+  std::string compress = "none";
   bool check = false;
   bool worker = false;
   int timeout_s = 120;
@@ -79,7 +80,9 @@ struct Case {
 
   void run() {
     const std::string& c = args.collective;
-    if (c == "allreduce") comm.allreduce(in.data(), in.data(), count, type, op);
+    if (c == "allreduce")
+      comm.allreduce(in.data(), in.data(), count, type, op,
+                     args.compress == "bf16" ? comm::Compression::kBf16 : comm::Compression::kNone);
     else if (c == "broadcast") comm.broadcast(in.data(), count, type, 0);
     else if (c == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), per_rank, type, op);
     else comm.allgather(in.data(), out.data(), per_rank, type);
@@ -161,9 +164,10 @@ int run_worker(const BenchArgs& args) {
   const size_t es = comm::element_size(type);
   const bool split = args.collective == "reduce_scatter" || args.collective == "allgather";
   if (comm.rank() == 0) {
-    std::printf("# impl=heft collective=%s ranks=%d hosts=%d dtype=%s op=%s iters=%d warmup=%d\n",
-                args.collective.c_str(), n, args.hosts, args.dtype.c_str(), args.op.c_str(),
-                args.iters, args.warmup);
+    std::printf(
+        "# impl=heft collective=%s ranks=%d hosts=%d dtype=%s op=%s compress=%s iters=%d warmup=%d\n",
+        args.collective.c_str(), n, args.hosts, args.dtype.c_str(), args.op.c_str(),
+        args.compress.c_str(), args.iters, args.warmup);
     std::printf("# algo=%s transport=%s chosen:%s\n", args.algo.c_str(),
                 comm.has_shared_memory() ? "shm+tcp" : "tcp", chosen_algorithms(comm, args).c_str());
     std::printf("# bytes time_us algbw_GBps busbw_GBps%s\n", args.check ? " check" : "");
@@ -230,7 +234,8 @@ int run_launcher(const BenchArgs& args) {
                "--max", args.max, "--factor", std::to_string(args.factor), "--iters",
                std::to_string(args.iters), "--warmup", std::to_string(args.warmup),
                "--dtype", args.dtype, "--op", args.op, "--algo", args.algo,
-               "--hosts", std::to_string(args.hosts), "--ranks", std::to_string(args.ranks)};
+               "--hosts", std::to_string(args.hosts), "--ranks", std::to_string(args.ranks),
+               "--compress", args.compress};
   if (args.check) o.command.push_back("--check");
   o.timeout_s = args.timeout_s;
   o.prefix_output = false;
@@ -258,6 +263,9 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--dtype", args->dtype, "f32, f64, f16, bf16, i32, i64")->capture_default_str();
   sub->add_option("--op", args->op, "sum, avg, min, max")->capture_default_str();
   sub->add_option("--algo", args->algo, "auto, ring, recursive_doubling, tree, chain")
+      ->capture_default_str();
+  sub->add_option("--compress", args->compress, "allreduce wire compression of f32: none or bf16 (lossy)")
+      ->check(CLI::IsMember({"none", "bf16"}))
       ->capture_default_str();
   sub->add_option("--timeout", args->timeout_s, "seconds a rank waits on a peer")->capture_default_str();
   sub->add_flag("--check", args->check, "verify every size against the closed form; exit 1 on a mismatch");

@@ -225,26 +225,51 @@ void Communicator::check_peer(int peer, const char* what) const {
 }
 
 std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv, size_t count,
-                                                    DataType t, ReduceOp op) {
+                                                    DataType t, ReduceOp op,
+                                                    Compression compression) {
+  if (compression == Compression::kDefault) compression = options_.compression;
+  if (compression == Compression::kBf16 && t == DataType::f32) {
+    // Lossy: the f32 data travels and is reduced as bf16 (half the bytes), then widens back.
+    std::string name = describe("allreduce", allreduce_algorithm(count * 2), count * 2) + "[bf16 wire]";
+    return enqueue(name, [=](Deadline deadline) {
+      std::vector<uint16_t> wire(count);
+      const float* in = static_cast<const float*>(send);
+      for (size_t i = 0; i < count; ++i) wire[i] = float_to_bf16(in[i]);
+      run_allreduce(wire.data(), count, DataType::bf16, op, deadline, name);
+      float* out = static_cast<float*>(recv);
+      for (size_t i = 0; i < count; ++i) out[i] = bf16_to_float(wire[i]);
+    });
+  }
   const size_t bytes = count * element_size(t);
-  const Algorithm algo = allreduce_algorithm(bytes);
-  std::string name = describe("allreduce", algo, bytes);
+  std::string name = describe("allreduce", allreduce_algorithm(bytes), bytes);
   return enqueue(name, [=](Deadline deadline) {
     if (send != recv) std::memcpy(recv, send, bytes);
-    if (algo == Algorithm::kShm) {
-      algo::ShmLinks local{*shm_, deadline, name};
-      algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);
-    } else if (algo == Algorithm::kHierarchical) {
-      algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
-                                   options_.small_message_bytes, deadline, name);
-    } else if (algo == Algorithm::kRecursiveDoubling || algo == Algorithm::kTree) {
-      algo::Links links{*transport_, deadline, name};
-      algo::recursive_doubling_allreduce(links, recv, count, t, op);
-    } else {
-      algo::Links links{*transport_, deadline, name};
-      algo::ring_allreduce(links, recv, count, t, op);
-    }
+    run_allreduce(recv, count, t, op, deadline, name);
   });
+}
+
+void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
+                                 Deadline deadline, const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  switch (allreduce_algorithm(bytes)) {
+    case Algorithm::kShm: {
+      algo::ShmLinks local{*shm_, deadline, name};
+      return algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes,
+                                 size_);
+    }
+    case Algorithm::kHierarchical:
+      return algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
+                                          options_.small_message_bytes, deadline, name);
+    case Algorithm::kRecursiveDoubling:
+    case Algorithm::kTree: {
+      algo::Links links{*transport_, deadline, name};
+      return algo::recursive_doubling_allreduce(links, recv, count, t, op);
+    }
+    default: {
+      algo::Links links{*transport_, deadline, name};
+      return algo::ring_allreduce(links, recv, count, t, op);
+    }
+  }
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,

@@ -69,8 +69,10 @@ class Communicator {
   Algorithm broadcast_algorithm(size_t bytes) const;
 
   // recv[i] = op over ranks of send[i], i < count, on every rank. send == recv: in place.
+  // compression kBf16 (f32 only; lossy, ~3 significant digits): the data crosses the wire
+  // and is reduced as bf16, halving the bytes moved; kDefault: options().compression.
   std::shared_ptr<Work> allreduce_async(const void* send, void* recv, size_t count, DataType t,
-                                        ReduceOp op);
+                                        ReduceOp op, Compression compression = Compression::kDefault);
   // send: size()*recv_count elements, block j for rank j; recv: this rank's block reduced.
   // recv == send + rank()*recv_count: in place.
   std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recv_count,
@@ -95,8 +97,9 @@ class Communicator {
   std::shared_ptr<Work> recv_async(void* buf, size_t count, DataType t, int peer,
                                    uint32_t tag = 0);
 
-  void allreduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op) {
-    allreduce_async(send, recv, count, t, op)->wait();
+  void allreduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
+                 Compression compression = Compression::kDefault) {
+    allreduce_async(send, recv, count, t, op, compression)->wait();
   }
   void allreduce(void* buf, size_t count, DataType t, ReduceOp op) {
     allreduce(buf, buf, count, t, op);
@@ -142,6 +145,9 @@ class Communicator {
   std::shared_ptr<Work> enqueue(std::string op, std::function<void(Deadline)> fn);
   void loop();
   void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work);
+  // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
+  void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
+                     const std::string& name);
   std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
   void check_peer(int peer, const char* what) const;
 

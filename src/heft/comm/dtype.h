@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace heft::comm {
@@ -29,10 +30,60 @@ const char* name(ReduceOp op);
 DataType parse_data_type(const std::string& s);
 ReduceOp parse_reduce_op(const std::string& s);
 
-// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
-uint16_t float_to_half(float f);
-float half_to_float(uint16_t h);
-uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t b);
+// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). Inline so the
+// reduction loops over f16 / bf16 vectorise.
+
+namespace detail {
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace detail
+
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t u = detail::bits_of(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  // A select rather than an early return, so loops over it vectorise.
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+inline float bf16_to_float(uint16_t b) { return detail::float_of(static_cast<uint32_t>(b) << 16); }
+
+// Half precision: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+inline uint16_t float_to_half(float f) {
+  uint32_t u = detail::bits_of(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero
+    // Add 0.5 (as float) so the FPU rounds the mantissa to half's subnormal grid.
+    float r = detail::float_of(abs) + 0.5f;
+    return static_cast<uint16_t>(sign | (detail::bits_of(r) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (abs >> 13) & 1u;
+  abs += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round to nearest even
+  return static_cast<uint16_t>(sign | (abs >> 13));
+}
+
+inline float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return detail::float_of(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0) {
+    // Subnormal or zero: value = mant * 2^-24.
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return detail::float_of(sign | ((exp + 112) << 23) | (mant << 13));
+}
 
 }  // namespace heft::comm

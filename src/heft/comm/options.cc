@@ -72,6 +72,10 @@ CommunicatorOptions CommunicatorOptions::from_env() {
       env_number("HEFT_SHM_SMALL_BYTES", static_cast<long long>(o.shm_small_bytes), 0));
   o.shm_spin = static_cast<int>(env_number("HEFT_SHM_SPIN", o.shm_spin, -1));
   o.shm_single_copy = env_number("HEFT_SHM_SINGLE_COPY", 1, 0) != 0;
+  const std::string compression = env_or("HEFT_COMPRESSION", "none");
+  if (compression != "none" && compression != "bf16")
+    throw InvalidArgument("HEFT_COMPRESSION: expected none or bf16, found '" + compression + "'");
+  o.compression = compression == "bf16" ? Compression::kBf16 : Compression::kNone;
   return o;
 }
 

@@ -19,6 +19,9 @@ const char* name(Algorithm a);
 // heft::InvalidArgument listing them otherwise.
 Algorithm parse_algorithm(const std::string& s);
 
+// Wire compression of f32 allreduce. kDefault: what CommunicatorOptions::compression says.
+enum class Compression { kDefault, kNone, kBf16 };
+
 struct CommunicatorOptions {
   // The job token (HEFT_TOKEN); authenticates every peer connection. Must be non-empty.
   std::string token;
@@ -48,6 +51,8 @@ struct CommunicatorOptions {
   // Busy-wait iterations before a shared-memory wait yields and sleeps; -1 chooses by
   // whether the host's ranks fit its cores (transport/shm/context.h).
   int shm_spin = -1;
+  // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
+  Compression compression = Compression::kNone;
   // Single-copy shared-memory allreduce through cross-memory attach where the kernel allows
   // it (false: always through the shared segments).
   bool shm_single_copy = true;
@@ -55,7 +60,7 @@ struct CommunicatorOptions {
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN, HEFT_SHM_SINGLE_COPY (1 | 0).
+  // HEFT_SHM_SPIN, HEFT_SHM_SINGLE_COPY (1 | 0), HEFT_COMPRESSION (none | bf16).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();
 };

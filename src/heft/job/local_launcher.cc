@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -147,10 +148,14 @@ bool write_fully(int fd, const char* data, size_t n) {
   return true;
 }
 
-// Splits one output stream of one worker into lines and writes each as "<prefix>line\n".
+using LineSink = std::function<void(std::string_view line)>;
+
+// Splits one output stream of one worker into lines and writes each as "<prefix>line\n",
+// or hands each (without its '\n') to a sink when one is given.
 class LineWriter {
  public:
-  LineWriter(std::string prefix, int out_fd) : prefix_(std::move(prefix)), out_fd_(out_fd) {}
+  LineWriter(std::string prefix, int out_fd, LineSink sink = {})
+      : prefix_(std::move(prefix)), out_fd_(out_fd), sink_(std::move(sink)) {}
 
   // Returns false when the destination is broken; the caller then closes the worker's pipe,
   // so the worker sees EPIPE/SIGPIPE as it would writing to the broken fd itself.
@@ -159,13 +164,18 @@ class LineWriter {
     for (size_t i = 0; i < n; ++i) {
       pending_.push_back(data[i]);
       if (data[i] == '\n' || pending_.size() >= kMaxLine) {
-        out += prefix_;
-        out += pending_;
-        if (out.back() != '\n') out.push_back('\n');
+        if (sink_) {
+          if (pending_.back() == '\n') pending_.pop_back();
+          sink_(pending_);
+        } else {
+          out += prefix_;
+          out += pending_;
+          if (out.back() != '\n') out.push_back('\n');
+        }
         pending_.clear();
       }
     }
-    return write_fully(out_fd_, out.data(), out.size());
+    return out.empty() || write_fully(out_fd_, out.data(), out.size());
   }
   // Completes and writes a last line that had no '\n'.
   void flush() {
@@ -175,6 +185,7 @@ class LineWriter {
  private:
   std::string prefix_;
   int out_fd_;
+  LineSink sink_;
   std::string pending_;
 };
 
@@ -210,23 +221,36 @@ int free_port(const std::string& host) {
   return comm::tcp::local_port(probe);
 }
 
-// Watches the running workers until all are reaped; see the file comment for the terms.
-class Supervisor {
+// Watches the running workers of one start until all are reaped; see the file comment for
+// the terms.
+class GroupWatch {
  public:
-  Supervisor(const LocalLauncherOptions& options, std::vector<Worker>& workers,
+  GroupWatch(const LocalLauncherOptions& options, std::vector<Worker>& workers,
              SignalPipe& signals)
       : options_(options), workers_(workers), signals_(signals) {}
 
-  int run() {
+  GroupEnd run() {
+    const LocalLauncherHooks& hooks = options_.hooks;
+    Clock::time_point next_tick = Clock::now() + hooks.tick;
     while (running() > 0) {
-      wait_for_events();
+      wait_for_events(hooks.on_tick ? std::optional(next_tick) : std::nullopt);
       for (int sig : signals_.take())
         if (sig != SIGCHLD) on_interrupt(sig);
       reap_exited();
       if (kill_deadline_ && Clock::now() >= *kill_deadline_) kill_after_grace();
+      if (hooks.on_tick && Clock::now() >= next_tick && running() > 0) {
+        next_tick = Clock::now() + hooks.tick;
+        if (hooks.on_tick() && !stopping()) {
+          end_.stop_requested = true;
+          stop(SIGTERM);
+        }
+      }
     }
-    if (interrupt_ != 0) return 128 + interrupt_;
-    return first_failure_code_;
+    end_.interrupt_signal = interrupt_;
+    end_.exit_code = interrupt_ != 0 ? 128 + interrupt_
+                     : end_.stop_requested && first_failure_code_ == 0 ? 128 + SIGTERM
+                                                                        : first_failure_code_;
+    return end_;
   }
 
  private:
@@ -236,14 +260,15 @@ class Supervisor {
     return n;
   }
 
-  void wait_for_events() {
+  void wait_for_events(std::optional<Clock::time_point> next_tick) {
     std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
     for (const Worker& w : workers_)
       for (int fd : {w.process->stdout_fd(), w.process->stderr_fd()})
         if (fd >= 0) fds.push_back({fd, POLLIN, 0});
     int timeout = kSafetyPollMillis;
     if (kill_deadline_) timeout = std::min(timeout, comm::tcp::millis_left(*kill_deadline_));
-    if (::poll(fds.data(), fds.size(), timeout) <= 0) return;
+    if (next_tick) timeout = std::min(timeout, comm::tcp::millis_left(*next_tick));
+    if (::poll(fds.data(), fds.size(), std::max(timeout, 0)) <= 0) return;
     for (Worker& w : workers_) read_output(w, false);
   }
 
@@ -278,6 +303,8 @@ class Supervisor {
       const int status = w.process->wait_status();
       if (shell_exit_code(status) == 0 || stopping()) continue;
       first_failure_code_ = shell_exit_code(status);
+      end_.failed_rank = w.rank;
+      end_.failed_wait_status = status;
       std::string line = options_.log_name + ": rank " + std::to_string(w.rank) + " " +
                          describe_wait_status(status);
       const int others = running();
@@ -289,7 +316,8 @@ class Supervisor {
 
   void on_interrupt(int sig) {
     const int n = running();
-    if (interrupt_ != 0 || first_failure_code_ != 0) {
+    if (stopping()) {
+      if (interrupt_ == 0) interrupt_ = sig;  // no restart after this
       std::cerr << options_.log_name << ": received " << signal_name(sig) << " while stopping; "
                 << "killing " << plural(n, "worker") << std::endl;
       kill_remaining();
@@ -301,7 +329,9 @@ class Supervisor {
     stop(sig);
   }
 
-  bool stopping() const { return interrupt_ != 0 || first_failure_code_ != 0; }
+  bool stopping() const {
+    return interrupt_ != 0 || first_failure_code_ != 0 || end_.stop_requested;
+  }
 
   void stop(int sig) {
     if (options_.grace.count() <= 0) {
@@ -328,10 +358,64 @@ class Supervisor {
   const LocalLauncherOptions& options_;
   std::vector<Worker>& workers_;
   SignalPipe& signals_;
+  GroupEnd end_;
   int interrupt_ = 0;           // the signal that interrupted the run, 0 if none
   int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none
   std::optional<Clock::time_point> kill_deadline_;
 };
+
+// Starts every worker of one start of the group and watches them until all are reaped.
+GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int restart_count) {
+  std::unique_ptr<comm::TcpStoreServer> store;
+  JobEnvironment job;
+  job.token = comm::random_token();
+  {
+    ScopedSignalBlock block;  // the store's thread inherits the blocked mask
+    store = std::make_unique<comm::TcpStoreServer>(
+        comm::TcpStoreServerOptions{options.store_bind_address, 0, job.token});
+  }
+  job.hosts = options.hosts;
+  job.processes_per_host = options.processes_per_host;
+  job.master_port = free_port(job.master_addr);
+  job.store_address = store_address(options.store_bind_address, store->port());
+  job.timeout_s = options.timeout_s;
+  job.num_cpus = available_cpus();
+  job.restart_count = restart_count;
+  job.extra = options.extra_env;
+
+  const Environment parent = current_environment();
+  const int world = options.hosts * options.processes_per_host;
+  const LocalLauncherHooks& hooks = options.hooks;
+  std::vector<Worker> workers(world);
+  for (int rank = 0; rank < world; ++rank) {
+    Worker& w = workers[rank];
+    w.rank = rank;
+    SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
+                       options.prefix_output || hooks.on_line != nullptr};
+    try {
+      w.process = Process::spawn(spawn);
+    } catch (const SpawnError& e) {
+      std::cerr << options.log_name << ": " << e.what() << std::endl;
+      GroupEnd end;
+      end.restart_count = restart_count;
+      end.exit_code = e.exit_code();
+      end.spawn_error = e.what();
+      return end;  // ~Process kills and reaps the ranks already started
+    }
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    LineSink out, err;
+    if (hooks.on_line) {
+      out = [&hooks, rank](std::string_view line) { hooks.on_line(rank, false, line); };
+      err = [&hooks, rank](std::string_view line) { hooks.on_line(rank, true, line); };
+    }
+    w.out.emplace(prefix, STDOUT_FILENO, out);
+    w.err.emplace(prefix, STDERR_FILENO, err);
+  }
+  if (hooks.on_start) hooks.on_start(restart_count);
+  GroupEnd end = GroupWatch(options, workers, signals).run();
+  end.restart_count = restart_count;
+  return end;
+}
 
 }  // namespace
 
@@ -349,43 +433,15 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
   require(options_.grace.count() >= 0, "grace must not be negative");
 }
 
-int LocalLauncher::run() {
-  SignalPipe signals;
-  std::unique_ptr<comm::TcpStoreServer> store;
-  JobEnvironment job;
-  job.token = comm::random_token();
-  {
-    ScopedSignalBlock block;  // the store's thread inherits the blocked mask
-    store = std::make_unique<comm::TcpStoreServer>(
-        comm::TcpStoreServerOptions{options_.store_bind_address, 0, job.token});
-  }
-  job.hosts = options_.hosts;
-  job.processes_per_host = options_.processes_per_host;
-  job.master_port = free_port(job.master_addr);
-  job.store_address = store_address(options_.store_bind_address, store->port());
-  job.timeout_s = options_.timeout_s;
-  job.num_cpus = available_cpus();
-  job.extra = options_.extra_env;
+int LocalLauncher::run() { return run_group().exit_code; }
 
-  const Environment parent = current_environment();
-  const int world = options_.hosts * options_.processes_per_host;
-  std::vector<Worker> workers(world);
-  for (int rank = 0; rank < world; ++rank) {
-    Worker& w = workers[rank];
-    w.rank = rank;
-    SpawnOptions spawn{options_.command, worker_environment(job, rank, parent),
-                       options_.prefix_output};
-    try {
-      w.process = Process::spawn(spawn);
-    } catch (const SpawnError& e) {
-      std::cerr << options_.log_name << ": " << e.what() << std::endl;
-      return e.exit_code();  // ~Process kills and reaps the ranks already started
-    }
-    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-    w.out.emplace(prefix, STDOUT_FILENO);
-    w.err.emplace(prefix, STDERR_FILENO);
+GroupEnd LocalLauncher::run_group() {
+  SignalPipe signals;  // held across restarts, so no signal falls between two starts
+  for (int restart_count = 0;; ++restart_count) {
+    GroupEnd end = run_once(options_, signals, restart_count);
+    if (end.interrupt_signal != 0 || !options_.hooks.restart || !options_.hooks.restart(end))
+      return end;
   }
-  return Supervisor(options_, workers, signals).run();
 }
 
 }  // namespace heft::job

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 namespace heft::job {
 
@@ -224,6 +226,25 @@ std::string describe_wait_status(int wait_status) {
     return "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
   }
   return "ended with wait status " + std::to_string(wait_status);
+}
+
+long long process_start_ticks(pid_t pid) {
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  // "pid (comm) state ppid ..." where comm may hold spaces and parentheses: fields are
+  // counted from the last ')'. state is field 3, starttime field 22.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || p[1] != ' ') return -1;
+  if (p[2] == 'Z' || p[2] == 'X') return -1;
+  int field = 2;
+  for (p += 1; *p != '\0' && field < 22; ++p)
+    if (*p == ' ') ++field;
+  return field == 22 ? std::strtoll(p, nullptr, 10) : -1;
 }
 
 std::string signal_name(int sig) {

@@ -98,4 +98,9 @@ std::string describe_wait_status(int wait_status);
 // "SIGINT", "SIGKILL", ...; "signal N" for a number without a name.
 std::string signal_name(int sig);
 
+// When process `pid` started, in clock ticks since boot (/proc/PID/stat); -1 when no such
+// process runs (a zombie counts as gone). A pid and its start time name one process even
+// after the pid is reused.
+long long process_start_ticks(pid_t pid);
+
 }  // namespace heft::job

@@ -37,6 +37,7 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
   require_at_least("processes_per_host", job.processes_per_host, 1);
   require_at_least("timeout_s", job.timeout_s, 1);
   require_at_least("num_cpus", job.num_cpus, 1);
+  require_at_least("restart_count", job.restart_count, 0);
   const int world = job.hosts * job.processes_per_host;
   if (rank < 0 || rank >= world)
     throw InvalidArgument("worker environment: rank " + std::to_string(rank) +
@@ -53,7 +54,7 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
   env["GROUP_RANK"] = std::to_string(host);
   env["MASTER_ADDR"] = job.master_addr;
   env["MASTER_PORT"] = std::to_string(job.master_port);
-  env["TORCHELASTIC_RESTART_COUNT"] = "0";
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
   // the cloud training container
   env["SM_HOSTS"] = hosts_json(job.hosts);
   env["SM_CURRENT_HOST"] = host_id;

@@ -31,6 +31,8 @@ struct JobEnvironment {
   std::string token;
   // Communication timeout in seconds handed to workers (HEFT_TIMEOUT). >= 1.
   int timeout_s = 300;
+  // How often the group was started again (TORCHELASTIC_RESTART_COUNT). >= 0.
+  int restart_count = 0;
   // Cores of this machine (SM_NUM_CPUS; OMP_NUM_THREADS is derived from it). >= 1.
   int num_cpus = 1;
   // Set in every worker after everything else; overrides any variable above.

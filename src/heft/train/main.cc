@@ -2,6 +2,8 @@
 // command line and SM_HPS, joins the job (heft::comm::init(); alone when HEFT_STORE is not
 // set), and runs train() (trainer.h). Exit codes: 0 done; 2 bad hyperparameters; 1 any
 // other failure (missing data, a lost peer), with the reason on stderr.
+#include <malloc.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -31,6 +33,14 @@ heft::comm::World join() {
   w.store = std::make_shared<heft::comm::MemoryStore>();
   w.comm = heft::comm::Communicator::create(w.store, "local", 0, 1, o);
   return w;
+}
+
+// glibc returns big freed blocks to the kernel (munmap, heap trimming), so every step's
+// activations come back as fresh zero-filled pages: a page fault per 4 KiB, ~15% of a CNN
+// step on this machine. Keep up to 32 MiB blocks and 512 MiB of free heap instead.
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
 void set_threads() {
@@ -67,6 +77,7 @@ int main(int argc, char** argv) {
   if (hp.model_dir.empty()) hp.model_dir = env_or("SM_MODEL_DIR", "");
   const std::string test_dir = env_or("SM_CHANNEL_TEST", hp.data);
   try {
+    keep_freed_memory();
     set_threads();
     heft::comm::World world = join();
     heft::parallel::ProcessGroup group(*world.comm);

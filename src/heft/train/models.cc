@@ -13,10 +13,10 @@ Mlp::Mlp() {
 }
 
 torch::Tensor Mlp::forward(torch::Tensor x) {
-  x = x.flatten(1);                     // (B, 784)
-  x = torch::relu_(fc1_->forward(x));   // (B, 512)
-  x = torch::relu_(fc2_->forward(x));   // (B, 256)
-  return fc3_->forward(x);              // (B, 10)
+  x = x.flatten(1);               // (B, 784)
+  x = fc1_->forward(x).relu_();   // (B, 512)
+  x = fc2_->forward(x).relu_();   // (B, 256)
+  return fc3_->forward(x);        // (B, 10)
 }
 
 Cnn::Cnn() {
@@ -27,10 +27,10 @@ Cnn::Cnn() {
 }
 
 torch::Tensor Cnn::forward(torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu_(conv1_->forward(x)), 2);  // (B, 32, 12, 12)
-  x = torch::max_pool2d(torch::relu_(conv2_->forward(x)), 2);  // (B, 64, 4, 4)
-  x = torch::relu_(fc1_->forward(x.flatten(1)));               // (B, 512)
-  return fc2_->forward(x);                                     // (B, 10)
+  x = torch::max_pool2d(conv1_->forward(x).relu_(), 2);  // (B, 32, 12, 12)
+  x = torch::max_pool2d(conv2_->forward(x).relu_(), 2);  // (B, 64, 4, 4)
+  x = fc1_->forward(x.flatten(1)).relu_();               // (B, 512)
+  return fc2_->forward(x);                               // (B, 10)
 }
 
 const std::vector<std::string>& model_names() {

@@ -1,0 +1,405 @@
+// The job database over SQLite (job_db.h). The schema below is the one docs/jobs.md
+// documents; keep the two in step. Every write is one SqliteTransaction (BEGIN IMMEDIATE).
+#include "heft/job/job_db.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "heft/error.h"
+#include "heft/job/process.h"
+#include "heft/job/sqlite.h"
+
+namespace heft::job {
+
+namespace {
+
+constexpr int kSchemaVersion = 1;
+constexpr int kBusyTimeoutMs = 30000;
+
+const char* const kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id               INTEGER PRIMARY KEY,
+  name             TEXT    NOT NULL UNIQUE,
+  status           TEXT    NOT NULL,
+  secondary_status TEXT    NOT NULL,
+  failure_reason   TEXT    NOT NULL DEFAULT '',
+  spec             TEXT    NOT NULL,
+  job_dir          TEXT    NOT NULL,
+  instance_count   INTEGER NOT NULL,
+  world_size       INTEGER NOT NULL,
+  created_at       REAL    NOT NULL,
+  training_start   REAL,
+  end_time         REAL,
+  attempts         INTEGER NOT NULL DEFAULT 0,
+  interruptions    INTEGER NOT NULL DEFAULT 0,
+  training_seconds REAL    NOT NULL DEFAULT 0,
+  billable_seconds REAL    NOT NULL DEFAULT 0,
+  exit_code        INTEGER,
+  supervisor_pid   INTEGER NOT NULL,
+  supervisor_start INTEGER NOT NULL,
+  stop_requested   INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS transitions (
+  job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  seq        INTEGER NOT NULL,
+  status     TEXT    NOT NULL,
+  start_time REAL    NOT NULL,
+  end_time   REAL,
+  message    TEXT    NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+  id        INTEGER PRIMARY KEY,
+  job_id    INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  name      TEXT    NOT NULL,
+  rank      INTEGER NOT NULL,
+  timestamp REAL    NOT NULL,
+  step      INTEGER,
+  value     REAL
+);
+CREATE INDEX IF NOT EXISTS metrics_by_job_name ON metrics(job_id, name, id);
+)sql";
+
+const char* const kJobColumns =
+    "id, name, status, secondary_status, failure_reason, spec, job_dir, instance_count, "
+    "world_size, created_at, training_start, end_time, attempts, interruptions, "
+    "training_seconds, billable_seconds, exit_code, supervisor_pid, stop_requested";
+
+JobRecord read_job(const SqliteStatement& s) {
+  JobRecord j;
+  j.id = s.int64(0);
+  j.name = s.text(1);
+  j.status = s.text(2);
+  j.secondary_status = s.text(3);
+  j.failure_reason = s.text(4);
+  j.spec = nlohmann::json::parse(s.text(5), nullptr, false);
+  j.job_dir = s.text(6);
+  j.instance_count = static_cast<int>(s.int64(7));
+  j.world_size = static_cast<int>(s.int64(8));
+  j.created_at = s.real(9);
+  j.training_start = s.optional_real(10);
+  j.end_time = s.optional_real(11);
+  j.attempts = static_cast<int>(s.int64(12));
+  j.interruptions = static_cast<int>(s.int64(13));
+  j.training_seconds = s.real(14);
+  j.billable_seconds = s.real(15);
+  if (auto code = s.optional_int64(16)) j.exit_code = static_cast<int>(*code);
+  j.supervisor_pid = s.int64(17);
+  j.stop_requested = s.int64(18) != 0;
+  return j;
+}
+
+std::string time_text(double unix_seconds) {
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool JobRecord::ended() const {
+  return status == status::kCompleted || status == status::kFailed ||
+         status == status::kStopped;
+}
+
+std::unique_ptr<JobDb> JobDb::open(const std::string& path) {
+  auto db = std::make_unique<SqliteDb>(path, kBusyTimeoutMs);
+  // WAL: readers see the last commit and never block the writer; NORMAL sync is durable
+  // against a process crash (the case that matters: a killed supervisor).
+  db->exec("PRAGMA journal_mode=WAL");
+  db->exec("PRAGMA synchronous=NORMAL");
+  db->exec("PRAGMA foreign_keys=ON");
+  std::unique_ptr<JobDb> jobs(new JobDb(std::move(db)));
+  jobs->create_schema();
+  return jobs;
+}
+
+JobDb::JobDb(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
+JobDb::~JobDb() = default;
+
+void JobDb::create_schema() {
+  int version = 0;
+  {
+    SqliteStatement s = db_->prepare("PRAGMA user_version");
+    if (s.step()) version = static_cast<int>(s.int64(0));
+  }
+  if (version == kSchemaVersion) return;
+  if (version > kSchemaVersion)
+    throw IoError("job database " + db_->path() + ": schema version " +
+                  std::to_string(version) + " is newer than this heft's (" +
+                  std::to_string(kSchemaVersion) + ")");
+  SqliteTransaction tx(*db_);
+  db_->exec(kSchema);
+  db_->exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
+  tx.commit();
+}
+
+Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::json& spec,
+                                    const std::string& job_dir, int instance_count,
+                                    int world_size) {
+  const double now = unix_now();
+  SqliteTransaction tx(*db_);
+  {
+    SqliteStatement s = db_->prepare("SELECT status, created_at FROM jobs WHERE name = ?1");
+    s.bind(1, name);
+    if (s.step())
+      return Result<JobRecord>::failure(
+          "a job named '" + name + "' already exists (" + s.text(0) + ", created " +
+          time_text(s.real(1)) + "); job names are unique: choose another with --name");
+  }
+  const pid_t pid = ::getpid();
+  db_->prepare(
+         "INSERT INTO jobs (name, status, secondary_status, spec, job_dir, instance_count, "
+         "world_size, created_at, supervisor_pid, supervisor_start) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+      .bind(1, name)
+      .bind(2, status::kInProgress)
+      .bind(3, secondary::kStarting)
+      .bind(4, spec.dump())
+      .bind(5, job_dir)
+      .bind(6, instance_count)
+      .bind(7, world_size)
+      .bind(8, now)
+      .bind(9, static_cast<int64_t>(pid))
+      .bind(10, static_cast<int64_t>(process_start_ticks(pid)))
+      .run();
+  const int64_t id = db_->last_insert_rowid();
+  db_->prepare(
+         "INSERT INTO transitions (job_id, seq, status, start_time, message) "
+         "VALUES (?1, 1, ?2, ?3, ?4)")
+      .bind(1, id)
+      .bind(2, secondary::kStarting)
+      .bind(3, now)
+      .bind(4, "Preparing the workers")
+      .run();
+  tx.commit();
+  return find_job(name);
+}
+
+std::vector<JobRecord> JobDb::select_jobs(const std::string& where, const std::string& name) {
+  SqliteStatement s = db_->prepare(std::string("SELECT ") + kJobColumns + " FROM jobs " + where);
+  if (!name.empty()) s.bind(1, name);
+  std::vector<JobRecord> out;
+  while (s.step()) out.push_back(read_job(s));
+  return out;
+}
+
+Result<JobRecord> JobDb::find_job(const std::string& name) {
+  std::vector<JobRecord> jobs = select_jobs("WHERE name = ?1", name);
+  if (jobs.empty())
+    return Result<JobRecord>::failure("no job named '" + name + "' (heft jobs lists them)");
+  return Result<JobRecord>::success(std::move(jobs.front()));
+}
+
+std::vector<JobRecord> JobDb::list_jobs() { return select_jobs("ORDER BY id DESC", ""); }
+
+void JobDb::transition_locked(int64_t job_id, const std::string& secondary_status,
+                              const std::string& message, double now) {
+  db_->prepare("UPDATE transitions SET end_time = ?2 WHERE job_id = ?1 AND end_time IS NULL")
+      .bind(1, job_id)
+      .bind(2, now)
+      .run();
+  db_->prepare(
+         "INSERT INTO transitions (job_id, seq, status, start_time, message) "
+         "VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM transitions WHERE job_id = ?1), "
+         "?2, ?3, ?4)")
+      .bind(1, job_id)
+      .bind(2, secondary_status)
+      .bind(3, now)
+      .bind(4, message)
+      .run();
+  db_->prepare("UPDATE jobs SET secondary_status = ?2 WHERE id = ?1")
+      .bind(1, job_id)
+      .bind(2, secondary_status)
+      .run();
+}
+
+void JobDb::transition(int64_t job_id, const std::string& secondary_status,
+                       const std::string& message, const std::string& primary) {
+  SqliteTransaction tx(*db_);
+  transition_locked(job_id, secondary_status, message, unix_now());
+  if (!primary.empty())
+    db_->prepare("UPDATE jobs SET status = ?2 WHERE id = ?1").bind(1, job_id).bind(2, primary).run();
+  tx.commit();
+}
+
+void JobDb::update_progress(int64_t job_id, const JobProgress& p) {
+  SqliteTransaction tx(*db_);
+  db_->prepare(
+         "UPDATE jobs SET attempts = ?2, interruptions = ?3, training_seconds = ?4, "
+         "billable_seconds = ?5, training_start = COALESCE(training_start, ?6) WHERE id = ?1")
+      .bind(1, job_id)
+      .bind(2, p.attempts)
+      .bind(3, p.interruptions)
+      .bind(4, p.training_seconds)
+      .bind(5, p.billable_seconds)
+      .bind(6, p.training_start)
+      .run();
+  tx.commit();
+}
+
+void JobDb::finish(int64_t job_id, const JobEnd& end) {
+  const double now = unix_now();
+  SqliteTransaction tx(*db_);
+  transition_locked(job_id, end.secondary, end.message, now);
+  // The final transition is a state, not a phase: it has no end.
+  db_->prepare(
+         "UPDATE jobs SET status = ?2, failure_reason = ?3, exit_code = ?4, end_time = ?5, "
+         "attempts = ?6, interruptions = ?7, training_seconds = ?8, billable_seconds = ?9, "
+         "training_start = COALESCE(training_start, ?10) WHERE id = ?1")
+      .bind(1, job_id)
+      .bind(2, end.status)
+      .bind(3, end.failure_reason)
+      .bind(4, end.exit_code)
+      .bind(5, now)
+      .bind(6, end.progress.attempts)
+      .bind(7, end.progress.interruptions)
+      .bind(8, end.progress.training_seconds)
+      .bind(9, end.progress.billable_seconds)
+      .bind(10, end.progress.training_start)
+      .run();
+  tx.commit();
+}
+
+Result<StopRequest> JobDb::request_stop(const std::string& name) {
+  Result<JobRecord> job = find_job(name);
+  if (!job.ok()) return Result<StopRequest>::failure(job.error());
+  const double now = unix_now();
+  SqliteTransaction tx(*db_);
+  std::string current;
+  bool alive = false;
+  {
+    SqliteStatement s = db_->prepare(
+        "SELECT status, supervisor_pid, supervisor_start FROM jobs WHERE id = ?1");
+    s.bind(1, job.value().id);
+    if (!s.step()) return Result<StopRequest>::failure("no job named '" + name + "'");
+    current = s.text(0);
+    alive = process_start_ticks(static_cast<pid_t>(s.int64(1))) == s.int64(2);
+  }
+  if (current != status::kInProgress && current != status::kStopping)
+    return Result<StopRequest>::success(StopRequest::kAlreadyEnded);
+  if (!alive) {
+    transition_locked(job.value().id, secondary::kStopped,
+                      "Stopped by heft stop; its supervisor was no longer running", now);
+    db_->prepare("UPDATE jobs SET status = ?2, end_time = ?3, stop_requested = 1 WHERE id = ?1")
+        .bind(1, job.value().id)
+        .bind(2, status::kStopped)
+        .bind(3, now)
+        .run();
+    tx.commit();
+    return Result<StopRequest>::success(StopRequest::kOrphanStopped);
+  }
+  db_->prepare("UPDATE jobs SET stop_requested = 1, status = ?2 WHERE id = ?1")
+      .bind(1, job.value().id)
+      .bind(2, status::kStopping)
+      .run();
+  tx.commit();
+  return Result<StopRequest>::success(StopRequest::kRequested);
+}
+
+bool JobDb::stop_requested(int64_t job_id) {
+  SqliteStatement s = db_->prepare("SELECT stop_requested FROM jobs WHERE id = ?1");
+  s.bind(1, job_id);
+  return s.step() && s.int64(0) != 0;
+}
+
+void JobDb::add_metrics(int64_t job_id, const std::vector<MetricPoint>& points) {
+  if (points.empty()) return;
+  SqliteTransaction tx(*db_);
+  SqliteStatement s = db_->prepare(
+      "INSERT INTO metrics (job_id, name, rank, timestamp, step, value) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  for (const MetricPoint& p : points) {
+    s.bind(1, job_id).bind(2, p.name).bind(3, p.rank).bind(4, p.timestamp).bind(5, p.step);
+    s.bind(6, p.value).run();
+    s.reset();
+  }
+  tx.commit();
+}
+
+std::vector<MetricPoint> JobDb::metrics(int64_t job_id, const std::string& name) {
+  SqliteStatement s = db_->prepare(
+      "SELECT name, rank, timestamp, step, value FROM metrics WHERE job_id = ?1 " +
+      std::string(name.empty() ? "" : "AND name = ?2 ") + "ORDER BY id");
+  s.bind(1, job_id);
+  if (!name.empty()) s.bind(2, name);
+  std::vector<MetricPoint> out;
+  while (s.step())
+    out.push_back({s.text(0), static_cast<int>(s.int64(1)), s.real(2), s.optional_int64(3),
+                   s.real(4)});
+  return out;
+}
+
+std::vector<MetricPoint> JobDb::final_metrics(int64_t job_id) {
+  // For each name: its lowest reporting rank, then that rank's newest row.
+  SqliteStatement s = db_->prepare(
+      "SELECT m.name, m.rank, m.timestamp, m.step, m.value FROM metrics m "
+      "WHERE m.job_id = ?1 AND m.id = ("
+      "  SELECT id FROM metrics x WHERE x.job_id = m.job_id AND x.name = m.name "
+      "  ORDER BY x.rank ASC, x.id DESC LIMIT 1) "
+      "ORDER BY m.name");
+  s.bind(1, job_id);
+  std::vector<MetricPoint> out;
+  while (s.step())
+    out.push_back({s.text(0), static_cast<int>(s.int64(1)), s.real(2), s.optional_int64(3),
+                   s.real(4)});
+  return out;
+}
+
+std::vector<Transition> JobDb::transitions(int64_t job_id) {
+  SqliteStatement s = db_->prepare(
+      "SELECT status, start_time, end_time, message FROM transitions WHERE job_id = ?1 "
+      "ORDER BY seq");
+  s.bind(1, job_id);
+  std::vector<Transition> out;
+  while (s.step()) out.push_back({s.text(0), s.real(1), s.optional_real(2), s.text(3)});
+  return out;
+}
+
+int JobDb::fail_orphaned_jobs() {
+  std::vector<std::pair<int64_t, int64_t>> orphans;  // job id, supervisor pid
+  {
+    SqliteStatement s = db_->prepare(
+        "SELECT id, supervisor_pid, supervisor_start FROM jobs "
+        "WHERE status IN ('InProgress', 'Stopping')");
+    while (s.step())
+      if (process_start_ticks(static_cast<pid_t>(s.int64(1))) != s.int64(2))
+        orphans.emplace_back(s.int64(0), s.int64(1));
+  }
+  int n = 0;
+  for (const auto& [id, pid] : orphans) {
+    const double now = unix_now();
+    SqliteTransaction tx(*db_);
+    // Re-checked inside the transaction: the job may have ended meanwhile.
+    {
+      SqliteStatement s = db_->prepare(
+          "SELECT 1 FROM jobs WHERE id = ?1 AND status IN ('InProgress', 'Stopping')");
+      s.bind(1, id);
+      if (!s.step()) continue;
+    }
+    const std::string reason = "the supervisor (heft train, pid " + std::to_string(pid) +
+                               ") ended without recording how the job ended";
+    transition_locked(id, secondary::kFailed, reason, now);
+    db_->prepare("UPDATE jobs SET status = ?2, failure_reason = ?3, end_time = ?4 WHERE id = ?1")
+        .bind(1, id)
+        .bind(2, status::kFailed)
+        .bind(3, reason)
+        .bind(4, now)
+        .run();
+    tx.commit();
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace heft::job

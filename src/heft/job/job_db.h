@@ -1,0 +1,174 @@
+// The job database: every training job heft ran or runs on this machine, in one SQLite file
+// ($HEFT_HOME/heft.db, WAL mode). The schema is documented in docs/jobs.md; the
+// statuses mirror the cloud service's (primary InProgress/Completed/Failed/Stopping/Stopped,
+// secondary transitions with timestamps).
+//
+// Concurrency: each process (each thread) opens its own JobDb. Readers never wait for
+// writers (WAL); every write is one IMMEDIATE transaction, so concurrent writers queue on
+// the busy timeout instead of failing, and a write is either wholly there or not at all.
+// Runtime failures (an unreadable file, a lock held past the timeout) throw heft::IoError;
+// expected user errors (a taken name, a missing job) are Result values.
+//
+// Deliberately left out: deleting jobs, remote databases, schema migrations (version 1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "heft/job/result.h"
+
+namespace heft::job {
+
+class SqliteDb;
+
+// Primary statuses.
+namespace status {
+inline constexpr const char* kInProgress = "InProgress";
+inline constexpr const char* kCompleted = "Completed";
+inline constexpr const char* kFailed = "Failed";
+inline constexpr const char* kStopping = "Stopping";
+inline constexpr const char* kStopped = "Stopped";
+}  // namespace status
+
+// Secondary statuses (the transitions' names).
+namespace secondary {
+inline constexpr const char* kStarting = "Starting";
+inline constexpr const char* kTraining = "Training";
+inline constexpr const char* kInterrupted = "Interrupted";
+inline constexpr const char* kRestarting = "Restarting";
+inline constexpr const char* kUploading = "Uploading";
+inline constexpr const char* kStopping = "Stopping";
+inline constexpr const char* kCompleted = "Completed";
+inline constexpr const char* kFailed = "Failed";
+inline constexpr const char* kStopped = "Stopped";
+inline constexpr const char* kMaxRuntimeExceeded = "MaxRuntimeExceeded";
+inline constexpr const char* kMaxWaitTimeExceeded = "MaxWaitTimeExceeded";
+}  // namespace secondary
+
+// Seconds since the Unix epoch, with sub-second precision: every timestamp in the database.
+double unix_now();
+
+struct Transition {
+  std::string status;
+  double start_time = 0;
+  std::optional<double> end_time;  // none while it is the current one
+  std::string message;
+};
+
+struct MetricPoint {
+  std::string name;
+  int rank = 0;
+  double timestamp = 0;
+  std::optional<int64_t> step;  // when the line had step=N
+  double value = 0;             // NaN is stored as NULL and read back as NaN
+};
+
+struct JobRecord {
+  int64_t id = 0;
+  std::string name;
+  std::string status;            // primary
+  std::string secondary_status;  // the current transition's
+  std::string failure_reason;    // empty unless Failed
+  nlohmann::json spec;           // spec_to_json() of the validated spec
+  std::string job_dir;
+  int instance_count = 1;
+  int world_size = 1;
+  double created_at = 0;
+  std::optional<double> training_start;  // first time the group ran
+  std::optional<double> end_time;        // when it reached a final status
+  int attempts = 0;                      // starts of the group
+  int interruptions = 0;                 // spot interruptions
+  double training_seconds = 0;           // wall clock from training_start to the end
+  double billable_seconds = 0;           // time the group actually ran, summed over attempts
+  std::optional<int> exit_code;          // of `heft train`, once ended
+  int64_t supervisor_pid = 0;
+  bool stop_requested = false;
+
+  bool ended() const;  // Completed, Failed or Stopped
+};
+
+// What the supervisor updates as the job runs.
+struct JobProgress {
+  int attempts = 0;
+  int interruptions = 0;
+  double training_seconds = 0;
+  double billable_seconds = 0;
+  std::optional<double> training_start;
+};
+
+// The final word on a job, written in one transaction.
+struct JobEnd {
+  std::string status;     // Completed, Failed or Stopped
+  std::string secondary;  // Completed, Failed, Stopped, MaxRuntimeExceeded, ...
+  std::string message;    // of the last transition
+  std::string failure_reason;
+  int exit_code = 0;
+  JobProgress progress;
+};
+
+// What request_stop() found.
+enum class StopRequest {
+  kRequested,      // the job was running; its supervisor will stop it within a second
+  kAlreadyEnded,   // nothing to stop
+  kOrphanStopped,  // its supervisor was gone; the job was marked Stopped directly
+};
+
+class JobDb {
+ public:
+  // Opens (creating) the database at `path` and its schema; WAL mode, a 30 s busy timeout.
+  // Throws heft::IoError when the file cannot be opened or is not a heft database.
+  static std::unique_ptr<JobDb> open(const std::string& path);
+  ~JobDb();
+  JobDb(const JobDb&) = delete;
+  JobDb& operator=(const JobDb&) = delete;
+
+  // Records a new job InProgress/Starting, supervised by this process. A name already taken
+  // is an error naming the existing job's status and creation time.
+  Result<JobRecord> create_job(const std::string& name, const nlohmann::json& spec,
+                               const std::string& job_dir, int instance_count, int world_size);
+
+  // The job with this name; an error "no job named 'x'" when there is none.
+  Result<JobRecord> find_job(const std::string& name);
+  // Every job, newest first.
+  std::vector<JobRecord> list_jobs();
+
+  // Ends the current transition and starts `secondary_status`; when `primary` is not
+  // empty, the job's primary status becomes it too.
+  void transition(int64_t job_id, const std::string& secondary_status,
+                  const std::string& message, const std::string& primary = "");
+  void update_progress(int64_t job_id, const JobProgress& progress);
+  // Final status, transition, counters and failure reason, at once.
+  void finish(int64_t job_id, const JobEnd& end);
+
+  // `heft stop`: flags the job (primary status Stopping) for its supervisor, which polls
+  // stop_requested(). A job whose supervisor no longer runs is marked Stopped at once.
+  Result<StopRequest> request_stop(const std::string& name);
+  bool stop_requested(int64_t job_id);
+
+  // Appends metric points in one transaction.
+  void add_metrics(int64_t job_id, const std::vector<MetricPoint>& points);
+  // In the order they were stored; only `name`'s when not empty.
+  std::vector<MetricPoint> metrics(int64_t job_id, const std::string& name = "");
+  // The last value of each metric name, from the lowest rank that reported it.
+  std::vector<MetricPoint> final_metrics(int64_t job_id);
+  std::vector<Transition> transitions(int64_t job_id);
+
+  // Jobs still InProgress or Stopping whose supervisor process is gone (killed with
+  // SIGKILL, machine rebooted) become Failed with a reason saying so. Returns how many.
+  int fail_orphaned_jobs();
+
+ private:
+  explicit JobDb(std::unique_ptr<SqliteDb> db);
+  void create_schema();
+  void transition_locked(int64_t job_id, const std::string& secondary_status,
+                         const std::string& message, double now);
+  std::vector<JobRecord> select_jobs(const std::string& where, const std::string& name);
+
+  std::unique_ptr<SqliteDb> db_;
+};
+
+}  // namespace heft::job

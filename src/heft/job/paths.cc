@@ -1,0 +1,65 @@
+// heft's home and job directories (paths.h).
+#include "heft/job/paths.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace heft::job {
+
+namespace fs = std::filesystem;
+
+std::string heft_home() {
+  const char* home = std::getenv("HEFT_HOME");
+  if (home != nullptr && *home != '\0') return home;
+  const char* user_home = std::getenv("HOME");
+  if (user_home == nullptr || *user_home == '\0') {
+    const passwd* pw = ::getpwuid(::getuid());
+    user_home = pw != nullptr ? pw->pw_dir : "/tmp";
+  }
+  return std::string(user_home) + "/.heft";
+}
+
+std::string database_path(const std::string& home) { return home + "/heft.db"; }
+
+std::string JobPaths::rank_log(int rank) const {
+  return logs + "/rank-" + std::to_string(rank) + ".log";
+}
+
+JobPaths job_paths(const std::string& home, const std::string& name) {
+  JobPaths p;
+  p.root = home + "/jobs/" + name;
+  p.logs = p.root + "/logs";
+  p.checkpoints = p.root + "/checkpoints";
+  p.model = p.root + "/model";
+  p.output = p.root + "/output";
+  p.output_data = p.output + "/data";
+  return p;
+}
+
+Status make_home(const std::string& home) {
+  std::error_code ec;
+  if (fs::is_directory(home, ec)) return Status::success();
+  fs::create_directories(home, ec);
+  if (ec) return Status::failure("cannot create heft's home " + home + ": " + ec.message());
+  fs::permissions(home, fs::perms::owner_all, ec);
+  return Status::success();
+}
+
+Status make_job_dirs(const JobPaths& paths) {
+  std::error_code ec;
+  if (fs::exists(paths.root, ec) && !fs::is_empty(paths.root, ec))
+    return Status::failure("the job directory " + paths.root +
+                           " already exists and is not empty; remove it or choose another "
+                           "name with --name");
+  for (const std::string& dir :
+       {paths.logs, paths.checkpoints, paths.model, paths.output_data}) {
+    fs::create_directories(dir, ec);
+    if (ec) return Status::failure("cannot create " + dir + ": " + ec.message());
+  }
+  return Status::success();
+}
+
+}  // namespace heft::job

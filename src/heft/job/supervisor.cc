@@ -1,0 +1,329 @@
+// The job supervisor (supervisor.h).
+//
+// Terms: a *start* is one run of the whole group (attempts counts them); a *stop reason* is
+// why the supervisor itself asked the launcher to stop a start (heft stop, max runtime, max
+// wait, a simulated interruption); the *running time* is the sum of the starts' durations
+// (billable seconds), the *wall time* runs from the first start (training seconds).
+#include "heft/job/supervisor.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "heft/job/job_output.h"
+#include "heft/job/local_launcher.h"
+#include "heft/job/process.h"
+#include "heft/job/spec_env.h"
+#include "heft/job/spec_yaml.h"
+
+namespace heft::job {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kFailureFileBytes = 1024;
+constexpr double kMetricFlushSeconds = 0.5;
+
+enum class StopReason { kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted };
+
+std::string seconds_text(double s) { return number_text(std::round(s * 10) / 10) + " s"; }
+
+// The first kFailureFileBytes of the worker's failure file, if it wrote one.
+std::string failure_file(const JobPaths& paths) {
+  for (const std::string& path : {paths.output + "/failure", paths.output_data + "/failure"}) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    std::string text(kFailureFileBytes, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (!text.empty()) return text;
+  }
+  return "";
+}
+
+std::optional<double> numeric_hyperparameter(const JobSpec& spec,
+                                             std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    auto it = spec.hyperparameters.find(name);
+    if (it != spec.hyperparameters.end() && it->second.value.is_number())
+      return it->second.value.get<double>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+class Supervisor::Impl {
+ public:
+  Impl(JobDb& db, JobRecord job, JobSpec spec, JobPaths paths, std::vector<std::string> command,
+       SupervisorOptions options)
+      : db_(db),
+        job_(std::move(job)),
+        spec_(std::move(spec)),
+        paths_(std::move(paths)),
+        command_(std::move(command)),
+        options_(std::move(options)),
+        output_(paths_, spec_, options_.echo, options_.progress,
+                ProgressLine(spec_.name, numeric_hyperparameter(spec_, {"epochs"}),
+                             numeric_hyperparameter(spec_, {"max_steps", "steps"}))) {}
+
+  int run() {
+    std::cerr << options_.log_name << ": job " << spec_.name << ": "
+              << spec_.cluster.instance_count << " host"
+              << (spec_.cluster.instance_count == 1 ? "" : "s") << " x "
+              << spec_.cluster.processes_per_host << " worker"
+              << (spec_.cluster.processes_per_host == 1 ? "" : "s") << ", logs in "
+              << paths_.logs << std::endl;
+    job_start_ = Clock::now();
+    LocalLauncher launcher(launcher_options());
+    const GroupEnd end = launcher.run_group();
+    return finish(end);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  LocalLauncherOptions launcher_options() {
+    LocalLauncherOptions o;
+    o.hosts = spec_.cluster.instance_count;
+    o.processes_per_host = spec_.cluster.processes_per_host;
+    o.command = command_;
+    o.grace = std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
+    o.extra_env = training_environment(spec_, paths_);
+    o.log_name = options_.log_name;
+    o.hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
+      output_.line(rank, is_stderr, line, elapsed(job_start_));
+    };
+    o.hooks.on_start = [this](int restart_count) { on_start(restart_count); };
+    o.hooks.on_tick = [this] { return on_tick(); };
+    o.hooks.restart = [this](const GroupEnd& end) { return restart(end); };
+    return o;
+  }
+
+  static double elapsed(Clock::time_point since) {
+    return std::chrono::duration<double>(Clock::now() - since).count();
+  }
+
+  double running_seconds() const {
+    return billable_ + (in_start_ ? elapsed(start_began_) : 0.0);
+  }
+
+  JobProgress progress() const {
+    JobProgress p;
+    p.attempts = attempts_;
+    p.interruptions = interruptions_;
+    p.billable_seconds = running_seconds();
+    p.training_seconds = training_start_ ? unix_now() - *training_start_ : 0.0;
+    p.training_start = training_start_;
+    return p;
+  }
+
+  void on_start(int restart_count) {
+    std::error_code ignored;  // a failure file is about the start that wrote it
+    fs::remove(paths_.output + "/failure", ignored);
+    fs::remove(paths_.output_data + "/failure", ignored);
+    ++attempts_;
+    in_start_ = true;
+    start_began_ = Clock::now();
+    if (!training_start_) training_start_ = unix_now();
+    const int world = spec_.world_size();
+    db_.transition(job_.id, secondary::kTraining,
+                   restart_count == 0
+                       ? "Training with " + std::to_string(world) + " workers"
+                       : "Training resumed (restart " + std::to_string(restart_count) +
+                             ", TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart_count) +
+                             ")");
+    db_.update_progress(job_.id, progress());
+  }
+
+  // Asks the launcher to stop the start when one of the limits is reached.
+  bool on_tick() {
+    output_.tick(db_, job_.id, kMetricFlushSeconds, status_text(), elapsed(job_start_));
+    if (stop_reason_ != StopReason::kNone) return false;
+    if (db_.stop_requested(job_.id)) {
+      return stop(StopReason::kStopRequested, secondary::kStopping,
+                  "Stopping: requested by heft stop", status::kStopping);
+    }
+    if (running_seconds() >= spec_.stopping.max_runtime_s) {
+      return stop(StopReason::kMaxRuntime, secondary::kStopping,
+                  "Stopping: the job ran for its max_runtime_s (" +
+                      number_text(spec_.stopping.max_runtime_s) + " s)",
+                  status::kStopping);
+    }
+    if (spot_wait_exceeded()) {
+      return stop(StopReason::kMaxWait, secondary::kStopping,
+                  "Stopping: the job reached its spot max_wait_s (" +
+                      number_text(spec_.spot.max_wait_s) + " s)",
+                  status::kStopping);
+    }
+    const SpotSpec& spot = spec_.spot;
+    if (spot.enabled && interruptions_ < spot.simulate_count &&
+        elapsed(start_began_) >= spot.simulate_every_s) {
+      ++interruptions_;
+      return stop(StopReason::kInterrupted, secondary::kInterrupted,
+                  "Simulated spot interruption " + std::to_string(interruptions_) + " of " +
+                      std::to_string(spot.simulate_count) + ": the instances are reclaimed",
+                  "");
+    }
+    return false;
+  }
+
+  bool spot_wait_exceeded() const {
+    return spec_.spot.enabled && elapsed(job_start_) >= spec_.spot.max_wait_s;
+  }
+
+  bool stop(StopReason reason, const char* secondary_status, const std::string& message,
+            const std::string& primary) {
+    stop_reason_ = reason;
+    output_.clear_progress();
+    std::cerr << options_.log_name << ": " << message << std::endl;
+    db_.transition(job_.id, secondary_status, message, primary);
+    return true;
+  }
+
+  // Decides whether a start that ended is started again.
+  bool restart(const GroupEnd& end) {
+    end_start(end);
+    if (!end.spawn_error.empty()) return false;
+    if (stop_reason_ == StopReason::kInterrupted) {
+      if (spot_wait_exceeded()) {
+        stop_reason_ = StopReason::kMaxWait;
+        return false;
+      }
+      stop_reason_ = StopReason::kNone;
+      db_.transition(job_.id, secondary::kRestarting,
+                     "Restarting from the checkpoints in " + paths_.checkpoints);
+      return true;
+    }
+    if (stop_reason_ != StopReason::kNone || end.exit_code == 0) return false;
+    ++failures_;
+    if (failures_ >= spec_.retry.max_attempts) return false;
+    const std::string reason = failure_reason(end);
+    output_.clear_progress();
+    std::cerr << options_.log_name << ": attempt " << failures_ << " of "
+              << spec_.retry.max_attempts << " failed; restarting" << std::endl;
+    db_.transition(job_.id, secondary::kRestarting,
+                   "Attempt " + std::to_string(failures_) + " of " +
+                       std::to_string(spec_.retry.max_attempts) + " failed: " + reason);
+    return true;
+  }
+
+  void end_start(const GroupEnd&) {
+    if (!in_start_) return;
+    billable_ += elapsed(start_began_);
+    in_start_ = false;
+    db_.update_progress(job_.id, progress());
+  }
+
+  std::string failure_reason(const GroupEnd& end) const {
+    if (!end.spawn_error.empty()) return end.spawn_error;
+    std::string head = end.failed_rank >= 0
+                           ? "rank " + std::to_string(end.failed_rank) + " " +
+                                 describe_wait_status(end.failed_wait_status)
+                           : "the group ended with exit code " + std::to_string(end.exit_code);
+    const std::string file = failure_file(paths_);
+    if (!file.empty()) return head + ": " + file;
+    const std::string tail = end.failed_rank >= 0 ? output_.tail(end.failed_rank) : "";
+    if (tail.empty()) return head;
+    return head + "; last lines of logs/rank-" + std::to_string(end.failed_rank) + ".log:\n" +
+           tail;
+  }
+
+  std::string status_text() const {
+    return stop_reason_ == StopReason::kNone ? "Training" : "Stopping";
+  }
+
+  int finish(const GroupEnd& end) {
+    end_start(end);
+    output_.flush_metrics(db_, job_.id);
+    output_.clear_progress();
+    JobEnd result;
+    result.status = status::kStopped;
+    result.exit_code = kExitStopped;
+    if (end.interrupt_signal != 0) {
+      result.secondary = secondary::kStopped;
+      result.message = "Stopped: heft train received " + signal_name(end.interrupt_signal);
+    } else if (stop_reason_ == StopReason::kStopRequested) {
+      result.secondary = secondary::kStopped;
+      result.message = "Stopped by heft stop";
+    } else if (stop_reason_ == StopReason::kMaxRuntime) {
+      result.secondary = secondary::kMaxRuntimeExceeded;
+      result.message = "Stopped: max_runtime_s (" + number_text(spec_.stopping.max_runtime_s) +
+                       " s) exceeded";
+    } else if (stop_reason_ == StopReason::kMaxWait) {
+      result.secondary = secondary::kMaxWaitTimeExceeded;
+      result.message = "Stopped: spot max_wait_s (" + number_text(spec_.spot.max_wait_s) +
+                       " s) exceeded";
+    } else if (end.exit_code != 0) {
+      result.status = status::kFailed;
+      result.secondary = secondary::kFailed;
+      result.failure_reason = failure_reason(end);
+      result.message = "Failed: " + result.failure_reason.substr(0, result.failure_reason.find('\n'));
+      result.exit_code = kExitFailed;
+    } else {
+      db_.transition(job_.id, secondary::kUploading,
+                     "Keeping the model in " + paths_.model + " (" +
+                         std::to_string(count_files(paths_.model)) + " files)");
+      result.status = status::kCompleted;
+      result.secondary = secondary::kCompleted;
+      result.message = "Training job completed";
+      result.exit_code = kExitCompleted;
+    }
+    result.progress = progress();
+    db_.finish(job_.id, result);
+    std::cerr << options_.log_name << ": job " << spec_.name << " " << result.status << " ("
+              << result.secondary << ") after " << seconds_text(result.progress.training_seconds)
+              << "; billable " << seconds_text(result.progress.billable_seconds) << ", "
+              << attempts_ << " start" << (attempts_ == 1 ? "" : "s") << ", " << interruptions_
+              << " interruption" << (interruptions_ == 1 ? "" : "s") << std::endl;
+    if (!result.failure_reason.empty())
+      std::cerr << options_.log_name << ": failure reason: " << result.failure_reason << std::endl;
+    return result.exit_code;
+  }
+
+  static size_t count_files(const std::string& dir) {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      n += it->is_regular_file(ec) ? 1 : 0;
+    return n;
+  }
+
+  JobDb& db_;
+  JobRecord job_;
+  JobSpec spec_;
+  JobPaths paths_;
+  std::vector<std::string> command_;
+  SupervisorOptions options_;
+  JobOutput output_;
+
+  Clock::time_point job_start_;
+  Clock::time_point start_began_;
+  bool in_start_ = false;
+  std::optional<double> training_start_;
+  double billable_ = 0;
+  int attempts_ = 0;
+  int interruptions_ = 0;
+  int failures_ = 0;
+  StopReason stop_reason_ = StopReason::kNone;
+};
+
+Supervisor::Supervisor(JobDb& db, JobRecord job, JobSpec spec, JobPaths paths,
+                       std::vector<std::string> command, SupervisorOptions options)
+    : impl_(std::make_unique<Impl>(db, std::move(job), std::move(spec), std::move(paths),
+                                   std::move(command), std::move(options))) {}
+
+Supervisor::~Supervisor() = default;
+
+int Supervisor::run() { return impl_->run(); }
+
+}  // namespace heft::job

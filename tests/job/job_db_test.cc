@@ -1,0 +1,241 @@
+// ctest-labels: multiproc
+// Tests of the job database (src/heft/job/job_db.h): unique names, transitions with
+// timestamps, metric series and final values, stop requests (running and orphaned
+// supervisors), and concurrent writers in separate processes losing nothing.
+#include "heft/job/job_db.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "heft/job/paths.h"
+
+namespace heft::job {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "heft-jobdb-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+JobRecord create(JobDb& db, const std::string& name) {
+  Result<JobRecord> r = db.create_job(name, {{"name", name}}, "/tmp/" + name, 2, 4);
+  HEFT_CHECK(r.ok(), r.error());
+  return r.value();
+}
+
+// Runs `body` in a forked child (its own connection) and returns its exit code.
+template <class F>
+pid_t fork_child(F body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 1;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(JobDb, CreatesAJobStartingAndRefusesATakenName) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const JobRecord job = create(*db, "fashion-cnn");
+  EXPECT_EQ(job.status, "InProgress");
+  EXPECT_EQ(job.secondary_status, "Starting");
+  EXPECT_EQ(job.world_size, 4);
+  EXPECT_EQ(job.spec["name"], "fashion-cnn");
+  EXPECT_FALSE(job.ended());
+
+  const Result<JobRecord> again = db->create_job("fashion-cnn", {}, "/tmp/x", 1, 1);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().find("a job named 'fashion-cnn' already exists (InProgress, created "),
+            std::string::npos)
+      << again.error();
+  EXPECT_NE(again.error().find("choose another with --name"), std::string::npos);
+
+  const Result<JobRecord> missing = db->find_job("nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error(), "no job named 'nope' (heft jobs lists them)");
+}
+
+TEST(JobDb, ListsNewestFirstAndSurvivesReopening) {
+  TempDir dir;
+  {
+    auto db = JobDb::open(database_path(dir.path()));
+    create(*db, "a");
+    create(*db, "b");
+  }
+  auto db = JobDb::open(database_path(dir.path()));
+  const auto jobs = db->list_jobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].name, "b");
+  EXPECT_EQ(jobs[1].name, "a");
+}
+
+TEST(JobDb, TransitionsCarryTimestampsAndTheLastHasNoEnd) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const JobRecord job = create(*db, "j");
+  db->transition(job.id, secondary::kTraining, "Training with 4 workers");
+  db->transition(job.id, secondary::kInterrupted, "spot", "");
+  db->transition(job.id, secondary::kRestarting, "restart 1");
+  db->update_progress(job.id, {2, 1, 3.5, 3.0, 1000.0});
+  db->finish(job.id, {status::kCompleted, secondary::kCompleted, "done", "", 0,
+                      {2, 1, 4.0, 3.5, 1000.0}});
+  const auto t = db->transitions(job.id);
+  ASSERT_EQ(t.size(), 5u);
+  const std::vector<std::string> names = {"Starting", "Training", "Interrupted", "Restarting",
+                                          "Completed"};
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(t[i].status, names[i]);
+    if (i + 1 < t.size()) {
+      ASSERT_TRUE(t[i].end_time.has_value()) << i;
+      EXPECT_LE(t[i].start_time, *t[i].end_time);
+      EXPECT_DOUBLE_EQ(*t[i].end_time, t[i + 1].start_time);
+    }
+  }
+  EXPECT_FALSE(t.back().end_time.has_value());
+  const JobRecord done = db->find_job("j").value();
+  EXPECT_EQ(done.status, "Completed");
+  EXPECT_EQ(done.secondary_status, "Completed");
+  EXPECT_EQ(done.attempts, 2);
+  EXPECT_EQ(done.interruptions, 1);
+  EXPECT_DOUBLE_EQ(done.training_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(done.billable_seconds, 3.5);
+  EXPECT_DOUBLE_EQ(*done.training_start, 1000.0);
+  EXPECT_EQ(done.exit_code, 0);
+  EXPECT_TRUE(done.ended());
+}
+
+TEST(JobDb, MetricsKeepEveryPointAndFinalValuesComeFromTheLowestRank) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const JobRecord job = create(*db, "j");
+  const double nan = std::nan("");
+  db->add_metrics(job.id, {{"train:loss", 1, 1.0, 1, 0.9},
+                           {"train:loss", 0, 1.0, 1, 0.8},
+                           {"train:loss", 0, 2.0, 2, 0.5},
+                           {"train:loss", 1, 2.0, 2, 0.4},
+                           {"test:acc", 0, 3.0, std::nullopt, 0.85},
+                           {"weird", 0, 3.0, std::nullopt, nan}});
+  const auto all = db->metrics(job.id);
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[0].rank, 1);
+  EXPECT_EQ(*all[0].step, 1);
+  EXPECT_FALSE(all[4].step.has_value());
+  EXPECT_TRUE(std::isnan(all[5].value));
+  EXPECT_EQ(db->metrics(job.id, "train:loss").size(), 4u);
+  const auto last = db->final_metrics(job.id);
+  ASSERT_EQ(last.size(), 3u);
+  EXPECT_EQ(last[0].name, "test:acc");
+  EXPECT_EQ(last[1].name, "train:loss");
+  EXPECT_EQ(last[1].rank, 0);
+  EXPECT_DOUBLE_EQ(last[1].value, 0.5);
+}
+
+TEST(JobDb, StopRequestReachesARunningSupervisor) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const JobRecord job = create(*db, "j");  // supervised by this (live) process
+  EXPECT_FALSE(db->stop_requested(job.id));
+  auto other = JobDb::open(database_path(dir.path()));
+  const Result<StopRequest> r = other->request_stop("j");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value(), StopRequest::kRequested);
+  EXPECT_TRUE(db->stop_requested(job.id));
+  EXPECT_EQ(db->find_job("j").value().status, "Stopping");
+  EXPECT_FALSE(other->request_stop("nope").ok());
+  db->finish(job.id, {status::kStopped, secondary::kStopped, "stopped", "", 3, {}});
+  EXPECT_EQ(other->request_stop("j").value(), StopRequest::kAlreadyEnded);
+}
+
+TEST(JobDb, OrphanedJobsAreStoppedOrFailedNotLeftRunning) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  JobDb::open(path);
+  for (const char* name : {"orphan-a", "orphan-b"}) {
+    const pid_t child = fork_child([&] {
+      auto db = JobDb::open(path);
+      return db->create_job(name, {}, "/tmp", 1, 1).ok() ? 0 : 1;
+    });
+    ASSERT_EQ(wait_child(child), 0);
+  }
+  auto db = JobDb::open(path);
+  create(*db, "alive");
+  EXPECT_EQ(db->request_stop("orphan-a").value(), StopRequest::kOrphanStopped);
+  EXPECT_EQ(db->find_job("orphan-a").value().status, "Stopped");
+  EXPECT_EQ(db->fail_orphaned_jobs(), 1);
+  const JobRecord b = db->find_job("orphan-b").value();
+  EXPECT_EQ(b.status, "Failed");
+  EXPECT_NE(b.failure_reason.find("supervisor"), std::string::npos) << b.failure_reason;
+  EXPECT_EQ(db->find_job("alive").value().status, "InProgress");
+}
+
+TEST(JobDb, ConcurrentWritersInSeparateProcessesLoseNothing) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  JobDb::open(path);
+  constexpr int kWriters = 4, kBatches = 60, kPerBatch = 10;
+  std::vector<pid_t> children;
+  for (int w = 0; w < kWriters; ++w) {
+    children.push_back(fork_child([&, w] {
+      auto db = JobDb::open(path);
+      const std::string name = "writer-" + std::to_string(w);
+      const JobRecord job = db->create_job(name, {}, "/tmp", 1, 1).value();
+      for (int b = 0; b < kBatches; ++b) {
+        std::vector<MetricPoint> points;
+        for (int i = 0; i < kPerBatch; ++i)
+          points.push_back({"m", w, unix_now(), b * kPerBatch + i, double(i)});
+        db->add_metrics(job.id, points);
+        if (b % 10 == 0) db->transition(job.id, secondary::kTraining, "batch " + std::to_string(b));
+      }
+      return 0;
+    }));
+  }
+  // Meanwhile this process reads, as `heft jobs` would.
+  auto reader = JobDb::open(path);
+  for (int i = 0; i < 50; ++i) {
+    for (const JobRecord& j : reader->list_jobs()) (void)reader->metrics(j.id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (pid_t c : children) EXPECT_EQ(wait_child(c), 0);
+  const auto jobs = reader->list_jobs();
+  ASSERT_EQ(jobs.size(), static_cast<size_t>(kWriters));
+  for (const JobRecord& j : jobs) {
+    const auto points = reader->metrics(j.id);
+    ASSERT_EQ(points.size(), static_cast<size_t>(kBatches * kPerBatch)) << j.name;
+    for (size_t i = 0; i < points.size(); ++i) ASSERT_EQ(*points[i].step, int64_t(i));
+    EXPECT_EQ(reader->transitions(j.id).size(), 1u + kBatches / 10);
+  }
+}
+
+}  // namespace
+}  // namespace heft::job

@@ -1,0 +1,89 @@
+// ctest-labels: multiproc
+// heft-train end to end on the installed Fashion-MNIST: alone and as 2 ranks under
+// `heft run`, the metric lines' format, the same global-batch losses either way, and the
+// saved model.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = HEFT_BINARY_DIR;
+const std::string kData = "/usr/share/datasets/fashion-mnist";
+
+struct Output {
+  int code = -1;
+  std::vector<std::string> lines;
+};
+
+Output run(const std::string& cmd) {
+  Output o;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return o;
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), buf.size(), f)) {
+    std::string line(buf.data());
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    o.lines.push_back(line);
+  }
+  const int status = pclose(f);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+std::string joined(const Output& o) {
+  std::ostringstream os;
+  for (const auto& l : o.lines) os << l << "\n";
+  return os.str();
+}
+
+// The loss of every step= line, in order.
+std::vector<std::string> losses(const Output& o) {
+  std::vector<std::string> v;
+  const std::regex step(R"((?:\[rank 0\] )?step=(\d+) epoch=(\d+) loss=([0-9.]+) lr=\S+ samples_per_s=[0-9.]+)");
+  for (const auto& l : o.lines) {
+    std::smatch m;
+    if (std::regex_match(l, m, step)) v.push_back(m[1].str() + ":" + m[3].str());
+  }
+  return v;
+}
+
+TEST(HeftTrain, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
+  if (!fs::exists(kData + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string args =
+      " --model mlp --limit 640 --batch_size 64 --log_every 2 --lr 0.05 --warmup_steps 3 "
+      "--seed 4 --data " + kData;
+  const fs::path model_dir = fs::temp_directory_path() / ("heft-train-test-" + std::to_string(getpid()));
+  const Output alone =
+      run("env -u HEFT_STORE OMP_NUM_THREADS=1 " + kBin + "/heft-train" + args + " --eval false");
+  ASSERT_EQ(alone.code, 0) << joined(alone);
+  const Output two = run(kBin + "/heft run --hosts 2 -n 1 -- " + kBin + "/heft-train" + args +
+                         " --model_dir " + model_dir.string());
+  ASSERT_EQ(two.code, 0) << joined(two);
+
+  // Only rank 0 prints; every line is one of the three documented forms.
+  const std::regex any(
+      R"(\[rank 0\] (step=\d+ epoch=\d+ loss=[0-9.]+ lr=[0-9.e-]+ samples_per_s=[0-9.]+|)"
+      R"(epoch=\d+ test_loss=[0-9.]+ test_acc=[0-9.]+|)"
+      R"(final: step=\d+ loss=[0-9.]+ test_acc=[0-9.]+ samples_per_s=[0-9.]+ seconds=[0-9.]+))");
+  for (const auto& l : two.lines) EXPECT_TRUE(std::regex_match(l, any)) << "unexpected line: " << l;
+  EXPECT_EQ(two.lines.size(), 5u + 1 + 1) << joined(two);  // 5 step lines, 1 epoch, final
+  EXPECT_EQ(two.lines.back().rfind("[rank 0] final: step=10 loss=", 0), 0u) << joined(two);
+  EXPECT_NE(alone.lines.back().find("test_acc=nan"), std::string::npos) << joined(alone);
+
+  // The global-batch loss does not depend on how many ranks share the batch.
+  const auto l1 = losses(alone), l2 = losses(two);
+  ASSERT_EQ(l1.size(), 5u) << joined(alone);
+  EXPECT_EQ(l1, l2) << joined(alone) << joined(two);
+  EXPECT_TRUE(fs::exists(model_dir / "model.pt"));
+  fs::remove_all(model_dir);
+}
+
+}  // namespace

@@ -1,0 +1,103 @@
+// heft-train's hyperparameters: --name value arguments, SM_HPS, their errors (as the
+// heft-train binary prints them, exit 2), the warm-up schedule and the models' shapes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cmath>
+
+#include "heft/error.h"
+#include "heft/train/hyperparameters.h"
+#include "heft/train/models.h"
+#include "heft/train/optimizer.h"
+
+namespace heft::train {
+namespace {
+
+TEST(Hyperparameters, DefaultsArgumentsAndSmHps) {
+  auto p = parse_hyperparameters({}, "");
+  ASSERT_TRUE(p.ok()) << p.error;
+  EXPECT_EQ(p.value.model, "cnn");
+  EXPECT_EQ(p.value.batch_size, 64);
+  p = parse_hyperparameters({"--model", "mlp", "--lr=0.25", "--scale_lr", "--eval", "off",
+                             "--epochs", "3"},
+                            R"({"lr": 0.5, "batch_size": "128", "warmup_steps": 10, "eval": true})");
+  ASSERT_TRUE(p.ok()) << p.error;
+  EXPECT_EQ(p.value.model, "mlp");
+  EXPECT_EQ(p.value.lr, 0.25);  // arguments override SM_HPS
+  EXPECT_EQ(p.value.batch_size, 128);
+  EXPECT_EQ(p.value.warmup_steps, 10);
+  EXPECT_TRUE(p.value.scale_lr);
+  EXPECT_FALSE(p.value.eval);
+  EXPECT_EQ(p.value.epochs, 3);
+}
+
+TEST(Hyperparameters, ErrorsNameTheHyperparameter) {
+  auto p = parse_hyperparameters({"--learning_rate", "0.1"}, "");
+  EXPECT_EQ(p.error.rfind("unknown hyperparameter 'learning_rate'; known: model, epochs, "
+                          "max_steps, batch_size, lr,",
+                          0),
+            0u)
+      << p.error;
+  EXPECT_EQ(parse_hyperparameters({"--lr", "fast"}, "").error,
+            "hyperparameter lr: expected a number, found 'fast'");
+  EXPECT_EQ(parse_hyperparameters({"--lr", "0"}, "").error,
+            "hyperparameter lr: expected a number above 0, found 0");
+  EXPECT_EQ(parse_hyperparameters({"--batch_size", "0"}, "").error,
+            "hyperparameter batch_size: expected at least 1, found 0");
+  EXPECT_EQ(parse_hyperparameters({"--optimizer", "adam"}, "").error,
+            "hyperparameter optimizer: expected one of sgd, adamw, found 'adam'");
+  EXPECT_EQ(parse_hyperparameters({"--epochs"}, "").error,
+            "hyperparameter epochs: missing value (expected an integer)");
+  EXPECT_EQ(parse_hyperparameters({"cnn"}, "").error,
+            "unexpected argument 'cnn': expected --name value");
+  EXPECT_EQ(parse_hyperparameters({}, R"({"momentum": "lots"})").error,
+            "hyperparameter momentum (in SM_HPS): expected a number, found 'lots'");
+  EXPECT_EQ(parse_hyperparameters({}, R"({"dropout": 0.1})").error.rfind(
+                "unknown hyperparameter 'dropout' (in SM_HPS); known: ", 0),
+            0u);
+  EXPECT_EQ(parse_hyperparameters({}, "[1]").error, "SM_HPS must be a JSON object, found [1]");
+}
+
+TEST(Hyperparameters, HeftTrainExitsWith2NamingTheUnknownOne) {
+  const std::string cmd = std::string(HEFT_BINARY_DIR) + "/heft-train --epochs 1 --colour red 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  std::array<char, 512> buf;
+  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
+  const int status = pclose(f);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_EQ(out.rfind("heft-train: unknown hyperparameter 'colour'; known: model, epochs,", 0), 0u)
+      << out;
+  EXPECT_NE(out.find("bf16_compression"), std::string::npos) << out;
+}
+
+TEST(LearningRate, RisesLinearlyOverTheWarmUpThenStays) {
+  OptimizerConfig c;
+  c.lr = 0.4;
+  c.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 1), 0.2);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3), 0.4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 100), 0.4);
+  c.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.4);
+}
+
+TEST(Models, MapImagesToTenLogits) {
+  for (const std::string& name : model_names()) {
+    auto m = make_model(name);
+    EXPECT_EQ(m->forward(torch::zeros({3, 1, 28, 28})).sizes(), torch::IntArrayRef({3, 10}))
+        << name;
+  }
+  auto cnn = make_model("cnn");
+  int64_t n = 0;
+  for (const auto& p : cnn->parameters()) n += p.numel();
+  EXPECT_EQ(n, 32 * 25 + 32 + 64 * 32 * 25 + 64 + 1024 * 512 + 512 + 512 * 10 + 10);
+  EXPECT_THROW(make_model("resnet"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace heft::train
