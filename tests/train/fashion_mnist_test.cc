@@ -29,9 +29,10 @@ class FashionMnist : public ::testing::Test {
     const std::string path = dir_ + "/" + name;
     gzFile f = gzopen(path.c_str(), "wb");
     EXPECT_NE(f, nullptr);
-    if (!bytes.empty())
+    if (!bytes.empty()) {
       EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
                 static_cast<int>(bytes.size()));
+    }
     gzclose(f);
     return path;
   }

@@ -91,17 +91,7 @@ struct Case {
 
 void fill(std::vector<uint8_t>& buf, size_t count, DataType t, double v) {
   const size_t es = comm::element_size(t);
-  for (size_t i = 0; i < count; ++i) {
-    uint8_t* p = buf.data() + i * es;
-    switch (t) {
-      case DataType::f32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::f64: std::memcpy(p, &v, 8); break;
-      case DataType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DataType::f16: { uint16_t x = comm::float_to_half(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DataType::bf16: { uint16_t x = comm::float_to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    }
-  }
+  for (size_t i = 0; i < count; ++i) comm::write_element(buf.data() + i * es, t, v);
 }
 
 // Runs the case once on closed-form input; returns the number of wrong elements.

@@ -15,5 +15,17 @@ using Command = std::function<int()>;
 Command add_run_command(CLI::App& app);
 // `heft bench <collective> ...` (bench.cc)
 Command add_bench_command(CLI::App& app);
+// `heft train SPEC [--name N] [--set key.path=value ...]` (train.cc)
+Command add_train_command(CLI::App& app);
+// `heft jobs [--json]` (jobs.cc)
+Command add_jobs_command(CLI::App& app);
+// `heft describe JOB [--json]` (describe.cc)
+Command add_describe_command(CLI::App& app);
+// `heft logs JOB [--rank R] [--follow]` (logs.cc)
+Command add_logs_command(CLI::App& app);
+// `heft metrics JOB [--name M] [--format table|csv|json]` (metrics.cc)
+Command add_metrics_command(CLI::App& app);
+// `heft stop JOB [--wait]` (stop.cc)
+Command add_stop_command(CLI::App& app);
 
 }  // namespace heft::cli

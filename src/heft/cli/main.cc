@@ -19,6 +19,12 @@ int main(int argc, char** argv) {
     heft::cli::Command cmd = adder(app);
     commands[app.get_subcommands({})[before]] = std::move(cmd);
   };
+  add(heft::cli::add_train_command);
+  add(heft::cli::add_jobs_command);
+  add(heft::cli::add_describe_command);
+  add(heft::cli::add_logs_command);
+  add(heft::cli::add_metrics_command);
+  add(heft::cli::add_stop_command);
   add(heft::cli::add_run_command);
   add(heft::cli::add_bench_command);
   try {

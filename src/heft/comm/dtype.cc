@@ -49,4 +49,27 @@ ReduceOp parse_reduce_op(const std::string& s) {
   throw InvalidArgument("unknown reduce op '" + s + "': expected one of sum, avg, min, max");
 }
 
+void write_element(void* p, DataType t, double v) {
+  switch (t) {
+    case DataType::f32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); return; }
+    case DataType::f64: std::memcpy(p, &v, 8); return;
+    case DataType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); return; }
+    case DataType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); return; }
+    case DataType::f16: { uint16_t x = float_to_half(static_cast<float>(v)); std::memcpy(p, &x, 2); return; }
+    case DataType::bf16: { uint16_t x = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); return; }
+  }
+}
+
+double read_element(const void* p, DataType t) {
+  switch (t) {
+    case DataType::f32: { float x; std::memcpy(&x, p, 4); return x; }
+    case DataType::f64: { double x; std::memcpy(&x, p, 8); return x; }
+    case DataType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case DataType::i64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+    case DataType::f16: { uint16_t x; std::memcpy(&x, p, 2); return half_to_float(x); }
+    case DataType::bf16: { uint16_t x; std::memcpy(&x, p, 2); return bf16_to_float(x); }
+  }
+  return 0;
+}
+
 }  // namespace heft::comm

@@ -30,6 +30,11 @@ const char* name(ReduceOp op);
 DataType parse_data_type(const std::string& s);
 ReduceOp parse_reduce_op(const std::string& s);
 
+// One element of type t at p, converted from / to double (rounded as t rounds; integers
+// truncate). For tests, benchmarks and closed-form checks, not for hot loops.
+void write_element(void* p, DataType t, double v);
+double read_element(const void* p, DataType t);
+
 // IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). Inline so the
 // reduction loops over f16 / bf16 vectorise.
 

@@ -1,0 +1,49 @@
+// `heft describe JOB [--json]`: one job's statuses, transitions, counters, failure reason
+// and final metrics (docs/jobs.md).
+#include <iostream>
+#include <memory>
+
+#include "heft/cli/commands.h"
+#include "heft/job/job_report.h"
+#include "heft/job/paths.h"
+
+namespace heft::cli {
+
+namespace {
+
+struct DescribeArgs {
+  std::string job;
+  bool json = false;
+};
+
+}  // namespace
+
+Command add_describe_command(CLI::App& app) {
+  auto args = std::make_shared<DescribeArgs>();
+  CLI::App* cmd = app.add_subcommand("describe", "Show one training job in full");
+  cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
+  cmd->add_flag("--json", args->json, "Print JSON instead of text");
+  return [args]() -> int {
+    std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
+    if (!db) {
+      std::cerr << "heft describe: no job named '" << args->job << "' (no job has run yet)\n";
+      return 1;
+    }
+    db->fail_orphaned_jobs();
+    const job::Result<job::JobRecord> found = db->find_job(args->job);
+    if (!found.ok()) {
+      std::cerr << "heft describe: " << found.error() << "\n";
+      return 1;
+    }
+    const job::JobRecord& j = found.value();
+    const auto transitions = db->transitions(j.id);
+    const auto final_metrics = db->final_metrics(j.id);
+    if (args->json)
+      std::cout << job::describe_json(j, transitions, final_metrics).dump(2) << std::endl;
+    else
+      std::cout << job::describe_text(j, transitions, final_metrics) << std::flush;
+    return 0;
+  };
+}
+
+}  // namespace heft::cli

@@ -1,0 +1,70 @@
+// `heft stop JOB [--wait]`: asks a running job's supervisor, through the job database, to
+// stop it; the supervisor sees the request within a second and stops the workers (SIGTERM,
+// grace, SIGKILL). The job ends Stopped and its `heft train` exits 3 (docs/jobs.md).
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "heft/cli/commands.h"
+#include "heft/job/job_report.h"
+#include "heft/job/paths.h"
+
+namespace heft::cli {
+
+namespace {
+
+struct StopArgs {
+  std::string job;
+  bool wait = false;
+};
+
+int stop_job(const StopArgs& args) {
+  std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
+  if (!db) {
+    std::cerr << "heft stop: no job named '" << args.job << "' (no job has run yet)\n";
+    return 1;
+  }
+  const job::Result<job::StopRequest> r = db->request_stop(args.job);
+  if (!r.ok()) {
+    std::cerr << "heft stop: " << r.error() << "\n";
+    return 1;
+  }
+  switch (r.value()) {
+    case job::StopRequest::kAlreadyEnded:
+      std::cerr << "heft stop: job '" << args.job << "' already ended ("
+                << db->find_job(args.job).value().status << "); nothing to stop\n";
+      return 0;
+    case job::StopRequest::kOrphanStopped:
+      std::cerr << "heft stop: job '" << args.job
+                << "' had no running supervisor; it is now marked Stopped\n";
+      return 0;
+    case job::StopRequest::kRequested:
+      break;
+  }
+  std::cerr << "heft stop: stopping job '" << args.job << "'" << std::endl;
+  if (!args.wait) return 0;
+  for (;;) {
+    const job::Result<job::JobRecord> j = db->find_job(args.job);
+    if (!j.ok() || j.value().ended()) {
+      if (j.ok())
+        std::cerr << "heft stop: job '" << args.job << "' " << j.value().status << " ("
+                  << j.value().secondary_status << ")\n";
+      return 0;
+    }
+    db->fail_orphaned_jobs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+Command add_stop_command(CLI::App& app) {
+  auto args = std::make_shared<StopArgs>();
+  CLI::App* cmd = app.add_subcommand("stop", "Stop a running training job");
+  cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
+  cmd->add_flag("--wait", args->wait, "Wait until the job has stopped");
+  return [args]() -> int { return stop_job(*args); };
+}
+
+}  // namespace heft::cli

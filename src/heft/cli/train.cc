@@ -1,0 +1,116 @@
+// `heft train SPEC [--name N] [--set key.path=value ...]`: validates the spec, records the
+// job in the database, makes its directory and supervises it to the end (job::Supervisor).
+// Exit codes: 0 Completed, 1 Failed, 2 bad spec or usage, 3 Stopped (docs/jobs.md).
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "heft/cli/commands.h"
+#include "heft/job/job_report.h"
+#include "heft/job/paths.h"
+#include "heft/job/spec.h"
+#include "heft/job/spec_env.h"
+#include "heft/job/supervisor.h"
+
+namespace heft::cli {
+
+namespace {
+
+constexpr const char* kName = "heft train";
+
+struct TrainArgs {
+  std::string spec_path;
+  std::string name;
+  std::vector<std::string> overrides;
+};
+
+// Every line of a (possibly multi-line) message, each led by the command's name.
+void report(const std::string& message) {
+  std::istringstream lines(message);
+  std::string line;
+  while (std::getline(lines, line)) std::cerr << kName << ": " << line << "\n";
+}
+
+// The directory of the running heft binary, where heft-train is built too.
+std::string heft_dir() {
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return ".";
+  const std::string path(buf.data(), static_cast<size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+int train(const TrainArgs& args) {
+  std::vector<std::string> overrides = args.overrides;
+  if (!args.name.empty()) overrides.push_back("name=" + args.name);
+  const job::Result<job::JobSpec> spec = job::load_spec(args.spec_path, overrides);
+  if (!spec.ok()) {
+    report(spec.error());
+    return job::kExitBadSpec;
+  }
+  const job::Result<std::vector<std::string>> command =
+      job::worker_command(spec.value(), heft_dir());
+  if (!command.ok()) {
+    report(command.error());
+    return job::kExitBadSpec;
+  }
+  const std::string home = job::heft_home();
+  if (const job::Status made = job::make_home(home); !made.ok()) {
+    report(made.error());
+    return job::kExitFailed;
+  }
+  std::unique_ptr<job::JobDb> db = job::open_job_db(home, true);
+  db->fail_orphaned_jobs();
+  const std::string& name = spec.value().name;
+  if (const auto existing = db->find_job(name); existing.ok()) {
+    report("a job named '" + name + "' already exists (" + existing.value().status +
+           ", created " + job::local_time_text(existing.value().created_at) +
+           "); job names are unique: choose another with --name");
+    return job::kExitBadSpec;
+  }
+  const job::JobPaths paths = job::job_paths(home, name);
+  if (const job::Status made = job::make_job_dirs(paths); !made.ok()) {
+    report(made.error());
+    return job::kExitBadSpec;
+  }
+  job::Result<job::JobRecord> record =
+      db->create_job(name, job::spec_to_json(spec.value()), paths.root,
+                     spec.value().cluster.instance_count, spec.value().world_size());
+  if (!record.ok()) {  // another heft train took the name a moment ago
+    report(record.error());
+    return job::kExitBadSpec;
+  }
+  job::SupervisorOptions options;
+  options.log_name = kName;
+  options.progress = ::isatty(STDOUT_FILENO) == 1;
+  job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
+                             options);
+  return supervisor.run();
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Run a training job from a YAML spec");
+  cmd->add_option("spec", args->spec_path, "The job spec (docs/jobs.md)")
+      ->required()
+      ->type_name("SPEC");
+  cmd->add_option("--name", args->name, "The job's name (overrides the spec's name)");
+  cmd->add_option("--set", args->overrides,
+                  "Override a field: key.path=value (repeatable), e.g. "
+                  "--set hyperparameters.lr=0.1")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);  // one value per --set, so SPEC is never taken for one
+  cmd->footer(
+      "Exit codes: 0 Completed, 1 Failed, 2 bad spec or usage, 3 Stopped.\n"
+      "Spec reference, statuses and the workers' environment: docs/jobs.md");
+  return [args]() -> int { return train(*args); };
+}
+
+}  // namespace heft::cli
