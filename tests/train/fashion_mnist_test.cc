@@ -78,7 +78,7 @@ TEST_F(FashionMnist, ReadsWhatWasWritten) {
 
 TEST_F(FashionMnist, MissingFileIsAnIoErrorNamingIt) {
   const std::string e = error_of([&] { load_fashion_mnist(dir_, "t10k"); });
-  EXPECT_EQ(e, "cannot open " + dir_ + "/t10k-images-idx3-ubyte.gz: No such file or directory");
+  EXPECT_EQ(e, "cannot open " + dir_ + "/t10k-images-idx3-ubyte.gz: No such file or directory (errno 2)");
 }
 
 TEST_F(FashionMnist, MalformedFilesAreNamedWithWhatWasWrong) {
