@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "heft/error.h"
+#include "heft/job/process.h"
 
 namespace heft::job {
 namespace {
@@ -106,6 +109,65 @@ TEST(LocalLauncher, GivesSignalHandlersBackAndRunsAgain) {
   struct sigaction after {};
   ::sigaction(SIGINT, nullptr, &after);
   EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
+
+TEST(LocalLauncher, OnLineHookGetsEveryLineInsteadOfTheTerminal) {
+  LocalLauncherOptions o = sh("echo out $RANK; echo err $RANK >&2; printf last");
+  o.processes_per_host = 2;
+  std::vector<std::string> lines;
+  o.hooks.on_line = [&](int rank, bool is_stderr, std::string_view line) {
+    lines.push_back(std::to_string(rank) + (is_stderr ? " E " : " O ") + std::string(line));
+  };
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(LocalLauncher(o).run(), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"0 E err 0", "0 O last", "0 O out 0", "1 E err 1",
+                                             "1 O last", "1 O out 1"}));
+}
+
+TEST(LocalLauncher, TickHookStopsTheGroupAndRestartHookStartsItAgain) {
+  TempDir dir;
+  LocalLauncherOptions o = sh("echo $TORCHELASTIC_RESTART_COUNT >> " + dir.path() +
+                              "/starts-$RANK; sleep 30");
+  o.processes_per_host = 2;
+  o.hooks.tick = std::chrono::milliseconds(20);
+  int started = 0;
+  auto begin = std::chrono::steady_clock::now();
+  o.hooks.on_start = [&](int restart_count) {
+    EXPECT_EQ(restart_count, started++);
+    begin = std::chrono::steady_clock::now();
+  };
+  o.hooks.on_tick = [&] {
+    return std::chrono::steady_clock::now() - begin > std::chrono::milliseconds(200);
+  };
+  std::vector<GroupEnd> ends;
+  o.hooks.restart = [&](const GroupEnd& end) {
+    ends.push_back(end);
+    return end.restart_count < 2;
+  };
+  const GroupEnd last = LocalLauncher(o).run_group();
+  EXPECT_EQ(started, 3);
+  ASSERT_EQ(ends.size(), 3u);
+  for (const GroupEnd& end : ends) {
+    EXPECT_TRUE(end.stop_requested);
+    EXPECT_EQ(end.failed_rank, -1);  // exits of stopped workers are not failures
+    EXPECT_EQ(end.exit_code, 128 + SIGTERM);
+  }
+  EXPECT_EQ(last.restart_count, 2);
+  EXPECT_EQ(read_file(dir.path() + "/starts-1"), "0\n1\n2\n");
+}
+
+TEST(LocalLauncher, RunGroupNamesTheFirstFailingRank) {
+  LocalLauncherOptions o = sh("if [ $RANK = 2 ]; then exit 9; fi; sleep 30");
+  o.processes_per_host = 3;
+  testing::internal::CaptureStderr();
+  const GroupEnd end = LocalLauncher(o).run_group();
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(end.failed_rank, 2);
+  EXPECT_EQ(shell_exit_code(end.failed_wait_status), 9);
+  EXPECT_EQ(end.exit_code, 9);
+  EXPECT_FALSE(end.stop_requested);
 }
 
 TEST(LocalLauncher, RejectsBadOptionsNamingTheField) {

@@ -130,6 +130,8 @@ TEST(JobSpec, BadSpecsNameTheFieldWhatWasExpectedAndWhatWasFound) {
        {"environment.RANK: expected a variable heft does not set itself"}},
       {"distribution typo", kBase + "distribution: {dataparalel: {enabled: true}}\n",
        {"distribution.dataparalel: unknown field; did you mean 'dataparallel'?"}},
+      {"field given twice", kBase + "stopping: {grace_s: 1}\nretry: {}\nstopping: {max_runtime_s: 5}\n",
+       {"spec.yaml:5: stopping: given twice (first on line 3); expected each field once"}},
       {"not a map", "- a\n- b\n", {"spec: expected a map of fields", "found a list"}},
       {"bad yaml", "name: [a\n", {"spec.yaml:", "not valid YAML"}},
       {"bad override value", kBase, {"--set cluster.instance_count: expected an integer from 1 to 1024, found 'many'"},

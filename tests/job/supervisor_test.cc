@@ -89,7 +89,9 @@ Ran run_job(const std::string& home, const std::string& yaml) {
 std::string sh_job(const std::string& name, const std::string& script,
                    const std::string& extra = "") {
   return "name: " + name + "\nentry_point: [/bin/sh, -c, '" + script + "', sh]\n" +
-         "cluster: {processes_per_host: 2}\nstopping: {grace_s: 1}\n" + extra;
+         "cluster: {processes_per_host: 2}\n" +
+         (extra.find("stopping:") == std::string::npos ? "stopping: {grace_s: 1}\n" : "") +
+         extra;
 }
 
 TEST(Supervisor, FailingWorkerFailsTheJobWithItsExitCodeAndLastLines) {
@@ -124,7 +126,7 @@ TEST(Supervisor, FailureFileWinsOverTheLogAndIsCutAt1024Bytes) {
 TEST(Supervisor, RetryRestartsAFailedGroupUpToMaxAttempts) {
   TempDir home;
   const Ran r = run_job(home.path(),
-                        sh_job("retry", "echo restart=$TORCHELASTIC_RESTART_COUNT; "
+                        sh_job("retry", "echo restart=$TORCHELASTIC_RESTART_COUNT; sleep 0.2; "
                                         "[ $TORCHELASTIC_RESTART_COUNT -ge 2 ] || exit 3",
                                "retry: {max_attempts: 3}\n"));
   EXPECT_EQ(r.exit_code, kExitCompleted) << r.job.failure_reason;

@@ -86,6 +86,19 @@ TEST(LearningRate, RisesLinearlyOverTheWarmUpThenStays) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.4);
 }
 
+TEST(LearningRate, CosineFallsFromThePeakToZeroAtTheLastStep) {
+  OptimizerConfig c;
+  c.lr = 0.4;
+  c.warmup_steps = 4;
+  c.schedule = "cosine";
+  c.total_steps = 104;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3), 0.4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 0.4);
+  EXPECT_NEAR(learning_rate(c, 54), 0.2, 1e-12);
+  EXPECT_NEAR(learning_rate(c, 104), 0.0, 1e-12);
+  EXPECT_NEAR(learning_rate(c, 200), 0.0, 1e-12);
+}
+
 TEST(Models, MapImagesToTenLogits) {
   for (const std::string& name : model_names()) {
     auto m = make_model(name);

@@ -229,7 +229,10 @@ void JobDb::transition(int64_t job_id, const std::string& secondary_status,
   SqliteTransaction tx(*db_);
   transition_locked(job_id, secondary_status, message, unix_now());
   if (!primary.empty())
-    db_->prepare("UPDATE jobs SET status = ?2 WHERE id = ?1").bind(1, job_id).bind(2, primary).run();
+    db_->prepare("UPDATE jobs SET status = ?2 WHERE id = ?1")
+        .bind(1, job_id)
+        .bind(2, primary)
+        .run();
   tx.commit();
 }
 

@@ -56,6 +56,16 @@ nlohmann::json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// Continuation lines of a multi-line value start under its first line.
+std::string indented(const std::string& text, size_t indent) {
+  std::string out;
+  for (char c : text) {
+    out.push_back(c);
+    if (c == '\n') out.append(indent, ' ');
+  }
+  return out;
+}
+
 std::string command_text(const nlohmann::json& entry_point) {
   std::string out;
   if (!entry_point.is_array()) return out;
@@ -159,22 +169,20 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
   };
   field("Name:", job.name);
   field("Status:", job.status + " (" + job.secondary_status + ")");
-  if (!job.failure_reason.empty()) {
-    std::string reason = job.failure_reason;
-    for (size_t p = reason.find('\n'); p != std::string::npos; p = reason.find('\n', p + 1))
-      reason.insert(p + 1, std::string(18, ' ')), p += 18;
-    field("Failure reason:", reason);
-  }
+  if (!job.failure_reason.empty()) field("Failure reason:", indented(job.failure_reason, 18));
   field("Created:", local_time_text(job.created_at));
   if (job.end_time) field("Ended:", local_time_text(*job.end_time));
   field("Training time:", fixed(live_training_seconds(job), 1) + " s");
   field("Billable time:", fixed(job.billable_seconds, 1) + " s (x " +
-                              std::to_string(job.instance_count) + " instances)");
+                              std::to_string(job.instance_count) +
+                              (job.instance_count == 1 ? " instance)" : " instances)"));
   field("Attempts:", std::to_string(job.attempts));
   field("Interruptions:", std::to_string(job.interruptions));
   field("Entry point:", command_text(job.spec.value("entry_point", nlohmann::json::array())));
-  field("Cluster:", std::to_string(job.instance_count) + " hosts, " +
-                        std::to_string(job.world_size) + " workers");
+  field("Cluster:", std::to_string(job.instance_count) +
+                        (job.instance_count == 1 ? " host, " : " hosts, ") +
+                        std::to_string(job.world_size) +
+                        (job.world_size == 1 ? " worker" : " workers"));
   field("Job directory:", job.job_dir);
   if (job.exit_code) field("Exit code:", std::to_string(*job.exit_code));
   os << "Transitions:\n";

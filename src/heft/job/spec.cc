@@ -124,8 +124,8 @@ class Validator {
     if (n.IsScalar()) {
       const std::string s = n.Scalar();
       if (s.empty() || s.find_first_of(" \t") != std::string::npos) {
-        r_.error("entry_point", n, expected + ", found " + found(n) +
-                                       (s.empty() ? "" : " (write a command with arguments as a list)"));
+        const std::string hint = s.empty() ? "" : " (write a command with arguments as a list)";
+        r_.error("entry_point", n, expected + ", found " + found(n) + hint);
         return;
       }
       spec_.entry_point = {s};
@@ -224,7 +224,8 @@ class Validator {
       if (!r_.expect_map(strategy, path)) continue;
       bool enabled = false;
       r_.get_bool(strategy["enabled"], path + ".enabled", &enabled);
-      if (present(strategy["parameters"])) r_.expect_map(strategy["parameters"], path + ".parameters");
+      if (present(strategy["parameters"]))
+        r_.expect_map(strategy["parameters"], path + ".parameters");
     }
     spec_.distribution = yaml_to_json(n);
     if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
@@ -315,7 +316,8 @@ class Validator {
   void checkpoint(const YAML::Node& n) {
     if (!r_.expect_map(n, "checkpoint")) return;
     r_.check_keys(n, "checkpoint", kCheckpointKeys);
-    r_.get_int(n["every_steps"], "checkpoint.every_steps", 0, 1 << 30, &spec_.checkpoint.every_steps);
+    r_.get_int(n["every_steps"], "checkpoint.every_steps", 0, 1 << 30,
+               &spec_.checkpoint.every_steps);
     r_.get_int(n["keep"], "checkpoint.keep", 1, 1000, &spec_.checkpoint.keep);
   }
 

@@ -113,8 +113,19 @@ void SpecReader::error(const std::string& path, const YAML::Node& at, const std:
 void SpecReader::check_keys(const YAML::Node& map, const std::string& path,
                             const std::vector<std::string>& known) {
   if (!map.IsMap()) return;
+  std::vector<std::pair<std::string, YAML::Mark>> seen;
   for (const auto& kv : map) {
     const std::string key = kv.first.Scalar();
+    const auto first = std::find_if(seen.begin(), seen.end(),
+                                    [&](const auto& s) { return s.first == key; });
+    if (first != seen.end()) {
+      // YAML readers keep one of the two silently; which one the user meant is unknowable.
+      error(path.empty() ? key : path + "." + key, kv.first,
+            "given twice (first on line " + std::to_string(first->second.line + 1) +
+                "); expected each field once");
+      continue;
+    }
+    seen.emplace_back(key, kv.first.Mark());
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     const std::string full = path.empty() ? key : path + "." + key;
     const std::string suggestion = nearest(key, known);

@@ -83,6 +83,7 @@ class Supervisor::Impl {
               << (spec_.cluster.processes_per_host == 1 ? "" : "s") << ", logs in "
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
+    remove_failure_files();
     LocalLauncher launcher(launcher_options());
     const GroupEnd end = launcher.run_group();
     return finish(end);
@@ -127,9 +128,6 @@ class Supervisor::Impl {
   }
 
   void on_start(int restart_count) {
-    std::error_code ignored;  // a failure file is about the start that wrote it
-    fs::remove(paths_.output + "/failure", ignored);
-    fs::remove(paths_.output_data + "/failure", ignored);
     ++attempts_;
     in_start_ = true;
     start_began_ = Clock::now();
@@ -189,8 +187,22 @@ class Supervisor::Impl {
     return true;
   }
 
+  // A failure file is about the start that wrote it: removed before every start (not once
+  // the workers run, when one may have written it already).
+  void remove_failure_files() {
+    std::error_code ignored;
+    fs::remove(paths_.output + "/failure", ignored);
+    fs::remove(paths_.output_data + "/failure", ignored);
+  }
+
   // Decides whether a start that ended is started again.
   bool restart(const GroupEnd& end) {
+    const bool again = start_again(end);
+    if (again) remove_failure_files();
+    return again;
+  }
+
+  bool start_again(const GroupEnd& end) {
     end_start(end);
     if (!end.spawn_error.empty()) return false;
     if (stop_reason_ == StopReason::kInterrupted) {
@@ -266,7 +278,8 @@ class Supervisor::Impl {
       result.status = status::kFailed;
       result.secondary = secondary::kFailed;
       result.failure_reason = failure_reason(end);
-      result.message = "Failed: " + result.failure_reason.substr(0, result.failure_reason.find('\n'));
+      const std::string& reason = result.failure_reason;
+      result.message = "Failed: " + reason.substr(0, reason.find('\n'));
       result.exit_code = kExitFailed;
     } else {
       db_.transition(job_.id, secondary::kUploading,
@@ -284,8 +297,11 @@ class Supervisor::Impl {
               << "; billable " << seconds_text(result.progress.billable_seconds) << ", "
               << attempts_ << " start" << (attempts_ == 1 ? "" : "s") << ", " << interruptions_
               << " interruption" << (interruptions_ == 1 ? "" : "s") << std::endl;
-    if (!result.failure_reason.empty())
-      std::cerr << options_.log_name << ": failure reason: " << result.failure_reason << std::endl;
+    if (!result.failure_reason.empty()) {
+      std::string reason;
+      for (char c : result.failure_reason) reason += c == '\n' ? "\n  " : std::string(1, c);
+      std::cerr << options_.log_name << ": failure reason: " << reason << std::endl;
+    }
     return result.exit_code;
   }
 

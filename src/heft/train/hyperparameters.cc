@@ -138,6 +138,12 @@ const std::vector<Field>& fields() {
       HEFT_DOUBLE_FIELD(weight_decay, 0.0, false,
                         "weight decay: L2 for sgd, decoupled for adamw"),
       HEFT_INT_FIELD(warmup_steps, 0, "linear warm-up of the learning rate over these steps"),
+      Field{"lr_schedule", Kind::kString,
+            "after warm-up: constant, or cosine (half cosine down to 0 at the last step)",
+            [](Hyperparameters& h, const std::string& s) {
+              return one_of(s, {"constant", "cosine"}, &h.lr_schedule);
+            },
+            [](const Hyperparameters& h) { return h.lr_schedule; }},
       HEFT_BOOL_FIELD(scale_lr, "multiply lr by the number of ranks (linear scaling rule)"),
       HEFT_INT_FIELD(seed, 0, "seed of the model's initialisation and of the epoch shuffles"),
       HEFT_INT_FIELD(limit, 0, "training samples per epoch; 0: all"),

@@ -26,6 +26,7 @@ struct Hyperparameters {
   std::string optimizer = "sgd";  // sgd | adamw
   double weight_decay = 0.0;      // L2 (sgd) or decoupled (adamw) weight decay
   int64_t warmup_steps = 0;       // linear warm-up from lr/warmup_steps to lr
+  std::string lr_schedule = "constant";  // after warm-up: constant | cosine (to 0 at the end)
   bool scale_lr = false;          // lr x world size (the linear scaling rule)
   int64_t seed = 0;               // model initialisation and epoch permutations
   int64_t limit = 0;              // training samples per epoch; 0: all

@@ -3,7 +3,8 @@
 //  mlp: flatten - linear(784->512) - ReLU - linear(512->256) - ReLU - linear(256->10)
 //  cnn: conv(1->32, 5x5) - ReLU - maxpool(2) - conv(32->64, 5x5) - ReLU - maxpool(2) -
 //       linear(1024->512) - ReLU - linear(512->10)
-//       (the CNN of ../shared/peers/ddp_torch.py, so the two can be timed side by side)
+//       (the CNN of ../shared/peers/ddp_torch.py, so the two can be timed side by side;
+//       its convolutions run channels-last, which changes speed, not results)
 // Inputs: (B, 1, 28, 28) float, normalised (fashion_mnist.h); outputs: (B, 10) logits.
 // Parameters are initialised with LibTorch's defaults from the global torch generator:
 // call torch::manual_seed first for a reproducible model.

@@ -1,6 +1,7 @@
 #include "heft/train/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "heft/error.h"
 
@@ -8,6 +9,9 @@ namespace heft::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> parameters) {
+  if (config.schedule != "constant" && config.schedule != "cosine")
+    throw InvalidArgument("unknown learning-rate schedule '" + config.schedule +
+                          "': expected one of constant, cosine");
   const double lr0 = learning_rate(config, 0);
   if (config.name == "sgd")
     return std::make_unique<torch::optim::SGD>(
@@ -20,9 +24,14 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
 }
 
 double learning_rate(const OptimizerConfig& config, int64_t step) {
-  if (config.warmup_steps <= 0 || step >= config.warmup_steps) return config.lr;
-  return config.lr * static_cast<double>(std::max<int64_t>(step, 0) + 1) /
-         static_cast<double>(config.warmup_steps);
+  if (config.warmup_steps > 0 && step < config.warmup_steps)
+    return config.lr * static_cast<double>(std::max<int64_t>(step, 0) + 1) /
+           static_cast<double>(config.warmup_steps);
+  const int64_t decay_steps = config.total_steps - std::max<int64_t>(config.warmup_steps, 0);
+  if (config.schedule != "cosine" || decay_steps <= 0) return config.lr;
+  const double progress = std::min(
+      1.0, static_cast<double>(step - std::max<int64_t>(config.warmup_steps, 0)) / decay_steps);
+  return config.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

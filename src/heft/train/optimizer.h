@@ -4,8 +4,10 @@
 //  adamw: torch::optim::AdamW with decoupled weight_decay, default betas and eps
 // Schedule: the peak rate is lr, times the world size when scale_lr (the linear scaling
 // rule for a global batch that grows with the ranks); during the first warmup_steps steps
-// it rises linearly, step s (0-based) using peak * (s + 1) / warmup_steps; then it stays.
-// Deliberately left out: decay schedules (cosine, step): short jobs do not need them yet.
+// it rises linearly, step s (0-based) using peak * (s + 1) / warmup_steps; then it stays
+// (schedule "constant") or follows a half cosine from the peak down to 0 at total_steps
+// (schedule "cosine": peak * (1 + cos(pi * (s - warmup) / (total - warmup))) / 2).
+// Deliberately left out: step decay, restarts, a floor above 0.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +25,11 @@ struct OptimizerConfig {
   double momentum = 0.9;
   double weight_decay = 0.0;
   int64_t warmup_steps = 0;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t total_steps = 0;            // steps of the whole run (cosine only)
 };
 
-// Throws heft::InvalidArgument for an unknown name.
+// Throws heft::InvalidArgument for an unknown name or schedule.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> parameters);
 

@@ -94,7 +94,6 @@ TrainResult train(const Hyperparameters& hp, const std::string& test_dir,
   oc.momentum = hp.momentum;
   oc.weight_decay = hp.weight_decay;
   oc.warmup_steps = hp.warmup_steps;
-  std::unique_ptr<torch::optim::Optimizer> optimizer = make_optimizer(oc, model->parameters());
 
   DistributedSampler::Options so;
   so.dataset_size = train_set.size();
@@ -104,6 +103,10 @@ TrainResult train(const Hyperparameters& hp, const std::string& test_dir,
   so.seed = static_cast<uint64_t>(hp.seed);
   so.limit = hp.limit;
   DistributedSampler sampler(so);
+  oc.schedule = hp.lr_schedule;
+  oc.total_steps = hp.epochs * sampler.steps_per_epoch();
+  if (hp.max_steps > 0) oc.total_steps = std::min(oc.total_steps, hp.max_steps);
+  std::unique_ptr<torch::optim::Optimizer> optimizer = make_optimizer(oc, model->parameters());
 
   TrainResult result;
   result.test_acc = std::numeric_limits<double>::quiet_NaN();
@@ -120,7 +123,8 @@ TrainResult train(const Hyperparameters& hp, const std::string& test_dir,
       const double lr = learning_rate(oc, step);
       set_learning_rate(*optimizer, lr);
       auto [x, y] = gather_batch(train_set, batch.indices);
-      optimizer->zero_grad();
+      // Undefined grads: autograd hands its gradient over instead of adding it to zeros.
+      for (torch::Tensor& p : model->parameters()) p.mutable_grad().reset();
       torch::Tensor loss_sum =
           F::cross_entropy(model->forward(x), y, F::CrossEntropyFuncOptions().reduction(torch::kSum));
       // mean over the global batch, times world size: DDP's average over ranks then gives

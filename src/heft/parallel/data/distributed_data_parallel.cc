@@ -187,13 +187,22 @@ void DistributedDataParallel::on_gradient(int slot) {
   ready_[slot] = 1;
   Bucket& b = buckets_[s.bucket];
   const torch::Tensor& g = s.param.grad();
-  torch::Tensor dst = b.flat.narrow(0, s.offset, s.param.numel()).view(s.param.sizes());
-  if (g.defined())
-    dst.copy_(g);
-  else
+  torch::Tensor dst = bucket_view(s);
+  if (!g.defined())
     dst.zero_();
+  else if (g.data_ptr() != dst.data_ptr())  // a grad that is already the view needs nothing
+    dst.copy_(g);
   --b.pending;
   launch_ready_buckets();
+}
+
+torch::Tensor DistributedDataParallel::bucket_view(const Slot& s) {
+  torch::Tensor slice = buckets_[s.bucket].flat.narrow(0, s.offset, s.param.numel());
+  // Same strides as the parameter (channels-last convolutions stay channels-last), so the
+  // view can serve as its gradient.
+  if (s.param.is_non_overlapping_and_dense())
+    return slice.as_strided(s.param.sizes(), s.param.strides());
+  return slice.view(s.param.sizes());
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
@@ -225,11 +234,12 @@ void DistributedDataParallel::fill_missing_or_throw() {
     if (ready_[i]) continue;
     Slot& s = slots_[i];
     Bucket& b = buckets_[s.bucket];
-    torch::Tensor dst = b.flat.narrow(0, s.offset, s.param.numel()).view(s.param.sizes());
-    if (s.param.grad().defined())
-      dst.copy_(s.param.grad());
-    else
+    torch::Tensor dst = bucket_view(s);
+    const torch::Tensor& g = s.param.grad();
+    if (!g.defined())
       dst.zero_();
+    else if (g.data_ptr() != dst.data_ptr())
+      dst.copy_(g);
     ready_[i] = 1;
     --b.pending;
   }
@@ -257,10 +267,11 @@ void DistributedDataParallel::finish_backward() {
   HEFT_CHECK_EQ(next_bucket_, static_cast<int>(buckets_.size()));
   torch::NoGradGuard no_grad;
   for (Slot& s : slots_) {
-    const Bucket& b = buckets_[s.bucket];
-    torch::Tensor src = b.flat.narrow(0, s.offset, s.param.numel()).view(s.param.sizes());
+    torch::Tensor src = bucket_view(s);
     torch::Tensor& g = s.param.mutable_grad();
-    if (g.defined())
+    if (src.scalar_type() == s.param.scalar_type())
+      g = src;  // the gradient becomes a view of the bucket: no copy out
+    else if (g.defined())
       g.copy_(src);
     else
       g = src.to(s.param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);

@@ -16,9 +16,13 @@
 //    rank (a bucket that fills early waits for the ones before it), so every rank issues
 //    the same collectives in the same order;
 //  - at the end of backward (an autograd engine callback, so it cannot be forgotten) DDP
-//    waits for every bucket and writes the averaged gradients back into each param.grad().
-//    When backward() returns, the gradients are the mean over ranks of the local ones:
-//    call the optimizer's step() directly.
+//    waits for every bucket and hands the averaged gradients back: each param.grad()
+//    becomes a view of its bucket (with the parameter's strides), so nothing is copied out;
+//    with bf16 compression they are converted into param.grad() instead. When backward()
+//    returns, the gradients are the mean over ranks of the local ones: call the
+//    optimizer's step() directly. Zeroing grads in place (optimizer.zero_grad()) zeroes the
+//    bucket and later backward passes accumulate straight into it; resetting them to
+//    undefined is as good (and saves the fill).
 //
 // For the result to equal one process on the global batch, each rank's loss must be the
 // mean over its local samples and every rank must hold the same number of samples (or
@@ -50,7 +54,7 @@
 //
 // Deliberately left out: wrapping forward (C++ modules have no common forward signature;
 // call module's forward yourself), rebroadcasting buffers every iteration (call
-// broadcast_state()), gradients as views into buckets, bucket rebuilding by observed order,
+// broadcast_state()), bucket rebuilding by observed order,
 // sparse gradients, GPUs.
 #pragma once
 
@@ -174,6 +178,8 @@ class DistributedDataParallel {
   // End of backward (engine callback): reduce what is left, wait, write back.
   void finish_backward();
   void fill_missing_or_throw();
+  // Slot s's gradient area in its bucket's flat buffer, shaped (and strided) as the param.
+  torch::Tensor bucket_view(const Slot& s);
 
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup& group_;

@@ -1,0 +1,420 @@
+// ctest-labels: multiproc
+// End-to-end tests of `heft train` and the job commands (jobs, describe, logs, metrics,
+// stop) through the built binary, each test with its own HEFT_HOME. Workers are shell and
+// Python scripts (tests/job/counter_job.py checkpoints and resumes), never heft-train.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::seconds;
+
+const std::string kHeft = HEFT_BINARY_DIR "/heft";
+const std::string kCounter = HEFT_SOURCE_DIR "/tests/job/counter_job.py";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "heft-train-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+struct Outcome {
+  int exit_code = -1;
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+  nlohmann::json json() const { return nlohmann::json::parse(out); }
+};
+
+std::string describe(const Outcome& o) {
+  return "exit " + std::to_string(o.exit_code) + (o.timed_out ? " (timed out)" : "") +
+         "\n--- stdout:\n" + o.out + "--- stderr:\n" + o.err;
+}
+
+// `heft ARGS...` in the background with HEFT_HOME=home, output to files under home.
+class Heft {
+ public:
+  Heft(const std::string& home, const std::vector<std::string>& args,
+       const std::string& binary = kHeft) {
+    static int counter = 0;
+    const std::string base = home + "/out-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter++);
+    out_path_ = base + ".out";
+    err_path_ = base + ".err";
+    std::vector<std::string> argv_strings{binary};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setenv("HEFT_HOME", (home + "/home").c_str(), 1);
+      std::FILE* in = std::freopen("/dev/null", "r", stdin);
+      std::FILE* out = std::freopen(out_path_.c_str(), "w", stdout);
+      std::FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
+      if (in && out && err) ::execv(binary.c_str(), argv.data());
+      ::_exit(126);
+    }
+  }
+  ~Heft() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+  Outcome wait(seconds timeout = seconds(30)) {
+    Outcome o;
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        o.timed_out = true;
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    o.out = read_file(out_path_);
+    o.err = read_file(err_path_);
+    return o;
+  }
+
+ private:
+  std::string out_path_;
+  std::string err_path_;
+  pid_t pid_ = -1;
+};
+
+Outcome heft(const std::string& home, const std::vector<std::string>& args,
+             seconds timeout = seconds(30)) {
+  return Heft(home, args).wait(timeout);
+}
+
+// Writes spec.yaml into dir and returns its path.
+std::string spec(const TempDir& dir, const std::string& yaml, const std::string& file = "spec.yaml") {
+  const std::string path = dir.path() + "/" + file;
+  write_file(path, yaml);
+  return path;
+}
+
+std::string sh_spec(const std::string& name, const std::string& script,
+                    const std::string& extra = "") {
+  return "name: " + name + "\nentry_point: [/bin/sh, -c, '" + script + "']\n" +
+         "cluster: {processes_per_host: 2}\n" + extra;
+}
+
+// Polls `heft describe --json` until the job's secondary status is `status`.
+bool wait_for_status(const std::string& home, const std::string& job, const std::string& status,
+                     seconds timeout = seconds(20)) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    const Outcome o = heft(home, {"describe", job, "--json"});
+    if (o.exit_code == 0 && o.json()["secondary_status"] == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<std::string> transition_names(const nlohmann::json& described) {
+  std::vector<std::string> names;
+  for (const auto& t : described["transitions"]) names.push_back(t["status"]);
+  return names;
+}
+
+TEST(HeftTrain, BadSpecExits2NamingTheFieldWithTheNearestKey) {
+  TempDir dir;
+  const std::string path =
+      spec(dir, "name: j\nentry_point: [/bin/true]\nhyperparamters: {lr: 0.1}\n"
+                "cluster: {instance_count: 0}\n");
+  const Outcome o = heft(dir.path(), {"train", path});
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("heft train: " + path +
+                       ":3: hyperparamters: unknown field; did you mean 'hyperparameters'?\n"),
+            std::string::npos)
+      << describe(o);
+  EXPECT_NE(o.err.find("heft train: " + path +
+                       ":4: cluster.instance_count: expected an integer from 1 to 1024, found 0\n"),
+            std::string::npos)
+      << describe(o);
+  EXPECT_EQ(o.out, "");
+  const Outcome jobs = heft(dir.path(), {"jobs", "--json"});
+  EXPECT_EQ(jobs.json(), nlohmann::json::array()) << describe(jobs);
+
+  const Outcome bad_set = heft(dir.path(), {"train", path, "--set", "retry.max_attempts=zero"});
+  EXPECT_EQ(bad_set.exit_code, 2);
+  EXPECT_NE(bad_set.err.find("--set retry.max_attempts: expected an integer from 1 to 30, found 'zero'"),
+            std::string::npos)
+      << describe(bad_set);
+  const Outcome usage = heft(dir.path(), {"train"});
+  EXPECT_EQ(usage.exit_code, 2) << describe(usage);
+}
+
+TEST(HeftTrain, CompletedJobIsListedAndATakenNameIsRefused) {
+  TempDir dir;
+  const std::string path = spec(dir, sh_spec("once", "echo hello from $RANK"));
+  const Outcome first = heft(dir.path(), {"train", path});
+  ASSERT_EQ(first.exit_code, 0) << describe(first);
+  EXPECT_NE(first.out.find("[rank 1] hello from 1\n"), std::string::npos) << describe(first);
+  const Outcome again = heft(dir.path(), {"train", path});
+  EXPECT_EQ(again.exit_code, 2) << describe(again);
+  EXPECT_NE(again.err.find("heft train: a job named 'once' already exists (Completed, created "),
+            std::string::npos)
+      << describe(again);
+  const Outcome renamed = heft(dir.path(), {"train", path, "--name", "twice"});
+  EXPECT_EQ(renamed.exit_code, 0) << describe(renamed);
+
+  const Outcome list = heft(dir.path(), {"jobs"});
+  EXPECT_EQ(list.out.rfind("NAME", 0), 0u) << describe(list);
+  const nlohmann::json jobs = heft(dir.path(), {"jobs", "--json"}).json();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0]["name"], "twice");
+  EXPECT_EQ(jobs[1]["status"], "Completed");
+}
+
+TEST(HeftTrain, FailingWorkerExits1AndDescribeGivesItsExitCode) {
+  TempDir dir;
+  const std::string path = spec(
+      dir, sh_spec("boom", "if [ $RANK = 1 ]; then echo bad batch >&2; exit 7; fi; sleep 20"));
+  const Outcome o = heft(dir.path(), {"train", path});
+  EXPECT_EQ(o.exit_code, 1) << describe(o);
+  EXPECT_NE(o.err.find("heft train: rank 1 exited with code 7"), std::string::npos) << describe(o);
+  const Outcome d = heft(dir.path(), {"describe", "boom", "--json"});
+  ASSERT_EQ(d.exit_code, 0) << describe(d);
+  const nlohmann::json j = d.json();
+  EXPECT_EQ(j["status"], "Failed");
+  EXPECT_EQ(j["secondary_status"], "Failed");
+  EXPECT_EQ(j["failure_reason"], "rank 1 exited with code 7; last lines of logs/rank-1.log:\nbad batch");
+  EXPECT_EQ(j["attempts"], 1);
+  for (const char* key : {"status", "secondary_status", "failure_reason", "attempts",
+                          "interruptions", "training_seconds", "billable_seconds", "transitions",
+                          "final_metrics"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  const Outcome text = heft(dir.path(), {"describe", "boom"});
+  EXPECT_NE(text.out.find("Status:           Failed (Failed)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Failure reason:   rank 1 exited with code 7"), std::string::npos);
+}
+
+std::string counter_spec(const std::string& name) {
+  return "name: " + name + "\nentry_point: [/usr/bin/python3, -u, " + kCounter + "]\n" +
+         "hyperparameters: {steps: 16, sleep: 0.05}\n"
+         "cluster: {processes_per_host: 2}\n"
+         "metric_definitions: [{name: value, regex: '^final: .*value=([0-9]+)'}]\n";
+}
+
+TEST(HeftTrain, TwoSpotInterruptionsCompleteWithTheValueOfAnUninterruptedRun) {
+  TempDir dir;
+  const std::string path = spec(dir, counter_spec("plain"));
+  ASSERT_EQ(heft(dir.path(), {"train", path}).exit_code, 0);
+  const Outcome o = heft(dir.path(), {"train", path, "--name", "spot", "--set", "spot.enabled=true",
+                                      "--set", "spot.simulate={every_s: 0.4, count: 2}"});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_NE(o.err.find("Simulated spot interruption 2 of 2"), std::string::npos) << describe(o);
+  const nlohmann::json j = heft(dir.path(), {"describe", "spot", "--json"}).json();
+  EXPECT_EQ(j["status"], "Completed");
+  EXPECT_EQ(j["interruptions"], 2);
+  EXPECT_EQ(j["attempts"], 3);
+  const std::vector<std::string> expected = {"Starting",    "Training",   "Interrupted",
+                                             "Restarting",  "Training",   "Interrupted",
+                                             "Restarting",  "Training",   "Uploading",
+                                             "Completed"};
+  EXPECT_EQ(transition_names(j), expected);
+  const nlohmann::json plain =
+      heft(dir.path(), {"metrics", "plain", "--name", "value", "--format", "json"}).json();
+  const nlohmann::json spot =
+      heft(dir.path(), {"metrics", "spot", "--name", "value", "--format", "json"}).json();
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(spot.size(), 2u);
+  std::map<int, double> plain_by_rank, spot_by_rank;  // ranks finish in either order
+  for (size_t i = 0; i < 2; ++i) {
+    plain_by_rank[plain[i]["rank"]] = plain[i]["value"];
+    spot_by_rank[spot[i]["rank"]] = spot[i]["value"];
+  }
+  EXPECT_EQ(spot_by_rank, plain_by_rank);
+  EXPECT_EQ(plain_by_rank.size(), 2u);
+}
+
+TEST(HeftTrain, MaxRuntimeExits3StoppedMaxRuntimeExceeded) {
+  TempDir dir;
+  const std::string path =
+      spec(dir, sh_spec("slow", "sleep 30", "stopping: {max_runtime_s: 0.5, grace_s: 2}\n"));
+  const auto start = Clock::now();
+  const Outcome o = heft(dir.path(), {"train", path});
+  EXPECT_EQ(o.exit_code, 3) << describe(o);
+  EXPECT_LT(Clock::now() - start, seconds(8));
+  const nlohmann::json j = heft(dir.path(), {"describe", "slow", "--json"}).json();
+  EXPECT_EQ(j["status"], "Stopped");
+  EXPECT_EQ(j["secondary_status"], "MaxRuntimeExceeded");
+}
+
+TEST(HeftTrain, StopFromASecondProcessStopsTheGroup) {
+  TempDir dir;
+  const std::string path = spec(
+      dir, sh_spec("long", "echo $$ > $SM_OUTPUT_DATA_DIR/pid-$RANK; sleep 30",
+                   "stopping: {grace_s: 2}\n"));
+  Heft train(dir.path(), {"train", path});
+  ASSERT_TRUE(wait_for_status(dir.path(), "long", "Training"));
+  const auto stop_at = Clock::now();
+  const Outcome stop = heft(dir.path(), {"stop", "long"});
+  EXPECT_EQ(stop.exit_code, 0) << describe(stop);
+  EXPECT_NE(stop.err.find("heft stop: stopping job 'long'"), std::string::npos) << describe(stop);
+  const Outcome o = train.wait(seconds(15));
+  EXPECT_EQ(o.exit_code, 3) << describe(o);
+  EXPECT_LT(Clock::now() - stop_at, seconds(4));  // seen within a second, then SIGTERM
+  const nlohmann::json j = heft(dir.path(), {"describe", "long", "--json"}).json();
+  EXPECT_EQ(j["status"], "Stopped");
+  EXPECT_EQ(j["secondary_status"], "Stopped");
+  const std::vector<std::string> names = transition_names(j);
+  EXPECT_EQ(names, (std::vector<std::string>{"Starting", "Training", "Stopping", "Stopped"}));
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = std::atoi(read_file(dir.path() + "/home/jobs/long/output/data/pid-" +
+                                          std::to_string(rank)).c_str());
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "worker " << pid << " survived";
+  }
+  const Outcome again = heft(dir.path(), {"stop", "long"});
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_NE(again.err.find("already ended (Stopped); nothing to stop"), std::string::npos);
+  const Outcome missing = heft(dir.path(), {"stop", "nope"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "heft stop: no job named 'nope' (heft jobs lists them)\n");
+}
+
+TEST(HeftTrain, CtrlCStopsTheJob) {
+  TempDir dir;
+  const std::string path = spec(dir, sh_spec("interrupted", "sleep 30", "stopping: {grace_s: 2}\n"));
+  Heft train(dir.path(), {"train", path});
+  ASSERT_TRUE(wait_for_status(dir.path(), "interrupted", "Training"));
+  ::kill(train.pid(), SIGINT);
+  const Outcome o = train.wait(seconds(10));
+  EXPECT_EQ(o.exit_code, 3) << describe(o);
+  EXPECT_NE(o.err.find("heft train: received SIGINT; stopping 2 workers"), std::string::npos)
+      << describe(o);
+  const nlohmann::json j = heft(dir.path(), {"describe", "interrupted", "--json"}).json();
+  EXPECT_EQ(j["status"], "Stopped");
+  EXPECT_EQ(j["transitions"].back()["message"], "Stopped: heft train received SIGINT");
+}
+
+TEST(HeftTrain, ReadersRunWhileAJobWritesMetrics) {
+  TempDir dir;
+  const std::string path = spec(
+      dir, sh_spec("busy", "i=0; while [ $i -lt 1500 ]; do i=$((i+1)); echo step=$i loss=0.5; "
+                           "[ $((i % 100)) = 0 ] && sleep 0.1; done; true",
+                   "metric_definitions: [{name: loss, regex: \"loss=([0-9.]+)\"}]\n"));
+  Heft train(dir.path(), {"train", path});
+  ASSERT_TRUE(wait_for_status(dir.path(), "busy", "Training"));
+  int reads = 0;
+  for (; reads < 8; ++reads) {
+    const Outcome jobs = heft(dir.path(), {"jobs", "--json"});
+    ASSERT_EQ(jobs.exit_code, 0) << describe(jobs);
+    ASSERT_EQ(jobs.json().size(), 1u);
+    const Outcome metrics = heft(dir.path(), {"metrics", "busy", "--format", "json"});
+    ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
+    ASSERT_TRUE(metrics.json().is_array());
+  }
+  const Outcome o = train.wait();
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  const nlohmann::json all = heft(dir.path(), {"metrics", "busy", "--format", "json"}).json();
+  EXPECT_EQ(all.size(), 2u * 1500u);
+}
+
+TEST(HeftTrain, LogsAndMetricsShowWhatTheWorkersWrote) {
+  TempDir dir;
+  const std::string path = spec(
+      dir, sh_spec("talk", "echo step=1 loss=0.25; echo \"rank $RANK\" >&2; printf tail",
+                   "metric_definitions: [{name: \"train:loss\", regex: \"loss=([0-9.]+)\"}]\n"));
+  ASSERT_EQ(heft(dir.path(), {"train", path}).exit_code, 0);
+  EXPECT_EQ(heft(dir.path(), {"logs", "talk", "--rank", "1"}).out, "step=1 loss=0.25\nrank 1\ntail\n");
+  const Outcome all = heft(dir.path(), {"logs", "talk"});
+  EXPECT_NE(all.out.find("[rank 0] step=1 loss=0.25\n[rank 0] rank 0\n[rank 0] tail\n[rank 1] "),
+            std::string::npos)
+      << describe(all);
+  const Outcome bad_rank = heft(dir.path(), {"logs", "talk", "--rank", "2"});
+  EXPECT_EQ(bad_rank.exit_code, 2);
+  EXPECT_EQ(bad_rank.err,
+            "heft logs: --rank must be from 0 to 1 (job 'talk' has 2 workers), got 2\n");
+
+  const Outcome csv = heft(dir.path(), {"metrics", "talk", "--format", "csv"});
+  EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')), "name,rank,step,value,timestamp");
+  EXPECT_NE(csv.out.find("\ntrain:loss,1,1,0.25,"), std::string::npos) << csv.out;
+  const Outcome table = heft(dir.path(), {"metrics", "talk"});
+  EXPECT_EQ(table.out.rfind("NAME        RANK  STEP  VALUE  ELAPSED_S\n", 0), 0u) << table.out;
+  const Outcome unknown = heft(dir.path(), {"metrics", "talk", "--name", "loss"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(unknown.err, "heft metrics: job 'talk' has no metric named 'loss'; it has: train:loss\n");
+  const nlohmann::json d = heft(dir.path(), {"describe", "talk", "--json"}).json();
+  ASSERT_EQ(d["final_metrics"].size(), 1u);
+  EXPECT_EQ(d["final_metrics"][0]["name"], "train:loss");
+  EXPECT_EQ(d["final_metrics"][0]["value"], 0.25);
+  const Outcome missing = heft(dir.path(), {"describe", "nope"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "heft describe: no job named 'nope' (heft jobs lists them)\n");
+}
+
+TEST(HeftTrain, LogsFollowPrintsUntilTheJobEnds) {
+  TempDir dir;
+  const std::string path =
+      spec(dir, "name: follow\nentry_point: [/bin/sh, -c, 'for i in 1 2 3 4 5; do echo line $i; "
+                "sleep 0.2; done']\n");
+  Heft train(dir.path(), {"train", path});
+  ASSERT_TRUE(wait_for_status(dir.path(), "follow", "Training"));
+  const Outcome logs = heft(dir.path(), {"logs", "follow", "--rank", "0", "--follow"}, seconds(15));
+  EXPECT_EQ(logs.exit_code, 0) << describe(logs);
+  EXPECT_EQ(logs.out, "line 1\nline 2\nline 3\nline 4\nline 5\n");
+  EXPECT_EQ(train.wait().exit_code, 0);
+}
+
+TEST(HeftTrain, BuiltinTrainerMissingNextToHeftIsAClearError) {
+  TempDir dir;
+  const std::string copy = dir.path() + "/heft";
+  fs::copy_file(kHeft, copy);
+  fs::permissions(copy, fs::perms::owner_all);
+  const std::string path = spec(dir, "name: builtin\nentry_point: heft-train\n");
+  const Outcome o = Heft(dir.path(), {"train", path}, copy).wait();
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("heft train: entry_point: heft-train: the built-in trainer is not built "
+                       "(expected the executable " + dir.path() + "/heft-train next to heft"),
+            std::string::npos)
+      << describe(o);
+}
+
+}  // namespace
