@@ -1,13 +1,13 @@
 // ctest-labels: multiproc
 // ProcessGroup on tensors: every collective on world sizes {1, 2, 3, 4} against closed forms
 // for each supported dtype, and the errors for tensors outside the contract.
-#include <gtest/gtest.h>
+#include "heft/parallel/process_group.h"
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
-#include "heft/parallel/process_group.h"
 #include "support/ranks.h"
 
 namespace heft::parallel {
@@ -15,8 +15,8 @@ namespace {
 
 using test::expect;
 
-const torch::ScalarType kTypes[] = {torch::kFloat, torch::kDouble, torch::kHalf,
-                                    torch::kBFloat16, torch::kInt, torch::kLong};
+const torch::ScalarType kTypes[] = {torch::kFloat,    torch::kDouble, torch::kHalf,
+                                    torch::kBFloat16, torch::kInt,    torch::kLong};
 
 // scale * [1, 2, ..., n] in dtype t.
 torch::Tensor scaled(double scale, int64_t n, torch::ScalarType t) {
@@ -24,9 +24,7 @@ torch::Tensor scaled(double scale, int64_t n, torch::ScalarType t) {
 }
 
 // Rank r's tensor: (r + 1) * [1, 2, ..., n] (small integers: exact in every dtype).
-torch::Tensor contribution(int r, int64_t n, torch::ScalarType t) {
-  return scaled(r + 1, n, t);
-}
+torch::Tensor contribution(int r, int64_t n, torch::ScalarType t) { return scaled(r + 1, n, t); }
 
 void check_collectives(comm::Communicator& c) {
   torch::set_num_threads(1);

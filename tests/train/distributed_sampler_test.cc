@@ -1,12 +1,13 @@
 // DistributedSampler: the ranks' shares partition each global batch, epochs are seeded
 // permutations, and the last partial batch is handled the same on every rank.
+#include "heft/train/distributed_sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
 #include "heft/error.h"
-#include "heft/train/distributed_sampler.h"
 
 namespace heft::train {
 namespace {
@@ -44,8 +45,10 @@ TEST(DistributedSampler, SharesPartitionEveryGlobalBatchOnWorldSizes1To7) {
       }
       std::set<int64_t> unique(seen.begin(), seen.end());
       EXPECT_EQ(unique.size(), seen.size()) << "a sample twice in one epoch, world " << world;
-      EXPECT_EQ(static_cast<int64_t>(seen.size()), ranks[0].samples_per_epoch() -
-                    (ranks[0].samples_per_epoch() % batch < world ? ranks[0].samples_per_epoch() % batch : 0));
+      EXPECT_EQ(static_cast<int64_t>(seen.size()),
+                ranks[0].samples_per_epoch() - (ranks[0].samples_per_epoch() % batch < world
+                                                    ? ranks[0].samples_per_epoch() % batch
+                                                    : 0));
     }
   }
 }

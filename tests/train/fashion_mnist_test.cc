@@ -1,5 +1,7 @@
 // The IDX gzip loader: files written here with zlib, the errors for missing and malformed
 // files (each names the file), and the real data set when it is installed.
+#include "heft/train/fashion_mnist.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -8,7 +10,6 @@
 #include <fstream>
 
 #include "heft/error.h"
-#include "heft/train/fashion_mnist.h"
 
 namespace heft::train {
 namespace {
@@ -78,7 +79,8 @@ TEST_F(FashionMnist, ReadsWhatWasWritten) {
 
 TEST_F(FashionMnist, MissingFileIsAnIoErrorNamingIt) {
   const std::string e = error_of([&] { load_fashion_mnist(dir_, "t10k"); });
-  EXPECT_EQ(e, "cannot open " + dir_ + "/t10k-images-idx3-ubyte.gz: No such file or directory (errno 2)");
+  EXPECT_EQ(
+      e, "cannot open " + dir_ + "/t10k-images-idx3-ubyte.gz: No such file or directory (errno 2)");
 }
 
 TEST_F(FashionMnist, MalformedFilesAreNamedWithWhatWasWrong) {
@@ -112,8 +114,9 @@ TEST_F(FashionMnist, InconsistentFilesAreNamed) {
             dir_ + "/train-labels-idx1-ubyte.gz: label 10 at index 1, expected 0..9");
   write_gz("train-images-idx3-ubyte.gz", idx({4, 32, 32}, 0));
   EXPECT_EQ(error_of([&] { load_fashion_mnist(dir_, "train"); }),
-            dir_ + "/train-images-idx3-ubyte.gz: expected images of shape (N, 28, 28), found "
-                   "[4, 32, 32]");
+            dir_ +
+                "/train-images-idx3-ubyte.gz: expected images of shape (N, 28, 28), found "
+                "[4, 32, 32]");
 }
 
 TEST(FashionMnistInstalled, TestSplitHas10000LabelledImages) {

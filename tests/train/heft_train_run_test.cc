@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -44,23 +46,26 @@ std::string joined(const Output& o) {
   return os.str();
 }
 
-// The loss of every step= line, in order.
-std::vector<std::string> losses(const Output& o) {
-  std::vector<std::string> v;
-  const std::regex step(R"((?:\[rank 0\] )?step=(\d+) epoch=(\d+) loss=([0-9.]+) lr=\S+ samples_per_s=[0-9.]+)");
+// (step, loss) of every step= line, in order.
+std::vector<std::pair<int, double>> losses(const Output& o) {
+  std::vector<std::pair<int, double>> v;
+  const std::regex step(
+      R"((?:\[rank 0\] )?step=(\d+) epoch=(\d+) loss=([0-9.]+) lr=\S+ samples_per_s=[0-9.]+)");
   for (const auto& l : o.lines) {
     std::smatch m;
-    if (std::regex_match(l, m, step)) v.push_back(m[1].str() + ":" + m[3].str());
+    if (std::regex_match(l, m, step)) v.emplace_back(std::stoi(m[1].str()), std::stod(m[3].str()));
   }
   return v;
 }
 
-TEST(HeftTrain, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
+TEST(HeftTrainRun, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
   if (!fs::exists(kData + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
   const std::string args =
       " --model mlp --limit 640 --batch_size 64 --log_every 2 --lr 0.05 --warmup_steps 3 "
-      "--seed 4 --data " + kData;
-  const fs::path model_dir = fs::temp_directory_path() / ("heft-train-test-" + std::to_string(getpid()));
+      "--seed 4 --data " +
+      kData;
+  const fs::path model_dir =
+      fs::temp_directory_path() / ("heft-train-test-" + std::to_string(getpid()));
   const Output alone =
       run("env -u HEFT_STORE OMP_NUM_THREADS=1 " + kBin + "/heft-train" + args + " --eval false");
   ASSERT_EQ(alone.code, 0) << joined(alone);
@@ -79,9 +84,18 @@ TEST(HeftTrain, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
   EXPECT_NE(alone.lines.back().find("test_acc=nan"), std::string::npos) << joined(alone);
 
   // The global-batch loss does not depend on how many ranks share the batch.
+  // Printed with 4 decimals; the two differ only by summation order (~1e-7).
+  constexpr double kTolerance = 2e-4;
   const auto l1 = losses(alone), l2 = losses(two);
   ASSERT_EQ(l1.size(), 5u) << joined(alone);
-  EXPECT_EQ(l1, l2) << joined(alone) << joined(two);
+  ASSERT_EQ(l2.size(), 5u) << joined(two);
+  double worst = 0;
+  for (size_t i = 0; i < l1.size(); ++i) {
+    EXPECT_EQ(l1[i].first, l2[i].first);
+    worst = std::max(worst, std::abs(l1[i].second - l2[i].second));
+  }
+  EXPECT_LE(worst, kTolerance) << "largest loss difference " << worst << "\n"
+                               << joined(alone) << joined(two);
   EXPECT_TRUE(fs::exists(model_dir / "model.pt"));
   fs::remove_all(model_dir);
 }

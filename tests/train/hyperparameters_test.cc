@@ -1,14 +1,15 @@
 // heft-train's hyperparameters: --name value arguments, SM_HPS, their errors (as the
 // heft-train binary prints them, exit 2), the warm-up schedule and the models' shapes.
+#include "heft/train/hyperparameters.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 
 #include "heft/error.h"
-#include "heft/train/hyperparameters.h"
 #include "heft/train/models.h"
 #include "heft/train/optimizer.h"
 
@@ -20,9 +21,9 @@ TEST(Hyperparameters, DefaultsArgumentsAndSmHps) {
   ASSERT_TRUE(p.ok()) << p.error;
   EXPECT_EQ(p.value.model, "cnn");
   EXPECT_EQ(p.value.batch_size, 64);
-  p = parse_hyperparameters({"--model", "mlp", "--lr=0.25", "--scale_lr", "--eval", "off",
-                             "--epochs", "3"},
-                            R"({"lr": 0.5, "batch_size": "128", "warmup_steps": 10, "eval": true})");
+  p = parse_hyperparameters(
+      {"--model", "mlp", "--lr=0.25", "--scale_lr", "--eval", "off", "--epochs", "3"},
+      R"({"lr": 0.5, "batch_size": "128", "warmup_steps": 10, "eval": true})");
   ASSERT_TRUE(p.ok()) << p.error;
   EXPECT_EQ(p.value.model, "mlp");
   EXPECT_EQ(p.value.lr, 0.25);  // arguments override SM_HPS
@@ -54,8 +55,8 @@ TEST(Hyperparameters, ErrorsNameTheHyperparameter) {
             "unexpected argument 'cnn': expected --name value");
   EXPECT_EQ(parse_hyperparameters({}, R"({"momentum": "lots"})").error,
             "hyperparameter momentum (in SM_HPS): expected a number, found 'lots'");
-  EXPECT_EQ(parse_hyperparameters({}, R"({"dropout": 0.1})").error.rfind(
-                "unknown hyperparameter 'dropout' (in SM_HPS); known: ", 0),
+  EXPECT_EQ(parse_hyperparameters({}, R"({"dropout": 0.1})")
+                .error.rfind("unknown hyperparameter 'dropout' (in SM_HPS); known: ", 0),
             0u);
   EXPECT_EQ(parse_hyperparameters({}, "[1]").error, "SM_HPS must be a JSON object, found [1]");
 }

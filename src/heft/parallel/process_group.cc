@@ -103,8 +103,7 @@ torch::Tensor ProcessGroup::allgather(const torch::Tensor& input) {
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const torch::Tensor& input,
-                                                         torch::Tensor& output,
-                                                         comm::ReduceOp op) {
+                                                         torch::Tensor& output, comm::ReduceOp op) {
   const comm::DataType t = check_tensor("reduce_scatter", "input", input);
   check_tensor("reduce_scatter", "output", output);
   check_same_dtype("reduce_scatter", input, output);

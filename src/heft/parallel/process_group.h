@@ -15,10 +15,10 @@
 // flattens buckets itself), sparse tensors, point-to-point (use communicator() directly).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "heft/comm/communicator.h"
 

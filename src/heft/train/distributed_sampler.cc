@@ -10,9 +10,7 @@
 namespace heft::train {
 
 DistributedSampler::DistributedSampler(Options options) : options_(options) {
-  auto fail = [](const std::string& what) {
-    throw InvalidArgument("DistributedSampler: " + what);
-  };
+  auto fail = [](const std::string& what) { throw InvalidArgument("DistributedSampler: " + what); };
   if (options_.world_size < 1)
     fail("world_size must be at least 1, got " + std::to_string(options_.world_size));
   if (options_.rank < 0 || options_.rank >= options_.world_size)
@@ -24,8 +22,8 @@ DistributedSampler::DistributedSampler(Options options) : options_(options) {
     fail("the global batch (" + std::to_string(options_.global_batch) +
          ") must be at least the number of ranks (" + std::to_string(options_.world_size) + ")");
   if (options_.limit < 0) fail("limit must not be negative, got " + std::to_string(options_.limit));
-  used_ = options_.limit > 0 ? std::min(options_.limit, options_.dataset_size)
-                             : options_.dataset_size;
+  used_ =
+      options_.limit > 0 ? std::min(options_.limit, options_.dataset_size) : options_.dataset_size;
   steps_ = used_ / options_.global_batch;
   if (used_ % options_.global_batch >= options_.world_size) ++steps_;
   if (steps_ == 0)

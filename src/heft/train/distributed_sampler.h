@@ -33,8 +33,8 @@ class DistributedSampler {
     int rank = 0;
     int world_size = 1;
     uint64_t seed = 0;
-    int64_t limit = 0;     // samples per epoch; 0 or more than dataset_size: all
-    bool shuffle = true;   // false: the identity permutation (evaluation)
+    int64_t limit = 0;    // samples per epoch; 0 or more than dataset_size: all
+    bool shuffle = true;  // false: the identity permutation (evaluation)
   };
   // This rank's share of one global batch.
   struct Batch {

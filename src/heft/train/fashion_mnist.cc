@@ -92,9 +92,8 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
     throw InvalidArgument(labels_path + ": expected labels of shape (N), found " +
                           c10::str(torch::IntArrayRef(labels.sizes)));
   if (labels.sizes[0] != images.sizes[0])
-    throw InvalidArgument(labels_path + ": " + std::to_string(labels.sizes[0]) +
-                          " labels for " + std::to_string(images.sizes[0]) + " images in " +
-                          images_path);
+    throw InvalidArgument(labels_path + ": " + std::to_string(labels.sizes[0]) + " labels for " +
+                          std::to_string(images.sizes[0]) + " images in " + images_path);
   for (size_t i = 0; i < labels.data.size(); ++i)
     if (labels.data[i] > 9)
       throw InvalidArgument(labels_path + ": label " + std::to_string(labels.data[i]) +
@@ -107,17 +106,13 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
 }
 
 torch::Tensor normalize_images(const torch::Tensor& images) {
-  return images.to(torch::kFloat)
-      .mul_(1.0 / 255.0)
-      .sub_(kFashionMnistMean)
-      .div_(kFashionMnistStd);
+  return images.to(torch::kFloat).mul_(1.0 / 255.0).sub_(kFashionMnistMean).div_(kFashionMnistStd);
 }
 
 std::pair<torch::Tensor, torch::Tensor> gather_batch(const Dataset& data,
                                                      const std::vector<int64_t>& indices) {
-  torch::Tensor idx =
-      torch::from_blob(const_cast<int64_t*>(indices.data()),
-                       {static_cast<int64_t>(indices.size())}, torch::kLong);
+  torch::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices.data()),
+                                       {static_cast<int64_t>(indices.size())}, torch::kLong);
   return {normalize_images(data.images.index_select(0, idx)), data.labels.index_select(0, idx)};
 }
 

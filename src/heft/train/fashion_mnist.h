@@ -13,11 +13,11 @@
 // Deliberately left out: writing IDX (tests write their own), other element types.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace heft::train {
 

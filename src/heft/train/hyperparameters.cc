@@ -4,9 +4,8 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace heft::train {
 
@@ -88,73 +87,75 @@ std::string show_double(double v) {
   return os.str();
 }
 
-#define HEFT_INT_FIELD(member, min, help)                                                 \
-  Field {                                                                                 \
-    #member, Kind::kInt, help,                                                            \
-        [](Hyperparameters& h, const std::string& s) { return parse_int(s, min, &h.member); }, \
-        [](const Hyperparameters& h) { return std::to_string(h.member); }                 \
-  }
-#define HEFT_DOUBLE_FIELD(member, min, strict, help)                                     \
-  Field {                                                                                \
-    #member, Kind::kDouble, help,                                                        \
-        [](Hyperparameters& h, const std::string& s) {                                   \
-          return parse_double(s, min, strict, &h.member);                                \
-        },                                                                               \
-        [](const Hyperparameters& h) { return show_double(h.member); }                   \
-  }
-#define HEFT_BOOL_FIELD(member, help)                                                         \
-  Field {                                                                                     \
-    #member, Kind::kBool, help,                                                               \
-        [](Hyperparameters& h, const std::string& s) { return parse_bool(s, &h.member); },    \
-        [](const Hyperparameters& h) { return std::string(h.member ? "true" : "false"); }    \
-  }
-#define HEFT_STRING_FIELD(member, help)                                                    \
-  Field {                                                                                  \
-    #member, Kind::kString, help,                                                          \
-        [](Hyperparameters& h, const std::string& s) {                                     \
-          h.member = s;                                                                    \
-          return std::string();                                                            \
-        },                                                                                 \
-        [](const Hyperparameters& h) { return h.member.empty() ? "\"\"" : h.member; }      \
-  }
+Field int_field(const char* name, int64_t Hyperparameters::*member, int64_t min, const char* help) {
+  return Field{
+      name, Kind::kInt, help,
+      [=](Hyperparameters& h, const std::string& s) { return parse_int(s, min, &(h.*member)); },
+      [=](const Hyperparameters& h) { return std::to_string(h.*member); }};
+}
+
+// strict: the value must exceed min, else it may equal it.
+Field double_field(const char* name, double Hyperparameters::*member, double min, bool strict,
+                   const char* help) {
+  return Field{name, Kind::kDouble, help,
+               [=](Hyperparameters& h, const std::string& s) {
+                 return parse_double(s, min, strict, &(h.*member));
+               },
+               [=](const Hyperparameters& h) { return show_double(h.*member); }};
+}
+
+Field bool_field(const char* name, bool Hyperparameters::*member, const char* help) {
+  return Field{
+      name, Kind::kBool, help,
+      [=](Hyperparameters& h, const std::string& s) { return parse_bool(s, &(h.*member)); },
+      [=](const Hyperparameters& h) { return std::string(h.*member ? "true" : "false"); }};
+}
+
+// options empty: any string.
+Field string_field(const char* name, std::string Hyperparameters::*member,
+                   std::vector<std::string> options, const char* help) {
+  return Field{name, Kind::kString, help,
+               [=](Hyperparameters& h, const std::string& s) {
+                 if (!options.empty()) return one_of(s, options, &(h.*member));
+                 h.*member = s;
+                 return std::string();
+               },
+               [=](const Hyperparameters& h) {
+                 return (h.*member).empty() ? std::string("\"\"") : h.*member;
+               }};
+}
 
 const std::vector<Field>& fields() {
+  using H = Hyperparameters;
   static const std::vector<Field> f{
-      Field{"model", Kind::kString, "mlp | cnn",
-            [](Hyperparameters& h, const std::string& s) {
-              return one_of(s, {"mlp", "cnn"}, &h.model);
-            },
-            [](const Hyperparameters& h) { return h.model; }},
-      HEFT_INT_FIELD(epochs, 1, "passes over the (limited) training set"),
-      HEFT_INT_FIELD(max_steps, 0, "stop after this many steps in all; 0: no limit"),
-      HEFT_INT_FIELD(batch_size, 1, "global batch: samples per step over all ranks"),
-      HEFT_DOUBLE_FIELD(lr, 0.0, true, "peak learning rate (before scale_lr)"),
-      HEFT_DOUBLE_FIELD(momentum, 0.0, false, "SGD momentum (sgd only)"),
-      Field{"optimizer", Kind::kString, "sgd | adamw",
-            [](Hyperparameters& h, const std::string& s) {
-              return one_of(s, {"sgd", "adamw"}, &h.optimizer);
-            },
-            [](const Hyperparameters& h) { return h.optimizer; }},
-      HEFT_DOUBLE_FIELD(weight_decay, 0.0, false,
-                        "weight decay: L2 for sgd, decoupled for adamw"),
-      HEFT_INT_FIELD(warmup_steps, 0, "linear warm-up of the learning rate over these steps"),
-      Field{"lr_schedule", Kind::kString,
-            "after warm-up: constant, or cosine (half cosine down to 0 at the last step)",
-            [](Hyperparameters& h, const std::string& s) {
-              return one_of(s, {"constant", "cosine"}, &h.lr_schedule);
-            },
-            [](const Hyperparameters& h) { return h.lr_schedule; }},
-      HEFT_BOOL_FIELD(scale_lr, "multiply lr by the number of ranks (linear scaling rule)"),
-      HEFT_INT_FIELD(seed, 0, "seed of the model's initialisation and of the epoch shuffles"),
-      HEFT_INT_FIELD(limit, 0, "training samples per epoch; 0: all"),
-      HEFT_INT_FIELD(log_every, 1, "steps between step= lines"),
-      HEFT_BOOL_FIELD(eval, "evaluate on the test set after each epoch"),
-      HEFT_STRING_FIELD(data, "data directory; default SM_CHANNEL_TRAIN, else "
-                              "/usr/share/datasets/fashion-mnist"),
-      HEFT_STRING_FIELD(model_dir, "where rank 0 saves model.pt; default SM_MODEL_DIR, else "
-                                   "not saved"),
-      HEFT_DOUBLE_FIELD(bucket_mb, 0.0, true, "DDP gradient bucket size in MiB"),
-      HEFT_BOOL_FIELD(bf16_compression, "DDP: reduce gradients as bfloat16 (lossy)"),
+      string_field("model", &H::model, {"mlp", "cnn"}, "mlp | cnn"),
+      int_field("epochs", &H::epochs, 1, "passes over the (limited) training set"),
+      int_field("max_steps", &H::max_steps, 0, "stop after this many steps in all; 0: no limit"),
+      int_field("batch_size", &H::batch_size, 1, "global batch: samples per step over all ranks"),
+      double_field("lr", &H::lr, 0.0, true, "peak learning rate (before scale_lr)"),
+      double_field("momentum", &H::momentum, 0.0, false, "SGD momentum (sgd only)"),
+      string_field("optimizer", &H::optimizer, {"sgd", "adamw"}, "sgd | adamw"),
+      double_field("weight_decay", &H::weight_decay, 0.0, false,
+                   "weight decay: L2 for sgd, decoupled for adamw"),
+      int_field("warmup_steps", &H::warmup_steps, 0,
+                "linear warm-up of the learning rate over these steps"),
+      string_field("lr_schedule", &H::lr_schedule, {"constant", "cosine"},
+                   "after warm-up: constant, or cosine (half cosine down to 0 at the last step)"),
+      bool_field("scale_lr", &H::scale_lr,
+                 "multiply lr by the number of ranks (linear scaling rule)"),
+      int_field("seed", &H::seed, 0,
+                "seed of the model's initialisation and of the epoch shuffles"),
+      int_field("limit", &H::limit, 0, "training samples per epoch; 0: all"),
+      int_field("log_every", &H::log_every, 1, "steps between step= lines"),
+      bool_field("eval", &H::eval, "evaluate on the test set after each epoch"),
+      string_field("data", &H::data, {},
+                   "data directory; default SM_CHANNEL_TRAIN, else "
+                   "/usr/share/datasets/fashion-mnist"),
+      string_field("model_dir", &H::model_dir, {},
+                   "where rank 0 saves model.pt; default SM_MODEL_DIR, else not saved"),
+      double_field("bucket_mb", &H::bucket_mb, 0.0, true, "DDP gradient bucket size in MiB"),
+      bool_field("bf16_compression", &H::bf16_compression,
+                 "DDP: reduce gradients as bfloat16 (lossy)"),
   };
   return f;
 }

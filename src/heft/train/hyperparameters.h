@@ -17,21 +17,21 @@
 namespace heft::train {
 
 struct Hyperparameters {
-  std::string model = "cnn";      // mlp | cnn
-  int64_t epochs = 1;             // passes over the (limited) training set
-  int64_t max_steps = 0;          // stop after this many steps in all; 0: no limit
-  int64_t batch_size = 64;        // global batch: samples per step over all ranks
-  double lr = 0.01;               // peak learning rate (before scale_lr)
-  double momentum = 0.9;          // SGD momentum (sgd only)
-  std::string optimizer = "sgd";  // sgd | adamw
-  double weight_decay = 0.0;      // L2 (sgd) or decoupled (adamw) weight decay
-  int64_t warmup_steps = 0;       // linear warm-up from lr/warmup_steps to lr
+  std::string model = "cnn";             // mlp | cnn
+  int64_t epochs = 1;                    // passes over the (limited) training set
+  int64_t max_steps = 0;                 // stop after this many steps in all; 0: no limit
+  int64_t batch_size = 64;               // global batch: samples per step over all ranks
+  double lr = 0.01;                      // peak learning rate (before scale_lr)
+  double momentum = 0.9;                 // SGD momentum (sgd only)
+  std::string optimizer = "sgd";         // sgd | adamw
+  double weight_decay = 0.0;             // L2 (sgd) or decoupled (adamw) weight decay
+  int64_t warmup_steps = 0;              // linear warm-up from lr/warmup_steps to lr
   std::string lr_schedule = "constant";  // after warm-up: constant | cosine (to 0 at the end)
-  bool scale_lr = false;          // lr x world size (the linear scaling rule)
-  int64_t seed = 0;               // model initialisation and epoch permutations
-  int64_t limit = 0;              // training samples per epoch; 0: all
-  int64_t log_every = 50;         // steps between `step=` lines
-  bool eval = true;               // evaluate on the test set after each epoch
+  bool scale_lr = false;                 // lr x world size (the linear scaling rule)
+  int64_t seed = 0;                      // model initialisation and epoch permutations
+  int64_t limit = 0;                     // training samples per epoch; 0: all
+  int64_t log_every = 50;                // steps between `step=` lines
+  bool eval = true;                      // evaluate on the test set after each epoch
   std::string data;               // data directory; empty: SM_CHANNEL_TRAIN, else the default
   std::string model_dir;          // where rank 0 saves model.pt; empty: SM_MODEL_DIR, else none
   double bucket_mb = 25.0;        // DDP gradient bucket size, MiB

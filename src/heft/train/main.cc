@@ -1,11 +1,13 @@
 // heft-train: the built-in trainer. Reads its hyperparameters (hyperparameters.h) from the
 // command line and SM_HPS, joins the job (heft::comm::init(); alone when HEFT_STORE is not
-// set), and runs train() (trainer.h). Exit codes: 0 done; 2 bad hyperparameters; 1 any
-// other failure (missing data, a lost peer), with the reason on stderr.
+// set), and runs train() (trainer.h). Exit codes: 0 done; 2 bad hyperparameters or a
+// distribution other than data parallel in HEFT_DISTRIBUTION; 1 any other failure (missing
+// data, a lost peer), with the reason on stderr.
 #include <malloc.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -43,14 +45,33 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// HEFT_DISTRIBUTION (the job spec's distribution block): heft-train trains data parallel
+// only, so a spec that enables another strategy is refused rather than silently ignored.
+std::string check_distribution() {
+  const char* v = std::getenv("HEFT_DISTRIBUTION");
+  if (!v || !*v) return "";
+  nlohmann::json d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  if (d.is_discarded() || !d.is_object())
+    return "HEFT_DISTRIBUTION is not a JSON object: " + std::string(v);
+  for (const auto& [name, strategy] : d.items()) {
+    if (name == "dataparallel") continue;
+    const bool enabled = strategy.is_object() && strategy.value("enabled", false);
+    if (enabled)
+      return "distribution." + name +
+             " is enabled, but heft-train trains data parallel only "
+             "(distribution.dataparallel)";
+  }
+  return "";
+}
+
 void set_threads() {
   const char* v = std::getenv("OMP_NUM_THREADS");
   if (!v || !*v) return;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   if (*end != '\0' || n < 1)
-    throw heft::InvalidArgument(std::string("OMP_NUM_THREADS: expected a positive integer, found '") +
-                                v + "'");
+    throw heft::InvalidArgument(
+        std::string("OMP_NUM_THREADS: expected a positive integer, found '") + v + "'");
   torch::set_num_threads(static_cast<int>(n));
 }
 
@@ -70,6 +91,10 @@ int main(int argc, char** argv) {
       heft::train::parse_hyperparameters(args, sm_hps ? sm_hps : "");
   if (!parsed.ok()) {
     std::cerr << "heft-train: " << parsed.error << "\n";
+    return 2;
+  }
+  if (std::string e = check_distribution(); !e.empty()) {
+    std::cerr << "heft-train: " << e << "\n";
     return 2;
   }
   heft::train::Hyperparameters hp = parsed.value;

@@ -11,11 +11,11 @@
 // Deliberately left out: batch norm, dropout (nothing here needs them to reach 0.9).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace heft::train {
 

@@ -10,12 +10,12 @@
 // Deliberately left out: step decay, restarts, a floor above 0.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace heft::train {
 

@@ -4,17 +4,18 @@
 // 1, 2, 3 and 4 forked ranks, with an uneven last batch; no_sync accumulation; the bf16 path
 // within its looser tolerance; overlap of the first bucket's allreduce with backward; the
 // errors for unused parameters and for ranks with different models.
+#include "heft/parallel/data/distributed_data_parallel.h"
+
 #include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <iostream>
 #include <sstream>
 
-#include <torch/torch.h>
-
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
-#include "heft/parallel/data/distributed_data_parallel.h"
 #include "heft/train/distributed_sampler.h"
 #include "support/ranks.h"
 
@@ -43,10 +44,10 @@ struct Net : torch::nn::Module {
 };
 
 struct Config {
-  int steps = 5;            // optimizer steps
+  int steps = 5;              // optimizer steps
   int64_t global_batch = 12;  // samples per step (divisible by 1..4 and by micro_steps * n)
-  int64_t dataset = 0;      // 0: exactly steps * global_batch
-  int micro_steps = 1;      // > 1: accumulate under no_sync
+  int64_t dataset = 0;        // 0: exactly steps * global_batch
+  int micro_steps = 1;        // > 1: accumulate under no_sync
   DistributedDataParallelOptions ddp;
   double tolerance = kTolerance;
 };
@@ -98,8 +99,8 @@ void check_equivalence(comm::Communicator& c, const Config& cfg) {
   for (int step = 0; step < cfg.steps; ++step) {
     const std::vector<int64_t> all = sampler.global_batch(step);
     ref_opt.zero_grad();
-    torch::Tensor ref_loss =
-        torch::nn::functional::cross_entropy(reference->forward(rows(data.x, all)), rows(data.y, all));
+    torch::Tensor ref_loss = torch::nn::functional::cross_entropy(
+        reference->forward(rows(data.x, all)), rows(data.y, all));
     ref_loss.backward();
     ref_opt.step();
 
@@ -110,8 +111,9 @@ void check_equivalence(comm::Communicator& c, const Config& cfg) {
     const size_t per_micro = mine.indices.size() / static_cast<size_t>(cfg.micro_steps);
     for (int m = 0; m < cfg.micro_steps; ++m) {
       std::vector<int64_t> idx(mine.indices.begin() + m * per_micro,
-                               m + 1 == cfg.micro_steps ? mine.indices.end()
-                                                        : mine.indices.begin() + (m + 1) * per_micro);
+                               m + 1 == cfg.micro_steps
+                                   ? mine.indices.end()
+                                   : mine.indices.begin() + (m + 1) * per_micro);
       torch::Tensor sum = torch::nn::functional::cross_entropy(
           replica->forward(rows(data.x, idx)), rows(data.y, idx),
           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
@@ -130,23 +132,24 @@ void check_equivalence(comm::Communicator& c, const Config& cfg) {
     const double ddp_loss = l.item<double>() / global;
     const double diff = std::abs(ddp_loss - ref_loss.item<double>());
     worst_loss = std::max(worst_loss, diff);
-    expect(diff <= cfg.tolerance,
-           "step " + std::to_string(step) + ": loss " + std::to_string(ddp_loss) + " vs " +
-               std::to_string(ref_loss.item<double>()) + " on one process, difference " +
-               std::to_string(diff));
+    expect(diff <= cfg.tolerance, "step " + std::to_string(step) + ": loss " +
+                                      std::to_string(ddp_loss) + " vs " +
+                                      std::to_string(ref_loss.item<double>()) +
+                                      " on one process, difference " + std::to_string(diff));
   }
   const double worst_param = max_param_difference(*replica, *reference);
   if (group.rank() == 0)
     std::cerr << "world " << n << ": largest loss difference " << worst_loss
-              << ", largest parameter difference " << worst_param << " (tolerance "
-              << cfg.tolerance << ", " << ddp.buckets().size() << " buckets)\n";
+              << ", largest parameter difference " << worst_param << " (tolerance " << cfg.tolerance
+              << ", " << ddp.buckets().size() << " buckets)\n";
   expect(worst_param <= cfg.tolerance,
          "parameters differ from one process by " + std::to_string(worst_param));
 }
 
 void run_on(int n, const Config& cfg) {
   test::StoreProcess store;
-  auto result = test::run_world(n, store, [&](comm::Communicator& c) { check_equivalence(c, cfg); });
+  auto result =
+      test::run_world(n, store, [&](comm::Communicator& c) { check_equivalence(c, cfg); });
   EXPECT_TRUE(result.all_ok()) << "world " << n << ": " << result.summary();
 }
 
@@ -208,12 +211,44 @@ TEST(DistributedDataParallel, FirstBucketAllreduceStartsBeforeBackwardEnds) {
     std::ostringstream os;
     os << "rank " << group.rank() << ": first bucket launched at " << ms(t.bucket_launched[0])
        << " ms, seen done during backward: " << t.bucket_done_during_backward[0]
-       << "; last gradient at " << ms(t.last_gradient) << " ms; all reduced at "
-       << ms(t.finished) << " ms";
+       << "; last gradient at " << ms(t.last_gradient) << " ms; all reduced at " << ms(t.finished)
+       << " ms";
     std::cerr << os.str() << "\n";
-    expect(t.bucket_launched[0] < t.last_gradient, "first bucket launched after backward: " + os.str());
-    expect(t.bucket_done_during_backward[0], "first bucket not finished during backward: " + os.str());
+    expect(t.bucket_launched[0] < t.last_gradient,
+           "first bucket launched after backward: " + os.str());
+    expect(t.bucket_done_during_backward[0],
+           "first bucket not finished during backward: " + os.str());
   });
+  EXPECT_TRUE(result.all_ok()) << result.summary();
+}
+
+// A rank that dies between steps: the other's backward raises heft::PeerLost (carried out
+// of the autograd engine with its type) instead of hanging.
+TEST(DistributedDataParallel, LostPeerRaisesPeerLostFromBackward) {
+  test::StoreProcess store;
+  comm::CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(20);
+  auto result = test::run_world(
+      2, store,
+      [](comm::Communicator& c) {
+        torch::set_num_threads(1);
+        ProcessGroup group(c);
+        auto net = make_net();
+        DistributedDataParallel ddp(net, group);
+        if (c.rank() == 1) _exit(0);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          net->forward(torch::randn({4, 8})).sum().backward();
+        } catch (const PeerLost& e) {
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          std::cerr << "rank 0 after " << s << " s: " << e.what() << "\n";
+          expect(e.peer() == 1, std::string("lost peer named: ") + e.what());
+          return;
+        }
+        expect(false, "backward returned without the peer");
+      },
+      options, std::chrono::seconds(60));
   EXPECT_TRUE(result.all_ok()) << result.summary();
 }
 
@@ -266,8 +301,7 @@ TEST(DistributedDataParallel, RanksWithDifferentModelsAreRejected) {
     try {
       DistributedDataParallel ddp(net, group);
     } catch (const InvalidArgument& e) {
-      expect(std::string(e.what()).find("the ranks' models differ") != std::string::npos,
-             e.what());
+      expect(std::string(e.what()).find("the ranks' models differ") != std::string::npos, e.what());
       return;
     }
     expect(false, "no error for different models");

@@ -45,8 +45,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     : module_(std::move(module)), group_(group), options_(options) {
   if (!module_) throw InvalidArgument("DistributedDataParallel: module is null");
   if (options_.bucket_bytes == 0 || options_.first_bucket_bytes == 0)
-    throw InvalidArgument("DistributedDataParallel: bucket_bytes and first_bucket_bytes must be "
-                          "positive");
+    throw InvalidArgument(
+        "DistributedDataParallel: bucket_bytes and first_bucket_bytes must be "
+        "positive");
   for (const auto& item : module_->named_parameters()) {
     const torch::Tensor& p = item.value();
     to_comm_dtype(p.scalar_type());  // throws naming the dtype
@@ -126,8 +127,8 @@ void DistributedDataParallel::build_buckets() {
                                        ? torch::kBFloat16
                                        : s.param.scalar_type();
     const size_t cap = buckets_.size() <= 1 ? options_.first_bucket_bytes : options_.bucket_bytes;
-    const bool new_bucket = buckets_.empty() || bytes >= cap ||
-                            buckets_.back().flat.scalar_type() != wire;
+    const bool new_bucket =
+        buckets_.empty() || bytes >= cap || buckets_.back().flat.scalar_type() != wire;
     if (new_bucket) {
       buckets_.emplace_back();
       bucket_info_.emplace_back();
@@ -180,10 +181,13 @@ void DistributedDataParallel::on_gradient(int slot) {
       timeline_.bucket_done_during_backward[k] = true;
 
   Slot& s = slots_[slot];
-  if (ready_[slot])
+  if (ready_[slot]) {
+    abandon_pass();
     throw InvalidArgument("DistributedDataParallel: parameter " + s.name +
                           " received its gradient twice in one backward pass (reentrant "
-                          "backward and activation checkpointing are not supported)");
+                          "backward and activation checkpointing are not supported, and a "
+                          "backward pass that failed leaves its gradients behind)");
+  }
   ready_[slot] = 1;
   Bucket& b = buckets_[s.bucket];
   const torch::Tensor& g = s.param.grad();
@@ -197,12 +201,23 @@ void DistributedDataParallel::on_gradient(int slot) {
 }
 
 torch::Tensor DistributedDataParallel::bucket_view(const Slot& s) {
-  torch::Tensor slice = buckets_[s.bucket].flat.narrow(0, s.offset, s.param.numel());
-  // Same strides as the parameter (channels-last convolutions stay channels-last), so the
-  // view can serve as its gradient.
-  if (s.param.is_non_overlapping_and_dense())
-    return slice.as_strided(s.param.sizes(), s.param.strides());
-  return slice.view(s.param.sizes());
+  // Same strides as the parameter (channels-last convolutions stay channels-last) when it
+  // is dense, else row-major. An alias made with set_() rather than an autograd view, so it
+  // can serve as param.grad(): the optimizers' zero_grad() detach_()es grads, which views
+  // refuse.
+  std::vector<int64_t> strides;
+  if (s.param.is_non_overlapping_and_dense()) {
+    strides = s.param.strides().vec();
+  } else {
+    strides.assign(s.param.dim(), 1);
+    for (int64_t d = s.param.dim() - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * std::max<int64_t>(s.param.size(d + 1), 1);
+  }
+  const torch::Tensor& flat = buckets_[s.bucket].flat;
+  torch::NoGradGuard no_grad;
+  torch::Tensor alias = torch::empty({0}, flat.options());
+  alias.set_(flat.storage(), flat.storage_offset() + s.offset, s.param.sizes(), strides);
+  return alias;
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
@@ -243,6 +258,17 @@ void DistributedDataParallel::fill_missing_or_throw() {
     ready_[i] = 1;
     --b.pending;
   }
+}
+
+void DistributedDataParallel::abandon_pass() {
+  in_pass_ = false;
+  for (int k = 0; k < next_bucket_; ++k) {
+    try {
+      buckets_[k].work->wait();
+    } catch (...) {
+    }
+  }
+  next_bucket_ = 0;
 }
 
 void DistributedDataParallel::finish_backward() {

@@ -17,12 +17,13 @@
 //    the same collectives in the same order;
 //  - at the end of backward (an autograd engine callback, so it cannot be forgotten) DDP
 //    waits for every bucket and hands the averaged gradients back: each param.grad()
-//    becomes a view of its bucket (with the parameter's strides), so nothing is copied out;
-//    with bf16 compression they are converted into param.grad() instead. When backward()
-//    returns, the gradients are the mean over ranks of the local ones: call the
-//    optimizer's step() directly. Zeroing grads in place (optimizer.zero_grad()) zeroes the
-//    bucket and later backward passes accumulate straight into it; resetting them to
-//    undefined is as good (and saves the fill).
+//    becomes an alias of its bucket's memory (with the parameter's strides; not an
+//    autograd view, so zero_grad() may detach it), so nothing is copied out; with bf16
+//    compression they are converted into param.grad() instead. When backward() returns,
+//    the gradients are the mean over ranks of the local ones: call the optimizer's step()
+//    directly. Zeroing grads in place (optimizer.zero_grad()) zeroes the bucket and the
+//    next backward accumulates straight into it; resetting them to undefined is as good
+//    (and saves the fill).
 //
 // For the result to equal one process on the global batch, each rank's loss must be the
 // mean over its local samples and every rank must hold the same number of samples (or
@@ -49,22 +50,25 @@
 //
 // Threading: one backward at a time per DDP object, as in PyTorch; the hooks run on the
 // autograd thread that runs backward. Errors of a collective (heft::PeerLost,
-// heft::Timeout) are rethrown from backward(). The module, the group and its communicator
-// must outlive this object; the destructor removes the hooks. Not copyable or movable.
+// heft::Timeout) are rethrown from backward(); the communicator is broken after them, so
+// training cannot go on. A backward pass that fails for another reason before its end
+// (an exception in some autograd node) leaves DDP's pass unfinished: the next backward then
+// throws heft::InvalidArgument (and cleans up), the one after works again. The module, the
+// group and its communicator must outlive this object; the destructor removes the hooks.
+// Not copyable or movable.
 //
 // Deliberately left out: wrapping forward (C++ modules have no common forward signature;
 // call module's forward yourself), rebroadcasting buffers every iteration (call
-// broadcast_state()), bucket rebuilding by observed order,
-// sparse gradients, GPUs.
+// broadcast_state()), bucket rebuilding by observed order, sparse gradients, GPUs.
 #pragma once
+
+#include <torch/torch.h>
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "heft/parallel/process_group.h"
 
@@ -94,8 +98,8 @@ struct BucketInfo {
 // show that communication overlaps backward.
 struct BackwardTimeline {
   using TimePoint = std::chrono::steady_clock::time_point;
-  TimePoint first_gradient;  // the first gradient hook of the pass
-  TimePoint last_gradient;   // the last gradient hook (backward's compute is over)
+  TimePoint first_gradient;                // the first gradient hook of the pass
+  TimePoint last_gradient;                 // the last gradient hook (backward's compute is over)
   std::vector<TimePoint> bucket_launched;  // per bucket: its allreduce was issued
   // Per bucket: whether its allreduce was seen finished by a gradient hook, i.e. while
   // backward was still computing.
@@ -115,8 +119,8 @@ class DistributedDataParallel {
   template <typename M>
   DistributedDataParallel(const torch::nn::ModuleHolder<M>& module, ProcessGroup& group,
                           DistributedDataParallelOptions options = {})
-      : DistributedDataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()),
-                                group, options) {}
+      : DistributedDataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()), group,
+                                options) {}
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
@@ -156,7 +160,7 @@ class DistributedDataParallel {
     torch::Tensor param;
     std::string name;
     int bucket = 0;
-    int64_t offset = 0;  // in the bucket's flat buffer, elements
+    int64_t offset = 0;                                  // in the bucket's flat buffer, elements
     std::shared_ptr<torch::autograd::Node> accumulator;  // keeps the hook's node alive
     uintptr_t hook_key = 0;
   };
@@ -178,6 +182,8 @@ class DistributedDataParallel {
   // End of backward (engine callback): reduce what is left, wait, write back.
   void finish_backward();
   void fill_missing_or_throw();
+  // Waits for the buckets in flight and forgets the pass (after an error in a hook).
+  void abandon_pass();
   // Slot s's gradient area in its bucket's flat buffer, shaped (and strided) as the param.
   torch::Tensor bucket_view(const Slot& s);
 
