@@ -75,9 +75,14 @@ TEST(WorkerEnvironment, OneHostOneProcess) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "8");
 }
 
-TEST(WorkerEnvironment, OmpThreadsSplitCoresAndNeverDropBelowOne) {
+// Regression: 2 simulated hosts x 1 worker on 2 cores got 2 threads each (the hosts share
+// the machine), oversubscribing it 2x and slowing heft-train 4x.
+TEST(WorkerEnvironment, OmpThreadsSplitCoresAmongAllWorkersAndNeverDropBelowOne) {
   JobEnvironment job = two_by_two();
-  job.processes_per_host = 3;
+  job.processes_per_host = 1;
+  job.num_cpus = 2;
+  EXPECT_EQ(worker_environment(job, 0, {}).at("OMP_NUM_THREADS"), "1");
+  job.processes_per_host = 2;
   job.num_cpus = 8;
   EXPECT_EQ(worker_environment(job, 0, {}).at("OMP_NUM_THREADS"), "2");
   job.processes_per_host = 7;

@@ -65,9 +65,11 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
   env["HEFT_TOKEN"] = job.token;
   env["HEFT_TIMEOUT"] = std::to_string(job.timeout_s);
   env["HEFT_HOST"] = host_id;
-  // A user's own OMP_NUM_THREADS wins; otherwise split the cores between a host's workers.
+  // A user's own OMP_NUM_THREADS wins; otherwise split the cores between the workers that
+  // share them: the simulated hosts of the local launcher all run on this machine, so that
+  // is every worker (2 hosts x 1 worker on 2 cores: 1 thread each, not 2).
   if (parent.count("OMP_NUM_THREADS") == 0)
-    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, job.num_cpus / job.processes_per_host));
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, job.num_cpus / world));
 
   for (const auto& [name, value] : job.extra) env[name] = value;
   return env;

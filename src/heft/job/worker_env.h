@@ -44,7 +44,8 @@ std::string host_name(int host_index);
 
 // The environment of global rank `rank` (0 <= rank < hosts * processes_per_host): `parent`
 // with the variables above set or replaced, then `job.extra`. Ranks are host-major: host h
-// runs ranks h*P .. h*P+P-1. OMP_NUM_THREADS = max(1, num_cpus / processes_per_host) unless
+// runs ranks h*P .. h*P+P-1. OMP_NUM_THREADS = max(1, num_cpus / (hosts * processes_per_host)) (the simulated hosts
+// share this machine) unless
 // `parent` or `extra` sets it. Throws heft::InvalidArgument naming the field on a layout
 // outside the ranges above or a rank outside the world.
 Environment worker_environment(const JobEnvironment& job, int rank, const Environment& parent);
