@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,28 +30,9 @@ const std::string kHeft = HEFT_BINARY_DIR "/heft";
 const std::string kScripts = HEFT_SOURCE_DIR "/tests/cli";
 const std::string kPython = "/usr/bin/python3";  // Debian's, with torch
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "heft-run-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
+using heft::test::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using heft::test::read_file;
 
 struct Outcome {
   int exit_code = -1;  // 128 + signal when heft itself was killed

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,28 +29,9 @@ using std::chrono::seconds;
 const std::string kHeft = HEFT_BINARY_DIR "/heft";
 const std::string kCounter = HEFT_SOURCE_DIR "/tests/job/counter_job.py";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "heft-train-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
+using heft::test::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using heft::test::read_file;
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

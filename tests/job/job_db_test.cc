@@ -14,27 +14,14 @@
 #include <thread>
 
 #include "heft/job/paths.h"
+#include "support/files.h"
 
 namespace heft::job {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "heft-jobdb-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using heft::test::TempDir;
 
 JobRecord create(JobDb& db, const std::string& name) {
   Result<JobRecord> r = db.create_job(name, {{"name", name}}, "/tmp/" + name, 2, 4);

@@ -18,34 +18,16 @@
 
 #include "heft/error.h"
 #include "heft/job/process.h"
+#include "support/files.h"
 
 namespace heft::job {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "heft-launcher-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
+using heft::test::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using heft::test::read_file;
 
 LocalLauncherOptions sh(const std::string& script) {
   LocalLauncherOptions o;

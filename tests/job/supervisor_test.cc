@@ -16,6 +16,7 @@
 #include <string>
 
 #include "heft/job/spec_env.h"
+#include "support/files.h"
 
 namespace heft::job {
 namespace {
@@ -24,28 +25,9 @@ namespace fs = std::filesystem;
 
 const std::string kCounter = HEFT_SOURCE_DIR "/tests/job/counter_job.py";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "heft-supervisor-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
+using heft::test::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using heft::test::read_file;
 
 struct Ran {
   int exit_code = -1;
