@@ -156,6 +156,14 @@ const std::vector<Field>& fields() {
       double_field("bucket_mb", &H::bucket_mb, 0.0, true, "DDP gradient bucket size in MiB"),
       bool_field("bf16_compression", &H::bf16_compression,
                  "DDP: reduce gradients as bfloat16 (lossy)"),
+      string_field("checkpoint_dir", &H::checkpoint_dir, {},
+                   "where checkpoints are saved and resumed from; default SM_CHECKPOINT_DIR, "
+                   "else none"),
+      int_field("checkpoint_every", &H::checkpoint_every, 0,
+                "steps between checkpoints; 0: HEFT_CHECKPOINT's every_steps, else only on "
+                "SIGTERM and at the end"),
+      int_field("checkpoint_keep", &H::checkpoint_keep, 0,
+                "newest checkpoints kept; 0: HEFT_CHECKPOINT's keep, else 2"),
   };
   return f;
 }

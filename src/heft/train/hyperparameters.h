@@ -36,6 +36,10 @@ struct Hyperparameters {
   std::string model_dir;          // where rank 0 saves model.pt; empty: SM_MODEL_DIR, else none
   double bucket_mb = 25.0;        // DDP gradient bucket size, MiB
   bool bf16_compression = false;  // DDP: reduce gradients as bfloat16 (lossy)
+  std::string checkpoint_dir;     // checkpoints; empty: SM_CHECKPOINT_DIR, else none
+  int64_t checkpoint_every = 0;   // steps between checkpoints; 0: HEFT_CHECKPOINT's, else
+                                  // only on SIGTERM and at the end
+  int64_t checkpoint_keep = 0;    // newest checkpoints kept; 0: HEFT_CHECKPOINT's, else 2
 };
 
 // One line per hyperparameter: name, default, meaning (for --help).

@@ -1,9 +1,17 @@
 // heft-train: the built-in trainer. Reads its hyperparameters (hyperparameters.h) from the
 // command line and SM_HPS, joins the job (heft::comm::init(); alone when HEFT_STORE is not
-// set), and runs train() (trainer.h). Exit codes: 0 done; 2 bad hyperparameters or a
+// set), and runs train() (trainer.h). Checkpoints go to --checkpoint_dir, else
+// SM_CHECKPOINT_DIR; every_steps and keep come from HEFT_CHECKPOINT (the job spec's
+// checkpoint block, JSON) unless given as hyperparameters. SIGTERM (a spot interruption,
+// heft stop) makes the run checkpoint at the next step boundary and exit 0, as an
+// interrupted worker should (docs/jobs.md). Exit codes: 0 done or stopped; 2 bad
+// hyperparameters, a bad HEFT_CHECKPOINT or a
 // distribution other than data parallel in HEFT_DISTRIBUTION; 1 any other failure (missing
 // data, a lost peer), with the reason on stderr.
 #include <malloc.h>
+#include <signal.h>
+
+#include <atomic>
 
 #include <cstdlib>
 #include <iostream>
@@ -64,6 +72,37 @@ std::string check_distribution() {
   return "";
 }
 
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int) { g_stop.store(true); }
+
+// SIGTERM sets g_stop; SA_RESTART keeps the collectives' blocking calls going.
+void install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Fills the checkpoint settings from SM_CHECKPOINT_DIR and HEFT_CHECKPOINT
+// ({"every_steps": N, "keep": K}) where the hyperparameters leave them unset.
+std::string apply_checkpoint_env(heft::train::Hyperparameters& hp) {
+  if (hp.checkpoint_dir.empty()) hp.checkpoint_dir = env_or("SM_CHECKPOINT_DIR", "");
+  const char* v = std::getenv("HEFT_CHECKPOINT");
+  if (!v || !*v) return "";
+  nlohmann::json c = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  const auto bad = [&](const char* field) {
+    return c.contains(field) && !(c[field].is_number_integer() && c[field].get<int64_t>() >= 0);
+  };
+  if (c.is_discarded() || !c.is_object() || bad("every_steps") || bad("keep"))
+    return "HEFT_CHECKPOINT: expected {\"every_steps\": integer >= 0, \"keep\": integer >= 1}, "
+           "found " + std::string(v);
+  if (hp.checkpoint_every == 0) hp.checkpoint_every = c.value("every_steps", int64_t{0});
+  if (hp.checkpoint_keep == 0) hp.checkpoint_keep = c.value("keep", int64_t{0});
+  return "";
+}
+
 void set_threads() {
   const char* v = std::getenv("OMP_NUM_THREADS");
   if (!v || !*v) return;
@@ -100,13 +139,23 @@ int main(int argc, char** argv) {
   heft::train::Hyperparameters hp = parsed.value;
   if (hp.data.empty()) hp.data = env_or("SM_CHANNEL_TRAIN", heft::train::kDefaultFashionMnistDir);
   if (hp.model_dir.empty()) hp.model_dir = env_or("SM_MODEL_DIR", "");
+  if (std::string e = apply_checkpoint_env(hp); !e.empty()) {
+    std::cerr << "heft-train: " << e << "\n";
+    return 2;
+  }
   const std::string test_dir = env_or("SM_CHANNEL_TEST", hp.data);
+  install_stop_handler();
   try {
     keep_freed_memory();
     set_threads();
     heft::comm::World world = join();
     heft::parallel::ProcessGroup group(*world.comm);
-    heft::train::train(hp, test_dir, group, std::cout);
+    const heft::train::TrainResult r = heft::train::train(hp, test_dir, group, std::cout, &g_stop);
+    if (r.stopped)
+      std::cerr << "heft-train: stopped by SIGTERM at step " << r.steps
+                << (hp.checkpoint_dir.empty() ? std::string(" (no checkpoint directory)")
+                                              : "; checkpointed in " + hp.checkpoint_dir)
+                << "\n";
   } catch (const std::exception& e) {
     std::cerr << "heft-train: " << e.what() << "\n";
     return 1;

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "heft/error.h"
+#include "heft/parallel/checkpoint.h"
 #include "heft/parallel/data/distributed_data_parallel.h"
 #include "heft/train/distributed_sampler.h"
 #include "heft/train/fashion_mnist.h"
@@ -107,8 +110,9 @@ OptimizerConfig optimizer_config(const Hyperparameters& hp, int world, int64_t s
 class Training {
  public:
   Training(const Hyperparameters& hp, const std::string& test_dir, parallel::ProcessGroup& group,
-           std::ostream& out)
+           std::ostream& out, const std::atomic<bool>* stop)
       : hp_(hp),
+        stop_(stop),
         group_(group),
         out_(out),
         train_set_(load_fashion_mnist(hp.data, "train")),
@@ -123,12 +127,13 @@ class Training {
   }
 
   TrainResult run() {
+    if (!hp_.checkpoint_dir.empty()) resume();
     group_.barrier();  // start the clock together
-    bool done = false;
-    for (int64_t epoch = 1; epoch <= hp_.epochs && !done; ++epoch) {
+    bool done = hp_.max_steps > 0 && step_ >= hp_.max_steps;
+    for (int64_t epoch = epoch_; epoch <= hp_.epochs && !done; ++epoch) {
       sampler_.set_epoch(epoch - 1);
       const Clock::time_point t0 = Clock::now();
-      for (int64_t i = 0; i < sampler_.steps_per_epoch() && !done; ++i) {
+      for (int64_t i = next_batch_; i < sampler_.steps_per_epoch() && !done; ++i) {
         const DistributedSampler::Batch batch = sampler_.batch(i);
         const double lr = learning_rate(optimizer_config_, step_);
         const torch::Tensor loss_sum = train_step(batch, lr);
@@ -136,13 +141,26 @@ class Training {
         const bool last = done || (epoch == hp_.epochs && i + 1 == sampler_.steps_per_epoch());
         if (step_ % hp_.log_every == 0 || last)
           log_step(epoch, lr, loss_sum, batch.global_size, seconds_ + seconds_since(t0));
+        epoch_ = epoch;
+        next_batch_ = i + 1;
+        result_.stopped = stop_agreed();
+        if (result_.stopped || (hp_.checkpoint_every > 0 && step_ % hp_.checkpoint_every == 0))
+          checkpoint();
+        done = done || result_.stopped;
       }
       seconds_ += seconds_since(t0);
+      if (result_.stopped) break;
       if (hp_.eval) log_evaluation(epoch);
+      if (next_batch_ == sampler_.steps_per_epoch()) {  // not when max_steps cut it short
+        epoch_ = epoch + 1;
+        next_batch_ = 0;
+      }
     }
     result_.steps = step_;
     result_.seconds = seconds_;
     result_.samples_per_s = static_cast<double>(samples_) / seconds_;
+    if (result_.stopped) return result_;
+    checkpoint();
     if (group_.rank() == 0) {
       print("final: step=%lld loss=%.4f test_acc=%.4f samples_per_s=%.1f seconds=%.2f",
             static_cast<long long>(step_), result_.loss, result_.test_acc, result_.samples_per_s,
@@ -153,6 +171,60 @@ class Training {
   }
 
  private:
+  // Whether any rank was asked to stop (a collective when there are several ranks).
+  bool stop_agreed() {
+    if (!stop_) return false;
+    const double mine = stop_->load() ? 1.0 : 0.0;
+    if (group_.size() == 1) return mine > 0;
+    return sum_over_ranks(group_, {mine})[0] > 0;
+  }
+
+  // Rank 0 saves the state at the current step boundary (once per step).
+  void checkpoint() {
+    if (hp_.checkpoint_dir.empty() || step_ == saved_step_) return;
+    saved_step_ = step_;
+    if (group_.rank() != 0) return;
+    parallel::CheckpointData data;
+    data.step = step_;
+    nlohmann::json meta = {{"step", step_}, {"epoch", epoch_}, {"next_batch", next_batch_}};
+    // NaN is not JSON; the loss of a step without a step= line is not needed again.
+    if (std::isfinite(result_.loss)) meta["loss"] = result_.loss;
+    if (std::isfinite(result_.test_acc)) meta["test_acc"] = result_.test_acc;
+    data.meta_json = meta.dump();
+    data.files["model.pt"] = parallel::module_to_bytes(*model_);
+    data.files["optimizer.pt"] = parallel::optimizer_to_bytes(*optimizer_);
+    data.files["rng.pt"] = parallel::rng_to_bytes();
+    checkpoints().save(data);
+  }
+
+  // Every rank loads the newest valid checkpoint, if any.
+  void resume() {
+    std::optional<parallel::CheckpointData> data = checkpoints().load_latest(std::cerr);
+    if (!data) return;
+    const nlohmann::json meta = nlohmann::json::parse(data->meta_json);
+    for (const char* name : {"model.pt", "optimizer.pt", "rng.pt"})
+      if (!data->files.count(name))
+        throw IoError("checkpoint step " + std::to_string(data->step) + " in " +
+                      hp_.checkpoint_dir + " has no " + name);
+    parallel::module_from_bytes(*model_, data->files.at("model.pt"));
+    parallel::optimizer_from_bytes(*optimizer_, data->files.at("optimizer.pt"));
+    parallel::rng_from_bytes(data->files.at("rng.pt"));
+    step_ = saved_step_ = meta.at("step").get<int64_t>();
+    epoch_ = meta.at("epoch").get<int64_t>();
+    next_batch_ = meta.at("next_batch").get<int64_t>();
+    result_.loss = meta.value("loss", std::numeric_limits<double>::quiet_NaN());
+    result_.test_acc = meta.value("test_acc", std::numeric_limits<double>::quiet_NaN());
+    result_.resumed_from = step_;
+    if (group_.rank() == 0)
+      print("resumed: step=%lld epoch=%lld", static_cast<long long>(step_),
+            static_cast<long long>(epoch_));
+  }
+
+  parallel::CheckpointDirectory checkpoints() const {
+    const int keep = hp_.checkpoint_keep > 0 ? static_cast<int>(hp_.checkpoint_keep) : 2;
+    return parallel::CheckpointDirectory(hp_.checkpoint_dir, keep);
+  }
+
   // One optimizer step on this rank's share; returns the share's summed loss.
   torch::Tensor train_step(const DistributedSampler::Batch& batch, double lr) {
     set_learning_rate(*optimizer_, lr);
@@ -200,6 +272,7 @@ class Training {
   }
 
   const Hyperparameters& hp_;
+  const std::atomic<bool>* stop_;
   parallel::ProcessGroup& group_;
   std::ostream& out_;
   const Dataset train_set_;
@@ -211,14 +284,17 @@ class Training {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TrainResult result_;
   int64_t step_ = 0, samples_ = 0, samples_at_log_ = 0;
+  // Where the next step is: 1-based epoch, 0-based batch within it; the last saved step.
+  int64_t epoch_ = 1, next_batch_ = 0, saved_step_ = -1;
   double seconds_ = 0, seconds_at_log_ = 0;  // training time so far; at the last step= line
 };
 
 }  // namespace
 
 TrainResult train(const Hyperparameters& hp, const std::string& test_dir,
-                  parallel::ProcessGroup& group, std::ostream& out) {
-  return Training(hp, test_dir, group, out).run();
+                  parallel::ProcessGroup& group, std::ostream& out,
+                  const std::atomic<bool>* stop) {
+  return Training(hp, test_dir, group, out, stop).run();
 }
 
 }  // namespace heft::train

@@ -1,0 +1,289 @@
+#include "heft/parallel/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "heft/error.h"
+
+namespace heft::parallel {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kTmpPrefix = ".tmp-ckpt-";
+constexpr const char* kManifest = "manifest.json";
+
+uint32_t crc_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  size_t done = 0;
+  while (done < bytes.size()) {  // crc32 takes a uInt length
+    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw IoError("cannot open " + path + " to fsync: " + errno_text());
+  const int rc = ::fsync(fd);
+  const std::string why = rc != 0 ? errno_text() : "";
+  ::close(fd);
+  if (rc != 0) throw IoError("fsync " + path + ": " + why);
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw IoError("cannot create " + path + ": " + errno_text());
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      throw IoError("cannot write " + path + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  const int rc = ::fsync(fd);
+  const std::string why = rc != 0 ? errno_text() : "";
+  ::close(fd);
+  if (rc != 0) throw IoError("fsync " + path + ": " + why);
+}
+
+bool read_file(const fs::path& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream s;
+  s << in.rdbuf();
+  out = s.str();
+  return !in.bad();
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%012lld", static_cast<long long>(step));
+  return buf;
+}
+
+// The ckpt-* directories of `dir`, newest (highest step) first.
+std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> v;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || name.size() != 5 + 12) continue;
+    const std::string digits = name.substr(5);
+    if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    v.emplace_back(std::stoll(digits), it->path());
+  }
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return v;
+}
+
+// Reads and verifies one checkpoint; the reason in `why` when it is not valid.
+std::optional<CheckpointData> read_checkpoint(const fs::path& path, int64_t step,
+                                              std::string& why) {
+  std::string text;
+  if (!read_file(path / kManifest, text)) {
+    why = "no readable manifest.json";
+    return std::nullopt;
+  }
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "heft-checkpoint" ||
+      !m.contains("step") || !m["step"].is_number_integer() || !m.contains("files") ||
+      !m["files"].is_array() || !m.contains("meta") || !m["meta"].is_object()) {
+    why = "manifest.json is not a heft-checkpoint manifest";
+    return std::nullopt;
+  }
+  if (m["step"].get<int64_t>() != step) {
+    why = "manifest.json names step " + std::to_string(m["step"].get<int64_t>());
+    return std::nullopt;
+  }
+  CheckpointData data;
+  data.step = step;
+  data.meta_json = m["meta"].dump();
+  for (const json& f : m["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") ||
+        !f.contains("crc32")) {
+      why = "manifest.json has a malformed files entry";
+      return std::nullopt;
+    }
+    const std::string name = f["name"].get<std::string>();
+    std::string bytes;
+    if (name.find('/') != std::string::npos || !read_file(path / name, bytes)) {
+      why = name + " is missing";
+      return std::nullopt;
+    }
+    if (static_cast<int64_t>(bytes.size()) != f["size"].get<int64_t>() ||
+        crc_of(bytes) != f["crc32"].get<uint32_t>()) {
+      why = name + " does not match its size or crc32 in manifest.json";
+      return std::nullopt;
+    }
+    data.files.emplace(name, std::move(bytes));
+  }
+  return data;
+}
+
+}  // namespace
+
+CheckpointDirectory::CheckpointDirectory(std::string dir, int keep)
+    : dir_(std::move(dir)), keep_(keep) {
+  if (keep_ < 1)
+    throw InvalidArgument("checkpoint keep: expected at least 1, found " + std::to_string(keep));
+  if (dir_.empty()) throw InvalidArgument("checkpoint directory: expected a path, found ''");
+}
+
+void CheckpointDirectory::save(const CheckpointData& data) const {
+  const json meta = json::parse(data.meta_json, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object())
+    throw InvalidArgument("checkpoint meta: expected a JSON object, found " + data.meta_json);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw IoError("cannot create checkpoint directory " + dir_ + ": " + ec.message());
+  // Leftovers of saves that died half-way.
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(kTmpPrefix, 0) == 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+
+  const std::string name = step_name(data.step);
+  const fs::path tmp = fs::path(dir_) / (kTmpPrefix + name + "-" + std::to_string(::getpid()));
+  const fs::path final_path = fs::path(dir_) / (kPrefix + name);
+  fs::create_directories(tmp, ec);
+  if (ec) throw IoError("cannot create " + tmp.string() + ": " + ec.message());
+  json files = json::array();
+  for (const auto& [file, bytes] : data.files) {
+    if (file.empty() || file.find('/') != std::string::npos || file == kManifest || file[0] == '.')
+      throw InvalidArgument("checkpoint file name: expected a plain name, found '" + file + "'");
+    write_file((tmp / file).string(), bytes);
+    files.push_back({{"name", file}, {"size", bytes.size()}, {"crc32", crc_of(bytes)}});
+  }
+  const json manifest = {{"format", "heft-checkpoint"},
+                         {"version", 1},
+                         {"step", data.step},
+                         {"meta", meta},
+                         {"files", files}};
+  write_file((tmp / kManifest).string(), manifest.dump(2) + "\n");
+  fsync_path(tmp.string(), /*directory=*/true);
+  fs::remove_all(final_path, ec);  // a checkpoint of the same step: older ones stay valid
+  fs::rename(tmp, final_path, ec);
+  if (ec) throw IoError("cannot rename " + tmp.string() + " to " + final_path.string() + ": " +
+                        ec.message());
+  fsync_path(dir_, /*directory=*/true);
+
+  const auto all = checkpoints(dir_);
+  for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) {
+    std::error_code ignored;
+    fs::remove_all(all[i].second, ignored);
+  }
+}
+
+std::optional<CheckpointData> CheckpointDirectory::load_latest(std::ostream& warnings) const {
+  for (const auto& [step, path] : checkpoints(dir_)) {
+    std::string why;
+    if (auto data = read_checkpoint(path, step, why)) return data;
+    warnings << "heft checkpoint: warning: skipping " << path.string() << ": " << why
+             << std::endl;
+  }
+  return std::nullopt;
+}
+
+std::string module_to_bytes(const torch::nn::Module& module) {
+  torch::serialize::OutputArchive archive;
+  module.save(archive);
+  std::ostringstream s;
+  archive.save_to(s);
+  return s.str();
+}
+
+namespace {
+
+// Like Module::load, but copies into the existing tensors rather than swapping their
+// storage (Module::load's set_), so that views and references held elsewhere (DDP's
+// buckets, the optimizer) see the loaded values.
+void copy_from_archive(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters(/*recurse=*/false)) {
+    torch::Tensor t;
+    archive.read(p.key(), t);
+    p.value().copy_(t);
+  }
+  for (auto& b : module.named_buffers(/*recurse=*/false)) {
+    torch::Tensor t;
+    archive.read(b.key(), t, /*is_buffer=*/true);
+    b.value().copy_(t);
+  }
+  for (auto& c : module.named_children()) {
+    torch::serialize::InputArchive sub;
+    archive.read(c.key(), sub);
+    copy_from_archive(*c.value(), sub);
+  }
+}
+
+}  // namespace
+
+void module_from_bytes(torch::nn::Module& module, const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  copy_from_archive(module, archive);
+}
+
+std::string optimizer_to_bytes(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream s;
+  archive.save_to(s);
+  return s.str();
+}
+
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  optimizer.load(archive);
+}
+
+std::string rng_to_bytes() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get_state();
+  }
+  torch::serialize::OutputArchive archive;
+  archive.write("cpu", state);
+  std::ostringstream s;
+  archive.save_to(s);
+  return s.str();
+}
+
+void rng_from_bytes(const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  torch::Tensor state;
+  archive.read("cpu", state);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+}  // namespace heft::parallel

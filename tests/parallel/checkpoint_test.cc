@@ -1,0 +1,149 @@
+// ctest-labels: unit
+// CheckpointDirectory: round trips of blobs, modules, optimizers and the RNG; a corrupt
+// newest checkpoint falls back to the previous one with a warning; half-written ones are
+// ignored; keep bounds how many stay.
+#include "heft/parallel/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "heft/error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using heft::parallel::CheckpointData;
+using heft::parallel::CheckpointDirectory;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("heft-checkpoint-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static CheckpointData data(int64_t step) {
+    CheckpointData d;
+    d.step = step;
+    d.meta_json = "{\"epoch\":" + std::to_string(step * 10) + "}";
+    d.files["a.bin"] = std::string("alpha\0beta", 10) + std::to_string(step);
+    d.files["b.bin"] = std::string(1000, static_cast<char>(step));
+    return d;
+  }
+
+  fs::path dir_;
+};
+
+std::string step_dir(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "ckpt-%012lld", static_cast<long long>(step));
+  return buf;
+}
+
+TEST_F(CheckpointTest, SaveThenLoadReturnsTheSameFilesAndMeta) {
+  CheckpointDirectory ckpt(dir_.string(), 2);
+  ckpt.save(data(7));
+  std::ostringstream warnings;
+  const auto loaded = ckpt.load_latest(warnings);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->step, 7);
+  EXPECT_EQ(loaded->meta_json, "{\"epoch\":70}");
+  EXPECT_EQ(loaded->files, data(7).files);
+  EXPECT_EQ(warnings.str(), "");
+  EXPECT_TRUE(fs::exists(dir_ / step_dir(7) / "manifest.json"));
+}
+
+TEST_F(CheckpointTest, NoDirectoryMeansNoCheckpoint) {
+  EXPECT_FALSE(CheckpointDirectory(dir_.string(), 1).load_latest().has_value());
+}
+
+TEST_F(CheckpointTest, CorruptNewestFallsBackToThePreviousWithAWarning) {
+  CheckpointDirectory ckpt(dir_.string(), 3);
+  ckpt.save(data(1));
+  ckpt.save(data(2));
+  {
+    std::fstream f(dir_ / step_dir(2) / "b.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put('x');
+  }
+  std::ostringstream warnings;
+  const auto loaded = ckpt.load_latest(warnings);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->step, 1);
+  EXPECT_NE(warnings.str().find("skipping " + (dir_ / step_dir(2)).string() +
+                                ": b.bin does not match its size or crc32"),
+            std::string::npos)
+      << warnings.str();
+}
+
+TEST_F(CheckpointTest, HalfWrittenCheckpointsAreIgnored) {
+  CheckpointDirectory ckpt(dir_.string(), 3);
+  ckpt.save(data(1));
+  // A save killed before its rename, and a directory with no manifest.
+  fs::create_directories(dir_ / ".tmp-ckpt-000000000005-123");
+  std::ofstream(dir_ / ".tmp-ckpt-000000000005-123" / "a.bin") << "partial";
+  fs::create_directories(dir_ / step_dir(4));
+  std::ofstream(dir_ / step_dir(4) / "a.bin") << "partial";
+  std::ostringstream warnings;
+  const auto loaded = ckpt.load_latest(warnings);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->step, 1);
+  EXPECT_NE(warnings.str().find("no readable manifest.json"), std::string::npos)
+      << warnings.str();
+  // The next save clears the leftover temporary directory.
+  ckpt.save(data(6));
+  EXPECT_FALSE(fs::exists(dir_ / ".tmp-ckpt-000000000005-123"));
+}
+
+TEST_F(CheckpointTest, KeepTwoKeepsTheTwoNewest) {
+  CheckpointDirectory ckpt(dir_.string(), 2);
+  for (int64_t s : {3, 6, 9}) ckpt.save(data(s));
+  EXPECT_FALSE(fs::exists(dir_ / step_dir(3)));
+  EXPECT_TRUE(fs::exists(dir_ / step_dir(6)));
+  EXPECT_TRUE(fs::exists(dir_ / step_dir(9)));
+  EXPECT_EQ(ckpt.load_latest()->step, 9);
+}
+
+TEST_F(CheckpointTest, BadArgumentsAreRefused) {
+  EXPECT_THROW(CheckpointDirectory(dir_.string(), 0), heft::InvalidArgument);
+  CheckpointData d = data(1);
+  d.files["manifest.json"] = "x";
+  EXPECT_THROW(CheckpointDirectory(dir_.string(), 1).save(d), heft::InvalidArgument);
+}
+
+TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
+  torch::manual_seed(1);
+  torch::nn::Linear a(4, 3), b(4, 3);
+  torch::optim::SGD opt_a(a->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD opt_b(b->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const torch::Tensor x = torch::randn({5, 4});
+  a->forward(x).sum().backward();
+  opt_a.step();
+
+  heft::parallel::module_from_bytes(*b, heft::parallel::module_to_bytes(*a));
+  heft::parallel::optimizer_from_bytes(opt_b, heft::parallel::optimizer_to_bytes(opt_a));
+  EXPECT_TRUE(torch::equal(a->weight, b->weight));
+  // The same momentum: one more identical step keeps them equal.
+  for (auto* m : {&a, &b}) {
+    for (auto& p : (*m)->parameters()) p.mutable_grad().reset();
+    (*m)->forward(x).sum().backward();
+  }
+  opt_a.step();
+  opt_b.step();
+  EXPECT_TRUE(torch::equal(a->weight, b->weight))
+      << (a->weight - b->weight).abs().max().item<double>();
+
+  const std::string rng = heft::parallel::rng_to_bytes();
+  const torch::Tensor first = torch::randn({8});
+  heft::parallel::rng_from_bytes(rng);
+  EXPECT_TRUE(torch::equal(first, torch::randn({8})));
+}
+
+}  // namespace
