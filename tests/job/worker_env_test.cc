@@ -44,7 +44,7 @@ TEST(WorkerEnvironment, SetsEveryContractVariableForOneRank) {
       {"HEFT_TOKEN", "secret-token"},
       {"HEFT_TIMEOUT", "120"},
       {"HEFT_HOST", "algo-2"},
-      {"OMP_NUM_THREADS", "4"},
+      {"OMP_NUM_THREADS", "2"},
   };
   EXPECT_EQ(env, expected);
 }
