@@ -91,14 +91,6 @@ JobRecord read_job(const SqliteStatement& s) {
   return j;
 }
 
-std::string time_text(double unix_seconds) {
-  const time_t t = static_cast<time_t>(unix_seconds);
-  struct tm tm {};
-  ::localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 }  // namespace
 
@@ -155,7 +147,7 @@ Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::jso
     if (s.step())
       return Result<JobRecord>::failure(
           "a job named '" + name + "' already exists (" + s.text(0) + ", created " +
-          time_text(s.real(1)) + "); job names are unique: choose another with --name");
+          local_time_text(s.real(1)) + "); job names are unique: choose another with --name");
   }
   const pid_t pid = ::getpid();
   db_->prepare(
@@ -403,6 +395,15 @@ int JobDb::fail_orphaned_jobs() {
     ++n;
   }
   return n;
+}
+
+std::string local_time_text(double unix_seconds) {
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
 }
 
 }  // namespace heft::job

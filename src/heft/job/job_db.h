@@ -171,4 +171,7 @@ class JobDb {
   std::unique_ptr<SqliteDb> db_;
 };
 
+// "2024-05-01 12:00:03" in local time.
+std::string local_time_text(double unix_seconds);
+
 }  // namespace heft::job

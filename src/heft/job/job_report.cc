@@ -82,14 +82,6 @@ std::unique_ptr<JobDb> open_job_db(const std::string& home, bool create) {
   return JobDb::open(path);
 }
 
-std::string local_time_text(double unix_seconds) {
-  const time_t t = static_cast<time_t>(unix_seconds);
-  struct tm tm {};
-  ::localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 double live_training_seconds(const JobRecord& job) {
   if (job.ended() || !job.training_start) return job.training_seconds;

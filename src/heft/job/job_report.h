@@ -18,8 +18,6 @@ namespace heft::job {
 // command then has nothing to show and leaves no file behind).
 std::unique_ptr<JobDb> open_job_db(const std::string& home, bool create);
 
-// "2024-05-01 12:00:03" in local time.
-std::string local_time_text(double unix_seconds);
 
 // Training seconds of a job so far: the recorded value once ended, else measured from
 // its training start.
