@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # heft's allreduce against OpenMPI and Gloo, in one run, on the same sizes, alternating the
-# three each round; then 2 simulated hosts x 2 ranks, hierarchical against the flat TCP
-# ring; then this machine's memory bandwidth (memcpy, sum-into), the bound for shared
-# memory. Prints one markdown table per comparison: median busbw of each and heft's ratios.
+# three each round: 2 and 4 ranks on one host (warm), then 2 ranks from cold (no warm-up,
+# heft against OpenMPI), then 2 simulated hosts x 2 ranks, hierarchical against the flat TCP
+# ring. Before that: the machine (CPU, glibc, kernels in use), its memory bandwidth (memcpy,
+# sum-into: the bound for shared memory) and the copy kernels across the 64 relative
+# alignments. Prints one markdown table per comparison: median time and busbw of each, heft's
+# ratios (other's time / heft's: above 1 means heft is faster) and the path heft took.
 #
-#   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20]
+#   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--quick]
+# --quick skips the alignment sweep and the two-host comparison.
 # Needs a build (./setup.sh) and the peer harnesses (HEFT_PEERS, default ../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=3 MIN=4K MAX=64M ITERS=20
+ROUNDS=3 MIN=4K MAX=64M ITERS=20 QUICK=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --min) MIN=$2; shift 2 ;;
     --max) MAX=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N]" >&2; exit 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--quick]" >&2; exit 2 ;;
   esac
 done
 HEFT=build/heft
@@ -26,30 +31,9 @@ PY=/usr/bin/python3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS"
-port=29611
-for n in 2 4; do
-  for r in $(seq "$ROUNDS"); do
-    $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
-    mpirun --allow-run-as-root --oversubscribe -np "$n" $PY "$PEERS/allreduce_mpi.py" \
-      --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/openmpi-$n-$r" 2>/dev/null
-    $PY "$PEERS/allreduce_gloo.py" --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" \
-      --port $((port++)) >"$OUT/gloo-$n-$r" 2>/dev/null
-  done
-  echo
-  echo "## allreduce, $n ranks, one host (busbw GB/s, median of $ROUNDS)"
-  $PY bench/compare_rows.py heft "$OUT"/heft-$n-* -- openmpi "$OUT"/openmpi-$n-* -- gloo "$OUT"/gloo-$n-*
-done
-
-for r in $(seq "$ROUNDS"); do
-  $HEFT bench allreduce --ranks 4 --hosts 2 --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/hier-$r"
-  HEFT_TRANSPORT=tcp $HEFT bench allreduce --ranks 4 --hosts 2 --algo ring --min "$MIN" \
-    --max "$MAX" --iters "$ITERS" >"$OUT/flat-$r"
-done
-echo
-echo "## allreduce, 2 simulated hosts x 2 ranks: hierarchical vs flat TCP ring (busbw GB/s, median of $ROUNDS)"
-$PY bench/compare_rows.py hierarchical "$OUT"/hier-* -- flat_tcp_ring "$OUT"/flat-*
+cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
+echo "# machine: $(nproc) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')), $(free -g | awk '/Mem:/{print $2}') GiB, L3 $(getconf LEVEL3_CACHE_SIZE | awk '{print $1/1048576}') MiB, glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS  heft $($HEFT bench allreduce --ranks 2 --min 4 --max 4 --iters 1 | grep -o 'kernels=[a-z0-9]*')"
 
 echo
 echo "## memory bandwidth of one core (the shared-memory bound), GB/s of buffer processed"
@@ -61,9 +45,64 @@ by = {}
 for r in rows:
     kind, size = r[0].split("/")
     by.setdefault(int(size), {})[kind] = float(r[5]) / 1e9  # bytes_per_second
-print("| bytes | memcpy | sum-into |")
+print("| bytes | memcpy (glibc) | sum-into (heft) |")
 print("| ---: | ---: | ---: |")
 for size in sorted(by):
     row = by[size]
     print("| %d | %.1f | %.1f |" % (size, row.get("BM_Memcpy", 0), row.get("BM_SumInto", 0)))
 '
+
+if [[ $QUICK == 0 ]]; then
+  echo
+  echo "## copy kernels across the 64 relative alignments (GB/s; worst/best within 0.8 is flat)"
+  build/kernel_alignment_bench --benchmark_min_time=0.02 --benchmark_format=csv 2>/dev/null |
+    $PY -c '
+import csv, sys
+names = ["glibc memcpy", "heft copy (avx2)", "heft copy (portable)", "heft sum a+b (avx2, f32)"]
+by = {}
+for r in csv.reader(sys.stdin):
+    if not r or not r[0].startswith("BM_Align") or not r[5]:
+        continue
+    parts = dict(p.split(":") for p in r[0].split("/")[1:])
+    by.setdefault((int(parts["kernel"]), int(parts["bytes"])), []).append(
+        (float(r[5]) / 1e9, int(parts["offset"])))
+print("| kernel | bytes | best | worst (at offset) | worst/best |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for (k, b), v in sorted(by.items()):
+    best = max(v); worst = min(v)
+    print("| %s | %d | %.1f | %.1f (%d) | %.2f |" % (names[k], b, best[0], worst[0], worst[1], worst[0] / best[0]))
+'
+fi
+
+port=29611
+for n in 2 4; do
+  for r in $(seq "$ROUNDS"); do
+    $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
+    mpirun --allow-run-as-root --oversubscribe -np "$n" $PY "$PEERS/allreduce_mpi.py" \
+      --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/openmpi-$n-$r" 2>/dev/null
+    $PY "$PEERS/allreduce_gloo.py" --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" \
+      --port $((port++)) >"$OUT/gloo-$n-$r" 2>/dev/null
+  done
+  echo
+  echo "## allreduce, $n ranks, one host, warm (median of $ROUNDS)"
+  $PY bench/compare_rows.py heft "$OUT"/heft-$n-* -- openmpi "$OUT"/openmpi-$n-* -- gloo "$OUT"/gloo-$n-*
+done
+
+for r in $(seq "$ROUNDS"); do
+  $HEFT bench allreduce --ranks 2 --min 4K --max 256K --iters 20 --warmup 0 >"$OUT/cold-heft-$r"
+  mpirun --allow-run-as-root --oversubscribe -np 2 $PY "$PEERS/allreduce_mpi.py" \
+    --min 4K --max 256K --iters 20 --warmup 0 >"$OUT/cold-openmpi-$r" 2>/dev/null
+done
+echo
+echo "## allreduce, 2 ranks, from cold (--iters 20 --warmup 0; median of $ROUNDS)"
+$PY bench/compare_rows.py heft "$OUT"/cold-heft-* -- openmpi "$OUT"/cold-openmpi-*
+
+[[ $QUICK == 1 ]] && exit 0
+for r in $(seq "$ROUNDS"); do
+  $HEFT bench allreduce --ranks 4 --hosts 2 --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/hier-$r"
+  HEFT_TRANSPORT=tcp $HEFT bench allreduce --ranks 4 --hosts 2 --algo ring --min "$MIN" \
+    --max "$MAX" --iters "$ITERS" >"$OUT/flat-$r"
+done
+echo
+echo "## allreduce, 2 simulated hosts x 2 ranks: hierarchical vs flat TCP ring (median of $ROUNDS)"
+$PY bench/compare_rows.py hierarchical "$OUT"/hier-* -- flat_tcp_ring "$OUT"/flat-*

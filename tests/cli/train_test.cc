@@ -217,9 +217,12 @@ TEST(HeftTrain, FailingWorkerExits1AndDescribeGivesItsExitCode) {
   EXPECT_NE(text.out.find("Failure reason:   rank 1 exited with code 7"), std::string::npos);
 }
 
+// 40 steps of 50 ms: 2 s of work, so two interruptions 0.4 s into a start (plus up to one
+// 200 ms tick) always land in the middle of the work (with 0.8 s of work, the second start
+// could finish before the tick that interrupts it, and a third start print `final` again).
 std::string counter_spec(const std::string& name) {
   return "name: " + name + "\nentry_point: [/usr/bin/python3, -u, " + kCounter + "]\n" +
-         "hyperparameters: {steps: 16, sleep: 0.05}\n"
+         "hyperparameters: {steps: 40, sleep: 0.05}\n"
          "cluster: {processes_per_host: 2}\n"
          "metric_definitions: [{name: value, regex: '^final: .*value=([0-9]+)'}]\n";
 }

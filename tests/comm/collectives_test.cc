@@ -3,6 +3,10 @@
 // transport layout (TCP only; one shared-memory host; two simulated hosts, e.g. 7 = 3 + 4,
 // so hierarchical paths run), through real forked ranks, checked against closed forms.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -201,14 +205,97 @@ TEST_P(Collectives, AllreduceRecursiveDoubling) {
   run([](Communicator& c) { check_allreduce(c, true); }, o);
 }
 
-TEST_P(Collectives, AllreduceShmSmallLargeAndSingleCopyForms) {
+// Whether this machine lets a process read a sibling's memory (cross-memory attach): a
+// child reads a word of its parent, which allows it as shm::Context does.
+bool cross_memory_attach_works() {
+  static const bool works = [] {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    static volatile uint64_t word = 0x68656674;
+    const pid_t parent = getpid();
+    const pid_t child = fork();
+    if (child == 0) {
+      uint64_t got = 0;
+      iovec local{&got, sizeof(got)};
+      iovec remote{const_cast<uint64_t*>(&word), sizeof(got)};
+      const bool ok = process_vm_readv(parent, &local, 1, &remote, 1, 0) == sizeof(got) &&
+                      got == 0x68656674;
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return works;
+}
+
+// Every form of the shared-memory allreduce, each checked for its results and for having
+// really run (the single-copy form once passed every test without ever running).
+TEST_P(Collectives, AllreduceShmFormsRunAndAgree) {
+  using SingleCopy = CommunicatorOptions::SingleCopy;
+  const Layout layout = std::get<1>(GetParam());
+  const bool one_shm_host = layout == Layout::kShm && world() > 1;
+  const bool cma = cross_memory_attach_works();
   for (size_t small : {size_t{0}, size_t{1} << 30}) {
-    for (bool single_copy : {false, true}) {
+    for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn, SingleCopy::kAuto}) {
       CommunicatorOptions o;
       o.shm_small_bytes = small;
-      o.shm_single_copy = single_copy;
-      run([](Communicator& c) { check_allreduce(c, false); }, o);
+      o.shm_single_copy = mode;
+      run([=](Communicator& c) {
+        check_allreduce(c, false);
+        const shm::PathCounts k = c.shm_path_counts();
+        const std::string counts = "small=" + std::to_string(k.small) + " slots=" +
+                                   std::to_string(k.slots) + " single_copy=" +
+                                   std::to_string(k.single_copy) + " last=" +
+                                   c.last_allreduce_path();
+        if (!c.has_shared_memory()) {
+          expect(k.small + k.slots + k.single_copy == 0, "no shared memory, yet " + counts);
+          return;
+        }
+        if (!one_shm_host) {  // hierarchical: the slots on every host, or host leaders
+          const bool slots = c.topology().uniform();
+          expect(k.single_copy == 0 && (k.slots > 0) == slots,
+                 "hierarchical must take the slots on uniform hosts, else leaders: " + counts);
+          expect(c.last_allreduce_path() ==
+                     (slots ? "hierarchical(shm/slots)" : "hierarchical(leaders)"),
+                 "hierarchical path: " + counts);
+          return;
+        }
+        if (small != 0) {
+          expect(k.small > 0 && k.slots == 0 && k.single_copy == 0, "small form only: " + counts);
+          return;
+        }
+        if (mode == SingleCopy::kOff)
+          expect(k.slots > 0 && k.single_copy == 0, "HEFT_SHM_SINGLE_COPY=0: " + counts);
+        if (mode == SingleCopy::kOn && cma)
+          expect(k.single_copy > 0 && k.slots == 0, "HEFT_SHM_SINGLE_COPY=1: " + counts);
+        if (!cma) expect(k.single_copy == 0, "single copy without cross-memory attach: " + counts);
+        if (mode == SingleCopy::kAuto) expect(k.slots + k.single_copy > 0, "auto: " + counts);
+      }, o);
     }
+  }
+}
+
+// Ranks whose buffers sit at different offsets mod 64 (the single-copy form then copies
+// through placed scratch; the slots place data at each writer's offset).
+TEST_P(Collectives, AllreduceAtMisalignedOffsets) {
+  using SingleCopy = CommunicatorOptions::SingleCopy;
+  for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn}) {
+    CommunicatorOptions o;
+    o.shm_small_bytes = 0;
+    o.shm_single_copy = mode;
+    run([](Communicator& c) {
+      const int n = c.size(), r = c.rank();
+      const size_t count = 20011, skip = (1 + 3 * static_cast<size_t>(r)) % 16;  // floats
+      std::vector<float> storage(count + 16 + 64);
+      float* x = storage.data() + skip;
+      for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(contribution(r, i));
+      c.allreduce(x, count, DataType::f32, ReduceOp::sum);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i)
+        wrong += x[i] != static_cast<float>(expected(ReduceOp::sum, DataType::f32, n, i));
+      expect(wrong == 0, std::to_string(wrong) + " wrong elements at offset " +
+                             std::to_string(skip * 4) + " B, path " + c.last_allreduce_path());
+    }, o);
   }
 }
 

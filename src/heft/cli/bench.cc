@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "heft/cli/commands.h"
+#include "heft/comm/cpu.h"
 #include "heft/comm/init.h"
 #include "heft/error.h"
 #include "heft/job/local_launcher.h"
@@ -160,7 +161,10 @@ int run_worker(const BenchArgs& args) {
         args.compress.c_str(), args.iters, args.warmup);
     std::printf("# algo=%s transport=%s chosen:%s\n", args.algo.c_str(),
                 comm.has_shared_memory() ? "shm+tcp" : "tcp", chosen_algorithms(comm, args).c_str());
-    std::printf("# bytes time_us algbw_GBps busbw_GBps%s\n", args.check ? " check" : "");
+    std::printf("# kernels=%s; path: what each size really ran (allreduce)\n",
+                comm::name(comm::kernel_isa()));
+    std::printf("# bytes time_us algbw_GBps busbw_GBps%s%s\n", args.check ? " check" : "",
+                args.collective == "allreduce" ? " path" : "");
     std::fflush(stdout);
   }
   size_t failures = 0;
@@ -179,6 +183,7 @@ int run_worker(const BenchArgs& args) {
     for (int i = 0; i < args.iters; ++i) k.run();
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                args.iters;
+    const std::string path = comm.last_allreduce_path();  // before the allreduce of t below
     comm.allreduce(&t, 1, DataType::f64, comm::ReduceOp::max);
     size_t bad = args.check ? check_case(k) : 0;
     failures += bad;
@@ -187,6 +192,7 @@ int run_worker(const BenchArgs& args) {
       std::printf("%zu %.1f %.3f %.3f", count * es, t * 1e6, alg,
                   alg * bus_factor(args.collective, n));
       if (args.check) std::printf(" %s", bad ? "WRONG" : "ok");
+      if (args.collective == "allreduce") std::printf(" %s", path.c_str());
       std::printf("\n");
       std::fflush(stdout);
     }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "heft/check.h"
 #include "heft/comm/algo/chain_broadcast.h"
 #include "heft/comm/algo/dissemination_barrier.h"
@@ -75,8 +77,10 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (options.shared_memory && topology.local_size() > 1) {
     shm::ContextOptions shm_options;
     shm_options.chunk_bytes = options.shm_chunk_bytes;
-    shm_options.spin = options.shm_spin;
-    shm_options.single_copy = options.shm_single_copy;
+    shm_options.spin_us = options.shm_spin_us;
+    shm_options.single_copy = options.shm_single_copy != CommunicatorOptions::SingleCopy::kOff;
+    shm_options.measure_single_copy =
+        options.shm_single_copy == CommunicatorOptions::SingleCopy::kAuto;
     shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
                                topology.local_rank, topology.local(), shm_options, deadline);
   }
@@ -251,25 +255,60 @@ std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv
 void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
                                  Deadline deadline, const std::string& name) {
   const size_t bytes = count * element_size(t);
+  const shm::PathCounts before = shm_ ? shm_->path_counts() : shm::PathCounts{};
+  // The shared-memory form that ran, from the counters shm_allreduce bumps.
+  auto shm_form = [&] {
+    const shm::PathCounts& now = shm_->path_counts();
+    if (now.single_copy != before.single_copy) return "shm/single_copy";
+    if (now.slots != before.slots) return "shm/slots";
+    if (now.small != before.small) return "shm/small";
+    return "shm/none";
+  };
+  std::string path;
   switch (allreduce_algorithm(bytes)) {
     case Algorithm::kShm: {
       algo::ShmLinks local{*shm_, deadline, name};
-      return algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes,
-                                 size_);
+      algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);
+      path = shm_form();
+      break;
     }
     case Algorithm::kHierarchical:
-      return algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
-                                          options_.small_message_bytes, deadline, name);
+      algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
+                                   options_.small_message_bytes, deadline, name);
+      path = topology_.uniform() && shm_ ? "hierarchical(" + std::string(shm_form()) + ")"
+                                         : "hierarchical(leaders)";
+      break;
     case Algorithm::kRecursiveDoubling:
     case Algorithm::kTree: {
       algo::Links links{*transport_, deadline, name};
-      return algo::recursive_doubling_allreduce(links, recv, count, t, op);
+      algo::recursive_doubling_allreduce(links, recv, count, t, op);
+      path = "recursive_doubling";
+      break;
     }
     default: {
       algo::Links links{*transport_, deadline, name};
-      return algo::ring_allreduce(links, recv, count, t, op);
+      algo::ring_allreduce(links, recv, count, t, op);
+      path = "ring";
     }
   }
+  std::string& logged = logged_paths_[bytes ? 63 - __builtin_clzll(bytes) : 0];
+  if (logged != path) {
+    spdlog::debug("rank {}: {} took {}", rank_, name, path);
+    logged = path;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  last_path_ = std::move(path);
+}
+
+std::string Communicator::last_allreduce_path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_path_;
+}
+
+shm::PathCounts Communicator::shm_path_counts() const {
+  // The counters are written on the communicator thread; a caller reads them after its
+  // Work finished, which orders the two.
+  return shm_ ? shm_->path_counts() : shm::PathCounts{};
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,

@@ -34,14 +34,12 @@
 #include "heft/comm/options.h"
 #include "heft/comm/topology.h"
 #include "heft/comm/store/store.h"
+#include "heft/comm/transport/shm/context.h"
 #include "heft/comm/transport/transport.h"
 #include "heft/comm/work.h"
 
 namespace heft::comm {
 
-namespace shm {
-class Context;
-}
 
 class Communicator {
  public:
@@ -135,6 +133,13 @@ class Communicator {
   // False once an operation failed (the communicator is then unusable).
   bool healthy() const;
 
+  // What the last allreduce that finished on this rank really ran: "shm/small",
+  // "shm/slots", "shm/single_copy", "hierarchical(shm/slots)", "hierarchical(leaders)",
+  // "recursive_doubling" or "ring" (empty before the first). Read it after the call's wait().
+  std::string last_allreduce_path() const;
+  // How this rank's shared-memory allreduces went so far (all zero without shared memory).
+  shm::PathCounts shm_path_counts() const;
+
  private:
   Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
                CommunicatorOptions options, std::unique_ptr<Transport> transport,
@@ -160,6 +165,8 @@ class Communicator {
   const Topology topology_;
   std::unique_ptr<shm::Context> shm_;  // null when alone on the host or shm is off
   int split_count_ = 0;  // only touched by split(), which is collective and ordered
+  // Paths already logged, by power-of-two size bucket (communicator thread only).
+  std::string logged_paths_[64];
 
   struct Op {
     std::string name;
@@ -171,6 +178,7 @@ class Communicator {
   std::deque<Op> queue_;            // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   std::exception_ptr broken_;       // guarded by mu_
+  std::string last_path_;           // guarded by mu_
   std::thread thread_;
 };
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <spdlog/cfg/env.h>
+
 #include "heft/comm/store/tcp_store.h"
 #include "heft/error.h"
 
@@ -24,6 +26,7 @@ int env_int(const char* name) {
 World init() { return init(CommunicatorOptions::from_env()); }
 
 World init(const CommunicatorOptions& options) {
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows each allreduce's path
   const char* store_addr = std::getenv("HEFT_STORE");
   if (!store_addr || !*store_addr)
     throw InvalidArgument("HEFT_STORE is not set: start workers with `heft run` (see docs/run.md)");

@@ -70,8 +70,13 @@ CommunicatorOptions CommunicatorOptions::from_env() {
                           std::to_string(o.shm_chunk_bytes));
   o.shm_small_bytes = static_cast<size_t>(
       env_number("HEFT_SHM_SMALL_BYTES", static_cast<long long>(o.shm_small_bytes), 0));
-  o.shm_spin = static_cast<int>(env_number("HEFT_SHM_SPIN", o.shm_spin, -1));
-  o.shm_single_copy = env_number("HEFT_SHM_SINGLE_COPY", 1, 0) != 0;
+  o.shm_spin_us = static_cast<int>(env_number("HEFT_SHM_SPIN_US", o.shm_spin_us, -1));
+  const std::string single_copy = env_or("HEFT_SHM_SINGLE_COPY", "auto");
+  if (single_copy != "auto" && single_copy != "1" && single_copy != "0")
+    throw InvalidArgument("HEFT_SHM_SINGLE_COPY: expected auto, 1 or 0, found '" + single_copy + "'");
+  o.shm_single_copy = single_copy == "auto" ? CommunicatorOptions::SingleCopy::kAuto
+                      : single_copy == "1"  ? CommunicatorOptions::SingleCopy::kOn
+                                            : CommunicatorOptions::SingleCopy::kOff;
   const std::string compression = env_or("HEFT_COMPRESSION", "none");
   if (compression != "none" && compression != "bf16")
     throw InvalidArgument("HEFT_COMPRESSION: expected none or bf16, found '" + compression + "'");

@@ -48,19 +48,22 @@ struct CommunicatorOptions {
   // Up to this size the shared-memory allreduce has every rank reduce the whole chunk (one
   // synchronisation); above it, each rank reduces a slice (two, but n times less reading).
   size_t shm_small_bytes = 16 << 10;
-  // Busy-wait iterations before a shared-memory wait yields and sleeps; -1 chooses by
-  // whether the host's ranks fit its cores (transport/shm/context.h).
-  int shm_spin = -1;
+  // Microseconds a shared-memory wait spins before it yields and sleeps; -1 chooses from
+  // the host's placement (transport/shm/context.h).
+  int shm_spin_us = -1;
   // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
   Compression compression = Compression::kNone;
-  // Single-copy shared-memory allreduce through cross-memory attach where the kernel allows
-  // it (false: always through the shared segments).
-  bool shm_single_copy = true;
+  // Single-copy shared-memory allreduce through cross-memory attach, where the kernel allows
+  // it. kAuto: measured against the slots once per host group and power-of-two size, at
+  // the first allreduce of that size (shm_allreduce.h); kOn: always where allowed; kOff:
+  // always through the shared segments.
+  enum class SingleCopy { kAuto, kOn, kOff };
+  SingleCopy shm_single_copy = SingleCopy::kAuto;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN, HEFT_SHM_SINGLE_COPY (1 | 0), HEFT_COMPRESSION (none | bf16).
+  // HEFT_SHM_SPIN_US, HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "heft/comm/cpu.h"
 #include "heft/error.h"
 
 namespace heft::comm {
@@ -20,38 +21,47 @@ struct Max {
   template <typename T> static T apply(T a, T b) { return std::max(a, b); }
 };
 
+// The loops, written once and inlined into a portable and an AVX2 entry point below, where
+// the compiler vectorises each for its instruction set.
+
 template <typename T, typename Op>
-void reduce_native(void* dst, const void* src, size_t n) {
+__attribute__((always_inline)) inline void loop_native(void* dst, const void* a, const void* b,
+                                                       size_t n) {
   T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
-  for (size_t i = 0; i < n; ++i) d[i] = Op::apply(d[i], s[i]);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) d[i] = Op::apply(x[i], y[i]);
 }
 
-// 16-bit floats: widen to f32, reduce, round back. Blocked so the f32 temporaries stay in
+// IEEE half: widen to f32, reduce, round back, in blocks so the f32 temporaries stay in
 // registers / L1 and the loops vectorise.
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), typename Op>
-void reduce_16(void* dst, const void* src, size_t n) {
+template <typename Op>
+__attribute__((always_inline)) inline void loop_f16(void* dst, const void* a, const void* b,
+                                                    size_t n) {
   uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
   constexpr size_t kBlock = 256;
-  float a[kBlock], b[kBlock];
+  float u[kBlock], v[kBlock];
   for (size_t off = 0; off < n; off += kBlock) {
-    size_t m = std::min(kBlock, n - off);
-    for (size_t i = 0; i < m; ++i) a[i] = Widen(d[off + i]);
-    for (size_t i = 0; i < m; ++i) b[i] = Widen(s[off + i]);
-    for (size_t i = 0; i < m; ++i) a[i] = Op::apply(a[i], b[i]);
-    for (size_t i = 0; i < m; ++i) d[off + i] = Narrow(a[i]);
+    const size_t m = std::min(kBlock, n - off);
+    for (size_t i = 0; i < m; ++i) u[i] = half_to_float(x[off + i]);
+    for (size_t i = 0; i < m; ++i) v[i] = half_to_float(y[off + i]);
+    for (size_t i = 0; i < m; ++i) u[i] = Op::apply(u[i], v[i]);
+    for (size_t i = 0; i < m; ++i) d[off + i] = float_to_half(u[i]);
   }
 }
 
 // bf16 fused and branch-free (the NaN check is a select), so it vectorises: widening is a
 // shift, narrowing a rounding add.
 template <typename Op>
-void reduce_bf16(void* dst, const void* src, size_t n) {
+__attribute__((always_inline)) inline void loop_bf16(void* dst, const void* a, const void* b,
+                                                     size_t n) {
   uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
   for (size_t i = 0; i < n; ++i) {
-    const float r = Op::apply(bf16_to_float(d[i]), bf16_to_float(s[i]));
+    const float r = Op::apply(bf16_to_float(x[i]), bf16_to_float(y[i]));
     uint32_t u;
     std::memcpy(&u, &r, 4);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -61,16 +71,44 @@ void reduce_bf16(void* dst, const void* src, size_t n) {
 }
 
 template <typename Op>
-void reduce_typed(void* dst, const void* src, size_t n, DataType t) {
+__attribute__((always_inline)) inline void loop_typed(void* d, const void* a, const void* b,
+                                                      size_t n, DataType t) {
   switch (t) {
-    case DataType::f32: return reduce_native<float, Op>(dst, src, n);
-    case DataType::f64: return reduce_native<double, Op>(dst, src, n);
-    case DataType::i32: return reduce_native<int32_t, Op>(dst, src, n);
-    case DataType::i64: return reduce_native<int64_t, Op>(dst, src, n);
-    case DataType::f16: return reduce_16<half_to_float, float_to_half, Op>(dst, src, n);
-    case DataType::bf16: return reduce_bf16<Op>(dst, src, n);
+    case DataType::f32: return loop_native<float, Op>(d, a, b, n);
+    case DataType::f64: return loop_native<double, Op>(d, a, b, n);
+    case DataType::i32: return loop_native<int32_t, Op>(d, a, b, n);
+    case DataType::i64: return loop_native<int64_t, Op>(d, a, b, n);
+    case DataType::f16: return loop_f16<Op>(d, a, b, n);
+    case DataType::bf16: return loop_bf16<Op>(d, a, b, n);
   }
-  throw InvalidArgument("reduce: unknown data type");
+}
+
+__attribute__((always_inline)) inline void loop_op(void* d, const void* a, const void* b, size_t n,
+                                                   DataType t, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return loop_typed<Sum>(d, a, b, n, t);
+    case ReduceOp::min: return loop_typed<Min>(d, a, b, n, t);
+    case ReduceOp::max: return loop_typed<Max>(d, a, b, n, t);
+  }
+}
+
+void reduce_portable(void* d, const void* a, const void* b, size_t n, DataType t, ReduceOp op) {
+  loop_op(d, a, b, n, t, op);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void reduce_avx2(void* d, const void* a, const void* b,
+                                                      size_t n, DataType t, ReduceOp op) {
+  loop_op(d, a, b, n, t, op);
+}
+#endif
+
+void reduce_cached(void* d, const void* a, const void* b, size_t n, DataType t, ReduceOp op) {
+#if defined(__x86_64__)
+  if (kernel_isa() == KernelIsa::kAvx2) return reduce_avx2(d, a, b, n, t, op);
+#endif
+  reduce_portable(d, a, b, n, t, op);
 }
 
 template <typename T>
@@ -88,14 +126,26 @@ void divide_16(void* data, size_t n, int by) {
 
 }  // namespace
 
-void reduce_into(void* dst, const void* src, size_t count, DataType t, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return reduce_typed<Sum>(dst, src, count, t);
-    case ReduceOp::min: return reduce_typed<Min>(dst, src, count, t);
-    case ReduceOp::max: return reduce_typed<Max>(dst, src, count, t);
+void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t, ReduceOp op,
+               StoreHint hint) {
+  if (static_cast<unsigned>(t) > static_cast<unsigned>(DataType::i64))
+    throw InvalidArgument("reduce: unknown data type");
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::max))
+    throw InvalidArgument("reduce: unknown reduce op");
+  if (hint == StoreHint::kCached) return reduce_cached(dst, a, b, count, t, op);
+  // Streaming: reduce a block into a buffer that stays in L1, then stream it out.
+  const size_t es = element_size(t);
+  constexpr size_t kBlockBytes = 4096;
+  alignas(64) uint8_t block[kBlockBytes];
+  const size_t per = kBlockBytes / es;
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* x = static_cast<const uint8_t*>(a);
+  const auto* y = static_cast<const uint8_t*>(b);
+  for (size_t first = 0; first < count; first += per) {
+    const size_t m = std::min(per, count - first);
+    reduce_cached(block, x + first * es, y + first * es, m, t, op);
+    copy_bytes(d + first * es, block, m * es, StoreHint::kStreaming);
   }
-  throw InvalidArgument("reduce: unknown reduce op");
 }
 
 void finish_average(void* data, size_t count, DataType t, ReduceOp op, int world_size) {

@@ -1,18 +1,28 @@
-// Element-wise reduction kernels used by every collective algorithm.
+// Element-wise reduction kernels used by every collective algorithm. Each is compiled twice,
+// portable and AVX2, and picked at run time (cpu.h); both give bit-identical results (the
+// same operations in the same order per element, no reassociation).
 // Deliberately left out: threading (a rank reduces its own slice; parallelism comes from
 // the algorithm giving each rank a different slice).
 #pragma once
 
 #include <cstddef>
 
+#include "heft/comm/copy.h"
 #include "heft/comm/dtype.h"
 
 namespace heft::comm {
 
-// dst[i] = dst[i] (op) src[i] for i < count. For ReduceOp::avg this is a sum; call
-// finish_average once on the fully reduced data. dst and src may be equal, not overlap
-// partially.
-void reduce_into(void* dst, const void* src, size_t count, DataType t, ReduceOp op);
+// dst[i] = a[i] (op) b[i] for i < count, in one pass (the copy fused into the reduce: an
+// algorithm that would copy a and then reduce b into it reads and writes each byte once).
+// For ReduceOp::avg this is a sum; call finish_average once on the fully reduced data. dst
+// may equal a or b; other overlaps are not allowed. Any alignment. `hint` as in copy.h.
+void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t, ReduceOp op,
+               StoreHint hint = StoreHint::kCached);
+
+// dst[i] = dst[i] (op) src[i] for i < count: reduce_to(dst, dst, src, ...).
+inline void reduce_into(void* dst, const void* src, size_t count, DataType t, ReduceOp op) {
+  reduce_to(dst, dst, src, count, t, op);
+}
 
 // For ReduceOp::avg: data[i] /= world_size (integer types: truncating division).
 // A no-op for the other ops.

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
+#include "heft/job/placement.h"
 #include "heft/job/process.h"
 
 namespace heft::job {
@@ -387,11 +389,19 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   const int world = options.hosts * options.processes_per_host;
   const LocalLauncherHooks& hooks = options.hooks;
   std::vector<Worker> workers(world);
+  // Every simulated host runs on this machine: place all the workers on its CPUs.
+  const auto bind_var = parent.find("HEFT_BIND");
+  const auto extra_bind = options.extra_env.find("HEFT_BIND");
+  const Bind bind = parse_bind(extra_bind != options.extra_env.end() ? extra_bind->second
+                               : bind_var != parent.end()            ? bind_var->second
+                                                                     : "");
+  const std::vector<std::vector<int>> placement = plan_placement(allowed_cpus(), world, bind);
   for (int rank = 0; rank < world; ++rank) {
     Worker& w = workers[rank];
     w.rank = rank;
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
-                       options.prefix_output || hooks.on_line != nullptr};
+                       options.prefix_output || hooks.on_line != nullptr, placement[rank]};
+    if (!placement[rank].empty()) spawn.env["HEFT_CPUS"] = cpu_list(placement[rank]);
     try {
       w.process = Process::spawn(spawn);
     } catch (const SpawnError& e) {
@@ -431,6 +441,9 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
   require(options_.timeout_s >= 1, "timeout_s must be at least 1, found " +
                                        std::to_string(options_.timeout_s));
   require(options_.grace.count() >= 0, "grace must not be negative");
+  const char* bind = std::getenv("HEFT_BIND");
+  const auto extra_bind = options_.extra_env.find("HEFT_BIND");
+  parse_bind(extra_bind != options_.extra_env.end() ? extra_bind->second : bind ? bind : "");
 }
 
 int LocalLauncher::run() { return run_group().exit_code; }

@@ -7,6 +7,7 @@
 #include "heft/job/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -92,7 +93,8 @@ struct Pipes {
 
 // Runs in the forked child: async-signal-safe calls only, never returns.
 [[noreturn]] void exec_child(const Pipes& pipes, pid_t parent, const char* path,
-                             char* const* argv, char* const* envp) {
+                             char* const* argv, char* const* envp, const cpu_set_t* cpus) {
+  if (cpus) ::sched_setaffinity(0, sizeof(*cpus), cpus);  // best effort: a CPU may be offline
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -147,6 +149,10 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
     make_pipe(pipes.err, "stderr");
   }
   make_pipe(pipes.exec, "exec");
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : options.cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
   const pid_t parent = ::getpid();
   // All signals blocked across fork: the child must not run the parent's handlers before
   // exec_child() resets them (it then unblocks everything).
@@ -155,7 +161,9 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   const pid_t pid = ::fork();
   const int fork_errno = errno;
-  if (pid == 0) exec_child(pipes, parent, path.c_str(), argv.data(), envp.data());
+  if (pid == 0)
+    exec_child(pipes, parent, path.c_str(), argv.data(), envp.data(),
+               options.cpus.empty() ? nullptr : &cpus);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) throw IoError("heft: cannot fork: " + errno_string(fork_errno));
 

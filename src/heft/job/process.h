@@ -40,6 +40,8 @@ struct SpawnOptions {
   // true: stdout and stderr go to pipes read through stdout_fd()/stderr_fd(). false: the
   // child writes straight to this process's stdout and stderr.
   bool capture_output = true;
+  // The CPUs the child may run on (sched_setaffinity before execve); empty: this process's.
+  std::vector<int> cpus;
 };
 
 // One started child. Not thread-safe; owned by the thread that spawned it.

@@ -1,17 +1,26 @@
-// Shared-memory allreduce for the ranks of one host, in place on buf, pipelined in chunks
-// of the slot size. Two forms, chosen by `small`:
-//  - small (latency): each rank copies its chunk into its slot, one sync, then every rank
-//    reduces all slots itself (n reads, one sync per chunk);
-//  - large (memory bandwidth): each rank copies its chunk into its slot, sync, reduces only
+// Shared-memory allreduce for the ranks of one host, in place on buf. Three forms:
+//  - small (latency; `small` true): pipelined in chunks of the slot size; each rank copies
+//    its chunk into its slot, one sync, then every rank reduces all slots itself (n reads,
+//    one sync per chunk);
+//  - slots (memory bandwidth): each rank copies its chunk into its slot, sync, reduces only
 //    its 1/n slice from all slots into its `out` area, sync, then copies every rank's slice
 //    out: a reduce-scatter plus an allgather through memory, each byte read about 2+2/n
-//    times instead of n. Where the kernel allows cross-memory attach (shm::Context::
-//    cma_available()), the large form skips the slots: each rank reads its slice straight
-//    from the peers' buffers and then their finished slices, one copy each, three syncs.
+//    times instead of n;
+//  - single copy, where the kernel allows cross-memory attach (shm::Context::
+//    cma_available()): no slots; each rank reads its slice straight from the peers' buffers
+//    (process_vm_readv) and then their finished slices, one copy each, three syncs.
+// Between slots and single copy the host chooses by measurement (unless
+// shm::ContextOptions::measure_single_copy is off): at the first large allreduce of each
+// power-of-two size, every rank times both forms twice on a scratch buffer of that size
+// (at most 16 MiB) placed like the user's, the ranks agree on the slowest rank's times, and
+// the faster form is kept for that size. Slot data is placed at the user buffer's offset
+// mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
-// pass the host size otherwise). Identical results on every rank.
-// on_slice (large form only), when set, is called with this rank's reduced slice of each
-// chunk before it is shared: hierarchical_allreduce.h reduces it across hosts there.
+// pass the host size otherwise). Identical results on every rank; count 0 returns at once.
+// on_slice, when set, forces the slots form and is called with this rank's reduced slice of
+// each chunk before it is shared: hierarchical_allreduce.h reduces it across hosts there (the
+// slots form chunks the same way on every host, whatever each host would have measured).
+// Each call counts its form in links.ctx.path_counts().
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "heft/comm/copy.h"
 #include "heft/comm/reduce.h"
 
 namespace heft::comm::algo {
@@ -19,11 +20,12 @@ void shm_reduce_scatter(ShmLinks& links, const void* send, void* recv, size_t re
     const size_t m = std::min(per_chunk, recv_count - first);
     const int s = links.ctx.next_slot();
     for (int j = 0; j < n; ++j)
-      std::memcpy(links.ctx.in(r, s) + j * m * es, src + (j * recv_count + first) * es, m * es);
+      copy_bytes(links.ctx.in(r, s) + j * m * es, src + (j * recv_count + first) * es, m * es);
     links.sync();
     uint8_t* out = dst + first * es;
-    std::memcpy(out, links.ctx.in(0, s) + r * m * es, m * es);
-    for (int p = 1; p < n; ++p) reduce_into(out, links.ctx.in(p, s) + r * m * es, m, t, op);
+    if (n == 1) copy_bytes(out, links.ctx.in(0, s) + r * m * es, m * es);
+    else reduce_to(out, links.ctx.in(0, s) + r * m * es, links.ctx.in(1, s) + r * m * es, m, t, op);
+    for (int p = 2; p < n; ++p) reduce_into(out, links.ctx.in(p, s) + r * m * es, m, t, op);
     finish_average(out, m, t, op, world_size);
   }
 }
@@ -37,10 +39,10 @@ void shm_allgather(ShmLinks& links, const void* send, void* recv, size_t send_co
   for (size_t first = 0; first < send_count; first += per_chunk) {
     const size_t m = std::min(per_chunk, send_count - first);
     const int s = links.ctx.next_slot();
-    std::memcpy(links.ctx.in(r, s), src + first * es, m * es);
+    copy_bytes(links.ctx.in(r, s), src + first * es, m * es);
     links.sync();
     for (int p = 0; p < n; ++p)
-      std::memcpy(dst + (p * send_count + first) * es, links.ctx.in(p, s), m * es);
+      copy_bytes(dst + (p * send_count + first) * es, links.ctx.in(p, s), m * es);
   }
 }
 
@@ -50,9 +52,9 @@ void shm_broadcast(ShmLinks& links, void* buf, size_t bytes, int root) {
   for (size_t first = 0; first < bytes; first += chunk) {
     const size_t m = std::min(chunk, bytes - first);
     const int s = links.ctx.next_slot();
-    if (links.rank() == root) std::memcpy(links.ctx.in(root, s), data + first, m);
+    if (links.rank() == root) copy_bytes(links.ctx.in(root, s), data + first, m);
     links.sync();
-    if (links.rank() != root) std::memcpy(data + first, links.ctx.in(root, s), m);
+    if (links.rank() != root) copy_bytes(data + first, links.ctx.in(root, s), m);
   }
 }
 
@@ -65,12 +67,12 @@ void shm_reduce(ShmLinks& links, const void* send, void* recv, size_t count, Dat
   for (size_t first = 0; first < count; first += per_chunk) {
     const size_t m = std::min(per_chunk, count - first);
     const int s = links.ctx.next_slot();
-    std::memcpy(links.ctx.in(links.rank(), s), src + first * es, m * es);
+    copy_bytes(links.ctx.in(links.rank(), s), src + first * es, m * es);
     links.sync();
     if (links.rank() != root) continue;
     uint8_t* out = dst + first * es;
-    std::memcpy(out, links.ctx.in(0, s), m * es);
-    for (int p = 1; p < links.size(); ++p) reduce_into(out, links.ctx.in(p, s), m, t, op);
+    reduce_to(out, links.ctx.in(0, s), links.ctx.in(1, s), m, t, op);
+    for (int p = 2; p < links.size(); ++p) reduce_into(out, links.ctx.in(p, s), m, t, op);
     finish_average(out, m, t, op, world_size);
   }
 }

@@ -27,14 +27,19 @@ struct Context::Header {
   alignas(64) int32_t pid;            // written once at set-up
   uint64_t self_address;              // where the owner maps this header (CMA probe)
   std::atomic<uint64_t> buffer;       // the owner's buffer of the current operation
+  std::atomic<uint32_t> offset[2];    // where the owner placed each slot's data (place())
+  cpu_set_t cpus;                     // the CPUs the owner may run on, written at set-up
 };
 
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
+// Room after each area for data placed at an offset up to 63.
+constexpr size_t kPlacement = 64;
 
-size_t segment_bytes(const ContextOptions& o) { return kHeaderBytes + 4 * o.chunk_bytes; }
+size_t area_bytes(const ContextOptions& o) { return o.chunk_bytes + kPlacement; }
+size_t segment_bytes(const ContextOptions& o) { return kHeaderBytes + 4 * area_bytes(o); }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long nanos) {
   timespec ts{0, nanos};
@@ -77,14 +82,6 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   HEFT_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0,
              "shm chunk_bytes must be a multiple of 64, at least 4096: ", options.chunk_bytes);
   std::unique_ptr<Context> ctx(new Context(local_rank, std::move(global_ranks), options));
-  if (ctx->options_.spin < 0) {
-    // A rank with a core of its own wins by spinning (a futex wake costs tens of µs here);
-    // ranks that outnumber the cores must get off the CPU quickly instead.
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    ctx->options_.spin = n <= cores ? 20000 : 100;
-  }
   ctx->segments_.resize(n);
   const size_t bytes = segment_bytes(options);
   Segment own = Segment::create(segment_name(group, local_rank), bytes);
@@ -92,6 +89,10 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
     Header& h = *reinterpret_cast<Header*>(own.data());
     h.pid = getpid();
     h.self_address = reinterpret_cast<uint64_t>(own.data());
+    if (sched_getaffinity(0, sizeof(h.cpus), &h.cpus) != 0) {
+      CPU_ZERO(&h.cpus);
+      for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &h.cpus);  // unknown: may run anywhere
+    }
   }
   // Under Yama's ptrace_scope 1, siblings may read each other only if they allow it.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -112,8 +113,31 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   store.wait(keys, left());
   own.unlink();
   ctx->segments_[local_rank] = std::move(own);
+  ctx->choose_spin();
   ctx->probe_cma(store, group, left());
   return ctx;
+}
+
+// The spin budget from the host's placement (every header's CPU set is written before its
+// name was published, so all are visible here).
+void Context::choose_spin() {
+  cpu_set_t all, others;
+  CPU_ZERO(&all);
+  CPU_ZERO(&others);
+  for (int p = 0; p < size(); ++p) {
+    CPU_OR(&all, &all, &header(p).cpus);
+    if (p != rank_) CPU_OR(&others, &others, &header(p).cpus);
+  }
+  cpu_set_t shared;
+  CPU_AND(&shared, &others, &header(rank_).cpus);
+  disjoint_ = CPU_COUNT(&shared) == 0;
+  if (options_.spin_us >= 0) return;
+  if (CPU_COUNT(&all) < size()) {
+    options_.spin_us = 0;  // more ranks than cores: get off the CPU at once
+    options_.yields = 0;
+  } else {
+    options_.spin_us = disjoint_ ? kSpinDisjointUs : kSpinSharedUs;
+  }
 }
 
 // Every rank tries a single-copy read of each peer's header; CMA is used only if all
@@ -122,9 +146,14 @@ void Context::probe_cma(Store& store, const std::string& group, Millis timeout) 
   bool ok = options_.single_copy;
   for (int p = 0; p < size() && ok; ++p) {
     if (p == rank_) continue;
+    // Read the peer's self_address field through the peer's own mapping of its header: it
+    // holds that mapping's address, which a successful read proves.
+    const Header& h = header(p);
+    const auto field = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(&h.self_address) -
+                                             reinterpret_cast<const uint8_t*>(&h));
     uint64_t probe = 0;
     iovec local{&probe, sizeof(probe)};
-    iovec remote{reinterpret_cast<void*>(header(p).self_address), sizeof(probe)};
+    iovec remote{reinterpret_cast<void*>(h.self_address + field), sizeof(probe)};
     ok = process_vm_readv(header(p).pid, &local, 1, &remote, 1, 0) == sizeof(probe) &&
          probe == header(p).self_address;
   }
@@ -136,6 +165,10 @@ void Context::probe_cma(Store& store, const std::string& group, Millis timeout) 
 
 void Context::publish_buffer(const void* address) {
   header(rank_).buffer.store(reinterpret_cast<uint64_t>(address), std::memory_order_relaxed);
+}
+
+uint64_t Context::peer_buffer(int peer) const {
+  return header(peer).buffer.load(std::memory_order_relaxed);
 }
 
 void Context::read_peer(int peer, size_t offset, void* dst, size_t bytes, const std::string& op) {
@@ -157,9 +190,25 @@ void Context::read_peer(int peer, size_t offset, void* dst, size_t bytes, const 
   }
 }
 
-uint8_t* Context::scratch(size_t bytes) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
-  return scratch_.data();
+uint8_t* Context::scratch(size_t bytes, size_t offset, int index) {
+  std::vector<uint8_t>& area = scratch_[index & 1];
+  if (area.size() < bytes + 2 * kPlacement) area.resize(bytes + 2 * kPlacement);
+  const auto base = reinterpret_cast<uintptr_t>(area.data());
+  const uintptr_t aligned = (base + kPlacement - 1) & ~uintptr_t{kPlacement - 1};
+  return reinterpret_cast<uint8_t*>(aligned + (offset % kPlacement));
+}
+
+int Context::single_copy_choice(size_t bytes) const {
+  return choice_[bytes ? 63 - __builtin_clzll(bytes) : 0];
+}
+
+void Context::set_single_copy_choice(size_t bytes, bool single_copy) {
+  choice_[bytes ? 63 - __builtin_clzll(bytes) : 0] = single_copy ? 1 : 0;
+}
+
+void Context::place(int slot, size_t offset) {
+  HEFT_CHECK(offset < kPlacement, "shm placement offset ", offset);
+  header(rank_).offset[slot & 1].store(static_cast<uint32_t>(offset), std::memory_order_relaxed);
 }
 
 Context::Header& Context::header(int local_rank) const {
@@ -167,11 +216,12 @@ Context::Header& Context::header(int local_rank) const {
 }
 
 uint8_t* Context::in(int local_rank, int slot) const {
-  return segments_[local_rank].data() + kHeaderBytes + slot * 2 * options_.chunk_bytes;
+  const size_t offset = header(local_rank).offset[slot & 1].load(std::memory_order_relaxed);
+  return segments_[local_rank].data() + kHeaderBytes + slot * 2 * area_bytes(options_) + offset;
 }
 
 uint8_t* Context::out(int local_rank, int slot) const {
-  return in(local_rank, slot) + options_.chunk_bytes;
+  return in(local_rank, slot) + area_bytes(options_);
 }
 
 void Context::sync(Deadline deadline, const std::string& op) {
@@ -185,9 +235,17 @@ void Context::sync(Deadline deadline, const std::string& op) {
 
 void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::string& op) {
   Header& h = header(peer);
-  for (int i = 0; i < options_.spin; ++i) {
-    if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
-    cpu_relax();
+  if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
+  if (options_.spin_us > 0) {
+    // Look at the clock every 64 pauses (a pause is 10-100 ns; the clock read about 20).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
+        cpu_relax();
+      }
+      if (std::chrono::steady_clock::now() >= until) break;
+    }
   }
   for (int i = 0; i < options_.yields; ++i) {
     if (reached(h.epoch.load(std::memory_order_acquire), target)) return;

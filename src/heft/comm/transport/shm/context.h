@@ -2,16 +2,19 @@
 // host, and sync(), the one primitive the shared-memory algorithms need.
 //
 // Terms. A *segment* (segment.h) holds a header and two *slots*; a slot is an `in` area and
-// an `out` area of chunk_bytes each. Algorithms move data in *uses*: a use writes this
+// an `out` area of chunk_bytes each (plus 64 bytes, so a use can place its data at the
+// *offset* (0..63) of the user's buffer mod 64: copies between the two then run aligned). Algorithms move data in *uses*: a use writes this
 // rank's slot, calls sync(), then reads peers' slots (and may write `out`, sync again, read
 // `out`). Uses alternate between the two slots (next_slot()), and that alone makes reuse
 // safe: a rank writes slot s again only after passing the sync of the use in between, which
 // every peer reaches only after it finished reading slot s.
 //
 // sync() is a barrier over an *epoch* counter per rank: publish epoch+1, wait for every peer
-// to publish it. Waiting spins briefly, then yields, then sleeps on a futex on the peer's
-// counter (timed, so a dead or aborted peer and the deadline are noticed), so more ranks than
-// cores do not starve each other.
+// to publish it. Waiting spins for a budget in microseconds, then yields, then sleeps on a
+// futex on the peer's counter (timed, so a dead or aborted peer and the deadline are
+// noticed). The budget follows the host's placement (each rank publishes the CPUs it may run
+// on): ranks on disjoint cores spin long, ranks that may share cores spin briefly, and ranks
+// that outnumber the cores they have sleep at once, so they do not starve each other.
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
@@ -34,14 +37,28 @@ struct ContextOptions {
   // Bytes of each in / out area: the pipeline's chunk. Small enough to stay in L2 while all
   // ranks of the host work on it, large enough that a sync is rare.
   size_t chunk_bytes = 256 << 10;
-  // Busy-wait iterations, then sched_yield() calls, before sleeping on the futex. Spinning
-  // wins when every rank has a core; yielding is what lets oversubscribed ranks make
-  // progress. spin < 0: 20000 when the host's ranks fit the cores this process may use,
-  // else 100.
-  int spin = -1;
+  // Microseconds of busy-waiting, then `yields` sched_yield() calls, before sleeping on the
+  // futex. Spinning wins when every rank has a core (a futex wake costs tens of µs); it
+  // steals the peer's time when two ranks share one. spin_us < 0 chooses from the placement:
+  // kSpinDisjointUs when every rank's CPU set is disjoint from the others', kSpinSharedUs
+  // when the host's ranks fit the union of their CPUs, else 0 and no yields.
+  int spin_us = -1;
   int yields = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
+  // Choose between single copy and the slots by measurement (shm_allreduce.h); false: single
+  // copy whenever it is available.
+  bool measure_single_copy = true;
+};
+
+constexpr int kSpinDisjointUs = 500;
+constexpr int kSpinSharedUs = 50;
+
+// Which form each shared-memory allreduce took on this rank (tests and `heft bench` read it).
+struct PathCounts {
+  uint64_t small = 0;        // every rank reduces whole chunks through the slots
+  uint64_t slots = 0;        // reduce-scatter + allgather through the slots (two copies)
+  uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
 };
 
 class Context {
@@ -60,8 +77,17 @@ class Context {
 
   // The slot of the next use (alternates 0, 1, 0, ...; identical on every rank).
   int next_slot() { return slot_++ & 1; }
+  // The slot areas of `local_rank`, at the offset it placed this use's data at (0 until it
+  // calls place()).
   uint8_t* in(int local_rank, int slot) const;
   uint8_t* out(int local_rank, int slot) const;
+  // Places this rank's data of `slot` at `offset` (< 64) into its areas; peers see it after
+  // the next sync(). Call before writing the slot.
+  void place(int slot, size_t offset);
+  // The spin budget in force, after placement (ContextOptions::spin_us).
+  int spin_us() const { return options_.spin_us; }
+  // Whether this rank's CPU set is disjoint from every peer's (e.g. bound one per core).
+  bool placement_disjoint() const { return disjoint_; }
 
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
@@ -81,14 +107,27 @@ class Context {
   // available when every rank of the host could read every other at set-up (the kernel
   // may forbid it: Yama, seccomp). The same answer on every rank of the host.
   bool cma_available() const { return cma_; }
+  bool measure_single_copy() const { return options_.measure_single_copy; }
   // Publishes the address of this rank's buffer for the current operation (read by peers
   // after the next sync()).
   void publish_buffer(const void* address);
+  // The address local rank `peer` published (in its address space; for alignment only).
+  uint64_t peer_buffer(int peer) const;
   // Copies `bytes` from local rank `peer`'s published buffer at `offset` into `dst`. Throws
   // heft::PeerLost when the peer is gone, heft::IoError on other failures.
   void read_peer(int peer, size_t offset, void* dst, size_t bytes, const std::string& op);
-  // A scratch area of at least `bytes` owned by this context (reused across calls).
-  uint8_t* scratch(size_t bytes);
+  // A scratch area of at least `bytes` owned by this context, starting at `offset` mod 64
+  // (so a copy into it from a buffer at that offset runs aligned). Reused across calls; a
+  // second index gives a second, independent area.
+  uint8_t* scratch(size_t bytes, size_t offset = 0, int index = 0);
+
+  // How this rank's allreduces went (shm_allreduce.cc counts them).
+  PathCounts& path_counts() { return counts_; }
+  const PathCounts& path_counts() const { return counts_; }
+  // The measured choice between single copy and slots for allreduces of `bytes`, per
+  // power-of-two size bucket: -1 not measured yet, 0 slots, 1 single copy.
+  int single_copy_choice(size_t bytes) const;
+  void set_single_copy_choice(size_t bytes, bool single_copy);
 
  private:
   Context(int rank, std::vector<int> global_ranks, const ContextOptions& options);
@@ -104,8 +143,13 @@ class Context {
   uint32_t epoch_ = 0;
   uint32_t slot_ = 0;
   std::function<void(int, const std::string&)> liveness_;
+  void choose_spin();
+
   bool cma_ = false;
-  std::vector<uint8_t> scratch_;
+  bool disjoint_ = false;
+  PathCounts counts_;
+  std::vector<int8_t> choice_ = std::vector<int8_t>(64, -1);
+  std::vector<uint8_t> scratch_[2];
 };
 
 }  // namespace heft::comm::shm
