@@ -144,14 +144,43 @@ Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
   return bytes <= options_.small_message_bytes ? Algorithm::kTree : Algorithm::kChain;
 }
 
+namespace {
+// Set by blocking() around its submit call on this thread: enqueue may then run inline.
+thread_local bool t_blocking_call = false;
+}  // namespace
+
 std::shared_ptr<Work> Communicator::enqueue(std::string op, std::function<void(Deadline)> fn) {
   auto work = std::make_shared<Work>();
   {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!(t_blocking_call && queue_.empty() && !busy_)) {
+      queue_.push_back(Op{std::move(op), std::move(fn), work});
+      lock.unlock();
+      cv_.notify_all();
+      return work;
+    }
+    busy_ = true;  // the communicator thread starts nothing until this is cleared
+  }
+  run_one(op, fn, *work);
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Op{std::move(op), std::move(fn), work});
+    busy_ = false;
   }
   cv_.notify_all();
   return work;
+}
+
+void Communicator::blocking(const std::function<std::shared_ptr<Work>()>& submit) {
+  struct Flag {
+    Flag() { t_blocking_call = true; }
+    ~Flag() { t_blocking_call = false; }
+  };
+  std::shared_ptr<Work> work;
+  {
+    Flag flag;
+    work = submit();
+  }
+  work->wait();
 }
 
 void Communicator::loop() {
@@ -159,12 +188,17 @@ void Communicator::loop() {
     Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;  // stopping, and everything queued has run
       op = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     run_one(op.name, op.fn, *op.work);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
   }
 }
 

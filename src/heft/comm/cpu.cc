@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -51,11 +52,9 @@ bool set_kernel_isa(KernelIsa isa) {
 
 size_t last_level_cache_bytes() {
   static const size_t bytes = [] {
-    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-      const long v = sysconf(name);
-      if (v > 0) return static_cast<size_t>(v);
-    }
-    // /sys lists the caches of cpu0; the highest index is the last level ("32768K").
+    // /sys first: what the kernel read from CPUID for cpu0 (the highest index is the last
+    // level, "32768K"). glibc's sysconf can be far off inside a VM (320 MiB for a 32 MiB L3
+    // seen on one).
     size_t found = 0;
     for (int index = 0; index < 8; ++index) {
       std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
@@ -64,9 +63,14 @@ size_t last_level_cache_bytes() {
       size_t v = std::strtoull(s.c_str(), nullptr, 10);
       if (s.back() == 'K') v <<= 10;
       if (s.back() == 'M') v <<= 20;
-      found = v;
+      found = std::max(found, v);
     }
-    return found ? found : size_t{32} << 20;
+    if (found) return found;
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long v = sysconf(name);
+      if (v > 0) return static_cast<size_t>(v);
+    }
+    return size_t{32} << 20;
   }();
   return bytes;
 }

@@ -11,7 +11,7 @@
 //    (process_vm_readv) and then their finished slices, one copy each, three syncs.
 // Between slots and single copy the host chooses by measurement (unless
 // shm::ContextOptions::measure_single_copy is off): at the first large allreduce of each
-// power-of-two size, every rank times both forms twice on a scratch buffer of that size
+// power-of-two size, every rank runs both forms once and times them twice on a scratch buffer of that size
 // (at most 16 MiB) placed like the user's, the ranks agree on the slowest rank's times, and
 // the faster form is kept for that size. Slot data is placed at the user buffer's offset
 // mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.

@@ -14,7 +14,7 @@
 // futex on the peer's counter (timed, so a dead or aborted peer and the deadline are
 // noticed). The budget follows the host's placement (each rank publishes the CPUs it may run
 // on): ranks on disjoint cores spin long, ranks that may share cores spin briefly, and ranks
-// that outnumber the cores they have sleep at once, so they do not starve each other.
+// that outnumber the cores they have yield at once, so they do not starve each other.
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
@@ -41,7 +41,7 @@ struct ContextOptions {
   // futex. Spinning wins when every rank has a core (a futex wake costs tens of µs); it
   // steals the peer's time when two ranks share one. spin_us < 0 chooses from the placement:
   // kSpinDisjointUs when every rank's CPU set is disjoint from the others', kSpinSharedUs
-  // when the host's ranks fit the union of their CPUs, else 0 and no yields.
+  // when the host's ranks fit the union of their CPUs, else 0 (yield at once).
   int spin_us = -1;
   int yields = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
