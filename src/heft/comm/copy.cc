@@ -111,6 +111,8 @@ void copy_bytes(void* dst, const void* src, size_t bytes, StoreHint hint) {
 }
 
 StoreHint hint_for_output(size_t total_bytes) {
+  // Below 1 MiB no cache is smaller: answer without asking (the first ask reads /sys).
+  if (total_bytes < (size_t{1} << 20)) return StoreHint::kCached;
   return total_bytes > last_level_cache_bytes() ? StoreHint::kStreaming : StoreHint::kCached;
 }
 

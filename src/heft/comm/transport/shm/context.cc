@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "heft/check.h"
+#include "heft/comm/cpu.h"
 #include "heft/error.h"
 
 namespace heft::comm::shm {
@@ -113,6 +114,10 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   store.wait(keys, left());
   own.unlink();
   ctx->segments_[local_rank] = std::move(own);
+  // What the kernels ask on first use (CPU features, /sys), asked now, so that the first
+  // collective does not pay for it.
+  kernel_isa();
+  last_level_cache_bytes();
   ctx->choose_spin();
   ctx->probe_cma(store, group, left());
   return ctx;
