@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sched.h>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -342,6 +345,53 @@ TEST(HeftRun, UsageErrorsNameTheOption) {
   o = run_heft({"run", "-n", "2"});
   EXPECT_EQ(o.exit_code, 2) << describe(o);
   EXPECT_NE(o.err.find("heft run: no command given"), std::string::npos) << describe(o);
+}
+
+
+// Each worker's Cpus_allowed_list, by rank, from `heft run -n N -- grep ...`.
+std::map<int, std::string> allowed_cpus_of_workers(int n) {
+  const Outcome o = run_heft({"run", "-n", std::to_string(n), "--", "/bin/grep",
+                              "Cpus_allowed_list", "/proc/self/status"});
+  EXPECT_EQ(o.exit_code, 0) << describe(o);
+  std::map<int, std::string> out;
+  std::istringstream lines(o.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    int rank = -1;
+    char list[256] = {};
+    if (std::sscanf(line.c_str(), "[rank %d] Cpus_allowed_list: %255s", &rank, list) == 2)
+      out[rank] = list;
+  }
+  return out;
+}
+
+TEST(HeftRun, WorkersThatFitTheCoresGetTheirOwn) {
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "this process may use one CPU (" << cores << " online)";
+  const std::map<int, std::string> bound = allowed_cpus_of_workers(2);
+  ASSERT_EQ(bound.size(), 2u);
+  EXPECT_NE(bound.at(0), bound.at(1)) << "two workers on " << CPU_COUNT(&mine) << " CPUs share";
+  // HEFT_BIND=none: every worker may run anywhere this process may.
+  ::setenv("HEFT_BIND", "none", 1);
+  const std::map<int, std::string> free = allowed_cpus_of_workers(2);
+  ::unsetenv("HEFT_BIND");
+  ASSERT_EQ(free.size(), 2u);
+  EXPECT_EQ(free.at(0), free.at(1));
+  // More workers than CPUs: nobody is narrowed.
+  const std::map<int, std::string> many = allowed_cpus_of_workers(CPU_COUNT(&mine) + 1);
+  for (const auto& [rank, list] : many) EXPECT_EQ(list, free.at(0)) << "rank " << rank;
+}
+
+TEST(HeftRun, BadHeftBindIsAUsageError) {
+  ::setenv("HEFT_BIND", "socket", 1);
+  const Outcome o = run_heft({"run", "-n", "2", "--", "/bin/true"});
+  ::unsetenv("HEFT_BIND");
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("HEFT_BIND: expected core or none, found 'socket'"), std::string::npos)
+      << describe(o);
 }
 
 }  // namespace
