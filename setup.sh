@@ -12,7 +12,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   # libraries (DESIGN.md, "Dependencies")
   libssl-dev libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libspdlog-dev libfmt-dev zlib1g-dev libeigen3-dev
+  libspdlog-dev libfmt-dev zlib1g-dev libeigen3-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread
   # peers and compatibility tests: OpenMPI, PyTorch (Gloo) on Debian's python3

@@ -404,3 +404,48 @@ TEST(HeftTrain, BuiltinTrainerMissingNextToHeftIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+// Nothing a worker prints can crash or stall the supervisor: the metric regexes that made
+// std::regex recurse per character (SIGSEGV) or backtrack for minutes, on the lines that
+// trigger them, through the real supervisor. The job must complete quickly with its status.
+TEST(HeftTrain, PathologicalMetricRegexesAndLinesCannotHurtTheSupervisor) {
+  TempDir dir;
+  const std::string printer = dir.path() + "/print.py";
+  write_file(printer,
+             "import sys\n"
+             "w = sys.stdout.buffer\n"
+             "w.write(b'a' * 16000 + b'\\n')\n"
+             "w.write(b'a' * 16000 + b'c7\\n')\n"
+             "w.write(b'a' * 100000 + b'!\\n')\n"
+             "w.write(b'x' * 60000 + b'y' * 60000 + b'\\n')\n"
+             "w.write(b'a\\0b\\0c1\\n')\n"
+             "w.write(b'\\xff\\xfe\\xc3(c2\\n')\n"
+             "w.write(b'z' * (3 << 20))\n"  // megabytes without a newline
+             "w.write(b'\\nloss=0.5\\n')\n");
+  const std::string path =
+      spec(dir, "name: nasty\nentry_point: [/usr/bin/python3, " + printer + "]\n"
+                "metric_definitions:\n"
+                "  - {name: issue, regex: '^(a|b)*c([0-9])'}\n"
+                "  - {name: alt, regex: '^(?:a|b)*c([0-9])'}\n"
+                "  - {name: nested, regex: '^(a+)+b=([0-9]+)'}\n"
+                "  - {name: stars, regex: '(x*)*(y*)*z=([0-9])'}\n"
+                "  - {name: loss, regex: 'loss=([0-9.]+)'}\n");
+  const auto start = Clock::now();
+  const Outcome o = heft(dir.path(), {"train", path});
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_LT(s, 60.0);
+  const nlohmann::json j = heft(dir.path(), {"describe", "nasty", "--json"}).json();
+  EXPECT_EQ(j["status"], "Completed");
+  const nlohmann::json alt =
+      heft(dir.path(), {"metrics", "nasty", "--name", "alt", "--format", "json"}).json();
+  ASSERT_EQ(alt.size(), 1u);
+  EXPECT_EQ(alt[0]["value"], 7);
+  const nlohmann::json loss =
+      heft(dir.path(), {"metrics", "nasty", "--name", "loss", "--format", "json"}).json();
+  ASSERT_EQ(loss.size(), 1u);
+}
+
+}  // namespace

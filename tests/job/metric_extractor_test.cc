@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "heft/job/job_report.h"
 #include "heft/job/progress.h"
@@ -32,7 +35,44 @@ TEST(SupervisorMetrics, FirstGroupIsTheValueAndStepComesFromTheLine) {
   EXPECT_TRUE(x.extract(0, "loss=abc", 1.0).empty());      // not a number: no match
   EXPECT_TRUE(x.extract(0, "substep=3 acc=x", 1.0).empty());
   EXPECT_EQ(x.extract(0, "substep=3 acc=1", 1.0)[0].step, std::nullopt);  // not step=
-  EXPECT_TRUE(x.extract(0, std::string(20000, 'a') + " acc=1", 1.0).empty());
+  // Long lines are searched too (RE2: linear time); the value is found at the end.
+  p = x.extract(0, std::string(60000, 'a') + " acc=1", 1.0);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_DOUBLE_EQ(p[0].value, 1.0);
+}
+
+// Patterns that make a backtracking engine recurse per character or run for exponential
+// time, on lines built to trigger them: each line takes milliseconds (std::regex crashed the
+// supervisor with SIGSEGV on the first, and spun for over ten minutes on the second).
+TEST(SupervisorMetrics, PathologicalPatternsAndLinesRunInLinearTime) {
+  const MetricExtractor x({{"issue", "^(a|b)*c([0-9])"},  // first group (a|b): never a number
+                           {"alt", "^(?:a|b)*c([0-9])"},
+                           {"nested", "^(a+)+b=([0-9]+)"},
+                           {"stars", "(x*)*(y*)*z=([0-9])"},
+                           {"lazy", "(.*?,){11}P=([0-9])"}});
+  const std::vector<std::string> lines = {
+      std::string(16000, 'a'),                       // (a|b)* then no c
+      std::string(16000, 'a') + "c7",                // and a match
+      std::string(100000, 'a') + "!",                // nested quantifiers, no b
+      std::string(60000, 'x') + std::string(60000, 'y'),
+      std::string(30000, ','),
+      std::string(1 << 20, 'a'),                     // a megabyte without a newline
+      std::string("a\0b\0c1", 6),                    // NUL bytes
+      std::string("\xff\xfe\xc3(c2", 6),             // invalid UTF-8
+  };
+  for (const std::string& line : lines) {
+    const auto start = std::chrono::steady_clock::now();
+    (void)x.extract(0, line, 0);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Not a timing assertion on speed, a bound on pathology: linear matching of a megabyte
+    // takes milliseconds; a backtracking blow-up takes minutes.
+    EXPECT_LT(s, 10.0) << "line of " << line.size() << " bytes";
+  }
+  auto p = x.extract(0, std::string(16000, 'a') + "c7", 0);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].name, "alt");
+  EXPECT_DOUBLE_EQ(p[0].value, 7);
 }
 
 TEST(SupervisorMetrics, BuiltinDefinitionsReadTheTrainerLines) {

@@ -112,7 +112,14 @@ TEST(JobSpec, BadSpecsNameTheFieldWhatWasExpectedAndWhatWasFound) {
       {"regex without group", kBase + "metric_definitions: [{name: loss, regex: 'loss=[0-9]+'}]\n",
        {"metric_definitions[0].regex: expected a regular expression with a group"}},
       {"broken regex", kBase + "metric_definitions: [{name: loss, regex: 'loss=([0-9]+'}]\n",
-       {"metric_definitions[0].regex: expected an ECMAScript regular expression"}},
+       {"metric_definitions[0].regex: expected a regular expression in RE2 syntax", "(missing ):"}},
+      // What needs backtracking cannot run in linear time on worker output: refused.
+      {"backreference", kBase + "metric_definitions: [{name: loss, regex: '(a)\\1=([0-9]+)'}]\n",
+       {"metric_definitions[0].regex: expected a regular expression in RE2 syntax (no "
+        "backreferences or look-around", "invalid escape sequence: \\1"}},
+      {"look-ahead", kBase + "metric_definitions: [{name: loss, regex: '(?=loss)loss=([0-9]+)'}]\n",
+       {"metric_definitions[0].regex: expected a regular expression in RE2 syntax",
+        "invalid perl operator: (?="}},
       {"metric without name", kBase + "metric_definitions: [{regex: 'a=(1)'}]\n",
        {"metric_definitions[0].name: required"}},
       {"duplicate metric", kBase + "metric_definitions: [{name: a, regex: 'a=(1)'}, {name: a, regex: 'b=(1)'}]\n",

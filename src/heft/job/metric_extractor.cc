@@ -1,15 +1,16 @@
 // Metric points from output lines (metric_extractor.h).
 #include "heft/job/metric_extractor.h"
 
+#include <re2/re2.h>
+
 #include <cstdlib>
 
 #include "heft/error.h"
+#include "heft/job/metric_regex.h"
 
 namespace heft::job {
 
 namespace {
-
-constexpr size_t kMaxSearchedLine = 16 * 1024;
 
 bool parse_value(const std::string& text, double* out) {
   if (text.empty()) return false;
@@ -22,32 +23,34 @@ bool parse_value(const std::string& text, double* out) {
 
 }  // namespace
 
-MetricExtractor::MetricExtractor(const std::vector<MetricDefinition>& definitions)
-    : step_("(?:^|[^A-Za-z0-9_])step=([0-9]+)") {
+MetricExtractor::MetricExtractor(const std::vector<MetricDefinition>& definitions) {
+  std::string error;
+  step_ = compile_metric_regex("(?:^|[^A-Za-z0-9_])step=([0-9]+)", &error);
   for (const MetricDefinition& d : definitions) {
-    try {
-      metrics_.push_back({d.name, std::regex(d.regex, std::regex::ECMAScript)});
-    } catch (const std::regex_error& e) {
-      throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "': " + e.what());
-    }
+    auto re = compile_metric_regex(d.regex, &error);
+    if (!re) throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "': " + error);
+    if (capturing_groups(*re) < 1)
+      throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "' has no group");
+    metrics_.push_back({d.name, std::move(re)});
   }
 }
+
+MetricExtractor::~MetricExtractor() = default;
+MetricExtractor::MetricExtractor(MetricExtractor&&) noexcept = default;
 
 std::vector<MetricPoint> MetricExtractor::extract(int rank, std::string_view line,
                                                   double timestamp) const {
   std::vector<MetricPoint> points;
-  if (metrics_.empty() || line.size() > kMaxSearchedLine) return points;
-  const std::string text(line);
-  std::smatch m;
+  if (metrics_.empty()) return points;
+  const re2::StringPiece text(line.data(), line.size());
+  std::string group;
   for (const Compiled& metric : metrics_) {
     double value = 0;
-    if (!std::regex_search(text, m, metric.re) || m.size() < 2 || !m[1].matched ||
-        !parse_value(m[1].str(), &value))
-      continue;
+    if (!RE2::PartialMatch(text, *metric.re, &group) || !parse_value(group, &value)) continue;
     points.push_back({metric.name, rank, timestamp, std::nullopt, value});
   }
-  if (!points.empty() && std::regex_search(text, m, step_)) {
-    const long long step = std::strtoll(m[1].str().c_str(), nullptr, 10);
+  if (!points.empty() && RE2::PartialMatch(text, *step_, &group)) {
+    const long long step = std::strtoll(group.c_str(), nullptr, 10);
     for (MetricPoint& p : points) p.step = step;
   }
   return points;

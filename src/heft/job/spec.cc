@@ -6,6 +6,8 @@
 // put there, and <path> is dotted with list indices in brackets (metric_definitions[1].regex).
 #include "heft/job/spec.h"
 
+#include <re2/re2.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,10 +16,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
+#include "heft/job/metric_regex.h"
 #include "heft/job/spec_yaml.h"
 
 namespace heft::job {
@@ -297,17 +299,19 @@ class Validator {
                                                 std::to_string(def->regex.size()));
       return false;
     }
-    try {
-      const std::regex re(def->regex, std::regex::ECMAScript);
-      if (re.mark_count() < 1) {
-        r_.error(path + ".regex", n["regex"],
-                 "expected a regular expression with a group around the number, such as "
-                 "loss=([0-9.eE+-]+), found " + found(n["regex"]));
-        return false;
-      }
-    } catch (const std::regex_error& e) {
-      r_.error(path + ".regex", n["regex"], "expected an ECMAScript regular expression, found " +
-                                                found(n["regex"]) + " (" + e.what() + ")");
+    std::string why;
+    const auto re = compile_metric_regex(def->regex, &why);
+    if (!re) {
+      r_.error(path + ".regex", n["regex"],
+               "expected a regular expression in RE2 syntax (no backreferences or look-around: "
+               "heft matches worker output in linear time), found " + found(n["regex"]) + " (" +
+               why + ")");
+      return false;
+    }
+    if (capturing_groups(*re) < 1) {
+      r_.error(path + ".regex", n["regex"],
+               "expected a regular expression with a group around the number, such as "
+               "loss=([0-9.eE+-]+), found " + found(n["regex"]));
       return false;
     }
     return true;
