@@ -394,4 +394,70 @@ TEST(HeftRun, BadHeftBindIsAUsageError) {
       << describe(o);
 }
 
+// Processes whose command line contains `marker`, other than this test.
+std::vector<pid_t> processes_with(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(entry.path().string() + "/cmdline");
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    const pid_t pid = std::atoi(name.c_str());
+    if (cmdline.find(marker) != std::string::npos && pid != ::getpid() && !process_gone(pid))
+      out.push_back(pid);
+  }
+  return out;
+}
+
+// Regression: `heft run -n 100000 -- true` printed nothing for 30 s and ignored SIGTERM.
+TEST(HeftRun, WorkerCountsPastTheLimitAreRefused) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run", "-n", "100000", "--", "/bin/true"},
+        std::vector<std::string>{"run", "--hosts", "40", "-n", "40", "--", "/bin/true"}}) {
+    const Outcome o = run_heft(args, seconds(10));
+    EXPECT_EQ(o.exit_code, 2) << describe(o);
+    EXPECT_NE(o.err.find("--hosts x --nproc-per-host must be at most 1024 workers"),
+              std::string::npos) << describe(o);
+  }
+  const Outcome b = run_heft({"bench", "allreduce", "--ranks", "5000"}, seconds(10));
+  EXPECT_EQ(b.exit_code, 2) << describe(b);
+  EXPECT_NE(b.err.find("--ranks: expected 1 to 1024"), std::string::npos) << describe(b);
+}
+
+// Regression: `heft bench allreduce --min 0 --max 0` spun both cores and printed nothing.
+TEST(HeftRun, BenchOfZeroBytesIsRefusedAtOnce) {
+  const Outcome o = run_heft({"bench", "allreduce", "--ranks", "2", "--min", "0", "--max", "0"},
+                             seconds(10));
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("--min: expected at least 1 byte, found 0"), std::string::npos)
+      << describe(o);
+}
+
+TEST(HeftRun, GraceMustBeFinite) {
+  const Outcome o = run_heft({"run", "--grace", "inf", "--", "/bin/true"}, seconds(10));
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("--grace must be a number of seconds from 0 to 3600, got inf"),
+            std::string::npos) << describe(o);
+}
+
+// SIGTERM while a large group is still being started ends the launch within 5 s and leaves
+// no worker behind.
+TEST(HeftRun, SigtermWhileStartingStopsTheLaunch) {
+  TempDir dir;
+  const std::string marker = "30.4242";  // a unique argument to find our sleeps by
+  Heft heft({"run", "-n", "1024", "--grace", "10", "--", "/bin/sleep", marker}, dir.path());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few dozen started
+  ::kill(heft.pid(), SIGTERM);
+  const auto sent = Clock::now();
+  const Outcome o = heft.wait(seconds(30));
+  const double took = std::chrono::duration<double>(Clock::now() - sent).count();
+  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << describe(o);
+  EXPECT_LT(took, 5.0) << describe(o);
+  const auto deadline = Clock::now() + seconds(5);
+  while (!processes_with(marker).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(processes_with(marker).empty()) << processes_with(marker).size() << " left";
+}
+
 }  // namespace

@@ -212,7 +212,9 @@ std::string self_exe() {
 }
 
 int run_launcher(const BenchArgs& args) {
-  if (args.ranks < 1) throw InvalidArgument("--ranks: expected >= 1, found " + std::to_string(args.ranks));
+  if (args.ranks < 1 || args.ranks > job::kMaxWorkers)
+    throw InvalidArgument("--ranks: expected 1 to " + std::to_string(job::kMaxWorkers) +
+                          " (heft's limit on workers), found " + std::to_string(args.ranks));
   if (args.hosts < 1 || args.ranks % args.hosts != 0)
     throw InvalidArgument("--hosts: expected a divisor of --ranks (" + std::to_string(args.ranks) +
                           "), found " + std::to_string(args.hosts));
@@ -221,6 +223,9 @@ int run_launcher(const BenchArgs& args) {
   comm::parse_data_type(args.dtype);  // fail here, once, rather than in every rank
   comm::parse_reduce_op(args.op);
   comm::parse_algorithm(args.algo);
+  if (parse_size(args.min, "--min") == 0)
+    throw InvalidArgument("--min: expected at least 1 byte, found 0 (a collective of 0 "
+                          "elements is legal and returns at once: there is nothing to time)");
   if (parse_size(args.min, "--min") > parse_size(args.max, "--max"))
     throw InvalidArgument("--min: expected at most --max");
   job::LocalLauncherOptions o;

@@ -43,6 +43,14 @@ void validate(const RunArgs& args) {
   require_at_least("--nproc-per-host", args.nproc_per_host, 1);
   require_at_least("--timeout", args.timeout_s, 1);
   require_at_least("--grace", args.grace_s, 0);
+  if (!std::isfinite(args.grace_s) || args.grace_s > 3600)
+    throw CLI::ValidationError("heft run: --grace must be a number of seconds from 0 to 3600, got " +
+                               number_text(args.grace_s));
+  const long workers = static_cast<long>(args.hosts) * args.nproc_per_host;
+  if (workers > job::kMaxWorkers)
+    throw CLI::ValidationError("heft run: --hosts x --nproc-per-host must be at most " +
+                               std::to_string(job::kMaxWorkers) + " workers, got " +
+                               std::to_string(workers));
   if (args.command.empty())
     throw CLI::RequiredError(
         "heft run: no command given; usage: heft run [OPTIONS] -- CMD [ARGS...]",

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
@@ -98,12 +99,17 @@ class SignalPipe {
   int fd() const { return read_fd_; }
   // The signals caught since the last call, in order.
   std::vector<int> take() {
+    drain();
     std::vector<int> sigs;
-    unsigned char buf[64];
-    ssize_t n;
-    while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0)
-      sigs.insert(sigs.end(), buf, buf + n);
+    sigs.swap(pending_);
     return sigs;
+  }
+  // The first SIGINT, SIGTERM or SIGHUP caught and not yet taken, else 0; takes nothing.
+  int pending_interrupt() {
+    drain();
+    for (int sig : pending_)
+      if (sig != SIGCHLD) return sig;
+    return 0;
   }
 
  private:
@@ -111,6 +117,12 @@ class SignalPipe {
     ::close(read_fd_);
     ::close(write_fd_);
   }
+  void drain() {
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0) pending_.insert(pending_.end(), buf, buf + n);
+  }
+  std::vector<int> pending_;
   int read_fd_ = -1;
   int write_fd_ = -1;
   struct sigaction old_[std::size(kHandledSignals)] {};
@@ -397,6 +409,17 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
                                                                      : "");
   const std::vector<std::vector<int>> placement = plan_placement(allowed_cpus(), world, bind);
   for (int rank = 0; rank < world; ++rank) {
+    // Ctrl-C or SIGTERM while workers are still being started: start no more; the ones
+    // started are killed and reaped as `workers` goes (~Process).
+    if (const int sig = signals.pending_interrupt()) {
+      std::cerr << options.log_name << ": " << strsignal(sig) << " while starting workers ("
+                << rank << " of " << world << " started); stopping them" << std::endl;
+      GroupEnd end;
+      end.restart_count = restart_count;
+      end.interrupt_signal = sig;
+      end.exit_code = 128 + sig;
+      return end;
+    }
     Worker& w = workers[rank];
     w.rank = rank;
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
@@ -437,6 +460,9 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
                                    std::to_string(options_.hosts));
   require(options_.processes_per_host >= 1, "processes_per_host must be at least 1, found " +
                                                 std::to_string(options_.processes_per_host));
+  require(static_cast<long>(options_.hosts) * options_.processes_per_host <= kMaxWorkers,
+          "at most " + std::to_string(kMaxWorkers) + " workers (hosts x processes_per_host), found " +
+              std::to_string(static_cast<long>(options_.hosts) * options_.processes_per_host));
   require(!options_.command.empty(), "command must not be empty");
   require(options_.timeout_s >= 1, "timeout_s must be at least 1, found " +
                                        std::to_string(options_.timeout_s));

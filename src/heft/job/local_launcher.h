@@ -22,6 +22,10 @@
 
 namespace heft::job {
 
+// The most workers one group may have (a job's instance_count x processes_per_host, `heft
+// run`'s --hosts x -n, `heft bench --ranks`): beyond it a launch is refused up front.
+constexpr int kMaxWorkers = 1024;
+
 // How one start of the group ended.
 struct GroupEnd {
   int restart_count = 0;  // 0 for the first start, then 1, 2, ...
@@ -87,7 +91,8 @@ struct LocalLauncherOptions {
 
 class LocalLauncher {
  public:
-  // Checks the options; throws heft::InvalidArgument naming the first field out of range.
+  // Checks the options (at most kMaxWorkers workers); throws heft::InvalidArgument naming
+  // the first field out of range.
   explicit LocalLauncher(LocalLauncherOptions options);
 
   // Starts the store and the workers and blocks until every worker has ended and been
@@ -97,7 +102,8 @@ class LocalLauncher {
   //    others were stopped (SIGTERM to each worker's process group, SIGKILL after `grace`);
   //  - 128 + sig when this process received SIGINT, SIGTERM or SIGHUP: the signal is
   //    forwarded to every worker's group, SIGKILL follows after `grace` (or at once on a
-  //    second signal);
+  //    second signal); while workers are still being started, no more are started and
+  //    those started are killed at once;
   //  - 127 / 126 when the command is not found / not executable (nothing is started).
   // Every failure is explained in one line on stderr. Throws heft::IoError when the store
   // or a process cannot be set up; workers already started are then killed and reaped.

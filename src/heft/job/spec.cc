@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "heft/job/local_launcher.h"
 #include "heft/job/metric_regex.h"
 #include "heft/job/spec_yaml.h"
 
@@ -53,7 +54,7 @@ constexpr int kMaxMetricDefinitions = 40;
 constexpr size_t kMaxMetricName = 255;
 constexpr size_t kMaxMetricRegex = 500;
 constexpr size_t kMaxName = 63;
-constexpr int kMaxWorld = 1024;
+constexpr int kMaxWorld = kMaxWorkers;
 
 bool is_identifier(const std::string& s, bool allow_dash) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
