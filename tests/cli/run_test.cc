@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -458,6 +459,42 @@ TEST(HeftRun, SigtermWhileStartingStopsTheLaunch) {
   while (!processes_with(marker).empty() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(processes_with(marker).empty()) << processes_with(marker).size() << " left";
+}
+
+// Regression: workers inherited the launcher's ignored signals, and a launcher started with
+// SIGTERM blocked never saw a stop request. Started that way (SIGTERM blocked and ignored,
+// SIGUSR1 ignored), heft's workers have nothing blocked or ignored, and SIGTERM stops heft.
+TEST(HeftRun, WorkersStartWithDefaultSignalsWhateverTheLaunchersWere) {
+  TempDir dir;
+  sigset_t term, saved_mask;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &term, &saved_mask);
+  struct sigaction ignore {}, saved_term {}, saved_usr1 {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGTERM, &ignore, &saved_term);
+  ::sigaction(SIGUSR1, &ignore, &saved_usr1);
+  Heft heft({"run", "-n", "2", "--", "/bin/sh", "-c",
+             "grep -E \"SigBlk|SigIgn\" /proc/self/status; exec sleep 30"},
+            dir.path());
+  ::sigaction(SIGTERM, &saved_term, nullptr);
+  ::sigaction(SIGUSR1, &saved_usr1, nullptr);
+  ::sigprocmask(SIG_SETMASK, &saved_mask, nullptr);
+  const auto deadline = Clock::now() + seconds(20);
+  for (;;) {
+    const std::string out = read_file(dir.path() + "/heft.out");
+    if (std::count(out.begin(), out.end(), '\n') >= 4 || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(heft.pid(), SIGTERM);
+  const Outcome o = heft.wait(seconds(20));
+  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << describe(o);
+  EXPECT_LT(o.seconds, 15.0) << describe(o);
+  EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 4) << describe(o);
+  std::istringstream lines(o.out);
+  std::string line;
+  while (std::getline(lines, line))
+    EXPECT_NE(line.find(":\t0000000000000000"), std::string::npos) << line;
 }
 
 }  // namespace

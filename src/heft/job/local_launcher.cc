@@ -85,11 +85,18 @@ class SignalPipe {
     struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, &old_pipe_);  // a closed stdout must not kill the launcher
+    // heft may have been started with these blocked (inherited from its parent): unblock
+    // them in this thread, or a stop request would never arrive.
+    sigset_t handled;
+    sigemptyset(&handled);
+    for (int sig : kHandledSignals) sigaddset(&handled, sig);
+    ::pthread_sigmask(SIG_UNBLOCK, &handled, &old_mask_);
   }
   ~SignalPipe() {
     for (size_t i = 0; i < std::size(kHandledSignals); ++i)
       ::sigaction(kHandledSignals[i], &old_[i], nullptr);
     ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
     g_signal_pipe.store(-1);
     close_pipe();
   }
@@ -127,6 +134,7 @@ class SignalPipe {
   int write_fd_ = -1;
   struct sigaction old_[std::size(kHandledSignals)] {};
   struct sigaction old_pipe_ {};
+  sigset_t old_mask_ {};
 };
 
 // Blocks the handled signals in this thread while alive; threads started meanwhile inherit

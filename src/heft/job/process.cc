@@ -95,7 +95,10 @@ struct Pipes {
 [[noreturn]] void exec_child(const Pipes& pipes, pid_t parent, const char* path,
                              char* const* argv, char* const* envp, const cpu_set_t* cpus) {
   if (cpus) ::sched_setaffinity(0, sizeof(*cpus), cpus);  // best effort: a CPU may be offline
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_DFL);
+  // Every disposition back to its default (an ignored SIGTERM or SIGUSR1 of the launcher's
+  // parent must not reach the worker), then nothing blocked.
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
