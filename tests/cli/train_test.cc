@@ -449,3 +449,43 @@ TEST(HeftTrain, PathologicalMetricRegexesAndLinesCannotHurtTheSupervisor) {
 }
 
 }  // namespace
+
+namespace {
+
+// Each unclear answer to bad input the adversarial run found, now an exit 2 (1 for an
+// unusable home) whose message names the option or field.
+TEST(HeftCli, BadInputGetsAClearAnswerNamingTheOptionOrField) {
+  TempDir dir;
+  const std::string ok = spec(dir, "name: fine\nentry_point: [/bin/true]\n", "ok.yaml");
+  const std::string empty_entry = spec(dir, "name: e\nentry_point: []\n", "empty.yaml");
+  const std::string nested =
+      spec(dir, "name: n\nentry_point: " + std::string(20000, '[') + "\n", "nested.yaml");
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {{"train", ok, "--name", ""}, 2, "--name: expected a job name, found ''"},
+      {{"logs", "fine", "--rank", "-1"}, 2, "--rank: Value -1 not in range 0 to 1023"},
+      {{"frobnicate"}, 2, "heft: unknown command 'frobnicate'; the commands are train, jobs"},
+      {{"train", empty_entry}, 2, "entry_point: expected heft-train or a command list such as "
+                                  "[python3, train.py], found an empty list"},
+      {{"train", nested}, 2, "nested.yaml:2:270: not valid YAML: [ and { nest deeper than 256"},
+      {{"run", "--grace", "inf", "--", "/bin/true"}, 2, "--grace must be a number of seconds"},
+  };
+  for (const Case& c : cases) {
+    const Outcome o = heft(dir.path(), c.args);
+    EXPECT_EQ(o.exit_code, c.exit_code) << describe(o);
+    EXPECT_NE(o.err.find(c.fragment), std::string::npos) << "expected: " << c.fragment << "\n"
+                                                          << describe(o);
+  }
+  // An unusable home is an error (exit 1), not an empty table.
+  TempDir other;
+  write_file(other.path() + "/home", "a file, not a directory\n");  // HEFT_HOME=<other>/home
+  const Outcome home = heft(other.path(), {"jobs"});
+  EXPECT_EQ(home.exit_code, 1) << describe(home);
+  EXPECT_NE(home.err.find("(HEFT_HOME) is not a directory"), std::string::npos) << describe(home);
+}
+
+}  // namespace

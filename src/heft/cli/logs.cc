@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "heft/cli/commands.h"
+#include "heft/job/local_launcher.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 
@@ -101,7 +102,7 @@ Command add_logs_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logs", "Print a training job's worker logs");
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_option("--rank", args->rank, "Only this rank's log, as the worker wrote it")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, job::kMaxWorkers - 1));
   cmd->add_flag("-f,--follow", args->follow, "Keep printing new lines until the job ends");
   return [args]() -> int { return show_logs(*args); };
 }

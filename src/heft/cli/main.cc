@@ -27,6 +27,20 @@ int main(int argc, char** argv) {
   add(heft::cli::add_stop_command);
   add(heft::cli::add_run_command);
   add(heft::cli::add_bench_command);
+  // An unknown first word is named (CLI11 would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (CLI::App* sub : app.get_subcommands({})) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::cerr << "heft: unknown command '" << argv[1] << "'; the commands are " << known
+                << " (heft --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

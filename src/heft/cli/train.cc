@@ -101,7 +101,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("spec", args->spec_path, "The job spec (docs/jobs.md)")
       ->required()
       ->type_name("SPEC");
-  cmd->add_option("--name", args->name, "The job's name (overrides the spec's name)");
+  cmd->add_option("--name", args->name, "The job's name (overrides the spec's name)")
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("expected a job name, found ''") : std::string();
+      });
   cmd->add_option("--set", args->overrides,
                   "Override a field: key.path=value (repeatable), e.g. "
                   "--set hyperparameters.lr=0.1")

@@ -1,6 +1,8 @@
 // Tables, JSON and CSV of jobs and metrics (job_report.h).
 #include "heft/job/job_report.h"
 
+#include "heft/error.h"
+
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -76,9 +78,18 @@ std::string command_text(const nlohmann::json& entry_point) {
 }  // namespace
 
 std::unique_ptr<JobDb> open_job_db(const std::string& home, bool create) {
-  const std::string path = database_path(home);
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!create && !std::filesystem::exists(path, ec)) return nullptr;
+  const fs::file_status home_status = fs::status(home, ec);
+  if (fs::exists(home_status) && !fs::is_directory(home_status))
+    throw IoError("heft's home '" + home + "' (HEFT_HOME) is not a directory");
+  const std::string path = database_path(home);
+  if (!create && !fs::exists(path, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      throw IoError("heft's home '" + home + "' (HEFT_HOME): cannot read " + path + ": " +
+                    ec.message());
+    return nullptr;
+  }
   return JobDb::open(path);
 }
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -135,7 +136,7 @@ class Validator {
       return;
     }
     if (!n.IsSequence() || n.size() == 0) {
-      r_.error("entry_point", n, expected + ", found " + found(n));
+      r_.error("entry_point", n, expected + ", found " + (n.IsSequence() ? "an empty list" : found(n)));
       return;
     }
     std::vector<std::string> argv;
@@ -417,12 +418,55 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
           {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number}};
 }
 
+namespace {
+
+// How deep [ and { may nest in a spec (a spec needs a handful of levels).
+constexpr int kMaxYamlNesting = 256;
+
+// Line and column (from 1) where flow collections first nest deeper than kMaxYamlNesting,
+// outside quotes and comments; nothing when they never do.
+std::optional<std::pair<int, int>> first_too_deep(const std::string& text) {
+  int depth = 0, line = 1, column = 0;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '\'' || c == '"') quote = c;
+    else if (c == '#') comment = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxYamlNesting) return std::make_pair(line, column);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
+    // yaml-cpp says "bad file" when flow collections nest too deep: say where and how deep.
+    if (const auto deep = first_too_deep(text))
+      return Result<JobSpec>::failure(source + ":" + std::to_string(deep->first) + ":" +
+                                      std::to_string(deep->second) +
+                                      ": not valid YAML: [ and { nest deeper than " +
+                                      std::to_string(kMaxYamlNesting) + " levels here");
     return Result<JobSpec>::failure(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                                     std::to_string(e.mark.column + 1) +
                                     ": not valid YAML: " + e.msg);
