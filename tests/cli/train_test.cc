@@ -4,6 +4,7 @@
 // Python scripts (tests/job/counter_job.py checkpoints and resumes), never heft-train.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -486,6 +487,40 @@ TEST(HeftCli, BadInputGetsAClearAnswerNamingTheOptionOrField) {
   const Outcome home = heft(other.path(), {"jobs"});
   EXPECT_EQ(home.exit_code, 1) << describe(home);
   EXPECT_NE(home.err.find("(HEFT_HOME) is not a directory"), std::string::npos) << describe(home);
+}
+
+}  // namespace
+
+namespace {
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777u;
+}
+
+// heft's own files are private (0600, folders 0700); what a user's script writes keeps the
+// user's umask; a home others can read gets a warning.
+TEST(HeftTrain, HeftsFilesArePrivateAndTheUsersAreTheirs) {
+  TempDir dir;
+  const std::string home = dir.path() + "/home";
+  ASSERT_EQ(::mkdir(home.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(home.c_str(), 0755), 0);
+  const mode_t saved = ::umask(022);
+  const std::string path = spec(dir, sh_spec("modes", "echo step=1 loss=1; echo mine > "
+                                                      "$SM_OUTPUT_DATA_DIR/mine.txt"));
+  const Outcome o = heft(dir.path(), {"train", path});
+  ::umask(saved);
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_NE(o.err.find("warning: heft's home " + home + " can be read by other users (mode "
+                       "0755)"), std::string::npos) << describe(o);
+  const std::string job = home + "/jobs/modes";
+  EXPECT_EQ(mode_of(home + "/heft.db"), 0600u);
+  EXPECT_EQ(mode_of(job), 0700u);
+  EXPECT_EQ(mode_of(job + "/logs"), 0700u);
+  EXPECT_EQ(mode_of(job + "/checkpoints"), 0700u);
+  EXPECT_EQ(mode_of(job + "/logs/rank-0.log"), 0600u);
+  EXPECT_EQ(mode_of(job + "/output/data/mine.txt"), 0644u);  // the user's, by the user's umask
 }
 
 }  // namespace

@@ -241,6 +241,7 @@ int run_launcher(const BenchArgs& args) {
   o.timeout_s = args.timeout_s;
   o.prefix_output = false;
   o.log_name = "heft bench";
+  o.worker_umask = user_umask();
   o.extra_env["OMP_NUM_THREADS"] = "1";
   return job::LocalLauncher(o).run();
 }

@@ -11,6 +11,10 @@ namespace heft::cli {
 
 using Command = std::function<int()>;
 
+// The umask heft was started with. `heft` itself runs with umask 077, so that everything it
+// creates (database, job folders, logs) is private; workers get this one back.
+int user_umask();
+
 // `heft run [--hosts H] [-n P] [--timeout S] -- CMD ARGS...` (run.cc)
 Command add_run_command(CLI::App& app);
 // `heft bench <collective> ...` (bench.cc)

@@ -1,5 +1,6 @@
 // heft: the command-line entry point. Each subcommand lives in its own file (commands.h).
 #include <CLI/CLI.hpp>
+#include <sys/stat.h>
 
 #include <exception>
 #include <iostream>
@@ -9,7 +10,14 @@
 #include "heft/cli/commands.h"
 #include "heft/error.h"
 
+namespace {
+int g_user_umask = 022;  // set once, first thing in main
+}  // namespace
+
+int heft::cli::user_umask() { return g_user_umask; }
+
 int main(int argc, char** argv) {
+  g_user_umask = static_cast<int>(::umask(077));
   CLI::App app{"heft: distributed deep-learning training, from one laptop to a cluster"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "heft 0.1.0");

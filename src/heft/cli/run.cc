@@ -65,6 +65,7 @@ job::LocalLauncherOptions launcher_options(const RunArgs& args) {
   options.timeout_s = args.timeout_s;
   options.grace = std::chrono::milliseconds(std::llround(args.grace_s * 1000.0));
   options.prefix_output = !args.no_prefix;
+  options.worker_umask = user_umask();
   return options;
 }
 

@@ -64,6 +64,8 @@ int train(const TrainArgs& args) {
     report(made.error());
     return job::kExitFailed;
   }
+  if (const std::string warning = job::home_exposure_warning(home); !warning.empty())
+    report("warning: " + warning);
   std::unique_ptr<job::JobDb> db = job::open_job_db(home, true);
   db->fail_orphaned_jobs();
   const std::string& name = spec.value().name;
@@ -88,6 +90,7 @@ int train(const TrainArgs& args) {
   job::SupervisorOptions options;
   options.log_name = kName;
   options.progress = ::isatty(STDOUT_FILENO) == 1;
+  options.worker_umask = user_umask();
   job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
                              options);
   return supervisor.run();

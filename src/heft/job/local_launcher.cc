@@ -431,7 +431,8 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     Worker& w = workers[rank];
     w.rank = rank;
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
-                       options.prefix_output || hooks.on_line != nullptr, placement[rank]};
+                       options.prefix_output || hooks.on_line != nullptr, placement[rank],
+                       options.worker_umask};
     if (!placement[rank].empty()) spawn.env["HEFT_CPUS"] = cpu_list(placement[rank]);
     try {
       w.process = Process::spawn(spawn);

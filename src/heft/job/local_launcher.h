@@ -80,6 +80,10 @@ struct LocalLauncherOptions {
   // stderr lines on our stderr; a last line without '\n' is completed at exit). false:
   // workers write straight to our stdout and stderr (a terminal stays a terminal).
   bool prefix_output = true;
+  // The workers' umask; -1: this process's. `heft` runs with umask 077 (its own files are
+  // private) and hands its user's umask here, so the files a user's script writes get the
+  // modes the user chose.
+  int worker_umask = -1;
   // Added to every worker's environment last: overrides the parent's and heft's variables.
   Environment extra_env;
   // Where the store listens. Loopback keeps it private to this machine.

@@ -1,6 +1,8 @@
 // heft's home and job directories (paths.h).
 #include "heft/job/paths.h"
 
+#include <cstdio>
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -46,6 +48,16 @@ Status make_home(const std::string& home) {
   if (ec) return Status::failure("cannot create heft's home " + home + ": " + ec.message());
   fs::permissions(home, fs::perms::owner_all, ec);
   return Status::success();
+}
+
+std::string home_exposure_warning(const std::string& home) {
+  std::error_code ec;
+  const fs::perms p = fs::status(home, ec).permissions();
+  if (ec || (p & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(p) & 07777u);
+  return "heft's home " + home + " can be read by other users (mode " + mode +
+         "): job logs, metrics and checkpoints are inside; chmod 700 " + home;
 }
 
 Status make_job_dirs(const JobPaths& paths) {

@@ -39,4 +39,8 @@ Status make_home(const std::string& home);
 // a stranger's checkpoints.
 Status make_job_dirs(const JobPaths& paths);
 
+// A warning when `home` can be read or entered by users other than its owner (a home made
+// by hand with mkdir is 0755); "" when it is private or missing.
+std::string home_exposure_warning(const std::string& home);
+
 }  // namespace heft::job

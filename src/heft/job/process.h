@@ -42,6 +42,8 @@ struct SpawnOptions {
   bool capture_output = true;
   // The CPUs the child may run on (sched_setaffinity before execve); empty: this process's.
   std::vector<int> cpus;
+  // The child's umask (set before execve); -1: this process's.
+  int umask = -1;
 };
 
 // One started child. Not thread-safe; owned by the thread that spawned it.

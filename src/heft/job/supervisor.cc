@@ -100,6 +100,7 @@ class Supervisor::Impl {
     o.grace = std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
     o.extra_env = training_environment(spec_, paths_);
     o.log_name = options_.log_name;
+    o.worker_umask = options_.worker_umask;
     o.hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
       output_.line(rank, is_stderr, line, elapsed(job_start_));
     };

@@ -40,6 +40,8 @@ struct SupervisorOptions {
   bool echo = true;
   // A progress line on stdout, redrawn in place (only sensible on a terminal).
   bool progress = false;
+  // The workers' umask (LocalLauncherOptions::worker_umask); -1: this process's.
+  int worker_umask = -1;
 };
 
 class Supervisor {

@@ -8,6 +8,8 @@
 // hyperparameters, a bad HEFT_CHECKPOINT or a
 // distribution other than data parallel in HEFT_DISTRIBUTION; 1 any other failure (missing
 // data, a lost peer), with the reason on stderr.
+#include <sys/stat.h>
+
 #include <malloc.h>
 #include <signal.h>
 
@@ -117,6 +119,7 @@ void set_threads() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ::umask(077);  // checkpoints and the model are heft's files: private, as heft's own
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
