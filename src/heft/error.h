@@ -27,7 +27,12 @@ class InvalidArgument : public Error {
 // rank and, where known, the peer waited on.
 class Timeout : public Error {
  public:
-  explicit Timeout(const std::string& msg) : Error(msg) {}
+  // peer: the rank waited on when the deadline passed (-1 when none or unknown).
+  explicit Timeout(const std::string& msg, int peer = -1) : Error(msg), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
 };
 
 // An operating-system call failed (socket, file, shared memory); the message has errno's text.

@@ -497,4 +497,49 @@ TEST(HeftRun, WorkersStartWithDefaultSignalsWhateverTheLaunchersWere) {
     EXPECT_NE(line.find(":\t0000000000000000"), std::string::npos) << line;
 }
 
+// The worker processes of `launcher` (its children) and each one's RANK.
+std::map<int, pid_t> worker_ranks(pid_t launcher) {
+  std::map<int, pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file(entry.path().string() + "/stat");
+    const auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + paren + 2, "%c %d", &state, &ppid) != 2 || ppid != launcher)
+      continue;
+    std::string env = read_file(entry.path().string() + "/environ");
+    const auto at = env.find(std::string("\0RANK=", 6));
+    if (at != std::string::npos) out[std::atoi(env.c_str() + at + 6)] = std::atoi(name.c_str());
+  }
+  return out;
+}
+
+// Regression: with one worker stopped (a hang), the summary named the first rank that timed
+// out ("rank 1 exited with code 1") though every worker's own message said whom it waited
+// for. It must name the stopped rank and the collective.
+TEST(HeftRun, AHungRankIsNamedWithItsCollective) {
+  for (const char* layout : {"1", "2"}) {  // one shared-memory host; two hosts (TCP between)
+    TempDir dir;
+    Heft heft({"bench", "allreduce", "--ranks", "4", "--hosts", layout, "--min", "4K", "--max",
+               "4K", "--iters", "100000000", "--warmup", "0", "--timeout", "2"},
+              dir.path());
+    std::map<int, pid_t> ranks;
+    const auto deadline = Clock::now() + seconds(20);
+    while ((ranks = worker_ranks(heft.pid())).size() < 4 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(ranks.size(), 4u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // in the timed loop
+    ::kill(ranks.at(2), SIGSTOP);
+    const Outcome o = heft.wait(seconds(60));
+    ::kill(ranks.at(2), SIGKILL);
+    EXPECT_NE(o.exit_code, 0) << describe(o);
+    EXPECT_NE(o.err.find("heft bench: rank 2 stopped responding in allreduce("), std::string::npos)
+        << "hosts=" << layout << "\n" << describe(o);
+    EXPECT_NE(o.err.find("timed out waiting for it"), std::string::npos) << describe(o);
+  }
+}
+
 }  // namespace

@@ -244,6 +244,14 @@ std::exception_ptr Communicator::on_failure(const std::string& op, std::exceptio
       } else {
         store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
       }
+    } catch (const Timeout& e) {
+      // A vote for who hung: the launcher names the rank that everyone waited for and that
+      // itself waited for nobody (docs/errors.md).
+      if (e.peer() >= 0)
+        store_->set(group_ + "/timeout/" + std::to_string(rank_),
+                    std::to_string(e.peer()) + "\n" + op);
+      if (!store_->check({key}))
+        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
     } catch (const Error& e) {
       if (!store_->check({key}))
         store_->set(key, std::string("-1\n") + e.what());

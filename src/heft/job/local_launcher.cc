@@ -25,6 +25,8 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <set>
+#include <map>
 #include <optional>
 
 #include "heft/comm/auth.h"
@@ -245,11 +247,48 @@ int free_port(const std::string& host) {
 
 // Watches the running workers of one start until all are reaped; see the file comment for
 // the terms.
+// Who hung, from the votes the workers' communicators record when they time out
+// ("<group>/timeout/<rank>" = "<peer>\n<operation>"): the rank most waited for among those
+// that did not time out themselves (a stopped or deadlocked rank never votes; a rank that
+// waited on it in a chain did). Empty when nobody voted.
+struct Hung {
+  int rank = -1;
+  int voter = -1;
+  std::string op;
+};
+
+Hung find_hung_rank(const comm::TcpStoreServer& store, const std::string& group, int world) {
+  std::map<int, int> votes;  // peer -> ranks waiting for it
+  std::map<int, std::pair<int, std::string>> example;  // peer -> (a voter, its operation)
+  std::set<int> voters;
+  for (int r = 0; r < world; ++r) {
+    const std::optional<std::string> v = store.peek(group + "/timeout/" + std::to_string(r));
+    if (!v) continue;
+    const auto nl = v->find('\n');
+    const int peer = std::atoi(v->substr(0, nl).c_str());
+    if (peer < 0 || peer >= world) continue;
+    voters.insert(r);
+    ++votes[peer];
+    example.emplace(peer, std::make_pair(r, nl == std::string::npos ? "" : v->substr(nl + 1)));
+  }
+  Hung hung;
+  int best = 0;
+  for (const auto& [peer, n] : votes) {
+    if (voters.count(peer) || n <= best) continue;
+    best = n;
+    hung.rank = peer;
+    hung.voter = example[peer].first;
+    hung.op = example[peer].second;
+  }
+  return hung;
+}
+
 class GroupWatch {
  public:
   GroupWatch(const LocalLauncherOptions& options, std::vector<Worker>& workers,
-             SignalPipe& signals)
-      : options_(options), workers_(workers), signals_(signals) {}
+             SignalPipe& signals, const comm::TcpStoreServer& store, std::string group)
+      : options_(options), workers_(workers), signals_(signals), store_(store),
+        group_(std::move(group)) {}
 
   GroupEnd run() {
     const LocalLauncherHooks& hooks = options_.hooks;
@@ -329,6 +368,15 @@ class GroupWatch {
       end_.failed_wait_status = status;
       std::string line = options_.log_name + ": rank " + std::to_string(w.rank) + " " +
                          describe_wait_status(status);
+      const Hung hung = find_hung_rank(store_, group_, static_cast<int>(workers_.size()));
+      if (hung.rank >= 0) {
+        end_.hung_rank = hung.rank;
+        end_.hung_operation = hung.op;
+        line = options_.log_name + ": rank " + std::to_string(hung.rank) +
+               " stopped responding in " + hung.op + ": rank " + std::to_string(hung.voter) +
+               " timed out waiting for it (rank " + std::to_string(w.rank) + " " +
+               describe_wait_status(status) + ")";
+      }
       const int others = running();
       if (others > 0) line += "; stopping the other " + plural(others, "worker");
       std::cerr << line << std::endl;
@@ -380,6 +428,8 @@ class GroupWatch {
   const LocalLauncherOptions& options_;
   std::vector<Worker>& workers_;
   SignalPipe& signals_;
+  const comm::TcpStoreServer& store_;
+  const std::string group_;  // the workers' world communicator ("<HEFT_JOB>/world")
   GroupEnd end_;
   int interrupt_ = 0;           // the signal that interrupted the run, 0 if none
   int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none
@@ -454,7 +504,15 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     w.err.emplace(prefix, STDERR_FILENO, err);
   }
   if (hooks.on_start) hooks.on_start(restart_count);
-  GroupEnd end = GroupWatch(options, workers, signals).run();
+  // comm::init() names the world group after HEFT_JOB ("heft" when unset).
+  std::string job_name = "heft";
+  if (const auto it = options.extra_env.find("HEFT_JOB");
+      it != options.extra_env.end() && !it->second.empty())
+    job_name = it->second;
+  else if (const auto p = parent.find("HEFT_JOB"); p != parent.end() && !p->second.empty())
+    job_name = p->second;
+  const std::string group = job_name + "/world";
+  GroupEnd end = GroupWatch(options, workers, signals, *store, group).run();
   end.restart_count = restart_count;
   return end;
 }

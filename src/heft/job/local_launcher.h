@@ -35,6 +35,11 @@ struct GroupEnd {
   // when none failed. Exits of workers that were being stopped are not failures.
   int failed_rank = -1;
   int failed_wait_status = 0;
+  // The rank the others timed out waiting for, and in which operation ("allreduce(shm,
+  // 4096 B)"), when the failure was a hang (their communicators record it; see
+  // docs/errors.md); -1 and "" otherwise.
+  int hung_rank = -1;
+  std::string hung_operation;
   // SIGINT, SIGTERM or SIGHUP received by this process; 0 if none.
   int interrupt_signal = 0;
   // LocalLauncherHooks::on_tick asked to stop the group.

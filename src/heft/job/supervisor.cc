@@ -238,6 +238,11 @@ class Supervisor::Impl {
 
   std::string failure_reason(const GroupEnd& end) const {
     if (!end.spawn_error.empty()) return end.spawn_error;
+    if (end.hung_rank >= 0)
+      return "rank " + std::to_string(end.hung_rank) + " stopped responding in " +
+             end.hung_operation + ": the other ranks timed out waiting for it (rank " +
+             std::to_string(end.failed_rank) + " " +
+             describe_wait_status(end.failed_wait_status) + ")";
     std::string head = end.failed_rank >= 0
                            ? "rank " + std::to_string(end.failed_rank) + " " +
                                  describe_wait_status(end.failed_wait_status)

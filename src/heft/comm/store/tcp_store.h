@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "heft/comm/store/store.h"
@@ -35,6 +36,9 @@ class TcpStoreServer {
   const std::string& address() const;
   // Connections refused for a bad token so far (for tests and logs).
   int refused_connections() const;
+  // The value of `key` now, read in this process without a client (the launcher reads what
+  // workers recorded); nothing when unset. Never blocks on the key.
+  std::optional<std::string> peek(const std::string& key) const;
 
  private:
   class Impl;

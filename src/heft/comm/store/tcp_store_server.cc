@@ -50,6 +50,11 @@ class TcpStoreServer::Impl {
   int port() const { return port_; }
   const std::string& address() const { return address_; }
   int refused() const { return refused_.load(); }
+  std::optional<std::string> peek(const std::string& key) {
+    std::optional<Bytes> v = data_.try_get(key);
+    if (!v) return std::nullopt;
+    return std::string(v->begin(), v->end());
+  }
 
  private:
   enum class State { kHello, kServing, kClosing, kDead };
@@ -410,5 +415,9 @@ TcpStoreServer::~TcpStoreServer() = default;
 int TcpStoreServer::port() const { return impl_->port(); }
 const std::string& TcpStoreServer::address() const { return impl_->address(); }
 int TcpStoreServer::refused_connections() const { return impl_->refused(); }
+
+std::optional<std::string> TcpStoreServer::peek(const std::string& key) const {
+  return impl_->peek(key);
+}
 
 }  // namespace heft::comm

@@ -273,7 +273,7 @@ void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::
     if (std::chrono::steady_clock::now() >= deadline)
       throw Timeout("rank " + std::to_string(me) + ": " + op +
                     " timed out waiting for rank " + std::to_string(them) +
-                    " (shared memory, epoch " + std::to_string(target) + ")");
+                    " (shared memory, epoch " + std::to_string(target) + ")", them);
     if (liveness_) liveness_(peer, op);
     futex_wait(&h.epoch, v, 10'000'000);  // 10 ms, then look at the peer and deadline again
   }

@@ -118,7 +118,7 @@ void Context::throw_timeout(Transfer* xs, size_t n, const std::string& op) {
     throw Timeout("rank " + std::to_string(rank_) + ": " + op + " timed out waiting to " +
                   (is_send ? "send to" : "receive from") + " rank " + std::to_string(t.peer) +
                   " (" + std::to_string(t.done) + " of " + std::to_string(t.bytes) +
-                  " bytes moved)");
+                  " bytes moved)", t.peer);
   }
   throw Timeout("rank " + std::to_string(rank_) + ": " + op + " timed out");
 }
