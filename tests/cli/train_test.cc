@@ -524,3 +524,58 @@ TEST(HeftTrain, HeftsFilesArePrivateAndTheUsersAreTheirs) {
 }
 
 }  // namespace
+
+namespace {
+
+// Regression: after SIGKILL of `heft train` mid-training, `describe` showed 0.0 training and
+// billable seconds, and the job could neither run again under its name nor be resumed.
+TEST(HeftTrain, AJobWhoseSupervisorDiedKeepsItsTimesAndResumes) {
+  TempDir dir;
+  const std::string path = spec(dir, counter_spec("plain"));
+  ASSERT_EQ(heft(dir.path(), {"train", path}).exit_code, 0);
+  Heft killed(dir.path(), {"train", path, "--name", "lost"});
+  ASSERT_TRUE(wait_for_status(dir.path(), "lost", "Training"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ::kill(killed.pid(), SIGKILL);
+  killed.wait(seconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers die with it
+
+  nlohmann::json j = heft(dir.path(), {"describe", "lost", "--json"}).json();
+  EXPECT_EQ(j["status"], "Failed");
+  EXPECT_GE(j["training_seconds"].get<double>(), 1.0) << j.dump();
+  EXPECT_GE(j["billable_seconds"].get<double>(), 1.0) << j.dump();
+  EXPECT_EQ(heft(dir.path(), {"train", path, "--name", "lost"}).exit_code, 2);
+
+  const Outcome resumed = heft(dir.path(), {"resume", "lost"}, seconds(60));
+  ASSERT_EQ(resumed.exit_code, 0) << describe(resumed);
+  j = heft(dir.path(), {"describe", "lost", "--json"}).json();
+  EXPECT_EQ(j["status"], "Completed");
+  EXPECT_EQ(j["attempts"], 2);
+  // 40 steps of 50 ms over the two attempts, less at most one write interval (0.2 s) lost
+  EXPECT_GE(j["billable_seconds"].get<double>(), 1.75) << j.dump();
+  const std::vector<std::string> names = transition_names(j);
+  EXPECT_NE(std::find(names.begin(), names.end(), "Failed"), names.end());
+  EXPECT_EQ(names.back(), "Completed");
+  // The resumed run ends with the value of an uninterrupted one (it went on from its
+  // checkpoints, not from step 0).
+  const nlohmann::json plain =
+      heft(dir.path(), {"metrics", "plain", "--name", "value", "--format", "json"}).json();
+  const nlohmann::json lost =
+      heft(dir.path(), {"metrics", "lost", "--name", "value", "--format", "json"}).json();
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_EQ(lost[0]["value"], plain[0]["value"]);
+  const std::string log = read_file(dir.path() + "/home/jobs/lost/logs/rank-0.log");
+  EXPECT_NE(log.find("resumed step="), std::string::npos);
+
+  // Only Failed or Stopped jobs resume; an unknown one is named.
+  const Outcome again = heft(dir.path(), {"resume", "lost"});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("job 'lost' is Completed: only a Failed or Stopped job can be "
+                           "resumed"), std::string::npos) << describe(again);
+  const Outcome none = heft(dir.path(), {"resume", "nosuch"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("no job named 'nosuch'"), std::string::npos) << describe(none);
+}
+
+}  // namespace

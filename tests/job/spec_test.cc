@@ -219,3 +219,30 @@ TEST(JobSpec, ToJsonKeepsEveryField) {
 
 }  // namespace
 }  // namespace heft::job
+
+namespace heft::job {
+namespace {
+
+// `heft resume` reads the spec the database recorded: it must give back the same spec.
+TEST(JobSpec, RecordedSpecsReadBackTheSame) {
+  const std::vector<std::string> specs = {
+      kGood,
+      kGood + "spot: {enabled: true, max_wait_s: 600, simulate: {every_s: 0.5, count: 2}}\n"
+              "checkpoint: {every_steps: 50}\nstopping: {max_runtime_s: 60, grace_s: 3}\n"
+              "retry: {max_attempts: 3}\nenvironment: {A: b}\n"
+              "metric_definitions: [{name: loss, regex: 'loss=([0-9.]+)'}]\n",
+      "name: builtin\nentry_point: heft-train\nhyperparameters: {model: cnn}\n"
+      "distribution: {dataparallel: {enabled: true}}\n",
+  };
+  for (const std::string& yaml : specs) {
+    const Result<JobSpec> first = parse_spec(yaml, "spec.yaml");
+    ASSERT_TRUE(first.ok()) << first.error();
+    const nlohmann::json recorded = spec_to_json(first.value());
+    const Result<JobSpec> again = spec_from_json(recorded, "job 'x'");
+    ASSERT_TRUE(again.ok()) << again.error() << "\n" << recorded.dump();
+    EXPECT_EQ(spec_to_json(again.value()), recorded);
+  }
+}
+
+}  // namespace
+}  // namespace heft::job

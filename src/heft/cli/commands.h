@@ -21,6 +21,10 @@ Command add_run_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 // `heft train SPEC [--name N] [--set key.path=value ...]` (train.cc)
 Command add_train_command(CLI::App& app);
+// `heft resume JOB` (resume.cc)
+Command add_resume_command(CLI::App& app);
+// The directory of the running heft binary, where heft-train is built too (train.cc).
+std::string heft_binary_dir();
 // `heft jobs [--json]` (jobs.cc)
 Command add_jobs_command(CLI::App& app);
 // `heft describe JOB [--json]` (describe.cc)

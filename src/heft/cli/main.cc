@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     commands[app.get_subcommands({})[before]] = std::move(cmd);
   };
   add(heft::cli::add_train_command);
+  add(heft::cli::add_resume_command);
   add(heft::cli::add_jobs_command);
   add(heft::cli::add_describe_command);
   add(heft::cli::add_logs_command);

@@ -35,16 +35,6 @@ void report(const std::string& message) {
   while (std::getline(lines, line)) std::cerr << kName << ": " << line << "\n";
 }
 
-// The directory of the running heft binary, where heft-train is built too.
-std::string heft_dir() {
-  std::vector<char> buf(4096);
-  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0) return ".";
-  const std::string path(buf.data(), static_cast<size_t>(n));
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 int train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.name.empty()) overrides.push_back("name=" + args.name);
@@ -54,7 +44,7 @@ int train(const TrainArgs& args) {
     return job::kExitBadSpec;
   }
   const job::Result<std::vector<std::string>> command =
-      job::worker_command(spec.value(), heft_dir());
+      job::worker_command(spec.value(), heft_binary_dir());
   if (!command.ok()) {
     report(command.error());
     return job::kExitBadSpec;
@@ -97,6 +87,16 @@ int train(const TrainArgs& args) {
 }
 
 }  // namespace
+
+// The directory of the running heft binary, where heft-train is built too.
+std::string heft_binary_dir() {
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return ".";
+  const std::string path(buf.data(), static_cast<size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
 
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();

@@ -178,6 +178,41 @@ Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::jso
   return find_job(name);
 }
 
+Result<JobRecord> JobDb::resume_job(const std::string& name) {
+  const double now = unix_now();
+  SqliteTransaction tx(*db_);
+  int64_t id = 0;
+  int attempts = 0;
+  {
+    SqliteStatement s = db_->prepare("SELECT id, status, attempts FROM jobs WHERE name = ?1");
+    s.bind(1, name);
+    if (!s.step()) return Result<JobRecord>::failure("no job named '" + name + "'");
+    const std::string status = s.text(1);
+    if (status != status::kFailed && status != status::kStopped)
+      return Result<JobRecord>::failure(
+          "job '" + name + "' is " + status +
+          ": only a Failed or Stopped job can be resumed (a running job resumes by itself "
+          "after a spot interruption; a Completed one is done)");
+    id = s.int64(0);
+    attempts = static_cast<int>(s.int64(2));
+  }
+  const pid_t pid = ::getpid();
+  db_->prepare(
+         "UPDATE jobs SET status = ?2, failure_reason = '', end_time = NULL, exit_code = NULL, "
+         "stop_requested = 0, supervisor_pid = ?3, supervisor_start = ?4 WHERE id = ?1")
+      .bind(1, id)
+      .bind(2, status::kInProgress)
+      .bind(3, static_cast<int64_t>(pid))
+      .bind(4, static_cast<int64_t>(process_start_ticks(pid)))
+      .run();
+  transition_locked(id, secondary::kStarting,
+                    "Resuming from the last checkpoint (heft resume; attempt " +
+                        std::to_string(attempts + 1) + ")",
+                    now);
+  tx.commit();
+  return find_job(name);
+}
+
 std::vector<JobRecord> JobDb::select_jobs(const std::string& where, const std::string& name) {
   SqliteStatement s = db_->prepare(std::string("SELECT ") + kJobColumns + " FROM jobs " + where);
   if (!name.empty()) s.bind(1, name);

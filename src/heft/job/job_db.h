@@ -131,6 +131,11 @@ class JobDb {
   Result<JobRecord> create_job(const std::string& name, const nlohmann::json& spec,
                                const std::string& job_dir, int instance_count, int world_size);
 
+  // `heft resume`: a Failed or Stopped job becomes InProgress/Starting again, supervised by
+  // this process, keeping its record (attempts, interruptions, times, transitions, metrics);
+  // its end time, exit code, failure reason and stop request are cleared. An error naming
+  // the job's status when it is not Failed or Stopped, or "no job named 'x'".
+  Result<JobRecord> resume_job(const std::string& name);
   // The job with this name; an error "no job named 'x'" when there is none.
   Result<JobRecord> find_job(const std::string& name);
   // Every job, newest first.

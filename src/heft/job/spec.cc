@@ -564,4 +564,21 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   return best_distance <= limit ? best : "";
 }
 
+Result<JobSpec> spec_from_json(const nlohmann::json& recorded, const std::string& source) {
+  nlohmann::json spec = recorded;
+  // spec_to_json writes every field with its value, defaults included; the spot block's
+  // defaults are not valid input while spot is off (they are the absence of the block).
+  if (spec.contains("spot")) {
+    nlohmann::json& spot = spec["spot"];
+    if (!spot.value("enabled", false)) {
+      spec.erase("spot");
+    } else {
+      if (spot.value("max_wait_s", 0.0) <= 0) spot.erase("max_wait_s");
+      if (spot.contains("simulate") && spot["simulate"].value("count", 0) == 0)
+        spot.erase("simulate");
+    }
+  }
+  return parse_spec(spec.dump(), source, {});  // JSON is YAML
+}
+
 }  // namespace heft::job

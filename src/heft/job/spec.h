@@ -104,6 +104,11 @@ Result<JobSpec> load_spec(const std::string& path,
 // `heft describe --json` shows under "spec".
 nlohmann::json spec_to_json(const JobSpec& spec);
 
+// The spec recorded in the job database (spec_to_json's output), read and validated again
+// (`heft resume`): the same spec, or an error naming the field when the machine changed
+// under it (an input directory gone). `source` names it in messages ("job 'x'").
+Result<JobSpec> spec_from_json(const nlohmann::json& recorded, const std::string& source);
+
 // Optimal-string-alignment edit distance (insertions, deletions, substitutions and adjacent
 // transpositions each cost 1).
 int edit_distance(const std::string& a, const std::string& b);

@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 
 constexpr size_t kFailureFileBytes = 1024;
 constexpr double kMetricFlushSeconds = 0.5;
+constexpr double kProgressWriteSeconds = 0.2;  // each write is one small transaction
 
 enum class StopReason { kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted };
 
@@ -73,7 +74,12 @@ class Supervisor::Impl {
         options_(std::move(options)),
         output_(paths_, spec_, options_.echo, options_.progress,
                 ProgressLine(spec_.name, numeric_hyperparameter(spec_, {"epochs"}),
-                             numeric_hyperparameter(spec_, {"max_steps", "steps"}))) {}
+                             numeric_hyperparameter(spec_, {"max_steps", "steps"}))),
+        // A resumed job (heft resume) continues its record's counters.
+        training_start_(job_.training_start),
+        billable_(job_.billable_seconds),
+        attempts_(job_.attempts),
+        interruptions_(job_.interruptions) {}
 
   int run() {
     std::cerr << options_.log_name << ": job " << spec_.name << ": "
@@ -146,6 +152,11 @@ class Supervisor::Impl {
   // Asks the launcher to stop the start when one of the limits is reached.
   bool on_tick() {
     output_.tick(db_, job_.id, kMetricFlushSeconds, status_text(), elapsed(job_start_));
+    // The times are written as they pass, so they stay true if this process is killed.
+    if (elapsed(last_progress_write_) >= kProgressWriteSeconds) {
+      db_.update_progress(job_.id, progress());
+      last_progress_write_ = Clock::now();
+    }
     if (stop_reason_ != StopReason::kNone) return false;
     if (db_.stop_requested(job_.id)) {
       return stop(StopReason::kStopRequested, secondary::kStopping,
@@ -330,6 +341,7 @@ class Supervisor::Impl {
 
   Clock::time_point job_start_;
   Clock::time_point start_began_;
+  Clock::time_point last_progress_write_ = Clock::now();
   bool in_start_ = false;
   std::optional<double> training_start_;
   double billable_ = 0;
