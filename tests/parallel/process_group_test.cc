@@ -115,3 +115,36 @@ TEST(ProcessGroup, RejectsTensorsOutsideTheContractNamingWhatIsWrong) {
 
 }  // namespace
 }  // namespace heft::parallel
+
+namespace heft::parallel {
+namespace {
+
+// Pipeline neighbours that both send their activations first: one exchange each, large
+// tensors, no deadlock; then a tagged send/recv pair.
+TEST(ProcessGroup, NeighboursSendingLargeTensorsFirstDoNotDeadlock) {
+  test::StoreProcess store;
+  comm::CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(30);
+  auto res = test::run_world(2, store, [](comm::Communicator& c) {
+    torch::set_num_threads(1);
+    ProcessGroup g(c);
+    const int other = 1 - g.rank();
+    torch::Tensor out = torch::full({1024, 4096}, static_cast<float>(g.rank() + 1));  // 16 MiB
+    torch::Tensor in = torch::zeros({1024, 4096});
+    g.exchange({TensorP2P::to(out, other, 3), TensorP2P::from(in, other, 3)});
+    expect(torch::equal(in, torch::full({1024, 4096}, static_cast<float>(other + 1))),
+           "the neighbour's tensor");
+    torch::Tensor grad = torch::arange(10, torch::kDouble);
+    if (g.rank() == 0) {
+      g.send_async(grad, 1, 9)->wait();
+    } else {
+      torch::Tensor got = torch::zeros(10, torch::kDouble);
+      g.recv_async(got, 0, 9)->wait();
+      expect(torch::equal(got, grad), "send/recv with a tag");
+    }
+  }, options);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace heft::parallel

@@ -440,39 +440,59 @@ std::shared_ptr<Work> Communicator::barrier_async() {
 
 std::shared_ptr<Work> Communicator::send_async(const void* buf, size_t count, DataType t,
                                                int peer, uint32_t tag) {
-  check_peer(peer, "send");
-  if (peer == rank_) throw InvalidArgument("send: a rank cannot send to itself");
-  const size_t bytes = count * element_size(t);
-  std::string name = "send(to rank " + std::to_string(peer) + ", tag " + std::to_string(tag) +
-                     ", " + std::to_string(bytes) + " B)";
-  return enqueue(name, [=](Deadline deadline) {
-    P2PHeader h;
-    h.tag = tag;
-    h.bytes = bytes;
-    Transfer ts[2] = {Transfer::send(peer, &h, sizeof(h)), Transfer::send(peer, buf, bytes)};
-    transport_->exchange(ts, 2, deadline, name);
-  });
+  return exchange_async({P2POp::send(buf, count, t, peer, tag)});
 }
 
 std::shared_ptr<Work> Communicator::recv_async(void* buf, size_t count, DataType t, int peer,
                                                uint32_t tag) {
-  check_peer(peer, "recv");
-  if (peer == rank_) throw InvalidArgument("recv: a rank cannot receive from itself");
-  const size_t bytes = count * element_size(t);
-  std::string name = "recv(from rank " + std::to_string(peer) + ", tag " +
-                     std::to_string(tag) + ", " + std::to_string(bytes) + " B)";
-  return enqueue(name, [=](Deadline deadline) {
-    P2PHeader h, expected;
-    expected.tag = tag;
-    expected.bytes = bytes;
-    algo::Links links{*transport_, deadline, name};
-    links.recv(peer, &h, sizeof(h));
-    if (h.magic != expected.magic || h.tag != tag || h.bytes != bytes)
-      throw InvalidArgument("rank " + std::to_string(rank_) + ": " + name +
-                            " does not match the message rank " + std::to_string(peer) +
-                            " sent (tag " + std::to_string(h.tag) + ", " +
-                            std::to_string(h.bytes) + " B)");
-    links.recv(peer, buf, bytes);
+  return exchange_async({P2POp::recv(buf, count, t, peer, tag)});
+}
+
+std::shared_ptr<Work> Communicator::exchange_async(std::vector<P2POp> ops) {
+  std::string name;
+  for (const P2POp& o : ops) {
+    const bool send = o.kind == P2POp::Kind::kSend;
+    check_peer(o.peer, send ? "send" : "recv");
+    if (o.peer == rank_)
+      throw InvalidArgument(std::string(send ? "send" : "recv") + ": a rank cannot " +
+                            (send ? "send to" : "receive from") + " itself");
+    name += std::string(name.empty() ? "" : ", ") + (send ? "send(to rank " : "recv(from rank ") +
+            std::to_string(o.peer) + ", tag " + std::to_string(o.tag) + ", " +
+            std::to_string(o.count * element_size(o.type)) + " B)";
+  }
+  if (ops.size() > 1) name = "exchange[" + name + "]";
+  return enqueue(name, [this, ops = std::move(ops), name](Deadline deadline) {
+    // Each op: a header, then its payload. A receiver checks each header as soon as it has
+    // arrived, before the payload, so a mismatch fails at once instead of at the deadline.
+    std::vector<P2PHeader> headers(ops.size());
+    std::vector<Transfer> transfers;
+    transfers.reserve(2 * ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2POp& o = ops[i];
+      const size_t bytes = o.count * element_size(o.type);
+      if (o.kind == P2POp::Kind::kSend) {
+        headers[i].tag = o.tag;
+        headers[i].bytes = bytes;
+        transfers.push_back(Transfer::send(o.peer, &headers[i], sizeof(P2PHeader)));
+        transfers.push_back(Transfer::send(o.peer, o.buf, bytes));
+        continue;
+      }
+      headers[i].magic = 0;
+      Transfer header = Transfer::recv(o.peer, &headers[i], sizeof(P2PHeader));
+      header.on_progress = [this, &h = headers[i], o, bytes](size_t got) {
+        if (got < sizeof(P2PHeader)) return;
+        if (h.magic != P2PHeader{}.magic || h.tag != o.tag || h.bytes != bytes)
+          throw InvalidArgument("rank " + std::to_string(rank_) + ": recv(from rank " +
+                                std::to_string(o.peer) + ", tag " + std::to_string(o.tag) +
+                                ", " + std::to_string(bytes) +
+                                " B) does not match the message rank " +
+                                std::to_string(o.peer) + " sent (tag " + std::to_string(h.tag) +
+                                ", " + std::to_string(h.bytes) + " B)");
+      };
+      transfers.push_back(std::move(header));
+      transfers.push_back(Transfer::recv(o.peer, o.buf, bytes));
+    }
+    transport_->exchange(transfers.data(), transfers.size(), deadline, name);
   });
 }
 

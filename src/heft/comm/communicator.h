@@ -43,6 +43,24 @@
 namespace heft::comm {
 
 
+// One send or receive of a batched point-to-point exchange (Communicator::exchange).
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  void* buf = nullptr;  // send: read from (not modified); recv: written to
+  size_t count = 0;
+  DataType type = DataType::f32;
+  int peer = -1;
+  uint32_t tag = 0;
+
+  static P2POp send(const void* buf, size_t count, DataType t, int peer, uint32_t tag = 0) {
+    return {Kind::kSend, const_cast<void*>(buf), count, t, peer, tag};
+  }
+  static P2POp recv(void* buf, size_t count, DataType t, int peer, uint32_t tag = 0) {
+    return {Kind::kRecv, buf, count, t, peer, tag};
+  }
+};
+
 class Communicator {
  public:
   // Joins the group `group` as `rank` of `size`: rendezvous through `store` (keys under
@@ -96,6 +114,14 @@ class Communicator {
                                    uint32_t tag = 0);
   std::shared_ptr<Work> recv_async(void* buf, size_t count, DataType t, int peer,
                                    uint32_t tag = 0);
+  // Point to point, batched: every send and receive of `ops` progresses at once, as one
+  // operation, so two ranks that both send first never deadlock however large the messages
+  // (separate send()/recv() calls run one after the other and would, once a message
+  // outgrows the socket buffers). Messages to one peer arrive in the order given; each
+  // receive must match its sender's op in tag and count (else both break, naming the
+  // mismatch). Not a collective: only the ranks named take part, each with ops mirroring
+  // its peers'. Through TCP, also between ranks of one host.
+  std::shared_ptr<Work> exchange_async(std::vector<P2POp> ops);
 
   void allreduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
                  Compression compression = Compression::kDefault) {
@@ -125,6 +151,9 @@ class Communicator {
   }
   void recv(void* buf, size_t count, DataType t, int peer, uint32_t tag = 0) {
     blocking([&] { return recv_async(buf, count, t, peer, tag); });
+  }
+  void exchange(std::vector<P2POp> ops) {
+    blocking([&] { return exchange_async(std::move(ops)); });
   }
 
   // MPI_Comm_split: ranks passing the same color form a new communicator, ordered by

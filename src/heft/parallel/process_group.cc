@@ -117,4 +117,19 @@ std::shared_ptr<Work> ProcessGroup::barrier_async() {
   return std::make_shared<Work>(comm_.barrier_async(), std::vector<torch::Tensor>{});
 }
 
+std::shared_ptr<Work> ProcessGroup::exchange_async(const std::vector<TensorP2P>& ops) {
+  std::vector<comm::P2POp> raw;
+  std::vector<torch::Tensor> keep;
+  raw.reserve(ops.size());
+  keep.reserve(ops.size());
+  for (const TensorP2P& o : ops) {
+    const comm::DataType dt = check_tensor(o.send ? "send" : "recv", "tensor", o.tensor);
+    const size_t n = static_cast<size_t>(o.tensor.numel());
+    raw.push_back(o.send ? comm::P2POp::send(o.tensor.data_ptr(), n, dt, o.peer, o.tag)
+                         : comm::P2POp::recv(o.tensor.data_ptr(), n, dt, o.peer, o.tag));
+    keep.push_back(o.tensor);
+  }
+  return std::make_shared<Work>(comm_.exchange_async(std::move(raw)), std::move(keep));
+}
+
 }  // namespace heft::parallel

@@ -11,8 +11,13 @@
 // caller must not read or write them before wait() (or test() returning true). Errors of the
 // operation (heft::PeerLost, heft::Timeout) are rethrown by wait(); the sync forms wait.
 //
+// Point to point (pipeline stages): send, recv and a batched exchange whose sends and
+// receives progress together (comm::Communicator::exchange), with tags. The receiving
+// tensor has the shape and dtype both sides agreed beforehand; the byte count and tag are
+// checked, not the shape.
+//
 // Deliberately left out: GPU tensors, lists of tensors per call (one tensor per call; DDP
-// flattens buckets itself), sparse tensors, point-to-point (use communicator() directly).
+// flattens buckets itself), sparse tensors.
 #pragma once
 
 #include <torch/torch.h>
@@ -42,6 +47,20 @@ class Work {
 // when the communicator cannot move it.
 comm::DataType to_comm_dtype(torch::ScalarType t);
 
+// One send or receive of ProcessGroup::exchange.
+struct TensorP2P {
+  bool send = true;
+  torch::Tensor tensor;  // send: read; recv: written (contiguous, the agreed shape)
+  int peer = -1;
+  uint32_t tag = 0;
+  static TensorP2P to(const torch::Tensor& t, int peer, uint32_t tag = 0) {
+    return {true, t, peer, tag};
+  }
+  static TensorP2P from(const torch::Tensor& t, int peer, uint32_t tag = 0) {
+    return {false, t, peer, tag};
+  }
+};
+
 class ProcessGroup {
  public:
   // Does not own `comm`, which must outlive this group and every Work it returned.
@@ -65,6 +84,16 @@ class ProcessGroup {
                                              comm::ReduceOp op = comm::ReduceOp::sum);
   // Completes once every rank entered it.
   std::shared_ptr<Work> barrier_async();
+  // Point to point: see the file comment. A rank never waits for its own sends to be
+  // received to start its receives within one exchange.
+  std::shared_ptr<Work> exchange_async(const std::vector<TensorP2P>& ops);
+  std::shared_ptr<Work> send_async(const torch::Tensor& tensor, int peer, uint32_t tag = 0) {
+    return exchange_async({TensorP2P::to(tensor, peer, tag)});
+  }
+  std::shared_ptr<Work> recv_async(torch::Tensor& tensor, int peer, uint32_t tag = 0) {
+    return exchange_async({TensorP2P::from(tensor, peer, tag)});
+  }
+  void exchange(const std::vector<TensorP2P>& ops) { exchange_async(ops)->wait(); }
 
   void allreduce(torch::Tensor& tensor, comm::ReduceOp op = comm::ReduceOp::sum) {
     allreduce_async(tensor, op)->wait();
