@@ -579,3 +579,22 @@ TEST(HeftTrain, AJobWhoseSupervisorDiedKeepsItsTimesAndResumes) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(HeftTrain, ABadDistributionIsRefusedBeforeAnyWorkerStarts) {
+  TempDir dir;
+  const std::string marker = dir.path() + "/worker-ran";
+  const std::string path = spec(
+      dir, sh_spec("dist", "touch " + marker,
+                   "distribution: {modelparallel: {enabled: true, parameters: {pipeline: "
+                   "fast}}}\n"));
+  const Outcome o = heft(dir.path(), {"train", path});
+  EXPECT_EQ(o.exit_code, 2) << describe(o);
+  EXPECT_NE(o.err.find("distribution.modelparallel.parameters.pipeline: expected simple or "
+                       "interleaved, found 'fast'"), std::string::npos) << describe(o);
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  EXPECT_EQ(heft(dir.path(), {"describe", "dist"}).exit_code, 1);  // nothing recorded
+}
+
+}  // namespace

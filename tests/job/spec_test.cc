@@ -246,3 +246,74 @@ TEST(JobSpec, RecordedSpecsReadBackTheSame) {
 
 }  // namespace
 }  // namespace heft::job
+
+namespace heft::job {
+namespace {
+
+// The typed distribution block: each field's bad value is refused naming the field, with
+// its line; good values come back typed.
+TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
+  const std::string base = "name: d\nentry_point: [python3, train.py]\n"
+                           "cluster: {instance_count: 2, processes_per_host: 4}\n";
+  auto mp = [&](const std::string& params) {
+    return base + "distribution:\n  modelparallel:\n    enabled: true\n    parameters: {" +
+           params + "}\n";
+  };
+  const std::string p = "distribution.modelparallel.parameters.";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {mp("partitions: 0"), p + "partitions: expected an integer from 1 to 1024, found 0"},
+      {mp("partitions: 1.5"), p + "partitions: expected an integer from 1 to 1024, found 1.5"},
+      {mp("microbatches: -1"), p + "microbatches: expected an integer from 1 to 65536, found -1"},
+      {mp("pipeline: fast"), p + "pipeline: expected simple or interleaved, found 'fast'"},
+      {mp("optimize: size"), p + "optimize: expected speed or memory, found 'size'"},
+      {mp("memory_weight: 2"), p + "memory_weight: expected a number from 0.0 to 1.0, found 2"},
+      {mp("placement_strategy: DPX"), p + "placement_strategy: expected cluster, spread or an "
+                                          "order of the letters D, P and T"},
+      {mp("auto_partition: 3"), p + "auto_partition: expected true or false, found 3"},
+      {mp("partitions: 2, default_partition: 2"),
+       p + "default_partition: expected a stage below partitions (2), found 2"},
+      {mp("active_microbatches: 0"), p + "active_microbatches: expected an integer from 1"},
+      {mp("activation_checkpointing: yes please"), p + "activation_checkpointing: expected true"},
+      {mp("bf16: 1"), p + "bf16: expected true or false, found 1"},
+      {mp("ddp: x"), p + "ddp: expected true or false"},
+      {mp("tensor_parallel_degree: 0"), p + "tensor_parallel_degree: expected an integer from 1"},
+      {mp("sharded_data_parallel_degree: 2000"),
+       p + "sharded_data_parallel_degree: expected an integer from 1 to 1024, found 2000"},
+      {mp("partitionz: 2"), p + "partitionz: unknown field; did you mean 'partitions'?"},
+      {mp("tensor_parallel_degree: 3"),
+       "distribution.modelparallel.parameters: tensor_parallel_degree x partitions = 3 must "
+       "divide the 8 workers"},
+      {mp("tensor_parallel_degree: 2, sharded_data_parallel_degree: 3"),
+       p + "sharded_data_parallel_degree: expected a divisor of the data-parallel degree 4"},
+      {base + "distribution: {modelparallel: {enabled: maybe}}\n",
+       "distribution.modelparallel.enabled: expected true or false, found 'maybe'"},
+      {base + "distribution: {dataparallel: []}\n", "distribution.dataparallel: expected a map"},
+      {"name: d\nentry_point: heft-train\ndistribution: {modelparallel: {enabled: true}}\n",
+       "distribution.modelparallel: not supported yet by heft-train"},
+  };
+  for (const auto& [yaml, fragment] : bad) {
+    const Result<JobSpec> r = parse_spec(yaml, "spec.yaml");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.error().find(fragment), std::string::npos)
+        << "expected \"" << fragment << "\" in:\n" << r.error();
+    EXPECT_EQ(r.error().rfind("spec.yaml:", 0), 0u) << r.error();  // with its line
+  }
+  const Result<JobSpec> good =
+      parse_spec(mp("partitions: 2, microbatches: 4, pipeline: simple, optimize: memory, "
+                    "tensor_parallel_degree: 2, sharded_data_parallel_degree: 2, "
+                    "placement_strategy: spread"),
+                 "spec.yaml");
+  ASSERT_TRUE(good.ok()) << good.error();
+  const config::ModelParallel& m = good.value().distribution_config.modelparallel;
+  EXPECT_TRUE(m.enabled);
+  EXPECT_EQ(m.partitions, 2);
+  EXPECT_EQ(m.microbatches, 4);
+  EXPECT_EQ(m.pipeline, "simple");
+  EXPECT_DOUBLE_EQ(m.memory_weight, 0.8);  // optimize: memory
+  EXPECT_EQ(m.active_microbatches, 4);     // partitions + 2
+  EXPECT_EQ(m.placement_strategy, "spread");
+  EXPECT_EQ(good.value().distribution_config.data_parallel_degree(8), 2);
+}
+
+}  // namespace
+}  // namespace heft::job

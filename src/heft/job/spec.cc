@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "heft/config/distribution.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/metric_regex.h"
 #include "heft/job/spec_yaml.h"
@@ -41,7 +42,6 @@ const std::vector<std::string> kRetryKeys = {"max_attempts"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
 const std::vector<std::string> kMetricKeys = {"name", "regex"};
-const std::vector<std::string> kDistributionKeys = {"dataparallel", "modelparallel"};
 
 // Variables heft sets for every worker; a spec may not replace them.
 const std::set<std::string> kReservedVariables = {
@@ -218,21 +218,35 @@ class Validator {
                                                 c.processes_per_host));
   }
 
+  // The typed block (config/distribution.h) is the one validation; its messages lead with
+  // the field, which is found again in the YAML for the line number.
   void distribution(const YAML::Node& n) {
+    if (!present(n)) return;
     if (!r_.expect_map(n, "distribution")) return;
-    r_.check_keys(n, "distribution", kDistributionKeys);
-    for (const std::string& key : kDistributionKeys) {
-      const YAML::Node strategy = n[key];
-      const std::string path = "distribution." + key;
-      if (!present(strategy)) continue;
-      if (!r_.expect_map(strategy, path)) continue;
-      bool enabled = false;
-      r_.get_bool(strategy["enabled"], path + ".enabled", &enabled);
-      if (present(strategy["parameters"]))
-        r_.expect_map(strategy["parameters"], path + ".parameters");
-    }
     spec_.distribution = yaml_to_json(n);
     if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
+    std::vector<std::string> errors;
+    spec_.distribution_config = config::Distribution::parse(spec_.distribution, &errors);
+    if (errors.empty()) {
+      errors = spec_.distribution_config.check_world(spec_.world_size());
+      if (spec_.builtin_trainer()) {
+        const std::vector<std::string> more = spec_.distribution_config.unsupported_by_trainer();
+        errors.insert(errors.end(), more.begin(), more.end());
+      }
+    }
+    for (const std::string& e : errors) {
+      const size_t colon = e.find(": ");
+      const std::string path = e.substr(0, colon);
+      YAML::Node at = n;
+      std::string rest = path.substr(std::min(path.size(), std::string("distribution.").size()));
+      for (size_t dot; !rest.empty(); rest = dot == std::string::npos ? "" : rest.substr(dot + 1)) {
+        dot = rest.find('.');
+        const YAML::Node next = at[rest.substr(0, dot)];
+        if (!present(next)) break;
+        at.reset(next);
+      }
+      r_.error(path, at, e.substr(colon + 2));
+    }
   }
 
   void metric_definitions(const YAML::Node& n) {

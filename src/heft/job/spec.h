@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/config/distribution.h"
 #include "heft/job/result.h"
 
 namespace heft::job {
@@ -69,7 +70,8 @@ struct JobSpec {
   std::map<std::string, Hyperparameter> hyperparameters;
   std::map<std::string, std::string> inputs;  // channel -> absolute directory
   ClusterSpec cluster;
-  nlohmann::json distribution = nlohmann::json::object();
+  nlohmann::json distribution = nlohmann::json::object();  // as given (HEFT_DISTRIBUTION)
+  config::Distribution distribution_config;                // the same, typed and checked
   // The spec's own definitions; for the built-in trainer followed by its defaults whose
   // names the spec does not define.
   std::vector<MetricDefinition> metric_definitions;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/config/distribution.h"
 #include "heft/comm/init.h"
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
@@ -55,23 +56,22 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
-// HEFT_DISTRIBUTION (the job spec's distribution block): heft-train trains data parallel
-// only, so a spec that enables another strategy is refused rather than silently ignored.
+// HEFT_DISTRIBUTION (the job spec's distribution block), read as the same type `heft train`
+// validated (config/distribution.h): heft-train trains data parallel only for now, so a
+// spec that enables another strategy is refused rather than silently ignored.
 std::string check_distribution() {
   const char* v = std::getenv("HEFT_DISTRIBUTION");
   if (!v || !*v) return "";
   nlohmann::json d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
   if (d.is_discarded() || !d.is_object())
     return "HEFT_DISTRIBUTION is not a JSON object: " + std::string(v);
-  for (const auto& [name, strategy] : d.items()) {
-    if (name == "dataparallel") continue;
-    const bool enabled = strategy.is_object() && strategy.value("enabled", false);
-    if (enabled)
-      return "distribution." + name +
-             " is enabled, but heft-train trains data parallel only "
-             "(distribution.dataparallel)";
-  }
-  return "";
+  std::vector<std::string> errors;
+  const heft::config::Distribution config = heft::config::Distribution::parse(d, &errors);
+  const std::vector<std::string> unsupported = config.unsupported_by_trainer();
+  errors.insert(errors.end(), unsupported.begin(), unsupported.end());
+  std::string out;
+  for (const std::string& e : errors) out += (out.empty() ? "" : "; ") + e;
+  return out;
 }
 
 std::atomic<bool> g_stop{false};
