@@ -401,5 +401,31 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Layout::kTcp, Layout::kShm, Layout::kTwoHosts)),
     param_name);
 
+// Forcing an algorithm reports the one that really runs: allreduce has no tree or chain
+// (their allreduce forms are recursive doubling and the ring), broadcast no ring.
+TEST(CollectivesNames, ForcedAlgorithmsNameWhatRuns) {
+  test::StoreProcess store;
+  CommunicatorOptions o;
+  o.shared_memory = false;
+  o.allreduce_algorithm = Algorithm::kTree;
+  o.broadcast_algorithm = Algorithm::kRing;
+  auto res = test::run_world(3, store, [](Communicator& c) {
+    expect(c.allreduce_algorithm(4096) == Algorithm::kRecursiveDoubling, "tree allreduce");
+    expect(c.broadcast_algorithm(1 << 20) == Algorithm::kChain, "ring broadcast");
+    float x = 1;
+    c.allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    expect(c.last_allreduce_path() == "recursive_doubling", c.last_allreduce_path());
+  }, o);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+  o.allreduce_algorithm = Algorithm::kChain;
+  test::StoreProcess store2;
+  res = test::run_world(2, store2, [](Communicator& c) {
+    float x = 1;
+    c.allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    expect(c.last_allreduce_path() == "ring", c.last_allreduce_path());
+  }, o);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace heft::comm

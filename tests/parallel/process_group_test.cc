@@ -146,5 +146,20 @@ TEST(ProcessGroup, NeighboursSendingLargeTensorsFirstDoNotDeadlock) {
   EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
+// HEFT_COMPRESSION=bf16 (the communicator's default) must not make tensor allreduces (DDP's
+// gradients) lossy: 1 + 2^-12 is not a bf16 value, and the sum must stay exact.
+TEST(ProcessGroup, TheCommunicatorsDefaultCompressionDoesNotTouchTensors) {
+  test::StoreProcess store;
+  comm::CommunicatorOptions options;
+  options.compression = comm::Compression::kBf16;
+  auto res = test::run_world(2, store, [](comm::Communicator& c) {
+    ProcessGroup g(c);
+    torch::Tensor x = torch::full({1000}, 1.0f + 1.0f / 4096);
+    g.allreduce(x);
+    expect(torch::equal(x, torch::full({1000}, 2.0f + 2.0f / 4096)), "exact f32 sum");
+  }, options);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace heft::parallel

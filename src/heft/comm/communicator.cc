@@ -126,6 +126,9 @@ bool Communicator::healthy() const {
 
 Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
   Algorithm a = options_.allreduce_algorithm;
+  // The allreduce forms of the broadcast shapes, so the name reported is the one that runs.
+  if (a == Algorithm::kTree) a = Algorithm::kRecursiveDoubling;
+  if (a == Algorithm::kChain) a = Algorithm::kRing;
   const bool shared = options_.shared_memory && topology_.any_shared_host();
   if ((a == Algorithm::kShm && !single_shm_host()) || (a == Algorithm::kHierarchical && !shared))
     a = Algorithm::kAuto;  // not possible on this topology: fall back
@@ -138,6 +141,9 @@ Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
   Algorithm a = options_.broadcast_algorithm;
+  if (a == Algorithm::kRing) a = Algorithm::kChain;  // a pipelined chain is the ring's broadcast
+  if (a == Algorithm::kRecursiveDoubling) a = Algorithm::kTree;
+  if (a == Algorithm::kHierarchical) a = Algorithm::kAuto;
   if (a == Algorithm::kShm && !single_shm_host()) a = Algorithm::kAuto;
   if (a != Algorithm::kAuto) return a;
   if (single_shm_host()) return Algorithm::kShm;
@@ -320,8 +326,7 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
       path = topology_.uniform() && shm_ ? "hierarchical(" + std::string(shm_form()) + ")"
                                          : "hierarchical(leaders)";
       break;
-    case Algorithm::kRecursiveDoubling:
-    case Algorithm::kTree: {
+    case Algorithm::kRecursiveDoubling: {
       algo::Links links{*transport_, deadline, name};
       algo::recursive_doubling_allreduce(links, recv, count, t, op);
       path = "recursive_doubling";
@@ -394,7 +399,7 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
       return algo::shm_broadcast(local, buf, bytes, root);
     }
     algo::Links links{*transport_, deadline, name};
-    if (algo == Algorithm::kChain || algo == Algorithm::kRing)
+    if (algo == Algorithm::kChain)
       algo::chain_broadcast(links, buf, bytes, root);
     else
       algo::tree_broadcast(links, buf, bytes, root);
@@ -420,7 +425,8 @@ std::shared_ptr<Work> Communicator::alltoall_async(const void* send, void* recv,
                                                    DataType t) {
   if (send == recv && count > 0 && size_ > 1)
     throw InvalidArgument("alltoall: send and recv must be different buffers");
-  std::string name = describe("alltoall", Algorithm::kRing, count * element_size(t) * size_);
+  std::string name =
+      "alltoall(pairwise, " + std::to_string(count * element_size(t) * size_) + " B)";
   return enqueue(name, [=](Deadline deadline) {
     algo::Links links{*transport_, deadline, name};
     algo::pairwise_alltoall(links, send, recv, count, t);

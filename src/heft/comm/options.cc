@@ -12,10 +12,6 @@ constexpr const char* kAlgorithmNames[] = {"auto", "ring",  "recursive_doubling"
                                            "chain", "shm", "hierarchical"};
 constexpr int kAlgorithms = sizeof(kAlgorithmNames) / sizeof(kAlgorithmNames[0]);
 
-std::string env_or(const char* var, const std::string& fallback) {
-  const char* v = std::getenv(var);
-  return v && *v ? std::string(v) : fallback;
-}
 
 long long env_number(const char* var, long long fallback, long long min_value) {
   const char* v = std::getenv(var);
@@ -82,6 +78,11 @@ CommunicatorOptions CommunicatorOptions::from_env() {
     throw InvalidArgument("HEFT_COMPRESSION: expected none or bf16, found '" + compression + "'");
   o.compression = compression == "bf16" ? Compression::kBf16 : Compression::kNone;
   return o;
+}
+
+std::string env_or(const char* var, const std::string& fallback) {
+  const char* v = std::getenv(var);
+  return v && *v ? std::string(v) : fallback;
 }
 
 }  // namespace heft::comm

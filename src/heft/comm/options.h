@@ -11,6 +11,9 @@
 
 namespace heft::comm {
 
+// The environment variable `var`, or `fallback` when it is unset or empty.
+std::string env_or(const char* var, const std::string& fallback);
+
 // Algorithms a caller may force; kAuto picks by size and topology (Communicator::
 // allreduce_algorithm()). kShm and kHierarchical need ranks that share a host.
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kTree, kChain, kShm, kHierarchical };

@@ -38,7 +38,7 @@ uint32_t crc_of(const std::string& bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() { return errno_string(errno); }  // thread-safe, unlike strerror
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);

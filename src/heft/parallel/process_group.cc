@@ -70,7 +70,10 @@ void check_numel(const char* op, const char* what, int64_t found, int64_t expect
 std::shared_ptr<Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, comm::ReduceOp op) {
   const comm::DataType t = check_tensor("allreduce", "tensor", tensor);
   void* p = tensor.data_ptr();
-  auto w = comm_.allreduce_async(p, p, static_cast<size_t>(tensor.numel()), t, op);
+  // Compression only when asked (DDP's bf16_compression does its own): HEFT_COMPRESSION,
+  // the communicator's default, must not make gradients lossy behind the caller's back.
+  auto w = comm_.allreduce_async(p, p, static_cast<size_t>(tensor.numel()), t, op,
+                                 comm::Compression::kNone);
   return std::make_shared<Work>(std::move(w), std::vector<torch::Tensor>{tensor});
 }
 

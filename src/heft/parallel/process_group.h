@@ -70,7 +70,8 @@ class ProcessGroup {
   int size() const { return comm_.size(); }
   comm::Communicator& communicator() { return comm_; }
 
-  // In place: tensor = op over ranks of tensor.
+  // In place: tensor = op over ranks of tensor. Exact: the communicator's default wire
+  // compression (HEFT_COMPRESSION) is not applied to tensors.
   std::shared_ptr<Work> allreduce_async(torch::Tensor& tensor,
                                         comm::ReduceOp op = comm::ReduceOp::sum);
   // In place: tensor on `root` copied to tensor on every rank (same shape and dtype there).

@@ -32,11 +32,6 @@
 
 namespace {
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
 // The world of a job started by heft run / heft train, or a world of one.
 heft::comm::World join() {
   if (std::getenv("HEFT_STORE")) return heft::comm::init();
@@ -90,7 +85,7 @@ void install_stop_handler() {
 // Fills the checkpoint settings from SM_CHECKPOINT_DIR and HEFT_CHECKPOINT
 // ({"every_steps": N, "keep": K}) where the hyperparameters leave them unset.
 std::string apply_checkpoint_env(heft::train::Hyperparameters& hp) {
-  if (hp.checkpoint_dir.empty()) hp.checkpoint_dir = env_or("SM_CHECKPOINT_DIR", "");
+  if (hp.checkpoint_dir.empty()) hp.checkpoint_dir = heft::comm::env_or("SM_CHECKPOINT_DIR", "");
   const char* v = std::getenv("HEFT_CHECKPOINT");
   if (!v || !*v) return "";
   nlohmann::json c = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
@@ -140,13 +135,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   heft::train::Hyperparameters hp = parsed.value;
-  if (hp.data.empty()) hp.data = env_or("SM_CHANNEL_TRAIN", heft::train::kDefaultFashionMnistDir);
-  if (hp.model_dir.empty()) hp.model_dir = env_or("SM_MODEL_DIR", "");
+  if (hp.data.empty()) hp.data = heft::comm::env_or("SM_CHANNEL_TRAIN", heft::train::kDefaultFashionMnistDir);
+  if (hp.model_dir.empty()) hp.model_dir = heft::comm::env_or("SM_MODEL_DIR", "");
   if (std::string e = apply_checkpoint_env(hp); !e.empty()) {
     std::cerr << "heft-train: " << e << "\n";
     return 2;
   }
-  const std::string test_dir = env_or("SM_CHANNEL_TEST", hp.data);
+  const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
   install_stop_handler();
   try {
     keep_freed_memory();
