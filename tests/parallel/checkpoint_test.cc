@@ -147,3 +147,47 @@ TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CheckpointTest, PartsAreInvisibleUntilCommittedThenEachLoadsItsOwn) {
+  CheckpointDirectory ckpt(dir_.string(), 2);
+  for (int k = 0; k < 3; ++k) ckpt.save_part(7, k, {{"shard.bin", std::string(100 + k, 'a' + k)}});
+  std::ostringstream quiet;
+  EXPECT_FALSE(ckpt.load_latest_part(0, quiet).has_value());  // not committed yet
+  ckpt.commit(7, 3, "{\"step\":7}");
+  for (int k = 0; k < 3; ++k) {
+    const auto got = ckpt.load_latest_part(k);
+    ASSERT_TRUE(got.has_value()) << k;
+    EXPECT_EQ(got->step, 7);
+    EXPECT_EQ(got->meta_json, "{\"step\":7}");
+    EXPECT_EQ(got->files.at("shard.bin"), std::string(100 + k, 'a' + k));
+  }
+  EXPECT_FALSE(ckpt.load_latest_part(3, quiet).has_value());
+  EXPECT_NE(quiet.str().find("it has 3 parts, not part 3"), std::string::npos) << quiet.str();
+}
+
+TEST_F(CheckpointTest, ACommitWithAMissingPartCommitsNothing) {
+  CheckpointDirectory ckpt(dir_.string(), 2);
+  for (int k = 0; k < 2; ++k) ckpt.save_part(1, k, {{"s", "one"}});
+  ckpt.commit(1, 2, "{}");
+  ckpt.save_part(2, 0, {{"s", "two"}});  // part 1 of step 2 never arrives
+  try {
+    ckpt.commit(2, 2, "{}");
+    FAIL() << "committed without part 1";
+  } catch (const heft::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("part-00001 is missing: not committed"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ckpt.load_latest_part(0)->step, 1);
+  // Cleanup after the next commit: step 2's leftovers go; a later step's part (another
+  // writer's work in progress) stays.
+  ckpt.save_part(9, 0, {{"s", "in progress"}});
+  for (int k = 0; k < 2; ++k) ckpt.save_part(3, k, {{"s", "three"}});
+  ckpt.commit(3, 2, "{}");
+  EXPECT_FALSE(fs::exists(dir_ / ".tmp-ckpt-000000000002"));
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp-ckpt-000000000009" / "part-00000" / "part.json"));
+  EXPECT_EQ(ckpt.load_latest_part(1)->files.at("s"), "three");
+}
+
+}  // namespace

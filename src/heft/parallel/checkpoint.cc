@@ -26,6 +26,7 @@ using nlohmann::json;
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kTmpPrefix = ".tmp-ckpt-";
 constexpr const char* kManifest = "manifest.json";
+constexpr const char* kPartManifest = "part.json";
 
 uint32_t crc_of(const std::string& bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -143,7 +144,56 @@ std::optional<CheckpointData> read_checkpoint(const fs::path& path, int64_t step
   return data;
 }
 
+// A committed multi-writer checkpoint's part `part`: the top manifest (version 2) and the
+// part's own manifest and files, each checked.
+std::optional<CheckpointData> read_part(const fs::path& path, int64_t step, int part,
+                                        std::string& why) {
+  std::string text;
+  if (!read_file(path / kManifest, text)) {
+    why = "no readable manifest.json";
+    return std::nullopt;
+  }
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "heft-checkpoint" ||
+      m.value("version", 0) != 2 || !m.contains("parts") || !m["parts"].is_number_integer() ||
+      !m.contains("meta") || !m["meta"].is_object() || m.value("step", int64_t{-1}) != step) {
+    why = "manifest.json is not a committed multi-writer checkpoint of step " + std::to_string(step);
+    return std::nullopt;
+  }
+  if (part >= m["parts"].get<int>()) {
+    why = "it has " + std::to_string(m["parts"].get<int>()) + " parts, not part " + std::to_string(part);
+    return std::nullopt;
+  }
+  const fs::path dir = path / part_name(part);
+  const json pm = json::parse(read_file(dir / kPartManifest, text) ? text : "", nullptr, false);
+  if (pm.is_discarded() || !pm.is_object() || !pm.contains("files") || !pm["files"].is_array()) {
+    why = part_name(part) + "/part.json is missing or malformed";
+    return std::nullopt;
+  }
+  CheckpointData data;
+  data.step = step;
+  data.meta_json = m["meta"].dump();
+  for (const json& f : pm["files"]) {
+    const std::string name = f.value("name", "");
+    std::string bytes;
+    if (name.empty() || name.find('/') != std::string::npos || !read_file(dir / name, bytes) ||
+        static_cast<int64_t>(bytes.size()) != f.value("size", int64_t{-1}) ||
+        crc_of(bytes) != f.value("crc32", uint32_t{0})) {
+      why = part_name(part) + "/" + name + " is missing or does not match its size or crc32";
+      return std::nullopt;
+    }
+    data.files.emplace(name, std::move(bytes));
+  }
+  return data;
+}
+
 }  // namespace
+
+std::string part_name(int part) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "part-%05d", part);
+  return buf;
+}
 
 CheckpointDirectory::CheckpointDirectory(std::string dir, int keep)
     : dir_(std::move(dir)), keep_(keep) {
@@ -159,13 +209,6 @@ void CheckpointDirectory::save(const CheckpointData& data) const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw IoError("cannot create checkpoint directory " + dir_ + ": " + ec.message());
-  // Leftovers of saves that died half-way.
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().rfind(kTmpPrefix, 0) == 0) {
-      std::error_code ignored;
-      fs::remove_all(it->path(), ignored);
-    }
-
   const std::string name = step_name(data.step);
   const fs::path tmp = fs::path(dir_) / (kTmpPrefix + name + "-" + std::to_string(::getpid()));
   const fs::path final_path = fs::path(dir_) / (kPrefix + name);
@@ -190,12 +233,96 @@ void CheckpointDirectory::save(const CheckpointData& data) const {
   if (ec) throw IoError("cannot rename " + tmp.string() + " to " + final_path.string() + ": " +
                         ec.message());
   fsync_path(dir_, /*directory=*/true);
+  prune(data.step);
+}
 
+// After `step` was committed: keep the `keep_` newest checkpoints, and remove temporary
+// directories of steps up to `step` (saves that died: a newer checkpoint exists, so nobody
+// still writes them). Those of later steps may be other writers' work in progress: kept.
+void CheckpointDirectory::prune(int64_t step) const {
   const auto all = checkpoints(dir_);
   for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) {
     std::error_code ignored;
     fs::remove_all(all[i].second, ignored);
   }
+  std::error_code ec;
+  const size_t prefix = std::string(kTmpPrefix).size();
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kTmpPrefix, 0) != 0 || name.size() < prefix + 12) continue;
+    const std::string digits = name.substr(prefix, 12);
+    if (!std::all_of(digits.begin(), digits.end(), ::isdigit) || std::stoll(digits) > step)
+      continue;
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);
+  }
+}
+
+fs::path CheckpointDirectory::parts_tmp(int64_t step) const {
+  return fs::path(dir_) / (kTmpPrefix + step_name(step));
+}
+
+void CheckpointDirectory::save_part(int64_t step, int part,
+                                    const std::map<std::string, std::string>& files) const {
+  if (part < 0) throw InvalidArgument("checkpoint part: expected >= 0, found " + std::to_string(part));
+  const fs::path dir = parts_tmp(step) / part_name(part);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // this writer's own earlier attempt at this step
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create " + dir.string() + ": " + ec.message());
+  json list = json::array();
+  for (const auto& [file, bytes] : files) {
+    if (file.empty() || file.find('/') != std::string::npos || file == kPartManifest ||
+        file[0] == '.')
+      throw InvalidArgument("checkpoint file name: expected a plain name, found '" + file + "'");
+    write_file((dir / file).string(), bytes);
+    list.push_back({{"name", file}, {"size", bytes.size()}, {"crc32", crc_of(bytes)}});
+  }
+  write_file((dir / kPartManifest).string(),
+             json{{"part", part}, {"step", step}, {"files", list}}.dump(2) + "\n");
+  fsync_path(dir.string(), /*directory=*/true);
+  fsync_path(parts_tmp(step).string(), /*directory=*/true);
+}
+
+void CheckpointDirectory::commit(int64_t step, int parts, const std::string& meta_json) const {
+  const json meta = json::parse(meta_json, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object())
+    throw InvalidArgument("checkpoint meta: expected a JSON object, found " + meta_json);
+  if (parts < 1) throw InvalidArgument("checkpoint parts: expected >= 1, found " + std::to_string(parts));
+  const fs::path tmp = parts_tmp(step);
+  for (int k = 0; k < parts; ++k) {
+    std::string text;
+    if (!read_file(tmp / part_name(k) / kPartManifest, text))
+      throw IoError("checkpoint step " + std::to_string(step) + ": " +
+                    (tmp / part_name(k)).string() + " is missing: not committed (the previous "
+                    "checkpoint stays the newest)");
+  }
+  write_file((tmp / kManifest).string(), json{{"format", "heft-checkpoint"},
+                                              {"version", 2},
+                                              {"step", step},
+                                              {"meta", meta},
+                                              {"parts", parts}}
+                                             .dump(2) + "\n");
+  fsync_path(tmp.string(), /*directory=*/true);
+  const fs::path final_path = fs::path(dir_) / (kPrefix + step_name(step));
+  std::error_code ec;
+  fs::remove_all(final_path, ec);
+  fs::rename(tmp, final_path, ec);
+  if (ec) throw IoError("cannot rename " + tmp.string() + " to " + final_path.string() + ": " +
+                        ec.message());
+  fsync_path(dir_, /*directory=*/true);
+  prune(step);
+}
+
+std::optional<CheckpointData> CheckpointDirectory::load_latest_part(
+    int part, std::ostream& warnings) const {
+  for (const auto& [step, path] : checkpoints(dir_)) {
+    std::string why;
+    if (auto data = read_part(path, step, part, why)) return data;
+    warnings << "heft checkpoint: warning: skipping " << path.string() << " for part " << part
+             << ": " << why << std::endl;
+  }
+  return std::nullopt;
 }
 
 std::optional<CheckpointData> CheckpointDirectory::load_latest(std::ostream& warnings) const {

@@ -17,7 +17,17 @@
 //       "files":   array of {"name": string, "size": integer bytes,
 //                            "crc32": integer, zlib crc32 of the file's bytes}
 //   D/.tmp-ckpt-SSSSSSSSSSSS-PID/ a checkpoint being written; never read, removed by the
-//                                 next save
+//                                 next save of the same or a later step
+//
+// Multi-writer checkpoints (sharded state: every rank writes its own part of one checkpoint):
+//   D/.tmp-ckpt-SSSSSSSSSSSS/part-KKKKK/   part K being written by its writer: its files,
+//     part.json                   written last: {"part": K, "step": S, "files": [as above]}
+//   then, once every part is in (the writers pass a barrier), one rank commits: writes
+//   D/.tmp-ckpt-SSSSSSSSSSSS/manifest.json: {"format": "heft-checkpoint", "version": 2,
+//   "step": S, "meta": {...}, "parts": N}, and renames the directory to D/ckpt-SSSSSSSSSSSS.
+//   A writer that dies before the commit leaves no checkpoint of that step: the previous one
+//   stays the newest. Cleanup after a save or commit of step S removes temporary
+//   directories of steps <= S only, never a later step another writer may be writing.
 // A save writes every blob and the manifest into the temporary directory, fsyncs each file
 // and the directory, renames it to its final name (replacing a checkpoint of the same step)
 // and fsyncs D. Then it removes all but the `keep` newest ckpt-* directories. A checkpoint is
@@ -25,14 +35,17 @@
 // the listed size and crc32; load_latest() returns the valid one with the highest step,
 // printing a warning line on `warnings` for each newer one it skips.
 //
-// Not thread-safe; one writer per directory (the trainer's rank 0). Errors writing throw
-// heft::IoError naming the path. Deliberately left out: sharded (per-rank) state, async
-// saving, remote storage.
+// save() and load_latest() are the single-writer form (the trainer's rank 0); save_part(),
+// commit() and load_latest_part() the multi-writer one (save_collective() in
+// parallel/checkpoint_collective.h runs it over a group). Not thread-safe. Errors writing
+// throw heft::IoError naming the path. Deliberately left out: async saving, remote storage,
+// reading a checkpoint with a different number of parts (resharding).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -59,12 +72,29 @@ class CheckpointDirectory {
   // throws for a corrupt checkpoint: it is skipped with a warning on `warnings`.
   std::optional<CheckpointData> load_latest(std::ostream& warnings = std::cerr) const;
 
+  // Multi-writer: writes part `part` of checkpoint `step` (not visible until committed).
+  void save_part(int64_t step, int part, const std::map<std::string, std::string>& files) const;
+  // Makes checkpoint `step` of `parts` parts visible atomically, with the caller's counters;
+  // throws heft::IoError naming a missing part (nothing is committed then). Call once, after
+  // every writer's save_part returned.
+  void commit(int64_t step, int parts, const std::string& meta_json) const;
+  // The newest committed multi-writer checkpoint whose part `part` is valid: its meta and
+  // that part's files; skipped ones are warned about on `warnings`.
+  std::optional<CheckpointData> load_latest_part(int part,
+                                                 std::ostream& warnings = std::cerr) const;
+
   const std::string& dir() const { return dir_; }
 
  private:
+  void prune(int64_t step) const;
+  std::filesystem::path parts_tmp(int64_t step) const;
+
   std::string dir_;
   int keep_;
 };
+
+// "part-00003".
+std::string part_name(int part);
 
 // Blobs. The load functions throw what torch::serialize throws (c10::Error) on bad bytes.
 std::string module_to_bytes(const torch::nn::Module& module);
