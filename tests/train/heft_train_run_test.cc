@@ -100,4 +100,12 @@ TEST(HeftTrainRun, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
   fs::remove_all(model_dir);
 }
 
+// Every bad input is exit 2 with the variable named, OMP_NUM_THREADS included.
+TEST(HeftTrainRun, ABadOmpNumThreadsIsBadInput) {
+  const Output o = run("env -u HEFT_STORE OMP_NUM_THREADS=many " + kBin + "/heft-train --limit 64");
+  EXPECT_EQ(o.code, 2) << joined(o);
+  EXPECT_NE(joined(o).find("OMP_NUM_THREADS: expected a positive integer, found 'many'"),
+            std::string::npos) << joined(o);
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "heft/cli/commands.h"
+#include "heft/cli/job_lookup.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 
@@ -24,18 +25,10 @@ Command add_describe_command(CLI::App& app) {
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_flag("--json", args->json, "Print JSON instead of text");
   return [args]() -> int {
-    std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
-    if (!db) {
-      std::cerr << "heft describe: no job named '" << args->job << "' (no job has run yet)\n";
-      return 1;
-    }
-    db->fail_orphaned_jobs();
-    const job::Result<job::JobRecord> found = db->find_job(args->job);
-    if (!found.ok()) {
-      std::cerr << "heft describe: " << found.error() << "\n";
-      return 1;
-    }
-    const job::JobRecord& j = found.value();
+    std::optional<FoundJob> found = find_job_or_report("heft describe", args->job);
+    if (!found) return 1;
+    job::JobDb* db = found->db.get();
+    const job::JobRecord& j = found->job;
     const auto transitions = db->transitions(j.id);
     const auto final_metrics = db->final_metrics(j.id);
     if (args->json)

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "heft/cli/commands.h"
+#include "heft/cli/job_lookup.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
@@ -59,17 +60,10 @@ class LogReader {
 };
 
 int show_logs(const LogsArgs& args) {
-  std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
-  if (!db) {
-    std::cerr << "heft logs: no job named '" << args.job << "' (no job has run yet)\n";
-    return 1;
-  }
-  const job::Result<job::JobRecord> found = db->find_job(args.job);
-  if (!found.ok()) {
-    std::cerr << "heft logs: " << found.error() << "\n";
-    return 1;
-  }
-  const job::JobRecord& j = found.value();
+  std::optional<FoundJob> found = find_job_or_report("heft logs", args.job);
+  if (!found) return 1;
+  job::JobDb* db = found->db.get();
+  const job::JobRecord& j = found->job;
   if (args.rank >= j.world_size) {
     std::cerr << "heft logs: --rank must be from 0 to " << j.world_size - 1 << " (job '"
               << j.name << "' has " << j.world_size << " workers), got " << args.rank << "\n";

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "heft/cli/commands.h"
+#include "heft/cli/job_lookup.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 
@@ -19,17 +20,10 @@ struct MetricsArgs {
 };
 
 int show_metrics(const MetricsArgs& args) {
-  std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
-  if (!db) {
-    std::cerr << "heft metrics: no job named '" << args.job << "' (no job has run yet)\n";
-    return 1;
-  }
-  const job::Result<job::JobRecord> found = db->find_job(args.job);
-  if (!found.ok()) {
-    std::cerr << "heft metrics: " << found.error() << "\n";
-    return 1;
-  }
-  const job::JobRecord& j = found.value();
+  std::optional<FoundJob> found = find_job_or_report("heft metrics", args.job);
+  if (!found) return 1;
+  job::JobDb* db = found->db.get();
+  const job::JobRecord& j = found->job;
   const std::vector<job::MetricPoint> points = db->metrics(j.id, args.name);
   if (points.empty() && !args.name.empty()) {
     std::set<std::string> names;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "heft/cli/commands.h"
+#include "heft/cli/job_lookup.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec.h"
@@ -23,19 +24,12 @@ constexpr const char* kName = "heft resume";
 
 int resume(const std::string& name) {
   const std::string home = job::heft_home();
-  std::unique_ptr<job::JobDb> db = job::open_job_db(home, false);
-  if (!db) {
-    std::cerr << kName << ": no job named '" << name << "' (no jobs in " << home << ")\n";
-    return job::kExitBadSpec;
-  }
-  db->fail_orphaned_jobs();  // a job whose heft train was killed is Failed from here on
-  const job::Result<job::JobRecord> found = db->find_job(name);
-  if (!found.ok()) {
-    std::cerr << kName << ": " << found.error() << "\n";
-    return job::kExitBadSpec;
-  }
+  // A job whose heft train was killed is Failed from here on (the lookup marks it).
+  std::optional<FoundJob> found = find_job_or_report(kName, name);
+  if (!found) return 1;
+  std::unique_ptr<job::JobDb> db = std::move(found->db);
   const job::Result<job::JobSpec> spec =
-      job::spec_from_json(found.value().spec, "job '" + name + "'");
+      job::spec_from_json(found->job.spec, "job '" + name + "'");
   if (!spec.ok()) {
     std::cerr << kName << ": the recorded spec no longer holds: " << spec.error() << "\n";
     return job::kExitBadSpec;
@@ -68,7 +62,7 @@ Command add_resume_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "resume", "Start a Failed or Stopped job again from its last checkpoint, same name");
   cmd->add_option("job", *name, "The job's name")->required()->type_name("JOB");
-  cmd->footer("Exit codes: 0 Completed, 1 Failed, 2 bad input (no such job, not resumable), "
+  cmd->footer("Exit codes: 0 Completed, 1 Failed or no such job, 2 not resumable, "
               "3 Stopped.");
   return [name]() -> int { return resume(*name); };
 }

@@ -142,10 +142,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
+  try {
+    set_threads();  // a bad OMP_NUM_THREADS is bad input: exit 2, as every other
+  } catch (const heft::InvalidArgument& e) {
+    std::cerr << "heft-train: " << e.what() << "\n";
+    return 2;
+  }
   install_stop_handler();
   try {
     keep_freed_memory();
-    set_threads();
     heft::comm::World world = join();
     heft::parallel::ProcessGroup group(*world.comm);
     const heft::train::TrainResult r = heft::train::train(hp, test_dir, group, std::cout, &g_stop);
