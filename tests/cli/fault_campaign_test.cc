@@ -4,23 +4,19 @@
 // process behind. The 100-trial figures are in docs/errors.md.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "support/command.h"
 
 namespace {
 
 TEST(FaultCampaign, TenTrialsNoHangNoOrphan) {
   const std::string cmd = std::string("cd ") + HEFT_SOURCE_DIR +
                           " && bash bench/fault_campaign.sh --trials 10 --seed 7 --build " +
-                          HEFT_BINARY_DIR + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe)) out += buf.data();
-  const int status = ::pclose(pipe);
-  EXPECT_EQ(status, 0) << out;
+                          HEFT_BINARY_DIR;
+  const heft::test::CommandOutput o = heft::test::run_command(cmd);
+  const std::string& out = o.text;
+  EXPECT_EQ(o.code, 0) << out;
   EXPECT_NE(out.find("summary: trials=10 hangs=0 orphans=0 not_started=0"), std::string::npos)
       << out;
 }

@@ -3,6 +3,8 @@
 // `heft run`, the metric lines' format, the same global-batch losses either way, and the
 // saved model.
 #include <gtest/gtest.h>
+
+#include "support/command.h"
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -20,25 +22,8 @@ namespace fs = std::filesystem;
 const std::string kBin = HEFT_BINARY_DIR;
 const std::string kData = "/usr/share/datasets/fashion-mnist";
 
-struct Output {
-  int code = -1;
-  std::vector<std::string> lines;
-};
-
-Output run(const std::string& cmd) {
-  Output o;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return o;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), f)) {
-    std::string line(buf.data());
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    o.lines.push_back(line);
-  }
-  const int status = pclose(f);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
+using Output = heft::test::CommandOutput;
+using heft::test::run_command;
 
 std::string joined(const Output& o) {
   std::ostringstream os;
@@ -67,9 +52,9 @@ TEST(HeftTrainRun, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
   const fs::path model_dir =
       fs::temp_directory_path() / ("heft-train-test-" + std::to_string(getpid()));
   const Output alone =
-      run("env -u HEFT_STORE OMP_NUM_THREADS=1 " + kBin + "/heft-train" + args + " --eval false");
+      run_command("env -u HEFT_STORE OMP_NUM_THREADS=1 " + kBin + "/heft-train" + args + " --eval false");
   ASSERT_EQ(alone.code, 0) << joined(alone);
-  const Output two = run(kBin + "/heft run --hosts 2 -n 1 -- " + kBin + "/heft-train" + args +
+  const Output two = run_command(kBin + "/heft run --hosts 2 -n 1 -- " + kBin + "/heft-train" + args +
                          " --model_dir " + model_dir.string());
   ASSERT_EQ(two.code, 0) << joined(two);
 
@@ -102,7 +87,7 @@ TEST(HeftTrainRun, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
 
 // Every bad input is exit 2 with the variable named, OMP_NUM_THREADS included.
 TEST(HeftTrainRun, ABadOmpNumThreadsIsBadInput) {
-  const Output o = run("env -u HEFT_STORE OMP_NUM_THREADS=many " + kBin + "/heft-train --limit 64");
+  const Output o = run_command("env -u HEFT_STORE OMP_NUM_THREADS=many " + kBin + "/heft-train --limit 64");
   EXPECT_EQ(o.code, 2) << joined(o);
   EXPECT_NE(joined(o).find("OMP_NUM_THREADS: expected a positive integer, found 'many'"),
             std::string::npos) << joined(o);

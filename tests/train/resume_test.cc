@@ -2,6 +2,8 @@
 // heft-train's exact resume: a run stopped (by max_steps, and by SIGTERM) and resumed from
 // its checkpoints ends with the same loss and parameters as an uninterrupted run.
 #include <gtest/gtest.h>
+
+#include "support/command.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,21 +24,8 @@ namespace fs = std::filesystem;
 const std::string kBin = HEFT_BINARY_DIR;
 const std::string kData = "/usr/share/datasets/fashion-mnist";
 
-struct Output {
-  int code = -1;
-  std::string text;
-};
-
-Output run(const std::string& cmd) {
-  Output o;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return o;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), f)) o.text += buf.data();
-  const int status = pclose(f);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
+using Output = heft::test::CommandOutput;
+using heft::test::run_command;
 
 // The full-precision loss of the newest checkpoint's manifest (the final: line has 4 digits).
 double checkpoint_loss(const fs::path& dir) {
@@ -95,16 +84,16 @@ class ResumeTest : public ::testing::Test {
 };
 
 TEST_F(ResumeTest, StoppedTwiceByMaxStepsAndResumedEndsLikeAnUninterruptedRun) {
-  const Output whole = run(command("whole", ""));
+  const Output whole = run_command(command("whole", ""));
   ASSERT_EQ(whole.code, 0) << whole.text;
   EXPECT_NE(whole.text.find("final: step=15 "), std::string::npos) << whole.text;
 
-  const Output first = run(command("parts", "--max_steps 4"));
+  const Output first = run_command(command("parts", "--max_steps 4"));
   ASSERT_EQ(first.code, 0) << first.text;
-  const Output second = run(command("parts", "--max_steps 11 --checkpoint_every 3"));
+  const Output second = run_command(command("parts", "--max_steps 11 --checkpoint_every 3"));
   ASSERT_EQ(second.code, 0) << second.text;
   EXPECT_NE(second.text.find("resumed: step=4 epoch=1\n"), std::string::npos) << second.text;
-  const Output third = run(command("parts", ""));
+  const Output third = run_command(command("parts", ""));
   ASSERT_EQ(third.code, 0) << third.text;
   EXPECT_NE(third.text.find("resumed: step=11 epoch=3\n"), std::string::npos) << third.text;
   EXPECT_NE(third.text.find("final: step=15 "), std::string::npos) << third.text;
@@ -120,7 +109,7 @@ TEST_F(ResumeTest, StoppedTwiceByMaxStepsAndResumedEndsLikeAnUninterruptedRun) {
 // returns what it printed and its exit code.
 Output run_and_terminate(const std::string& cmd, const fs::path& log, int lines) {
   const std::string n = std::to_string(lines);
-  return run("(" + cmd + " > " + log.string() + " 2>&1 & pid=$!; for i in $(seq 1 3000); do " +
+  return run_command("(" + cmd + " > " + log.string() + " 2>&1 & pid=$!; for i in $(seq 1 3000); do " +
              "[ $(grep -c '^step=' " + log.string() + ") -ge " + n +
              " ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.02; done; " +
              "kill -TERM $pid; wait $pid; rc=$?; cat " + log.string() + "; exit $rc)");
@@ -129,7 +118,7 @@ Output run_and_terminate(const std::string& cmd, const fs::path& log, int lines)
 TEST_F(ResumeTest, StoppedTwiceBySigtermAndResumedEndsLikeAnUninterruptedRun) {
   // All 60000 samples: 938 steps, so that SIGTERM lands mid-run.
   const std::string more = "--limit 0 --epochs 1";
-  const Output whole = run(command("whole", more));
+  const Output whole = run_command(command("whole", more));
   ASSERT_EQ(whole.code, 0) << whole.text;
   EXPECT_NE(whole.text.find("final: step=938 "), std::string::npos) << whole.text;
   for (int part = 1; part <= 2; ++part) {
@@ -142,7 +131,7 @@ TEST_F(ResumeTest, StoppedTwiceBySigtermAndResumedEndsLikeAnUninterruptedRun) {
       EXPECT_NE(stopped.text.find("resumed: step="), std::string::npos) << stopped.text;
     }
   }
-  const Output rest = run(command("parts", more));
+  const Output rest = run_command(command("parts", more));
   ASSERT_EQ(rest.code, 0) << rest.text;
   EXPECT_NE(rest.text.find("resumed: step="), std::string::npos) << rest.text;
   EXPECT_NE(rest.text.find("final: step=938 "), std::string::npos) << rest.text;
@@ -169,20 +158,20 @@ TEST_F(ResumeTest, SpotInterruptedJobEndsLikeAnUninterruptedOne) {
          "environment: {OMP_NUM_THREADS: \"1\"}\n";
   const std::string heft = "env -u HEFT_STORE HEFT_HOME=" + home.string() + " " + kBin + "/heft ";
   const std::string spec = (root_ / "spec.yaml").string();
-  const Output plain = run(heft + "train " + spec + " --name plain");
+  const Output plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
-  const Output spot = run(heft + "train " + spec +
+  const Output spot = run_command(heft + "train " + spec +
                           " --name spot --set 'spot={enabled: true, simulate: {every_s: 2, "
                           "count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
-  const Output described = run(heft + "describe spot --json");
+  const Output described = run_command(heft + "describe spot --json");
   ASSERT_EQ(described.code, 0) << described.text;
   const nlohmann::json d = nlohmann::json::parse(described.text, nullptr, false);
   ASSERT_FALSE(d.is_discarded()) << described.text;
   EXPECT_EQ(d.value("status", ""), "Completed") << described.text;
   EXPECT_EQ(d.value("interruptions", -1), 2) << described.text;
   // Restarted from its checkpoints, not from scratch (which would end the same way too).
-  const Output logs = run(heft + "logs spot --rank 0");
+  const Output logs = run_command(heft + "logs spot --rank 0");
   EXPECT_NE(logs.text.find("resumed: step="), std::string::npos) << logs.text;
 
   const fs::path jobs = home / "jobs";
