@@ -1,0 +1,58 @@
+// ctest-labels: unit
+// The layers of DESIGN.md, enforced: a source file may include only what its layer depends
+// on (comm and job know nothing of tensors; parallel never reaches up into train, job or
+// cli; config is torch-free). A regression test for the layout itself.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Rule {
+  std::string layer;      // folder under src/heft
+  std::string forbidden;  // regex on an #include line
+  std::string why;
+};
+
+TEST(Layering, EachLayerIncludesOnlyWhatItDependsOn) {
+  const std::vector<Rule> rules = {
+      {"comm", R"(#include [<"](torch/|heft/(parallel|train|job|cli|tune|profile|config)/))",
+       "comm depends on the OS only"},
+      {"config", R"(#include [<"](torch/|heft/(comm|parallel|train|job|cli|tune|profile)/))",
+       "config is plain data, read by job and train"},
+      {"job", R"(#include [<"](torch/|heft/(parallel|train|cli|tune|profile)/))",
+       "job knows nothing of training"},
+      {"parallel", R"(#include [<"]heft/(train|job|cli|tune|profile)/)",
+       "parallel depends on comm and LibTorch only"},
+      {"train", R"(#include [<"]heft/(job|cli|tune|profile)/)",
+       "train depends on parallel (and config)"},
+  };
+  size_t checked = 0;
+  std::vector<std::string> broken;
+  for (const Rule& rule : rules) {
+    const std::regex forbidden(rule.forbidden);
+    const fs::path root = fs::path(HEFT_SOURCE_DIR) / "src" / "heft" / rule.layer;
+    if (!fs::exists(root)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(root)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".h" && ext != ".cc") continue;
+      ++checked;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        if (std::regex_search(line, forbidden))
+          broken.push_back(entry.path().string() + ":" + std::to_string(n) + ": " + line + "  (" +
+                           rule.why + ")");
+    }
+  }
+  EXPECT_GT(checked, 50u);
+  for (const std::string& b : broken) ADD_FAILURE() << b;
+}
+
+}  // namespace
