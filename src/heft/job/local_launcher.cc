@@ -48,6 +48,9 @@ constexpr size_t kMaxLine = 64 * 1024;
 constexpr int kMaxDrainChunks = 64;
 // poll() wakes at least this often to reap, in case a SIGCHLD byte was dropped.
 constexpr int kSafetyPollMillis = 1000;
+// After a rank that timed out waiting for a peer fails, how long the others get to time out
+// too (and record whom they waited for) before the group is stopped.
+constexpr std::chrono::milliseconds kBlameWindow{1000};
 
 // The write end of the self-pipe; -1 when no launcher runs. Process-wide because signal
 // handlers are; atomic<int> is lock-free, so the handler may read it.
@@ -329,6 +332,7 @@ class GroupWatch {
     int timeout = kSafetyPollMillis;
     if (kill_deadline_) timeout = std::min(timeout, comm::tcp::millis_left(*kill_deadline_));
     if (next_tick) timeout = std::min(timeout, comm::tcp::millis_left(*next_tick));
+    if (blame_until_) timeout = std::min(timeout, comm::tcp::millis_left(*blame_until_));
     if (::poll(fds.data(), fds.size(), std::max(timeout, 0)) <= 0) return;
     for (Worker& w : workers_) read_output(w, false);
   }
@@ -366,22 +370,38 @@ class GroupWatch {
       first_failure_code_ = shell_exit_code(status);
       end_.failed_rank = w.rank;
       end_.failed_wait_status = status;
-      std::string line = options_.log_name + ": rank " + std::to_string(w.rank) + " " +
-                         describe_wait_status(status);
-      const Hung hung = find_hung_rank(store_, group_, static_cast<int>(workers_.size()));
-      if (hung.rank >= 0) {
-        end_.hung_rank = hung.rank;
-        end_.hung_operation = hung.op;
-        line = options_.log_name + ": rank " + std::to_string(hung.rank) +
-               " stopped responding in " + hung.op + ": rank " + std::to_string(hung.voter) +
-               " timed out waiting for it (rank " + std::to_string(w.rank) + " " +
-               describe_wait_status(status) + ")";
+      // It timed out waiting for a peer: the others are about to time out too and record
+      // whom they waited for. Give them a moment before stopping them, so the rank that
+      // everyone waited for (the end of a chain of waits) can be named.
+      if (store_.peek(group_ + "/timeout/" + std::to_string(w.rank))) {
+        blame_until_ = Clock::now() + kBlameWindow;
+        continue;
       }
-      const int others = running();
-      if (others > 0) line += "; stopping the other " + plural(others, "worker");
-      std::cerr << line << std::endl;
-      stop(SIGTERM);
+      report_failure_and_stop();
     }
+    if (blame_until_ && (Clock::now() >= *blame_until_ || running() == 0)) {
+      blame_until_.reset();
+      report_failure_and_stop();
+    }
+  }
+
+  void report_failure_and_stop() {
+    const int status = end_.failed_wait_status;
+    std::string line = options_.log_name + ": rank " + std::to_string(end_.failed_rank) + " " +
+                       describe_wait_status(status);
+    const Hung hung = find_hung_rank(store_, group_, static_cast<int>(workers_.size()));
+    if (hung.rank >= 0) {
+      end_.hung_rank = hung.rank;
+      end_.hung_operation = hung.op;
+      line = options_.log_name + ": rank " + std::to_string(hung.rank) +
+             " stopped responding in " + hung.op + ": rank " + std::to_string(hung.voter) +
+             " timed out waiting for it (rank " + std::to_string(end_.failed_rank) + " " +
+             describe_wait_status(status) + ")";
+    }
+    const int others = running();
+    if (others > 0) line += "; stopping the other " + plural(others, "worker");
+    std::cerr << line << std::endl;
+    stop(SIGTERM);
   }
 
   void on_interrupt(int sig) {
@@ -434,6 +454,7 @@ class GroupWatch {
   int interrupt_ = 0;           // the signal that interrupted the run, 0 if none
   int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none
   std::optional<Clock::time_point> kill_deadline_;
+  std::optional<Clock::time_point> blame_until_;  // a timed-out rank failed; others may vote
 };
 
 // Starts every worker of one start of the group and watches them until all are reaped.
