@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/heft_process.h"
 
 namespace {
 
@@ -38,68 +39,14 @@ using heft::test::TempDir;
 
 using heft::test::read_file;
 
-struct Outcome {
-  int exit_code = -1;  // 128 + signal when heft itself was killed
-  bool timed_out = false;
-  double seconds = 0;
-  std::string out;
-  std::string err;
-};
+using heft::test::describe;
+using heft::test::Outcome;
 
-// `heft ARGS...` running in the background, stdout and stderr to files in `dir`.
-class Heft {
+// `heft ARGS...` running in the background, stdout and stderr to dir/heft.out and .err.
+class Heft : public heft::test::HeftProcess {
  public:
   Heft(const std::vector<std::string>& args, const std::string& dir)
-      : out_path_(dir + "/heft.out"), err_path_(dir + "/heft.err"), start_(Clock::now()) {
-    std::vector<std::string> argv_strings{kHeft};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::FILE* in = std::freopen("/dev/null", "r", stdin);
-      std::FILE* out = std::freopen(out_path_.c_str(), "w", stdout);
-      std::FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
-      if (in && out && err) ::execv(kHeft.c_str(), argv.data());
-      ::_exit(126);
-    }
-  }
-  ~Heft() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-
-  // Waits for heft to exit; kills it at the deadline (timed_out).
-  Outcome wait(seconds timeout) {
-    Outcome o;
-    const auto deadline = Clock::now() + timeout;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() >= deadline) {
-        o.timed_out = true;
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    pid_ = -1;
-    o.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    o.out = read_file(out_path_);
-    o.err = read_file(err_path_);
-    return o;
-  }
-
- private:
-  std::string out_path_;
-  std::string err_path_;
-  Clock::time_point start_;
-  pid_t pid_ = -1;
+      : HeftProcess(kHeft, args, dir + "/heft") {}
 };
 
 Outcome run_heft(const std::vector<std::string>& args, seconds timeout = seconds(60)) {
@@ -107,11 +54,6 @@ Outcome run_heft(const std::vector<std::string>& args, seconds timeout = seconds
   return Heft(args, dir.path()).wait(timeout);
 }
 
-std::string describe(const Outcome& o) {
-  return "exit " + std::to_string(o.exit_code) + (o.timed_out ? " (timed out)" : "") +
-         " after " + std::to_string(o.seconds) + " s\n--- stdout:\n" + o.out +
-         "--- stderr:\n" + o.err;
-}
 
 // The pid files (worker-R.pid, sleep-R.pid) the worker scripts wrote to dir.
 std::vector<std::pair<std::string, pid_t>> pid_files(const std::string& dir) {

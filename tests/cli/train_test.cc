@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/heft_process.h"
 
 namespace {
 
@@ -36,77 +37,22 @@ using heft::test::read_file;
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-struct Outcome {
-  int exit_code = -1;
-  bool timed_out = false;
-  std::string out;
-  std::string err;
-  nlohmann::json json() const { return nlohmann::json::parse(out); }
-};
+using heft::test::describe;
+using heft::test::Outcome;
 
-std::string describe(const Outcome& o) {
-  return "exit " + std::to_string(o.exit_code) + (o.timed_out ? " (timed out)" : "") +
-         "\n--- stdout:\n" + o.out + "--- stderr:\n" + o.err;
-}
-
-// `heft ARGS...` in the background with HEFT_HOME=home, output to files under home.
-class Heft {
+// `heft ARGS...` in the background with HEFT_HOME=home/home, output to files under home.
+class Heft : public heft::test::HeftProcess {
  public:
   Heft(const std::string& home, const std::vector<std::string>& args,
-       const std::string& binary = kHeft) {
-    static int counter = 0;
-    const std::string base = home + "/out-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(counter++);
-    out_path_ = base + ".out";
-    err_path_ = base + ".err";
-    std::vector<std::string> argv_strings{binary};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setenv("HEFT_HOME", (home + "/home").c_str(), 1);
-      std::FILE* in = std::freopen("/dev/null", "r", stdin);
-      std::FILE* out = std::freopen(out_path_.c_str(), "w", stdout);
-      std::FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
-      if (in && out && err) ::execv(binary.c_str(), argv.data());
-      ::_exit(126);
-    }
-  }
-  ~Heft() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  pid_t pid() const { return pid_; }
-
-  Outcome wait(seconds timeout = seconds(30)) {
-    Outcome o;
-    const auto deadline = Clock::now() + timeout;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() >= deadline) {
-        o.timed_out = true;
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    pid_ = -1;
-    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    o.out = read_file(out_path_);
-    o.err = read_file(err_path_);
-    return o;
-  }
+       const std::string& binary = kHeft)
+      : HeftProcess(binary, args, unique_base(home), {{"HEFT_HOME", home + "/home"}}) {}
+  Outcome wait(seconds timeout = seconds(30)) { return HeftProcess::wait(timeout); }
 
  private:
-  std::string out_path_;
-  std::string err_path_;
-  pid_t pid_ = -1;
+  static std::string unique_base(const std::string& home) {
+    static int counter = 0;
+    return home + "/out-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  }
 };
 
 Outcome heft(const std::string& home, const std::vector<std::string>& args,
