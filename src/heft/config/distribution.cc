@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "heft/config/nearest.h"
+
 namespace heft::config {
 
 namespace {
@@ -16,21 +18,6 @@ const std::vector<std::string> kModelParallelKeys = {
     "activation_checkpointing", "bf16",         "ddp",
     "tensor_parallel_degree",   "sharded_data_parallel_degree"};
 constexpr int kMaxDegree = 1024;
-
-size_t distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 std::string found(const nlohmann::json& v) {
   if (v.is_string()) return "'" + v.get<std::string>() + "'";
@@ -51,10 +38,7 @@ class Reader {
     for (const auto& [key, value] : map.items()) {
       (void)value;
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string best;
-      size_t best_d = key.size() / 3 + 2;
-      for (const std::string& k : known)
-        if (const size_t d = distance(key, k); d < best_d) best_d = d, best = k;
+      const std::string best = nearest(key, known);
       std::string all;
       for (const std::string& k : known) all += (all.empty() ? "" : ", ") + k;
       error(path + "." + key, best.empty() ? "unknown field (expected one of " + all + ")"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "heft/config/distribution.h"
+#include "heft/config/nearest.h"
 #include "heft/job/result.h"
 
 namespace heft::job {
@@ -111,11 +112,8 @@ nlohmann::json spec_to_json(const JobSpec& spec);
 // under it (an input directory gone). `source` names it in messages ("job 'x'").
 Result<JobSpec> spec_from_json(const nlohmann::json& recorded, const std::string& source);
 
-// Optimal-string-alignment edit distance (insertions, deletions, substitutions and adjacent
-// transpositions each cost 1).
-int edit_distance(const std::string& a, const std::string& b);
-
-// The candidate nearest to `word` when it is close enough to be a likely typo, else "".
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+// The spec's "did you mean": config/nearest.h, shared with the distribution block.
+using config::edit_distance;
+using config::nearest;
 
 }  // namespace heft::job
