@@ -457,6 +457,15 @@ class GroupWatch {
   std::optional<Clock::time_point> blame_until_;  // a timed-out rank failed; others may vote
 };
 
+// What a worker will see in `name`: extra_env wins over this process's environment (as in
+// worker_environment); "" when neither sets it.
+std::string worker_variable(const LocalLauncherOptions& options, const Environment& parent,
+                            const char* name) {
+  if (const auto it = options.extra_env.find(name); it != options.extra_env.end()) return it->second;
+  if (const auto it = parent.find(name); it != parent.end()) return it->second;
+  return "";
+}
+
 // Starts every worker of one start of the group and watches them until all are reaped.
 GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int restart_count) {
   std::unique_ptr<comm::TcpStoreServer> store;
@@ -481,11 +490,7 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   const LocalLauncherHooks& hooks = options.hooks;
   std::vector<Worker> workers(world);
   // Every simulated host runs on this machine: place all the workers on its CPUs.
-  const auto bind_var = parent.find("HEFT_BIND");
-  const auto extra_bind = options.extra_env.find("HEFT_BIND");
-  const Bind bind = parse_bind(extra_bind != options.extra_env.end() ? extra_bind->second
-                               : bind_var != parent.end()            ? bind_var->second
-                                                                     : "");
+  const Bind bind = parse_bind(worker_variable(options, parent, "HEFT_BIND"));
   const std::vector<std::vector<int>> placement = plan_placement(allowed_cpus(), world, bind);
   for (int rank = 0; rank < world; ++rank) {
     // Ctrl-C or SIGTERM while workers are still being started: start no more; the ones
@@ -525,14 +530,9 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     w.err.emplace(prefix, STDERR_FILENO, err);
   }
   if (hooks.on_start) hooks.on_start(restart_count);
-  // comm::init() names the world group after HEFT_JOB ("heft" when unset).
-  std::string job_name = "heft";
-  if (const auto it = options.extra_env.find("HEFT_JOB");
-      it != options.extra_env.end() && !it->second.empty())
-    job_name = it->second;
-  else if (const auto p = parent.find("HEFT_JOB"); p != parent.end() && !p->second.empty())
-    job_name = p->second;
-  const std::string group = job_name + "/world";
+  // comm::init() names the world group after HEFT_JOB ("heft" when unset or empty).
+  const std::string job_name = worker_variable(options, parent, "HEFT_JOB");
+  const std::string group = (job_name.empty() ? "heft" : job_name) + "/world";
   GroupEnd end = GroupWatch(options, workers, signals, *store, group).run();
   end.restart_count = restart_count;
   return end;
@@ -555,9 +555,7 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
   require(options_.timeout_s >= 1, "timeout_s must be at least 1, found " +
                                        std::to_string(options_.timeout_s));
   require(options_.grace.count() >= 0, "grace must not be negative");
-  const char* bind = std::getenv("HEFT_BIND");
-  const auto extra_bind = options_.extra_env.find("HEFT_BIND");
-  parse_bind(extra_bind != options_.extra_env.end() ? extra_bind->second : bind ? bind : "");
+  parse_bind(worker_variable(options_, current_environment(), "HEFT_BIND"));
 }
 
 int LocalLauncher::run() { return run_group().exit_code; }
