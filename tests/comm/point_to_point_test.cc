@@ -89,5 +89,25 @@ TEST(PointToPoint, AMismatchedReceiveFailsAtOnceNamingBothSides) {
   EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
+// The fast path of blocking calls: on an idle communicator they run on the caller's thread
+// (no hand-off to the communicator thread); async calls and calls behind queued work do not.
+TEST(Communicator, BlockingCallsOnAnIdleCommunicatorRunInline) {
+  test::StoreProcess store;
+  auto res = test::run_world(2, store, [](Communicator& c) {
+    float x = 1;
+    const uint64_t before = c.inline_operations();
+    c.allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    expect(c.inline_operations() == before + 1, "a blocking allreduce ran inline");
+    c.allreduce_async(&x, &x, 1, DataType::f32, ReduceOp::sum)->wait();
+    expect(c.inline_operations() == before + 1, "an async allreduce went to the queue");
+    float y = 2;
+    auto queued = c.allreduce_async(&y, &y, 1, DataType::f32, ReduceOp::sum);
+    c.barrier();  // ordered after the queued allreduce: may run inline only once it finished
+    queued->wait();
+    expect(x == 4 && y == 4, "results");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace heft::comm

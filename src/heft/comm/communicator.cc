@@ -168,6 +168,7 @@ std::shared_ptr<Work> Communicator::enqueue(std::string op, std::function<void(D
     busy_ = true;  // the communicator thread starts nothing until this is cleared
   }
   run_one(op, fn, *work);
+  inline_ops_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;

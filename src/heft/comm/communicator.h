@@ -23,6 +23,7 @@
 // Deliberately left out: tags on collectives, cancellation, non-contiguous buffers.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -170,6 +171,8 @@ class Communicator {
   std::string last_allreduce_path() const;
   // How this rank's shared-memory allreduces went so far (all zero without shared memory).
   shm::PathCounts shm_path_counts() const;
+  // Operations that ran on their caller's thread (blocking calls on an idle communicator).
+  uint64_t inline_operations() const { return inline_ops_.load(std::memory_order_relaxed); }
 
  private:
   Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
@@ -212,6 +215,7 @@ class Communicator {
   std::deque<Op> queue_;            // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   bool busy_ = false;               // an operation runs (either thread); guarded by mu_
+  std::atomic<uint64_t> inline_ops_{0};
   std::exception_ptr broken_;       // guarded by mu_
   std::string last_path_;           // guarded by mu_
   std::thread thread_;
