@@ -146,6 +146,13 @@ DeviceMesh::DeviceMesh(comm::Communicator& world, MeshShape shape)
   // smallest rank (unique per group), the key the rank's index along the dimension.
   for (Dim d : {Dim::kData, Dim::kPipeline, Dim::kTensor, Dim::kReplicate, Dim::kShard}) {
     const std::vector<int> members = layout_.group(rank_, d);
+    if (static_cast<int>(members.size()) == world.size()) {
+      // The whole world, in world order (a group's members ascend by their index along
+      // d, and here that index is the world rank): no second communicator, no second set
+      // of shared-memory segments. Every rank takes this branch for the same d.
+      groups_[static_cast<int>(d)] = std::make_unique<ProcessGroup>(world);
+      continue;
+    }
     const int color = *std::min_element(members.begin(), members.end());
     auto& slot = comms_[static_cast<int>(d)];
     slot = world.split(color, layout_.coordinate(rank_, d));

@@ -77,7 +77,9 @@ class MeshLayout {
 
 // The layout plus a ProcessGroup per dimension of this rank. Collective over `world`:
 // every rank of it must construct the mesh with the same shape, in the same order relative to
-// its other collectives.
+// its other collectives. A dimension whose group is the whole world uses `world` itself
+// rather than a split of it (so `world` must outlive the mesh; operations on it and on that
+// group are ordered as any two calls on one communicator).
 class DeviceMesh {
  public:
   DeviceMesh(comm::Communicator& world, MeshShape shape);

@@ -25,7 +25,6 @@
 #include "heft/comm/init.h"
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
-#include "heft/parallel/process_group.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
 #include "heft/train/trainer.h"
@@ -52,21 +51,21 @@ void keep_freed_memory() {
 }
 
 // HEFT_DISTRIBUTION (the job spec's distribution block), read as the same type `heft train`
-// validated (config/distribution.h): heft-train trains data parallel only for now, so a
-// spec that enables another strategy is refused rather than silently ignored.
-std::string check_distribution() {
+// validated (config/distribution.h). A spec that enables what heft-train cannot run yet is
+// refused rather than silently ignored. Returns the problems, "; "-separated.
+std::string read_distribution(heft::config::Distribution* out) {
   const char* v = std::getenv("HEFT_DISTRIBUTION");
   if (!v || !*v) return "";
   nlohmann::json d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
   if (d.is_discarded() || !d.is_object())
     return "HEFT_DISTRIBUTION is not a JSON object: " + std::string(v);
   std::vector<std::string> errors;
-  const heft::config::Distribution config = heft::config::Distribution::parse(d, &errors);
-  const std::vector<std::string> unsupported = config.unsupported_by_trainer();
+  *out = heft::config::Distribution::parse(d, &errors);
+  const std::vector<std::string> unsupported = out->unsupported_by_trainer();
   errors.insert(errors.end(), unsupported.begin(), unsupported.end());
-  std::string out;
-  for (const std::string& e : errors) out += (out.empty() ? "" : "; ") + e;
-  return out;
+  std::string text;
+  for (const std::string& e : errors) text += (text.empty() ? "" : "; ") + e;
+  return text;
 }
 
 std::atomic<bool> g_stop{false};
@@ -130,7 +129,8 @@ int main(int argc, char** argv) {
     std::cerr << "heft-train: " << parsed.error << "\n";
     return 2;
   }
-  if (std::string e = check_distribution(); !e.empty()) {
+  heft::config::Distribution distribution;
+  if (std::string e = read_distribution(&distribution); !e.empty()) {
     std::cerr << "heft-train: " << e << "\n";
     return 2;
   }
@@ -152,8 +152,12 @@ int main(int argc, char** argv) {
   try {
     keep_freed_memory();
     heft::comm::World world = join();
-    heft::parallel::ProcessGroup group(*world.comm);
-    const heft::train::TrainResult r = heft::train::train(hp, test_dir, group, std::cout, &g_stop);
+    if (const auto problems = distribution.check_world(world.comm->size()); !problems.empty()) {
+      for (const std::string& e : problems) std::cerr << "heft-train: " << e << "\n";
+      return 2;
+    }
+    const heft::train::TrainResult r =
+        heft::train::train(hp, distribution, test_dir, *world.comm, std::cout, &g_stop);
     if (r.stopped)
       std::cerr << "heft-train: stopped by SIGTERM at step " << r.steps
                 << (hp.checkpoint_dir.empty() ? std::string(" (no checkpoint directory)")

@@ -44,15 +44,30 @@ torch::Tensor Cnn::forward(torch::Tensor x) {
   return fc2_->forward(x);                               // (B, 10)
 }
 
-const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"mlp", "cnn"};
+const std::vector<ModelEntry>& model_registry() {
+  static const std::vector<ModelEntry> registry{
+      {"mlp", "image", [](const ModelContext&) { return std::make_shared<Mlp>(); }},
+      {"cnn", "image", [](const ModelContext&) { return std::make_shared<Cnn>(); }},
+  };
+  return registry;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelEntry& e : model_registry()) names.push_back(e.name);
   return names;
 }
 
-std::shared_ptr<Classifier> make_model(const std::string& name) {
-  if (name == "mlp") return std::make_shared<Mlp>();
-  if (name == "cnn") return std::make_shared<Cnn>();
-  throw InvalidArgument("unknown model '" + name + "': expected one of mlp, cnn");
+const ModelEntry& find_model(const std::string& name) {
+  for (const ModelEntry& e : model_registry())
+    if (e.name == name) return e;
+  std::string known;
+  for (const std::string& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw InvalidArgument("unknown model '" + name + "': expected one of " + known);
+}
+
+std::shared_ptr<Model> make_model(const std::string& name, const ModelContext& context) {
+  return find_model(name).make(context);
 }
 
 }  // namespace heft::train

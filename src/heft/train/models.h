@@ -1,4 +1,7 @@
-// The built-in trainer's image classifiers for 28x28 grey images and 10 classes.
+// The built-in trainer's models and their registry.
+//
+// A Model is a torch module with one forward (inputs -> outputs) that names the task it is
+// trained on (task.h). The image classifiers, for 28x28 grey images and 10 classes:
 //
 //  mlp: flatten - linear(784->512) - ReLU - linear(512->256) - ReLU - linear(256->10)
 //  cnn: conv(1->32, 5x5) - ReLU - maxpool(2) - conv(32->64, 5x5) - ReLU - maxpool(2) -
@@ -13,19 +16,26 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "heft/train/hyperparameters.h"
+
+namespace heft::parallel {
+class DeviceMesh;
+}
+
 namespace heft::train {
 
-// A module with one forward: images (B, 1, 28, 28) -> logits (B, 10).
-class Classifier : public torch::nn::Module {
+// A module with one forward: for the classifiers images (B, 1, 28, 28) -> logits (B, 10).
+class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 };
 
-class Mlp : public Classifier {
+class Mlp : public Model {
  public:
   Mlp();
   torch::Tensor forward(torch::Tensor x) override;
@@ -34,7 +44,7 @@ class Mlp : public Classifier {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
 };
 
-class Cnn : public Classifier {
+class Cnn : public Model {
  public:
   Cnn();
   torch::Tensor forward(torch::Tensor x) override;
@@ -44,9 +54,25 @@ class Cnn : public Classifier {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 
-// The model names make_model knows: {"mlp", "cnn"}.
-const std::vector<std::string>& model_names();
-// A new model by name; throws heft::InvalidArgument listing model_names() otherwise.
-std::shared_ptr<Classifier> make_model(const std::string& name);
+// The registry: every model heft-train knows, with the task it trains on ("image" for the
+// classifiers on Fashion-MNIST) and how to build it. Models are built from the
+// hyperparameters (sizes, for those that have them) and the mesh (a tensor-parallel model
+// keeps its slice) after torch::manual_seed(seed).
+struct ModelContext {
+  Hyperparameters hp;                      // defaults when built outside heft-train
+  parallel::DeviceMesh* mesh = nullptr;    // null: one process, no model parallelism
+};
+struct ModelEntry {
+  std::string name;
+  std::string task;
+  std::function<std::shared_ptr<Model>(const ModelContext&)> make;
+};
+const std::vector<ModelEntry>& model_registry();
+// The registry's names, in order: {"mlp", "cnn"}.
+std::vector<std::string> model_names();
+// The entry named `name`; throws heft::InvalidArgument listing model_names() otherwise.
+const ModelEntry& find_model(const std::string& name);
+// find_model(name).make(context).
+std::shared_ptr<Model> make_model(const std::string& name, const ModelContext& context = {});
 
 }  // namespace heft::train

@@ -1,38 +1,46 @@
-// The built-in trainer's loop: Fashion-MNIST, a model from models.h, data parallel over a
-// ProcessGroup with DistributedDataParallel, and the metric lines a job's supervisor reads.
+// The built-in trainer's loop: it knows no model, task or strategy by name. It builds the
+// device mesh the distribution config asks for, the task of the model (task.h), the model
+// from the registry (models.h) and the strategy (strategy.h), then runs epochs of steps,
+// evaluation, metric lines and checkpoints.
 //
-// Every rank calls train() with the same hyperparameters. Each step, rank r trains on its
-// share of the global batch (DistributedSampler), its loss weighted so that the average of
-// the ranks' gradients is the gradient of the global-batch mean loss. Rank 0 writes to
-// `out` (nothing on the other ranks), one line each, `key=value` separated by spaces:
+// Every rank calls train() with the same hyperparameters and distribution. Each step, each
+// data-parallel rank trains on its share of the global batch; the strategy makes the
+// gradients those of the global-batch mean loss. The one rank the strategy names (the first
+// data-parallel rank with data parallelism) writes to `out`, one line each, `key=value`
+// separated by spaces:
 //   step=N epoch=E loss=L lr=X samples_per_s=S        every log_every steps and the last
 //   epoch=E test_loss=L test_acc=A                     after each epoch, when eval is on
+//                                                      (the task's evaluation metrics)
 //   final: step=N loss=L test_acc=A samples_per_s=S seconds=T
+//                                                      (the task's metric_names(), nan when
+//                                                      eval is off)
 // N counts steps from 1, E epochs from 1. loss is the mean over the whole global batch of
 // step N (reduced across ranks, so it compares with one process). samples_per_s counts the
 // samples of all ranks over the training loop's wall time since the previous line (step
 // lines) or in all (final), without evaluation, data loading and set-up; seconds is that
-// time. test_acc is nan when eval is off. The test set is split across ranks for
-// evaluation and the counts are summed.
-//
+// time. The held-out set is split across data-parallel ranks for evaluation and the sums
+// are reduced.
 //
 // Checkpoints (hp.checkpoint_dir not empty; heft/parallel/checkpoint.h has the format): at
-// start every rank loads the newest valid checkpoint there, if any, and rank 0 prints
+// start every rank loads the newest valid checkpoint there (its own part, for a strategy
+// whose ranks write parts), if any, and the reporting rank prints
 //   resumed: step=N epoch=E
-// The run then continues exactly where that one stopped: parameters, buffers, optimizer
-// state (momentum), step (and with it the learning-rate schedule), the epoch and the
-// position within it, and torch's CPU generator state are restored, so a run interrupted
-// and resumed any number of times ends with the loss and parameters of an uninterrupted
-// one (same hyperparameters, ranks and threads). Rank 0 saves one (files model.pt,
-// optimizer.pt, rng.pt; meta {"step", "epoch", "next_batch", "loss", "test_acc"}) every
-// hp.checkpoint_every steps (0: never in between), when stopped, and at the end, keeping
-// hp.checkpoint_keep (0 means 2). `stop`, when given, is polled at every step boundary;
-// once set on any rank (agreed with a collective when there are several), the run saves a
-// checkpoint and returns with TrainResult::stopped, printing no final: line.
+// The run then continues exactly where that one stopped: the strategy's state (parameters,
+// buffers, optimizer state), step (and with it the learning-rate schedule), the epoch and
+// the position within it, and torch's CPU generator state are restored, so a run
+// interrupted and resumed any number of times ends with the loss and parameters of an
+// uninterrupted one (same hyperparameters, ranks and threads). A checkpoint (data parallel:
+// world rank 0 writes model.pt, optimizer.pt, rng.pt; meta {"step", "epoch", "next_batch",
+// "loss", and the task's metrics}) is saved every hp.checkpoint_every steps (0: never in
+// between), when stopped, and at the end, keeping hp.checkpoint_keep (0 means 2). `stop`,
+// when given, is polled at every step boundary; once set on any rank (agreed with a
+// collective when there are several), the run saves a checkpoint and returns with
+// TrainResult::stopped, printing no final: line.
 //
 // Throws what the data loader throws (heft::IoError, heft::InvalidArgument naming the file),
-// heft::InvalidArgument for a global batch smaller than the number of ranks, and the
-// collectives' errors (heft::PeerLost, heft::Timeout).
+// heft::InvalidArgument for a global batch smaller than the number of data-parallel ranks
+// or a distribution the trainer cannot run, and the collectives' errors (heft::PeerLost,
+// heft::Timeout).
 #pragma once
 
 #include <atomic>
@@ -40,26 +48,29 @@
 #include <ostream>
 #include <string>
 
-#include "heft/parallel/process_group.h"
+#include "heft/comm/communicator.h"
+#include "heft/config/distribution.h"
 #include "heft/train/hyperparameters.h"
+#include "heft/train/task.h"
 
 namespace heft::train {
 
 struct TrainResult {
   int64_t steps = 0;
   double loss = 0;           // global-batch mean loss of the last step
-  double test_acc = 0;       // after the last epoch; nan when eval is off
+  Metrics metrics;           // the task's metric_names() after the last evaluation (nan: none)
   double samples_per_s = 0;  // all ranks, training loop only
   double seconds = 0;        // training loop wall time
   bool stopped = false;      // `stop` was set: checkpointed and returned early
   int64_t resumed_from = 0;  // the step of the checkpoint the run resumed from; 0: none
 };
 
-// hp.data must name the directory with the train-* files; test_dir the one with t10k-*
-// (usually the same). When hp.model_dir is not empty, rank 0 saves the model there as
-// model.pt (torch::serialize archive), creating the directory.
-TrainResult train(const Hyperparameters& hp, const std::string& test_dir,
-                  parallel::ProcessGroup& group, std::ostream& out,
+// hp.data must name the directory with the task's training data; test_dir the one with its
+// held-out data (usually the same). When hp.model_dir is not empty, the strategy saves the
+// model there as model.pt (torch::serialize archive), creating the directory. `world` is
+// every rank of the job.
+TrainResult train(const Hyperparameters& hp, const config::Distribution& distribution,
+                  const std::string& test_dir, comm::Communicator& world, std::ostream& out,
                   const std::atomic<bool>* stop = nullptr);
 
 }  // namespace heft::train

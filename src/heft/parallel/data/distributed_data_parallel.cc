@@ -5,33 +5,19 @@
 #include "heft/parallel/data/distributed_data_parallel.h"
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <sstream>
 
 #include "heft/check.h"
 #include "heft/error.h"
+#include "heft/parallel/grad_buffer.h"
 
 namespace heft::parallel::data {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-class GradientReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradientReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 bool is_floating(torch::ScalarType t) {
   return t == torch::kFloat || t == torch::kDouble || t == torch::kHalf;
@@ -68,8 +54,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (Slot& s : slots_)
-    if (s.accumulator) s.accumulator->del_post_hook(s.hook_key);
+  for (Slot& s : slots_) s.hook.reset();
   for (Bucket& b : buckets_) {
     try {
       if (b.work) b.work->wait();  // never free a buffer the communicator still uses
@@ -153,11 +138,9 @@ void DistributedDataParallel::build_buckets() {
 void DistributedDataParallel::register_hooks() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    s.accumulator = torch::autograd::impl::grad_accumulator(s.param);
-    HEFT_CHECK(s.accumulator != nullptr, "parameter ", s.name, " has no gradient accumulator");
     const int slot = static_cast<int>(i);
-    s.hook_key = s.accumulator->add_post_hook(
-        std::make_unique<GradientReadyHook>([this, slot] { on_gradient(slot); }));
+    s.hook = GradientHookHandle(s.param, [this, slot] { on_gradient(slot); });
+    HEFT_CHECK(static_cast<bool>(s.hook), "parameter ", s.name, " has no gradient accumulator");
   }
 }
 
@@ -201,23 +184,7 @@ void DistributedDataParallel::on_gradient(int slot) {
 }
 
 torch::Tensor DistributedDataParallel::bucket_view(const Slot& s) {
-  // Same strides as the parameter (channels-last convolutions stay channels-last) when it
-  // is dense, else row-major. An alias made with set_() rather than an autograd view, so it
-  // can serve as param.grad(): the optimizers' zero_grad() detach_()es grads, which views
-  // refuse.
-  std::vector<int64_t> strides;
-  if (s.param.is_non_overlapping_and_dense()) {
-    strides = s.param.strides().vec();
-  } else {
-    strides.assign(s.param.dim(), 1);
-    for (int64_t d = s.param.dim() - 2; d >= 0; --d)
-      strides[d] = strides[d + 1] * std::max<int64_t>(s.param.size(d + 1), 1);
-  }
-  const torch::Tensor& flat = buckets_[s.bucket].flat;
-  torch::NoGradGuard no_grad;
-  torch::Tensor alias = torch::empty({0}, flat.options());
-  alias.set_(flat.storage(), flat.storage_offset() + s.offset, s.param.sizes(), strides);
-  return alias;
+  return flat_alias(buckets_[s.bucket].flat, s.offset, s.param);
 }
 
 void DistributedDataParallel::launch_ready_buckets() {

@@ -70,6 +70,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/parallel/grad_buffer.h"
 #include "heft/parallel/process_group.h"
 
 namespace heft::parallel::data {
@@ -161,8 +162,7 @@ class DistributedDataParallel {
     std::string name;
     int bucket = 0;
     int64_t offset = 0;                                  // in the bucket's flat buffer, elements
-    std::shared_ptr<torch::autograd::Node> accumulator;  // keeps the hook's node alive
-    uintptr_t hook_key = 0;
+    GradientHookHandle hook;                             // on its gradient accumulator
   };
   struct Bucket {
     std::vector<int> slots;

@@ -1,0 +1,82 @@
+// A parallel strategy: how one training step runs over the mesh. The loop (trainer.h) asks
+// the task for this rank's share of a batch and hands it to the strategy; the strategy runs
+// forward, the task's loss, backward, whatever communication it needs and the optimizer
+// step, and answers the questions that depend on it: which ranks split the data (its data
+// group), whether this rank holds the loss and prints the job's lines (with a pipeline only
+// the last stage does; with data parallelism the first data-parallel rank), and what this
+// rank writes to a checkpoint.
+//
+// Strategies: "data_parallel" (DistributedDataParallel over the mesh's data group; each rank
+// a full replica). Sharded data parallel, tensor and pipeline parallel come next, each
+// behind this interface.
+//
+//   loop                      strategy (DDP)                      parallel/
+//   task.batch(step) ──────▶ step(batch, task, lr)
+//                              model.forward(inputs)
+//                              task.loss_sum × data_size/global ─▶ backward: bucket hooks
+//                                                                  allreduce_async(avg)
+//                              optimizer.step()
+//   loss sum ◀─────────────── (this rank's share)
+//   allreduce over data group, print if reports()
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "heft/config/distribution.h"
+#include "heft/parallel/mesh.h"
+#include "heft/parallel/process_group.h"
+#include "heft/train/hyperparameters.h"
+#include "heft/train/models.h"
+#include "heft/train/optimizer.h"
+#include "heft/train/task.h"
+
+namespace heft::train {
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // "data_parallel (2 ranks)", for logs.
+  virtual std::string describe() const = 0;
+  // This rank's part of the model (the whole model with data parallelism).
+  virtual Model& model() = 0;
+  // The ranks the task splits each batch over, and over which the step's loss is summed.
+  virtual parallel::ProcessGroup& data_group() = 0;
+  // Whether this rank prints the job's metric lines (exactly one rank of the world does).
+  virtual bool reports() const = 0;
+
+  // One optimizer step at learning rate lr on this rank's share of a global batch: the
+  // gradients are those of the task's loss averaged over the whole global batch. Returns
+  // the share's loss sum (a detached scalar; zero on ranks that hold no loss).
+  virtual torch::Tensor step(const Batch& batch, const Task& task, double lr) = 0;
+  // The model's outputs for inputs, without grad, in eval mode (evaluation).
+  virtual torch::Tensor evaluate(const torch::Tensor& inputs) = 0;
+
+  // Checkpoints. single_writer(): world rank 0 writes every file and every rank reads them;
+  // otherwise each rank writes its part (a collective commit). state() is this rank's
+  // files (parameters, optimizer state); load_state() restores them, throwing
+  // heft::IoError naming `where` and the file when one is missing or does not fit.
+  virtual bool single_writer() const = 0;
+  virtual std::map<std::string, std::string> state() = 0;
+  virtual void load_state(const std::map<std::string, std::string>& files,
+                          const std::string& where) = 0;
+  // Writes the trained model to dir/model.pt (on the ranks that hold it; collective).
+  virtual void save_model(const std::string& dir) = 0;
+};
+
+// The strategy the distribution config asks for, for a model built on `mesh`, with the
+// optimizer `optimizer`. Throws heft::InvalidArgument for what it cannot run.
+std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution,
+                                        const Hyperparameters& hp, parallel::DeviceMesh& mesh,
+                                        std::shared_ptr<Model> model,
+                                        const OptimizerConfig& optimizer);
+
+// The mesh shape the distribution config asks for on `world` ranks (data parallel over all
+// of them today).
+parallel::MeshShape mesh_shape(const config::Distribution& distribution, int world);
+
+}  // namespace heft::train
