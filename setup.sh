@@ -18,7 +18,7 @@ PACKAGES=(
   # peers and compatibility tests: OpenMPI, PyTorch (Gloo) on Debian's python3
   openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py
   # real data for the built-in trainer
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 missing_packages() {

@@ -288,8 +288,9 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
       {base + "distribution: {modelparallel: {enabled: maybe}}\n",
        "distribution.modelparallel.enabled: expected true or false, found 'maybe'"},
       {base + "distribution: {dataparallel: []}\n", "distribution.dataparallel: expected a map"},
-      {"name: d\nentry_point: heft-train\ndistribution: {modelparallel: {enabled: true}}\n",
-       "distribution.modelparallel: not supported yet by heft-train"},
+      {"name: d\nentry_point: heft-train\ndistribution: {modelparallel: {enabled: true, "
+       "parameters: {bf16: true}}}\n",
+       "distribution.modelparallel.parameters.bf16 is not supported yet by heft-train"},
   };
   for (const auto& [yaml, fragment] : bad) {
     const Result<JobSpec> r = parse_spec(yaml, "spec.yaml");

@@ -45,7 +45,7 @@ Hyperparameters small_run() {
 // One process's run of the whole stack: mesh, task, model, strategy.
 struct Stack {
   Stack(comm::Communicator& world, const Hyperparameters& hp)
-      : mesh(world, mesh_shape({}, world.size())),
+      : mesh(world, mesh_shape({}, hp, world.size())),
         task(make_task(find_model(hp.model).task, hp, kDefaultFashionMnistDir,
                        mesh.coordinate(parallel::Dim::kData), mesh.size(parallel::Dim::kData))) {
     torch::manual_seed(static_cast<uint64_t>(hp.seed));

@@ -200,10 +200,15 @@ std::vector<std::string> Distribution::check_world(int world) const {
 
 std::vector<std::string> Distribution::unsupported_by_trainer() const {
   std::vector<std::string> out;
-  if (modelparallel.enabled)
-    out.push_back("distribution.modelparallel: not supported yet by heft-train (pipeline, "
-                  "tensor and sharded data parallelism are being built; use "
-                  "distribution.dataparallel, or your own entry_point)");
+  if (!modelparallel.enabled) return out;
+  const std::string p = "distribution.modelparallel.parameters.";
+  const std::string later = " is not supported yet by heft-train (sharded data parallelism and "
+                            "activation checkpointing are; tensor and pipeline parallelism are "
+                            "being built)";
+  if (modelparallel.partitions > 1) out.push_back(p + "partitions > 1 (pipeline)" + later);
+  if (modelparallel.tensor_parallel_degree > 1)
+    out.push_back(p + "tensor_parallel_degree > 1" + later);
+  if (modelparallel.bf16) out.push_back(p + "bf16" + later);
   return out;
 }
 

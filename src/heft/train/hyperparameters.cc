@@ -128,7 +128,8 @@ Field string_field(const char* name, std::string Hyperparameters::*member,
 const std::vector<Field>& fields() {
   using H = Hyperparameters;
   static const std::vector<Field> f{
-      string_field("model", &H::model, {"mlp", "cnn"}, "mlp | cnn"),
+      string_field("model", &H::model, {"mlp", "cnn", "gpt"},
+                   "mlp | cnn (Fashion-MNIST) | gpt (text)"),
       int_field("epochs", &H::epochs, 1, "passes over the (limited) training set"),
       int_field("max_steps", &H::max_steps, 0, "stop after this many steps in all; 0: no limit"),
       int_field("batch_size", &H::batch_size, 1, "global batch: samples per step over all ranks"),
@@ -164,6 +165,27 @@ const std::vector<Field>& fields() {
                 "SIGTERM and at the end"),
       int_field("checkpoint_keep", &H::checkpoint_keep, 0,
                 "newest checkpoints kept; 0: HEFT_CHECKPOINT's keep, else 2"),
+      double_field("beta1", &H::beta1, 0.0, false, "AdamW's first-moment decay"),
+      double_field("beta2", &H::beta2, 0.0, false, "AdamW's second-moment decay (gpt: 0.95)"),
+      double_field("grad_clip", &H::grad_clip, 0.0, false,
+                   "clip the global gradient norm to this; 0: off (gpt: 1.0)"),
+      int_field("gradient_accumulation", &H::gradient_accumulation, 1,
+                "micro-steps per step; gradients are communicated on the last only"),
+      int_field("n_layer", &H::n_layer, 1, "gpt: transformer blocks"),
+      int_field("n_head", &H::n_head, 1, "gpt: attention heads (must divide n_embd)"),
+      int_field("n_embd", &H::n_embd, 1, "gpt: model width"),
+      int_field("block_size", &H::block_size, 1, "gpt: context length in bytes"),
+      int_field("eval_every", &H::eval_every, 0,
+                "steps between val_loss= lines; 0: after each epoch only"),
+      int_field("generate", &H::generate, 0, "gpt: bytes to sample after training"),
+      int_field("sharded_data_parallel_degree", &H::sharded_data_parallel_degree, 0,
+                "shard parameters, gradients and optimizer state over groups of this many "
+                "data-parallel ranks; 0: the distribution block's; 1: no sharding"),
+      int_field("zero_stage", &H::zero_stage, 2,
+                "sharded: 3 frees a unit's parameters after its forward, 2 keeps them until "
+                "its backward"),
+      bool_field("activation_checkpointing", &H::activation_checkpointing,
+                 "recompute each block's forward in backward instead of keeping activations"),
   };
   return f;
 }
@@ -240,6 +262,7 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
     for (const auto& [name, value] : j.items()) {
       std::string err = set_field(r.value, name, json_text(value), " (in SM_HPS)");
       if (!err.empty()) return fail(err);
+      r.given.push_back(name);
     }
   }
   for (size_t i = 0; i < args.size(); ++i) {
@@ -263,8 +286,33 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
     }
     std::string err = set_field(r.value, name, value, "");
     if (!err.empty()) return fail(err);
+    r.given.push_back(name);
   }
+  if (r.value.zero_stage > 3) return fail("hyperparameter zero_stage: expected 2 or 3, found " +
+                                          std::to_string(r.value.zero_stage));
+  if (r.value.n_embd % r.value.n_head != 0)
+    return fail("hyperparameter n_head: expected a divisor of n_embd (" +
+                std::to_string(r.value.n_embd) + "), found " + std::to_string(r.value.n_head));
+  apply_model_defaults(r.value, r.given);
   return r;
+}
+
+void apply_model_defaults(Hyperparameters& hp, const std::vector<std::string>& given) {
+  if (hp.model != "gpt") return;
+  const auto unset = [&](const char* name) {
+    for (const std::string& g : given)
+      if (g == name) return false;
+    return true;
+  };
+  if (unset("optimizer")) hp.optimizer = "adamw";
+  if (unset("lr")) hp.lr = 1e-3;
+  if (unset("beta2")) hp.beta2 = 0.95;
+  if (unset("weight_decay")) hp.weight_decay = 0.1;
+  if (unset("grad_clip")) hp.grad_clip = 1.0;
+  if (unset("warmup_steps")) hp.warmup_steps = 20;
+  if (unset("lr_schedule")) hp.lr_schedule = "cosine";
+  if (unset("batch_size")) hp.batch_size = 16;
+  if (unset("eval_every")) hp.eval_every = 100;
 }
 
 }  // namespace heft::train

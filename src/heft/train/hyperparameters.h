@@ -17,7 +17,7 @@
 namespace heft::train {
 
 struct Hyperparameters {
-  std::string model = "cnn";             // mlp | cnn
+  std::string model = "cnn";             // mlp | cnn | gpt
   int64_t epochs = 1;                    // passes over the (limited) training set
   int64_t max_steps = 0;                 // stop after this many steps in all; 0: no limit
   int64_t batch_size = 64;               // global batch: samples per step over all ranks
@@ -40,7 +40,30 @@ struct Hyperparameters {
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: HEFT_CHECKPOINT's, else
                                   // only on SIGTERM and at the end
   int64_t checkpoint_keep = 0;    // newest checkpoints kept; 0: HEFT_CHECKPOINT's, else 2
+  double beta1 = 0.9;             // AdamW's first-moment decay
+  double beta2 = 0.999;           // AdamW's second-moment decay (gpt: 0.95)
+  double grad_clip = 0.0;         // clip the global gradient norm to this; 0: off (gpt: 1.0)
+  int64_t gradient_accumulation = 1;  // micro-steps per step, communicating on the last only
+  // gpt: its sizes, and evaluation and sampling.
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t block_size = 128;       // context length (bytes)
+  int64_t eval_every = 0;         // steps between val_loss= lines; 0: after each epoch only
+  int64_t generate = 0;           // bytes to sample after training (gpt)
+  // The distribution's model-parallel parameters, also accepted as hyperparameters (they
+  // override the spec's distribution block).
+  int64_t sharded_data_parallel_degree = 0;  // 0: the distribution's (1: no sharding)
+  int64_t zero_stage = 3;         // sharded: 3 frees a unit's parameters after forward, 2 keeps
+                                  // them until its backward
+  bool activation_checkpointing = false;  // recompute each unit's forward in backward
 };
+
+// The models' own defaults, applied to every hyperparameter not given explicitly (`given`
+// holds the names that were): gpt trains on /usr/share/games/fortunes with adamw, lr 1e-3,
+// betas (0.9, 0.95), weight_decay 0.1 (matrices only), grad_clip 1.0, 20 warm-up steps,
+// cosine, batch_size 16, eval_every 100.
+void apply_model_defaults(Hyperparameters& hp, const std::vector<std::string>& given);
 
 // One line per hyperparameter: name, default, meaning (for --help).
 std::string hyperparameters_help();
@@ -49,6 +72,7 @@ std::vector<std::string> hyperparameter_names();
 
 struct ParsedHyperparameters {
   Hyperparameters value;
+  std::vector<std::string> given;  // names set by SM_HPS or arguments
   std::string error;  // empty on success
   bool ok() const { return error.empty(); }
 };

@@ -27,6 +27,8 @@
 #include "heft/error.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
+#include "heft/train/models.h"
+#include "heft/train/text.h"
 #include "heft/train/trainer.h"
 
 namespace {
@@ -135,7 +137,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   heft::train::Hyperparameters hp = parsed.value;
-  if (hp.data.empty()) hp.data = heft::comm::env_or("SM_CHANNEL_TRAIN", heft::train::kDefaultFashionMnistDir);
+  if (distribution.modelparallel.enabled && distribution.modelparallel.activation_checkpointing)
+    hp.activation_checkpointing = true;
+  const bool text = heft::train::find_model(hp.model).task == "text";
+  if (hp.data.empty())
+    hp.data = heft::comm::env_or("SM_CHANNEL_TRAIN", text ? heft::train::kDefaultFortunesDir
+                                                          : heft::train::kDefaultFashionMnistDir);
   if (hp.model_dir.empty()) hp.model_dir = heft::comm::env_or("SM_MODEL_DIR", "");
   if (std::string e = apply_checkpoint_env(hp); !e.empty()) {
     std::cerr << "heft-train: " << e << "\n";

@@ -1,6 +1,7 @@
 #include "heft/train/models.h"
 
 #include "heft/error.h"
+#include "heft/train/gpt.h"
 
 namespace heft::train {
 
@@ -48,6 +49,16 @@ const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry{
       {"mlp", "image", [](const ModelContext&) { return std::make_shared<Mlp>(); }},
       {"cnn", "image", [](const ModelContext&) { return std::make_shared<Cnn>(); }},
+      {"gpt", "text",
+       [](const ModelContext& c) {
+         GptConfig g;
+         g.n_layer = c.hp.n_layer;
+         g.n_head = c.hp.n_head;
+         g.n_embd = c.hp.n_embd;
+         g.block_size = c.hp.block_size;
+         return std::make_shared<Gpt>(g);
+       },
+       /*decay_matrices_only=*/true},
   };
   return registry;
 }

@@ -30,9 +30,28 @@ class DeviceMesh;
 namespace heft::train {
 
 // A module with one forward: for the classifiers images (B, 1, 28, 28) -> logits (B, 10).
+//
+// A model may name units (sub-modules run one after another, such as a GPT's blocks) for
+// the strategies that treat them one at a time: sharded data parallel gathers a unit's
+// parameters just before it runs, activation checkpointing recomputes it in backward. Such
+// a model runs every unit through run_unit(i, x, f), which calls the runner a strategy set
+// (by default f(x)).
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> units() { return {}; }
+
+  using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
+  using UnitRunner = std::function<torch::Tensor(size_t unit, const torch::Tensor& x, const UnitFn& f)>;
+  void set_unit_runner(UnitRunner runner) { runner_ = std::move(runner); }
+
+ protected:
+  torch::Tensor run_unit(size_t unit, const torch::Tensor& x, const UnitFn& f) {
+    return runner_ ? runner_(unit, x, f) : f(x);
+  }
+
+ private:
+  UnitRunner runner_;
 };
 
 class Mlp : public Model {
@@ -66,9 +85,10 @@ struct ModelEntry {
   std::string name;
   std::string task;
   std::function<std::shared_ptr<Model>(const ModelContext&)> make;
+  bool decay_matrices_only = false;  // weight decay on matrices only (gpt)
 };
 const std::vector<ModelEntry>& model_registry();
-// The registry's names, in order: {"mlp", "cnn"}.
+// The registry's names, in order: {"mlp", "cnn", "gpt"} (gpt.h; task "text").
 std::vector<std::string> model_names();
 // The entry named `name`; throws heft::InvalidArgument listing model_names() otherwise.
 const ModelEntry& find_model(const std::string& name);

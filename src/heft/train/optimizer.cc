@@ -9,17 +9,45 @@ namespace heft::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> parameters) {
+  if (!config.decay_matrices_only) return make_optimizer(config, std::move(parameters), {});
+  std::vector<torch::Tensor> decayed, rest;
+  for (torch::Tensor& p : parameters) (p.dim() >= 2 ? decayed : rest).push_back(std::move(p));
+  return make_optimizer(config, std::move(decayed), std::move(rest));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        std::vector<torch::Tensor> decayed,
+                                                        std::vector<torch::Tensor> not_decayed) {
   if (config.schedule != "constant" && config.schedule != "cosine")
     throw InvalidArgument("unknown learning-rate schedule '" + config.schedule +
                           "': expected one of constant, cosine");
   const double lr0 = learning_rate(config, 0);
-  if (config.name == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        std::move(parameters),
-        torch::optim::SGDOptions(lr0).momentum(config.momentum).weight_decay(config.weight_decay));
-  if (config.name == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        std::move(parameters), torch::optim::AdamWOptions(lr0).weight_decay(config.weight_decay));
+  // One group for the decayed parameters, then one without decay when there are any (an
+  // empty group would be refused).
+  if (config.name == "sgd") {
+    auto options = [&](double wd) {
+      return torch::optim::SGDOptions(lr0).momentum(config.momentum).weight_decay(wd);
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::move(decayed),
+                        std::make_unique<torch::optim::SGDOptions>(options(config.weight_decay)));
+    if (!not_decayed.empty())
+      groups.emplace_back(std::move(not_decayed),
+                          std::make_unique<torch::optim::SGDOptions>(options(0.0)));
+    return std::make_unique<torch::optim::SGD>(std::move(groups), options(config.weight_decay));
+  }
+  if (config.name == "adamw") {
+    auto options = [&](double wd) {
+      return torch::optim::AdamWOptions(lr0).betas({config.beta1, config.beta2}).weight_decay(wd);
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::move(decayed),
+                        std::make_unique<torch::optim::AdamWOptions>(options(config.weight_decay)));
+    if (!not_decayed.empty())
+      groups.emplace_back(std::move(not_decayed),
+                          std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+    return std::make_unique<torch::optim::AdamW>(std::move(groups), options(config.weight_decay));
+  }
   throw InvalidArgument("unknown optimizer '" + config.name + "': expected one of sgd, adamw");
 }
 

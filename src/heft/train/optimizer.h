@@ -1,7 +1,7 @@
 // The trainer's optimizers and learning-rate schedule.
 //
 //  sgd:   torch::optim::SGD with momentum and (L2) weight_decay
-//  adamw: torch::optim::AdamW with decoupled weight_decay, default betas and eps
+//  adamw: torch::optim::AdamW with decoupled weight_decay, betas (beta1, beta2), default eps
 // Schedule: the peak rate is lr, times the world size when scale_lr (the linear scaling
 // rule for a global batch that grows with the ranks); during the first warmup_steps steps
 // it rises linearly, step s (0-based) using peak * (s + 1) / warmup_steps; then it stays
@@ -27,11 +27,20 @@ struct OptimizerConfig {
   int64_t warmup_steps = 0;
   std::string schedule = "constant";  // constant | cosine
   int64_t total_steps = 0;            // steps of the whole run (cosine only)
+  double beta1 = 0.9, beta2 = 0.999;  // adamw
+  bool decay_matrices_only = false;   // weight_decay on parameters of 2+ dimensions only
 };
 
-// Throws heft::InvalidArgument for an unknown name or schedule.
+// Throws heft::InvalidArgument for an unknown name or schedule. With decay_matrices_only the
+// parameters of fewer than 2 dimensions (biases, LayerNorm) form a second group without
+// weight decay.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> parameters);
+// The groups given: `decayed` with weight_decay, `not_decayed` (may be empty) without. For
+// flat shards, which have lost their parameters' dimensions.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        std::vector<torch::Tensor> decayed,
+                                                        std::vector<torch::Tensor> not_decayed);
 
 // The rate for 0-based step `step` under the schedule above.
 double learning_rate(const OptimizerConfig& config, int64_t step);

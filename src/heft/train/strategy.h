@@ -7,8 +7,11 @@
 // rank writes to a checkpoint.
 //
 // Strategies: "data_parallel" (DistributedDataParallel over the mesh's data group; each rank
-// a full replica). Sharded data parallel, tensor and pipeline parallel come next, each
-// behind this interface.
+// a full replica) and "sharded_data_parallel" (parallel/sharded: parameters, gradients and
+// optimizer state sharded over the mesh's shard group, hybrid across its replicate group),
+// chosen by sharded_data_parallel_degree > 1. Tensor and pipeline parallel come next, each
+// behind this interface. Both take gradient_accumulation (micro-batches, communicating on
+// the last), grad_clip (global norm) and activation_checkpointing (the model's units).
 //
 //   loop                      strategy (DDP)                      parallel/
 //   task.batch(step) ──────▶ step(batch, task, lr)
@@ -35,6 +38,13 @@
 #include "heft/train/task.h"
 
 namespace heft::train {
+
+// Bytes of state a rank holds between steps.
+struct StateBytes {
+  int64_t params = 0;     // parameter storage (a sharded strategy: its shards)
+  int64_t grads = 0;      // gradient storage kept between steps (buckets, shard grads)
+  int64_t optimizer = 0;  // optimizer state (momentum, Adam moments)
+};
 
 class Strategy {
  public:
@@ -64,6 +74,11 @@ class Strategy {
   virtual std::map<std::string, std::string> state() = 0;
   virtual void load_state(const std::map<std::string, std::string>& files,
                           const std::string& where) = 0;
+  virtual StateBytes state_bytes() = 0;
+  // Every parameter of the model at full size, by name (collective: a sharded strategy
+  // gathers them).
+  virtual std::map<std::string, torch::Tensor> full_parameters() = 0;
+
   // Writes the trained model to dir/model.pt (on the ranks that hold it; collective).
   virtual void save_model(const std::string& dir) = 0;
 };
@@ -75,8 +90,13 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
                                         std::shared_ptr<Model> model,
                                         const OptimizerConfig& optimizer);
 
-// The mesh shape the distribution config asks for on `world` ranks (data parallel over all
-// of them today).
-parallel::MeshShape mesh_shape(const config::Distribution& distribution, int world);
+// The mesh shape the distribution config (and the hyperparameters that override it) ask for
+// on `world` ranks. Throws heft::InvalidArgument naming sharded_data_parallel_degree when it
+// does not divide the data-parallel degree.
+parallel::MeshShape mesh_shape(const config::Distribution& distribution, const Hyperparameters& hp,
+                               int world);
+// The sharded data-parallel degree asked for: the hyperparameter when set, else the
+// distribution's; 1 means no sharding.
+int sharded_degree(const config::Distribution& distribution, const Hyperparameters& hp);
 
 }  // namespace heft::train

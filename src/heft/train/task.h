@@ -7,8 +7,8 @@
 // the global count it is averaged over, evaluates a model on held-out data split over the
 // data group, and names the metric lines that evaluation prints.
 //
-// Tasks: "image" (Fashion-MNIST classification; the classifiers of models.h). Text (the
-// GPT on fortunes) comes next.
+// Tasks: "image" (Fashion-MNIST classification; the classifiers of models.h), "text" (the
+// GPT on the fortunes corpus; text.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -56,6 +56,8 @@ class Task {
   // The names evaluate() returns, in order; the final: line prints them (nan before the
   // first evaluation).
   virtual std::vector<std::string> metric_names() const = 0;
+  // Tokens per sample for a tokens_per_s figure (text: block_size); 0: not a token task.
+  virtual int64_t tokens_per_sample() const { return 0; }
 };
 
 // The task named `name` (a ModelEntry's task) for data-parallel rank `data_rank` of

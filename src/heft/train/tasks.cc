@@ -6,6 +6,7 @@
 #include "heft/train/distributed_sampler.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/task.h"
+#include "heft/train/text.h"
 
 namespace heft::train {
 
@@ -92,7 +93,8 @@ std::unique_ptr<Task> make_task(const std::string& name, const Hyperparameters& 
                                 const std::string& test_dir, int data_rank, int data_size) {
   if (name == "image")
     return std::make_unique<ImageClassification>(hp, test_dir, data_rank, data_size);
-  throw InvalidArgument("unknown task '" + name + "': expected image");
+  if (name == "text") return make_text_task(hp, data_rank, data_size);
+  throw InvalidArgument("unknown task '" + name + "': expected image or text");
 }
 
 }  // namespace heft::train

@@ -1,5 +1,7 @@
 #include "heft/train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/checkpoint_collective.h"
 #include "heft/parallel/mesh.h"
+#include "heft/train/gpt.h"
 #include "heft/train/models.h"
 #include "heft/train/optimizer.h"
 #include "heft/train/strategy.h"
@@ -47,7 +50,16 @@ OptimizerConfig optimizer_config(const Hyperparameters& hp, int data_size,
   c.schedule = hp.lr_schedule;
   c.total_steps = hp.epochs * steps_per_epoch;
   if (hp.max_steps > 0) c.total_steps = std::min(c.total_steps, hp.max_steps);
+  c.beta1 = hp.beta1;
+  c.beta2 = hp.beta2;
+  c.decay_matrices_only = find_model(hp.model).decay_matrices_only;
   return c;
+}
+
+double peak_rss_mb() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMesh& mesh) {
@@ -70,7 +82,7 @@ class Training {
         stop_(stop),
         world_(world),
         out_(out),
-        mesh_(world, mesh_shape(distribution, world.size())),
+        mesh_(world, mesh_shape(distribution, hp, world.size())),
         task_(make_task(find_model(hp.model).task, hp, test_dir,
                         mesh_.coordinate(parallel::Dim::kData),
                         mesh_.size(parallel::Dim::kData))),
@@ -96,10 +108,17 @@ class Training {
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
         samples_ += batch.samples;
+        if (!memory_printed_) print_memory();
         done = hp_.max_steps > 0 && step_ >= hp_.max_steps;
         const bool last = done || (epoch == hp_.epochs && i + 1 == steps_per_epoch);
         if (step_ % hp_.log_every == 0 || last)
-          log_step(epoch, lr, loss_sum, batch.global_count, seconds_ + seconds_since(t0));
+          log_step(epoch, lr, loss_sum, batch.global_count,
+                   seconds_ + seconds_since(t0) - eval_seconds_);
+        if (hp_.eval && hp_.eval_every > 0 && step_ % hp_.eval_every == 0) {
+          const Clock::time_point e0 = Clock::now();
+          log_evaluation("step", step_);
+          eval_seconds_ += seconds_since(e0);  // not training time
+        }
         epoch_ = epoch;
         next_batch_ = i + 1;
         result_.stopped = stop_agreed();
@@ -107,9 +126,10 @@ class Training {
           checkpoint();
         done = done || result_.stopped;
       }
-      seconds_ += seconds_since(t0);
+      seconds_ += seconds_since(t0) - eval_seconds_;
+      eval_seconds_ = 0;
       if (result_.stopped) break;
-      if (hp_.eval) log_evaluation(epoch);
+      if (hp_.eval && evaluated_step_ != step_) log_evaluation("epoch", epoch);
       if (next_batch_ == steps_per_epoch) {  // not when max_steps cut it short
         epoch_ = epoch + 1;
         next_batch_ = 0;
@@ -123,11 +143,19 @@ class Training {
     if (strategy_->reports()) {
       std::string metrics;
       for (const auto& [name, value] : result_.metrics) metrics += format(" %s=%.4f", name.c_str(), value);
-      print("final: step=%lld loss=%.4f%s samples_per_s=%.1f seconds=%.2f",
+      print("final: step=%lld loss=%.4f%s samples_per_s=%.1f%s seconds=%.2f",
             static_cast<long long>(step_), result_.loss, metrics.c_str(), result_.samples_per_s,
-            result_.seconds);
+            tokens_text(result_.samples_per_s).c_str(), result_.seconds);
     }
     if (!hp_.model_dir.empty()) strategy_->save_model(hp_.model_dir);
+    if (hp_.generate > 0) {
+      const std::string text = generate_bytes(
+          [this](const torch::Tensor& x) { return strategy_->evaluate(x); }, hp_.block_size,
+          hp_.generate, static_cast<uint64_t>(hp_.seed));
+      if (strategy_->reports()) out_ << "generated (" << hp_.generate << " bytes):\n" << text << std::endl;
+    }
+    if (task_->tokens_per_sample() > 0)
+      print("memory: rank=%d peak_rss_mb=%.1f", world_.rank(), peak_rss_mb());
     return result_;
   }
 
@@ -200,19 +228,40 @@ class Training {
                 double now) {
     result_.loss = sum_over(strategy_->data_group(), {loss_sum.item<double>()})[0] /
                    static_cast<double>(global_count);
+    const double samples_per_s =
+        static_cast<double>(samples_ - samples_at_log_) / (now - seconds_at_log_);
     if (strategy_->reports())
-      print("step=%lld epoch=%lld loss=%.4f lr=%.6g samples_per_s=%.1f",
+      print("step=%lld epoch=%lld loss=%.4f lr=%.6g samples_per_s=%.1f%s",
             static_cast<long long>(step_), static_cast<long long>(epoch), result_.loss, lr,
-            static_cast<double>(samples_ - samples_at_log_) / (now - seconds_at_log_));
+            samples_per_s, tokens_text(samples_per_s).c_str());
     seconds_at_log_ = now;
     samples_at_log_ = samples_;
   }
 
-  void log_evaluation(int64_t epoch) {
+  // " tokens_per_s=T" for a token task, else nothing.
+  std::string tokens_text(double samples_per_s) const {
+    const int64_t t = task_->tokens_per_sample();
+    return t > 0 ? format(" tokens_per_s=%.1f", samples_per_s * static_cast<double>(t)) : "";
+  }
+
+  // Every rank: the bytes of state it holds between steps (after the first, when the
+  // optimizer's state exists).
+  void print_memory() {
+    memory_printed_ = true;
+    if (task_->tokens_per_sample() == 0) return;  // the image task's output stays as it was
+    const StateBytes b = strategy_->state_bytes();
+    print("memory: rank=%d params_bytes=%lld grads_bytes=%lld optimizer_bytes=%lld",
+          world_.rank(), static_cast<long long>(b.params), static_cast<long long>(b.grads),
+          static_cast<long long>(b.optimizer));
+  }
+
+  // "epoch=E test_loss=..." or "step=N val_loss=...".
+  void log_evaluation(const char* unit, int64_t at) {
     const Metrics m = task_->evaluate(
         [this](const torch::Tensor& x) { return strategy_->evaluate(x); },
         strategy_->data_group());
-    std::string line = format("epoch=%lld", static_cast<long long>(epoch));
+    evaluated_step_ = step_;
+    std::string line = format("%s=%lld", unit, static_cast<long long>(at));
     for (const auto& [name, value] : m) {
       line += format(" %s=%.4f", name.c_str(), value);
       for (auto& [kept, v] : result_.metrics)
@@ -245,6 +294,9 @@ class Training {
   // Where the next step is: 1-based epoch, 0-based batch within it; the last saved step.
   int64_t epoch_ = 1, next_batch_ = 0, saved_step_ = -1;
   double seconds_ = 0, seconds_at_log_ = 0;  // training time so far; at the last step= line
+  double eval_seconds_ = 0;                  // evaluation inside the current epoch
+  bool memory_printed_ = false;
+  int64_t evaluated_step_ = -1;              // the step of the last evaluation
 };
 
 }  // namespace
