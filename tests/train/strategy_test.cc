@@ -114,13 +114,13 @@ void check_against_one_process(comm::Communicator& world) {
   const auto state = ranks.strategy->state();
   expect(state.count("model.pt") && state.count("optimizer.pt"), "state files");
   Stack fresh(*alone_comm, hp);
-  fresh.strategy->load_state(state, "test");
+  fresh.strategy->load_state({state}, "test");
   auto pf = fresh.strategy->model().parameters();
   for (size_t i = 0; i < pf.size(); ++i)
     expect(torch::equal(pf[i], pr[i]), "loaded parameters equal the saved ones");
   bool threw = false;
   try {
-    fresh.strategy->load_state({{"model.pt", state.at("model.pt")}}, "step 7 in /x");
+    fresh.strategy->load_state({{{"model.pt", state.at("model.pt")}}}, "step 7 in /x");
   } catch (const IoError& e) {
     threw = std::string(e.what()) == "checkpoint step 7 in /x has no optimizer.pt";
   }

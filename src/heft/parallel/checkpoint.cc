@@ -325,6 +325,43 @@ std::optional<CheckpointData> CheckpointDirectory::load_latest_part(
   return std::nullopt;
 }
 
+std::optional<CheckpointSet> CheckpointDirectory::load_latest_any(std::ostream& warnings) const {
+  for (const auto& [step, path] : checkpoints(dir_)) {
+    std::string why, text;
+    int parts = 0;
+    if (read_file(path / kManifest, text)) {
+      const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (m.is_object() && m.value("version", 0) == 2 && m.contains("parts") &&
+          m["parts"].is_number_integer())
+        parts = m["parts"].get<int>();
+    }
+    CheckpointSet set;
+    set.step = step;
+    bool ok = true;
+    if (parts == 0) {
+      auto data = read_checkpoint(path, step, why);
+      ok = data.has_value();
+      if (ok) {
+        set.meta_json = data->meta_json;
+        set.parts.push_back(std::move(data->files));
+      }
+    } else {
+      for (int p = 0; p < parts && ok; ++p) {
+        auto data = read_part(path, step, p, why);
+        ok = data.has_value();
+        if (ok) {
+          set.meta_json = data->meta_json;
+          set.parts.push_back(std::move(data->files));
+        }
+      }
+    }
+    if (ok) return set;
+    warnings << "heft checkpoint: warning: skipping " << path.string() << ": " << why
+             << std::endl;
+  }
+  return std::nullopt;
+}
+
 std::optional<CheckpointData> CheckpointDirectory::load_latest(std::ostream& warnings) const {
   for (const auto& [step, path] : checkpoints(dir_)) {
     std::string why;

@@ -38,8 +38,9 @@
 // save() and load_latest() are the single-writer form (the trainer's rank 0); save_part(),
 // commit() and load_latest_part() the multi-writer one (save_collective() in
 // parallel/checkpoint_collective.h runs it over a group). Not thread-safe. Errors writing
-// throw heft::IoError naming the path. Deliberately left out: async saving, remote storage,
-// reading a checkpoint with a different number of parts (resharding).
+// throw heft::IoError naming the path. load_latest_any() reads either form with all its
+// parts, for readers that reshard (the trainer's strategies). Deliberately left out: async
+// saving, remote storage.
 #pragma once
 
 #include <torch/torch.h>
@@ -50,6 +51,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace heft::parallel {
 
@@ -57,6 +59,13 @@ struct CheckpointData {
   int64_t step = 0;
   std::string meta_json = "{}";              // a JSON object, the caller's counters
   std::map<std::string, std::string> files;  // name (no '/', not manifest.json) -> bytes
+};
+
+// A checkpoint of either form: one part (single writer) or every part of a multi-writer one.
+struct CheckpointSet {
+  int64_t step = 0;
+  std::string meta_json = "{}";
+  std::vector<std::map<std::string, std::string>> parts;  // part K's files at index K
 };
 
 class CheckpointDirectory {
@@ -82,6 +91,10 @@ class CheckpointDirectory {
   // that part's files; skipped ones are warned about on `warnings`.
   std::optional<CheckpointData> load_latest_part(int part,
                                                  std::ostream& warnings = std::cerr) const;
+
+  // The newest valid checkpoint of either form, with every part (a reader that reshards
+  // needs all of them); skipped ones are warned about on `warnings`.
+  std::optional<CheckpointSet> load_latest_any(std::ostream& warnings = std::cerr) const;
 
   const std::string& dir() const { return dir_; }
 

@@ -170,6 +170,9 @@ int main(int argc, char** argv) {
                 << (hp.checkpoint_dir.empty() ? std::string(" (no checkpoint directory)")
                                               : "; checkpointed in " + hp.checkpoint_dir)
                 << "\n";
+  } catch (const heft::InvalidArgument& e) {
+    std::cerr << "heft-train: " << e.what() << "\n";
+    return 2;  // bad input: a hyperparameter, a degree, a checkpoint of another model
   } catch (const std::exception& e) {
     std::cerr << "heft-train: " << e.what() << "\n";
     return 1;

@@ -6,6 +6,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/data/distributed_data_parallel.h"
 #include "heft/parallel/recompute.h"
+#include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/parallel/sharded/sharded_data_parallel.h"
 
 namespace heft::train {
@@ -131,8 +132,14 @@ class DataParallel : public Strategy {
     return {{"model.pt", parallel::module_to_bytes(*model_)},
             {"optimizer.pt", parallel::optimizer_to_bytes(*optimizer_)}};
   }
-  void load_state(const std::map<std::string, std::string>& files,
+  void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {
+    if (parallel::sharded::is_sharded_checkpoint(parts)) {
+      parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer,
+                                          parallel::sharded::read_sharded(parts, where));
+      return;
+    }
+    const std::map<std::string, std::string>& files = parts.at(0);
     for (const char* name : {"model.pt", "optimizer.pt"})
       if (!files.count(name)) throw IoError("checkpoint " + where + " has no " + name);
     parallel::module_from_bytes(*model_, files.at("model.pt"));
@@ -165,6 +172,7 @@ class Sharded : public Strategy {
           const OptimizerConfig& optimizer)
       : hp_(hp),
         data_(mesh.group(parallel::Dim::kData)),
+        replicate_rank_(mesh.coordinate(parallel::Dim::kReplicate)),
         model_(std::move(model)),
         sdp_(model_, model_->units(), mesh.group(parallel::Dim::kShard),
              &mesh.group(parallel::Dim::kReplicate), sharded_options(hp, optimizer)) {
@@ -230,10 +238,16 @@ class Sharded : public Strategy {
 
   bool single_writer() const override { return false; }
   std::map<std::string, std::string> state() override {
-    throw InvalidArgument("sharded checkpoints are not written yet");
+    return parallel::sharded::save_shards(sdp_, *optimizer_, hp_.optimizer, replicate_rank_);
   }
-  void load_state(const std::map<std::string, std::string>&, const std::string& where) override {
-    throw InvalidArgument("checkpoint " + where + ": sharded checkpoints are not read yet");
+  void load_state(const std::vector<std::map<std::string, std::string>>& parts,
+                  const std::string& where) override {
+    if (!parallel::sharded::is_sharded_checkpoint(parts))
+      throw InvalidArgument("checkpoint " + where +
+                            " was written by a data-parallel run; a sharded run reads sharded "
+                            "checkpoints only (train on with data parallelism, or start anew)");
+    parallel::sharded::load_named_state(sdp_, *optimizer_, hp_.optimizer,
+                                        parallel::sharded::read_sharded(parts, where));
   }
 
   void save_model(const std::string& dir) override {
@@ -267,6 +281,7 @@ class Sharded : public Strategy {
 
   const Hyperparameters& hp_;
   parallel::ProcessGroup& data_;
+  const int replicate_rank_;
   std::shared_ptr<Model> model_;
   parallel::sharded::ShardedDataParallel sdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -66,13 +66,17 @@ class Strategy {
   // The model's outputs for inputs, without grad, in eval mode (evaluation).
   virtual torch::Tensor evaluate(const torch::Tensor& inputs) = 0;
 
-  // Checkpoints. single_writer(): world rank 0 writes every file and every rank reads them;
-  // otherwise each rank writes its part (a collective commit). state() is this rank's
-  // files (parameters, optimizer state); load_state() restores them, throwing
-  // heft::IoError naming `where` and the file when one is missing or does not fit.
+  // Checkpoints. single_writer(): world rank 0 writes every file; otherwise each rank
+  // writes its part (a collective commit). state() is this rank's files (parameters,
+  // optimizer state). load_state() gets every part of the checkpoint being resumed (one
+  // for a single writer) and restores what this rank holds, resharding when the checkpoint
+  // was written by another layout (a sharded checkpoint loads at any world size and
+  // degree, and into data parallel). Throws heft::IoError naming `where` and the file when
+  // one is missing, heft::InvalidArgument naming the parameter when the checkpoint is of
+  // another model or shape; nothing is changed then.
   virtual bool single_writer() const = 0;
   virtual std::map<std::string, std::string> state() = 0;
-  virtual void load_state(const std::map<std::string, std::string>& files,
+  virtual void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                           const std::string& where) = 0;
   virtual StateBytes state_bytes() = 0;
   // Every parameter of the model at full size, by name (collective: a sharded strategy

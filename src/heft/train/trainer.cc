@@ -195,17 +195,16 @@ class Training {
     }
   }
 
-  // Every rank loads the newest valid checkpoint (its own part of it), if any.
+  // Every rank loads the newest valid checkpoint, if any: the strategy takes what this rank
+  // holds from its parts (resharding when another layout wrote it).
   void resume() {
-    std::optional<parallel::CheckpointData> data =
-        strategy_->single_writer() ? checkpoints().load_latest(std::cerr)
-                                   : checkpoints().load_latest_part(world_.rank(), std::cerr);
-    if (!data) return;
-    const std::string where = "step " + std::to_string(data->step) + " in " + hp_.checkpoint_dir;
-    const nlohmann::json meta = nlohmann::json::parse(data->meta_json);
-    if (!data->files.count("rng.pt")) throw IoError("checkpoint " + where + " has no rng.pt");
-    strategy_->load_state(data->files, where);
-    parallel::rng_from_bytes(data->files.at("rng.pt"));
+    std::optional<parallel::CheckpointSet> set = checkpoints().load_latest_any(std::cerr);
+    if (!set) return;
+    const std::string where = "step " + std::to_string(set->step) + " in " + hp_.checkpoint_dir;
+    const nlohmann::json meta = nlohmann::json::parse(set->meta_json);
+    if (!set->parts.at(0).count("rng.pt")) throw IoError("checkpoint " + where + " has no rng.pt");
+    strategy_->load_state(set->parts, where);
+    parallel::rng_from_bytes(set->parts.at(0).at("rng.pt"));
     step_ = saved_step_ = meta.at("step").get<int64_t>();
     epoch_ = meta.at("epoch").get<int64_t>();
     next_batch_ = meta.at("next_batch").get<int64_t>();

@@ -1,0 +1,130 @@
+// ctest-labels: multiproc
+// Sharded checkpoints that reshard, end to end through `heft run` and heft-train's GPT: a
+// run of 4 ranks sharded 4 ways stops at step 6; its checkpoint is resumed by 4 ranks in
+// hybrid shards of 2, by 2 ranks sharded, by 2 data-parallel ranks and by one process, and
+// each one's steps 7 and 8 give the loss of an uninterrupted run. Bad input exits 2 naming
+// what is wrong, with the checkpoint directory untouched: a degree that does not divide
+// the data-parallel ranks, a checkpoint of another model shape, a data-parallel checkpoint
+// read by a sharded run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "support/command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using heft::test::run_command;
+
+const std::string kBin = HEFT_BINARY_DIR;
+
+// The global loss of the newest checkpoint (full precision) and its step.
+std::pair<int64_t, double> newest_checkpoint(const fs::path& dir) {
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 && (newest.empty() || e.path() > newest)) newest = e.path();
+  }
+  std::ifstream in(newest / "manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(in);
+  return {m.at("step").get<int64_t>(), m.at("meta").at("loss").get<double>()};
+}
+
+// Every path under dir with its size and write time, to show nothing changed.
+std::set<std::string> snapshot(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    out.insert(e.path().string() + " " +
+               (e.is_regular_file() ? std::to_string(e.file_size()) : std::string("dir")) + " " +
+               std::to_string(e.last_write_time().time_since_epoch().count()));
+  return out;
+}
+
+class Reshard : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/share/games/fortunes/fortunes"))
+      GTEST_SKIP() << "the Debian package fortunes is not installed";
+    root_ = fs::temp_directory_path() / ("heft-reshard-test-" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // heft run -n ranks heft-train gpt (small), checkpointing at the end into root_/ckpt.
+  heft::test::CommandOutput train(int ranks, int sdp, int max_steps, const std::string& ckpt,
+                                  const std::string& extra = "") {
+    return run_command("env -u HEFT_STORE -u SM_CHECKPOINT_DIR -u HEFT_CHECKPOINT "
+                       "OMP_NUM_THREADS=1 " + kBin + "/heft run -n " + std::to_string(ranks) +
+                       " -- " + kBin + "/heft-train --model gpt --n_layer 2 --n_head 2 "
+                       "--n_embd 32 --block_size 16 --batch_size 8 --lr 0.003 "
+                       "--lr_schedule constant --warmup_steps 2 --seed 7 --eval false "
+                       "--log_every 1 --sharded_data_parallel_degree " + std::to_string(sdp) +
+                       " --max_steps " + std::to_string(max_steps) + " --checkpoint_dir " +
+                       (root_ / ckpt).string() + " " + extra);
+  }
+  fs::path root_;
+};
+
+TEST_F(Reshard, FourShardedResumesAtOtherLayoutsWithTheUninterruptedLoss) {
+  const auto whole = train(1, 1, 8, "whole");
+  ASSERT_EQ(whole.code, 0) << whole.text;
+  const auto [whole_step, whole_loss] = newest_checkpoint(root_ / "whole");
+  ASSERT_EQ(whole_step, 8);
+
+  const auto first = train(4, 4, 6, "four");
+  ASSERT_EQ(first.code, 0) << first.text;
+  ASSERT_EQ(newest_checkpoint(root_ / "four").first, 6);
+  ASSERT_TRUE(fs::exists(root_ / "four" / "ckpt-000000000006" / "part-00003" / "shard.pt"))
+      << "a sharded checkpoint has a part per rank";
+
+  struct Layout {
+    const char* name;
+    int ranks, sdp;
+  };
+  for (const Layout& l : {Layout{"hybrid 4 in shards of 2", 4, 2}, Layout{"2 sharded", 2, 2},
+                          Layout{"2 data parallel", 2, 1}, Layout{"1 process", 1, 1}}) {
+    const std::string copy = std::string("copy-") + std::to_string(l.ranks) + "-" + std::to_string(l.sdp);
+    fs::copy(root_ / "four", root_ / copy, fs::copy_options::recursive);
+    const auto resumed = train(l.ranks, l.sdp, 8, copy);
+    ASSERT_EQ(resumed.code, 0) << l.name << ":\n" << resumed.text;
+    EXPECT_NE(resumed.text.find("resumed: step=6"), std::string::npos) << l.name << resumed.text;
+    const auto [step, loss] = newest_checkpoint(root_ / copy);
+    EXPECT_EQ(step, 8) << l.name;
+    EXPECT_NEAR(loss, whole_loss, 1e-4 * std::abs(whole_loss))
+        << l.name << ": step 8's loss after resuming differs from the uninterrupted run's";
+  }
+}
+
+TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
+  const auto bad_degree = train(4, 3, 2, "bad");
+  EXPECT_EQ(bad_degree.code, 2) << bad_degree.text;
+  EXPECT_NE(bad_degree.text.find("sharded_data_parallel_degree: expected a divisor of the "
+                                 "data-parallel degree 4, found 3"),
+            std::string::npos)
+      << bad_degree.text;
+
+  ASSERT_EQ(train(2, 2, 2, "sharded").code, 0);
+  const auto before = snapshot(root_ / "sharded");
+  const auto wider = train(2, 2, 4, "sharded", "--n_embd 48");
+  EXPECT_EQ(wider.code, 2) << wider.text;
+  EXPECT_NE(wider.text.find("checkpoint: parameter "), std::string::npos) << wider.text;
+  EXPECT_NE(wider.text.find("has shape"), std::string::npos) << wider.text;
+  EXPECT_EQ(snapshot(root_ / "sharded"), before) << "a refused resume changed the checkpoints";
+
+  ASSERT_EQ(train(2, 1, 2, "ddp").code, 0);
+  const auto ddp_before = snapshot(root_ / "ddp");
+  const auto into_sharded = train(2, 2, 4, "ddp");
+  EXPECT_EQ(into_sharded.code, 2) << into_sharded.text;
+  EXPECT_NE(into_sharded.text.find("was written by a data-parallel run"), std::string::npos)
+      << into_sharded.text;
+  EXPECT_EQ(snapshot(root_ / "ddp"), ddp_before);
+}
+
+}  // namespace
