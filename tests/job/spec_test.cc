@@ -48,7 +48,9 @@ TEST(JobSpec, BuiltinTrainerGetsDefaultMetricsAfterItsOwn) {
   ASSERT_TRUE(r.ok()) << r.error();
   std::vector<std::string> names;
   for (const auto& d : r.value().metric_definitions) names.push_back(d.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"train:loss", "x", "train:throughput", "test:acc"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"train:loss", "x", "train:throughput",
+                                             "train:tokens_per_s", "test:acc",
+                                             "validation:loss"}));
   EXPECT_EQ(r.value().metric_definitions[0].regex, "L=([0-9.]+)");
 }
 
@@ -66,6 +68,14 @@ TEST(JobSpec, BuiltinMetricRegexesMatchTheTrainerLines) {
   ASSERT_TRUE(std::regex_search(epoch, m, re.at("test:acc")));
   EXPECT_EQ(m[1], "0.853");
   EXPECT_FALSE(std::regex_search(epoch, m, re.at("train:loss")));
+  const std::string gpt = "step=40 epoch=1 loss=2.5 lr=0.001 samples_per_s=30 tokens_per_s=3840";
+  ASSERT_TRUE(std::regex_search(gpt, m, re.at("train:tokens_per_s")));
+  EXPECT_EQ(m[1], "3840");
+  EXPECT_FALSE(std::regex_search(gpt, m, re.at("validation:loss")));
+  const std::string val = "step=100 val_loss=2.25";
+  ASSERT_TRUE(std::regex_search(val, m, re.at("validation:loss")));
+  EXPECT_EQ(m[1], "2.25");
+  EXPECT_FALSE(std::regex_search(val, m, re.at("train:loss"))) << "val_loss is not loss";
   const std::string final_line = "final: step=400 loss=0.3 test_acc=0.85 samples_per_s=9 seconds=3";
   for (auto& [name, r] : re) EXPECT_FALSE(std::regex_search(final_line, m, r)) << name;
 }

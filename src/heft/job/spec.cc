@@ -424,12 +424,15 @@ void check_relations(SpecReader& r, const YAML::Node& root, JobSpec& spec) {
 }  // namespace
 
 std::vector<MetricDefinition> builtin_metric_definitions() {
-  // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S" and
-  // "epoch=E test_loss=L test_acc=A"; the final summary line is not matched again.
+  // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S [tokens_per_s=T]",
+  // "epoch=E test_loss=L test_acc=A" and "step=N val_loss=V" (the GPT); the final summary
+  // line is not matched again.
   const std::string number = "([-+]?[0-9]*\\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)";
   return {{"train:loss", "^step=[0-9]+ .*\\bloss=" + number},
           {"train:throughput", "^step=[0-9]+ .*\\bsamples_per_s=" + number},
-          {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number}};
+          {"train:tokens_per_s", "^step=[0-9]+ .*\\btokens_per_s=" + number},
+          {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number},
+          {"validation:loss", "^(?:step|epoch)=[0-9]+ .*\\bval_loss=" + number}};
 }
 
 namespace {
