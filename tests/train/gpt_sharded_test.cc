@@ -3,8 +3,8 @@
 // DESIGN.md): with the same seed and global batches, 20 steps of the data_parallel and
 // sharded strategies on 2 and 4 forked ranks (ZeRO-3, ZeRO-2, hybrid: 4 ranks in shards
 // of 2, activation checkpointing, gradient accumulation k=2 with half micro-batches, and
-// grad_clip) give at every step the loss of one process (relative 1e-4), and the same
-// parameters after the last step (gathered). Counters show the sharded path really ran:
+// grad_clip) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
+// same parameters after the last step (gathered). Counters show the sharded path really ran:
 // all-gathers, reduce-scatters, prefetches, replicate allreduces for hybrid, and per-rank
 // state of 1/N of the parameters.
 #include <gtest/gtest.h>
@@ -84,6 +84,8 @@ struct Case {
   int64_t zero_stage = 3;
   bool checkpointing = false;
   int64_t accumulation = 1;
+  bool bf16 = false;
+  double tolerance = kRelative;
 };
 
 void check(comm::Communicator& world, const Case& c) {
@@ -94,6 +96,7 @@ void check(comm::Communicator& world, const Case& c) {
   hp.zero_stage = c.zero_stage;
   hp.activation_checkpointing = c.checkpointing;
   hp.gradient_accumulation = c.accumulation;
+  hp.bf16 = c.bf16;
   comm::CommunicatorOptions alone_options;
   alone_options.token = "alone";
   auto alone_comm = comm::Communicator::create(std::make_shared<comm::MemoryStore>(), "alone", 0,
@@ -107,20 +110,27 @@ void check(comm::Communicator& world, const Case& c) {
     const double a = alone.step(i), r = ranks.step(i);
     const double rel = std::abs(a - r) / std::abs(a);
     worst = std::max(worst, rel);
-    expect(rel <= kRelative, std::string(c.name) + " step " + std::to_string(i) + ": loss " +
+    expect(rel <= c.tolerance, std::string(c.name) + " step " + std::to_string(i) + ": loss " +
                                  std::to_string(r) + " vs " + std::to_string(a) +
                                  " on one process");
   }
   const auto pa = alone.strategy->full_parameters();
   const auto pr = ranks.strategy->full_parameters();
   expect(pa.size() == pr.size(), "same parameter names");
-  double worst_param = 0;
+  double worst_param = 0, diff_sq = 0, norm_sq = 0;
   for (const auto& [name, t] : pa) {
     expect(pr.count(name) == 1, "parameter " + name + " missing");
     worst_param = std::max(worst_param, (t - pr.at(name)).abs().max().item<double>());
+    diff_sq += (t - pr.at(name)).to(torch::kDouble).square().sum().item<double>();
+    norm_sq += t.to(torch::kDouble).square().sum().item<double>();
   }
-  expect(worst_param <= 1e-4, std::string(c.name) + ": parameters differ by " +
-                                  std::to_string(worst_param));
+  // bf16: Adam's normalised steps turn rounding noise into whole steps for elements whose
+  // gradient is near zero, so the element-wise bound is loose; the parameters as a whole
+  // stay within 1% (relative L2).
+  if (c.bf16) worst_param = std::sqrt(diff_sq / norm_sq);
+  expect(worst_param <= (c.bf16 ? 1e-2 : 1e-4),
+         std::string(c.name) + ": parameters differ by " + std::to_string(worst_param) +
+             (c.bf16 ? " (relative L2)" : " (largest element)"));
   const StateBytes mine = ranks.strategy->state_bytes(), full = alone.strategy->state_bytes();
   if (world.rank() == 0)
     std::cerr << c.name << ": worst relative loss difference " << worst << ", parameters "
@@ -160,6 +170,11 @@ TEST_F(GptEquivalence, HybridFourRanksInShardsOfTwo) { run_case({"hybrid-4x2", 4
 TEST_F(GptEquivalence, ZeroStage2) { run_case({"zero2-2", 2, 2, 2}); }
 TEST_F(GptEquivalence, ShardedWithActivationCheckpointing) {
   run_case({"zero3-2-ckpt", 2, 2, 3, true});
+}
+// bfloat16 keeps 8 bits of mantissa: each step's loss within 1% of float32's one process
+// over 20 steps, the float32 master weights within 2e-2.
+TEST_F(GptEquivalence, ShardedBf16WithinItsTolerance) {
+  run_case({"zero3-2-bf16", 2, 2, 3, false, 1, true, 1e-2});
 }
 TEST_F(GptEquivalence, ShardedWithGradientAccumulation) {
   run_case({"zero3-2-acc2", 2, 2, 3, false, 2});

@@ -186,6 +186,8 @@ const std::vector<Field>& fields() {
                 "its backward"),
       bool_field("activation_checkpointing", &H::activation_checkpointing,
                  "recompute each block's forward in backward instead of keeping activations"),
+      bool_field("bf16", &H::bf16,
+                 "sharded: forward and backward in bfloat16 with float32 master weights"),
   };
   return f;
 }

@@ -57,6 +57,7 @@ struct Hyperparameters {
   int64_t zero_stage = 3;         // sharded: 3 frees a unit's parameters after forward, 2 keeps
                                   // them until its backward
   bool activation_checkpointing = false;  // recompute each unit's forward in backward
+  bool bf16 = false;              // sharded: compute in bfloat16, float32 master weights
 };
 
 // The models' own defaults, applied to every hyperparameter not given explicitly (`given`

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   heft::train::Hyperparameters hp = parsed.value;
   if (distribution.modelparallel.enabled && distribution.modelparallel.activation_checkpointing)
     hp.activation_checkpointing = true;
+  if (distribution.modelparallel.enabled && distribution.modelparallel.bf16) hp.bf16 = true;
   const bool text = heft::train::find_model(hp.model).task == "text";
   if (hp.data.empty())
     hp.data = heft::comm::env_or("SM_CHANNEL_TRAIN", text ? heft::train::kDefaultFortunesDir

@@ -190,8 +190,8 @@ class Sharded : public Strategy {
   std::string describe() const override {
     return "sharded_data_parallel (shard " + std::to_string(sdp_shard_size()) + " x replicate " +
            std::to_string(data_.size() / sdp_shard_size()) + ", ZeRO-" +
-           std::to_string(hp_.zero_stage) + ", " + std::to_string(sdp_.flats().size()) +
-           " flat parameters)";
+           std::to_string(hp_.zero_stage) + (hp_.bf16 ? ", bf16" : "") + ", " +
+           std::to_string(sdp_.flats().size()) + " flat parameters)";
   }
   Model& model() override { return *model_; }
   parallel::ProcessGroup& data_group() override { return data_; }
@@ -271,6 +271,7 @@ class Sharded : public Strategy {
     parallel::sharded::ShardedOptions o;
     o.reshard_after_forward = hp.zero_stage == 3;
     o.activation_checkpointing = hp.activation_checkpointing;
+    if (hp.bf16) o.compute_dtype = torch::kBFloat16;
     const bool matrices_only = optimizer.decay_matrices_only;
     o.group_of = [matrices_only](const std::string&, const torch::Tensor& p) {
       return !matrices_only || p.dim() >= 2 ? 0 : 1;
@@ -320,6 +321,9 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
   if (!unsupported.empty()) throw InvalidArgument(unsupported.front());
   if (sharded_degree(distribution, hp) > 1)
     return std::make_unique<Sharded>(hp, mesh, std::move(model), optimizer);
+  if (hp.bf16)
+    throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1 (the sharded strategy "
+                          "computes in bfloat16 with float32 master weights in its shards)");
   return std::make_unique<DataParallel>(hp, mesh, std::move(model), optimizer);
 }
 

@@ -170,7 +170,7 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
     torch::Tensor shard = full.narrow(0, k * flat.info.shard_numel, flat.info.shard_numel).clone();
     shard.set_requires_grad(true);
     shards_.push_back(shard);
-    flat.full = torch::empty({padded}, full.options());
+    flat.full = torch::empty({padded}, full.options().dtype(options_.compute_dtype));
     for (size_t i = 0; i < flat.params.size(); ++i)
       flat.params[i].set_data(alias(flat.full, flat.info.members[i].offset, flat.info.members[i].shape));
     free_storage(flat.full);
@@ -205,7 +205,10 @@ void ShardedDataParallel::gather(int unit, bool prefetch) {
   for (int f : u.flats) {
     Flat& flat = flats_[f];
     allocate(flat.full, bytes_of(flat.full));
-    flat.gather = shard_.allgather_async(shards_[f].detach(), flat.full);
+    const torch::Tensor shard = shards_[f].detach();
+    flat.gather = shard_.allgather_async(
+        shard.scalar_type() == flat.full.scalar_type() ? shard : shard.to(flat.full.scalar_type()),
+        flat.full);
     ++counters_.allgathers;
   }
   if (prefetch) ++counters_.prefetched;

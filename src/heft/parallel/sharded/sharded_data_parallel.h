@@ -62,6 +62,10 @@ struct ShardedOptions {
   bool prefetch = true;
   // Recompute each unit's forward during its backward instead of keeping its activations.
   bool activation_checkpointing = false;
+  // The dtype forward and backward compute in: the full parameters are gathered in it (the
+  // shards, the gradients' reduction and the optimizer stay float32: master weights).
+  // torch::kBFloat16 halves the all-gathers' bytes and uses the CPU's bf16 instructions.
+  torch::ScalarType compute_dtype = torch::kFloat;
   // The optimizer group of a parameter (its flat parameter within its unit); default 0.
   std::function<int(const std::string& name, const torch::Tensor& param)> group_of;
 };
