@@ -102,6 +102,7 @@ TEST(LearningRate, CosineFallsFromThePeakToZeroAtTheLastStep) {
 
 TEST(Models, MapImagesToTenLogits) {
   for (const std::string& name : model_names()) {
+    if (find_model(name).task != "image") continue;
     auto m = make_model(name);
     EXPECT_EQ(m->forward(torch::zeros({3, 1, 28, 28})).sizes(), torch::IntArrayRef({3, 10}))
         << name;
@@ -111,6 +112,27 @@ TEST(Models, MapImagesToTenLogits) {
   for (const auto& p : cnn->parameters()) n += p.numel();
   EXPECT_EQ(n, 32 * 25 + 32 + 64 * 32 * 25 + 64 + 1024 * 512 + 512 + 512 * 10 + 10);
   EXPECT_THROW(make_model("resnet"), InvalidArgument);
+}
+
+TEST(Models, GptMapsBytesToNextByteLogitsWithTheSeedsParameterCount) {
+  ModelContext c;
+  c.hp.n_layer = 2;
+  c.hp.n_head = 2;
+  c.hp.n_embd = 16;
+  c.hp.block_size = 8;
+  auto gpt = make_model("gpt", c);
+  EXPECT_EQ(gpt->forward(torch::zeros({3, 8}, torch::kLong)).sizes(),
+            torch::IntArrayRef({3, 8, 256}));
+  EXPECT_EQ(gpt->units().size(), 2u);
+  const int64_t d = 16;
+  int64_t n = 0;
+  for (const auto& p : gpt->parameters()) n += p.numel();
+  // tok + pos + blocks (2 LayerNorms, qkv, proj, fc, out) + final LayerNorm + head.
+  EXPECT_EQ(n, 256 * d + 8 * d + 2 * (4 * d + 3 * d * d + 3 * d + d * d + d + 4 * d * d + 4 * d +
+                                      4 * d * d + d) +
+                   2 * d + d * 256);
+  EXPECT_THROW(gpt->forward(torch::zeros({1, 9}, torch::kLong)), InvalidArgument)
+      << "a sequence longer than block_size";
 }
 
 }  // namespace

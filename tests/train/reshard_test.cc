@@ -128,3 +128,45 @@ TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
 }
 
 }  // namespace
+
+namespace {
+
+// A sharded job interrupted twice (simulated spot) resumes from its sharded checkpoints and
+// ends with the loss of an uninterrupted one.
+TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
+  if (!fs::exists(kBin + "/heft")) GTEST_SKIP() << "no heft binary";
+  const fs::path home = root_ / "home";
+  std::ofstream(root_ / "spec.yaml")
+      << "name: spot\n"
+         "entry_point: heft-train\n"
+         "hyperparameters: {model: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, "
+         "batch_size: 8, max_steps: 240, lr_schedule: constant, seed: 3, eval: false, "
+         "log_every: 40}\n"
+         "cluster: {instance_count: 1, processes_per_host: 2}\n"
+         "distribution: {modelparallel: {enabled: true, parameters: "
+         "{sharded_data_parallel_degree: 2}}}\n"
+         "checkpoint: {every_steps: 20, keep: 2}\n"
+         "environment: {OMP_NUM_THREADS: \"1\"}\n";
+  const std::string heft = "env -u HEFT_STORE HEFT_HOME=" + home.string() + " " + kBin + "/heft ";
+  const std::string spec = (root_ / "spec.yaml").string();
+  const auto plain = run_command(heft + "train " + spec + " --name plain");
+  ASSERT_EQ(plain.code, 0) << plain.text;
+  const auto spot = run_command(heft + "train " + spec +
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
+                                "count: 2}}'");
+  ASSERT_EQ(spot.code, 0) << spot.text;
+  const auto described = run_command(heft + "describe spot --json");
+  const nlohmann::json d = nlohmann::json::parse(described.text, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << described.text;
+  EXPECT_EQ(d.value("status", ""), "Completed") << described.text;
+  EXPECT_EQ(d.value("interruptions", -1), 2) << described.text;
+  const auto logs = run_command(heft + "logs spot --rank 0");
+  EXPECT_NE(logs.text.find("resumed: step="), std::string::npos) << logs.text;
+  const auto [a_step, a] = newest_checkpoint(home / "jobs" / "plain" / "checkpoints");
+  const auto [b_step, b] = newest_checkpoint(home / "jobs" / "spot" / "checkpoints");
+  EXPECT_EQ(a_step, 240);
+  EXPECT_EQ(b_step, 240);
+  EXPECT_LE(std::abs(a - b), 1e-6 * std::abs(a)) << "uninterrupted " << a << " resumed " << b;
+}
+
+}  // namespace

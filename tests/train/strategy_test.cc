@@ -137,13 +137,16 @@ TEST(DataParallelStrategy, EqualsOneProcessOnTwoAndThreeRanks) {
 }
 
 TEST(ModelRegistry, NamesModelsWithTheirTasksAndRefusesUnknownOnes) {
-  EXPECT_EQ(model_names(), (std::vector<std::string>{"mlp", "cnn"}));
-  for (const ModelEntry& e : model_registry()) EXPECT_EQ(e.task, "image") << e.name;
+  EXPECT_EQ(model_names(), (std::vector<std::string>{"mlp", "cnn", "gpt"}));
+  EXPECT_EQ(find_model("mlp").task, "image");
+  EXPECT_EQ(find_model("cnn").task, "image");
+  EXPECT_EQ(find_model("gpt").task, "text");
+  EXPECT_TRUE(find_model("gpt").decay_matrices_only);
   try {
     find_model("resnet");
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "unknown model 'resnet': expected one of mlp, cnn");
+    EXPECT_STREQ(e.what(), "unknown model 'resnet': expected one of mlp, cnn, gpt");
   }
   EXPECT_THROW(make_task("speech", {}, "", 0, 1), InvalidArgument);
 }

@@ -4,10 +4,10 @@
 // SM_CHECKPOINT_DIR; every_steps and keep come from HEFT_CHECKPOINT (the job spec's
 // checkpoint block, JSON) unless given as hyperparameters. SIGTERM (a spot interruption,
 // heft stop) makes the run checkpoint at the next step boundary and exit 0, as an
-// interrupted worker should (docs/jobs.md). Exit codes: 0 done or stopped; 2 bad
-// hyperparameters, a bad HEFT_CHECKPOINT or a
-// distribution other than data parallel in HEFT_DISTRIBUTION; 1 any other failure (missing
-// data, a lost peer), with the reason on stderr.
+// interrupted worker should (docs/jobs.md). Exit codes: 0 done or stopped; 2 bad input
+// (hyperparameters, HEFT_CHECKPOINT, a distribution heft-train cannot run or that does not
+// fit the world, malformed data, a checkpoint of another model: every heft::InvalidArgument);
+// 1 any other failure (missing data, a lost peer), with the reason on stderr.
 #include <sys/stat.h>
 
 #include <malloc.h>
