@@ -3,7 +3,7 @@
 // DESIGN.md): with the same seed and global batches, 20 steps of the data_parallel and
 // sharded strategies on 2 and 4 forked ranks (ZeRO-3, ZeRO-2, hybrid: 4 ranks in shards
 // of 2, activation checkpointing, gradient accumulation k=2 with half micro-batches, and
-// grad_clip) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
+// grad_clip), and tensor parallelism (T = 2, T = 4, T = 2 x data 2, T = 2 x sharded 2) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
 // same parameters after the last step (gathered). Counters show the sharded path really ran:
 // all-gathers, reduce-scatters, prefetches, replicate allreduces for hybrid, and per-rank
 // state of 1/N of the parameters.
@@ -35,7 +35,7 @@ Hyperparameters small_gpt() {
   apply_model_defaults(hp, {"model"});
   hp.data = kDefaultFortunesDir;
   hp.n_layer = 3;
-  hp.n_head = 2;
+  hp.n_head = 4;
   hp.n_embd = 32;
   hp.block_size = 16;
   hp.batch_size = 8;
@@ -86,6 +86,7 @@ struct Case {
   int64_t accumulation = 1;
   bool bf16 = false;
   double tolerance = kRelative;
+  int64_t tp = 1;
 };
 
 void check(comm::Communicator& world, const Case& c) {
@@ -97,6 +98,7 @@ void check(comm::Communicator& world, const Case& c) {
   hp.activation_checkpointing = c.checkpointing;
   hp.gradient_accumulation = c.accumulation;
   hp.bf16 = c.bf16;
+  hp.tensor_parallel_degree = c.tp;
   comm::CommunicatorOptions alone_options;
   alone_options.token = "alone";
   auto alone_comm = comm::Communicator::create(std::make_shared<comm::MemoryStore>(), "alone", 0,
@@ -136,7 +138,7 @@ void check(comm::Communicator& world, const Case& c) {
     std::cerr << c.name << ": worst relative loss difference " << worst << ", parameters "
               << worst_param << "; state bytes params " << mine.params << "/" << full.params
               << " optimizer " << mine.optimizer << "/" << full.optimizer << "\n";
-  if (c.sdp > 1) {
+  if (c.sdp > 1 && c.tp == 1) {
     // 1/N of the parameters and optimizer state, plus at most the padding.
     expect(mine.params * c.sdp <= full.params + 64 * c.sdp * 64,
            "sharded parameters per rank: " + std::to_string(mine.params) + " of " +
@@ -175,6 +177,14 @@ TEST_F(GptEquivalence, ShardedWithActivationCheckpointing) {
 // over 20 steps, the float32 master weights within 2e-2.
 TEST_F(GptEquivalence, ShardedBf16WithinItsTolerance) {
   run_case({"zero3-2-bf16", 2, 2, 3, false, 1, true, 1e-2});
+}
+TEST_F(GptEquivalence, TensorParallelTwo) { run_case({"tp2", 2, 1, 3, false, 1, false, kRelative, 2}); }
+TEST_F(GptEquivalence, TensorParallelFour) { run_case({"tp4", 4, 1, 3, false, 1, false, kRelative, 4}); }
+TEST_F(GptEquivalence, TensorTwoTimesDataTwo) {
+  run_case({"tp2xdp2", 4, 1, 3, false, 1, false, kRelative, 2});
+}
+TEST_F(GptEquivalence, TensorTwoTimesShardedTwoWithCheckpointingAndAccumulation) {
+  run_case({"tp2xsdp2", 4, 2, 3, true, 2, false, kRelative, 2});
 }
 TEST_F(GptEquivalence, ShardedWithGradientAccumulation) {
   run_case({"zero3-2-acc2", 2, 2, 3, false, 2});

@@ -4,8 +4,8 @@
 // hybrid shards of 2, by 2 ranks sharded, by 2 data-parallel ranks and by one process, and
 // each one's steps 7 and 8 give the loss of an uninterrupted run. Bad input exits 2 naming
 // what is wrong, with the checkpoint directory untouched: a degree that does not divide
-// the data-parallel ranks, a checkpoint of another model shape, a data-parallel checkpoint
-// read by a sharded run.
+// the data-parallel ranks, a checkpoint of another model shape. Tensor-parallel checkpoints
+// load at other tensor degrees, and bad tensor degrees are named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -62,7 +62,7 @@ class Reshard : public ::testing::Test {
                                   const std::string& extra = "") {
     return run_command("env -u HEFT_STORE -u SM_CHECKPOINT_DIR -u HEFT_CHECKPOINT "
                        "OMP_NUM_THREADS=1 " + kBin + "/heft run -n " + std::to_string(ranks) +
-                       " -- " + kBin + "/heft-train --model gpt --n_layer 2 --n_head 2 "
+                       " -- " + kBin + "/heft-train --model gpt --n_layer 2 --n_head 4 "
                        "--n_embd 32 --block_size 16 --batch_size 8 --lr 0.003 "
                        "--lr_schedule constant --warmup_steps 2 --seed 7 --eval false "
                        "--log_every 1 --sharded_data_parallel_degree " + std::to_string(sdp) +
@@ -102,6 +102,56 @@ TEST_F(Reshard, FourShardedResumesAtOtherLayoutsWithTheUninterruptedLoss) {
   }
 }
 
+// Tensor-parallel checkpoints in the same form: written at T = 2, read at T = 1 (one
+// process), T = 4, and T = 2 x data 2; and a T = 1 checkpoint read at T = 2.
+TEST_F(Reshard, TensorParallelCheckpointsLoadAtAnotherDegree) {
+  const auto whole = train(1, 1, 8, "whole");
+  ASSERT_EQ(whole.code, 0) << whole.text;
+  const double whole_loss = newest_checkpoint(root_ / "whole").second;
+  const auto first = train(2, 1, 6, "tp2", "--tensor_parallel_degree 2");
+  ASSERT_EQ(first.code, 0) << first.text;
+  const auto single = train(1, 1, 6, "one");
+  ASSERT_EQ(single.code, 0) << single.text;
+  struct Layout {
+    const char* name;
+    const char* from;
+    int ranks, sdp;
+    const char* extra;
+  };
+  for (const Layout& l : {Layout{"T=2 -> 1 process", "tp2", 1, 1, ""},
+                          Layout{"T=2 -> T=4", "tp2", 4, 1, "--tensor_parallel_degree 4"},
+                          Layout{"T=2 -> T=2 x data 2", "tp2", 4, 1, "--tensor_parallel_degree 2"},
+                          Layout{"T=2 -> T=2 x sharded 2", "tp2", 4, 2, "--tensor_parallel_degree 2"},
+                          Layout{"1 process -> T=2", "one", 2, 1, "--tensor_parallel_degree 2"}}) {
+    static int copies = 0;
+    const std::string copy = "copy-" + std::to_string(++copies);
+    fs::copy(root_ / l.from, root_ / copy, fs::copy_options::recursive);
+    const auto resumed = train(l.ranks, l.sdp, 8, copy, l.extra);
+    ASSERT_EQ(resumed.code, 0) << l.name << ":\n" << resumed.text;
+    EXPECT_NE(resumed.text.find("resumed: step=6"), std::string::npos) << l.name << resumed.text;
+    EXPECT_NEAR(newest_checkpoint(root_ / copy).second, whole_loss, 1e-4 * std::abs(whole_loss))
+        << l.name << ": step 8's loss after resuming differs from the uninterrupted run's";
+  }
+}
+
+TEST_F(Reshard, BadTensorDegreesExit2NamingTheField) {
+  const auto heads = train(2, 1, 2, "h", "--tensor_parallel_degree 2 --n_head 3 --n_embd 33");
+  EXPECT_EQ(heads.code, 2) << heads.text;
+  EXPECT_NE(heads.text.find("n_head (3) is not divisible by tensor_parallel_degree 2"),
+            std::string::npos)
+      << heads.text;
+  const auto world = train(4, 1, 2, "w", "--tensor_parallel_degree 3");
+  EXPECT_EQ(world.code, 2) << world.text;
+  EXPECT_NE(world.text.find("tensor_parallel_degree: 3 x partitions 1 must divide the 4 workers"),
+            std::string::npos)
+      << world.text;
+  const auto cnn = run_command("env -u HEFT_STORE OMP_NUM_THREADS=1 " + kBin + "/heft run -n 2 -- " +
+                               kBin + "/heft-train --model mlp --tensor_parallel_degree 2 "
+                               "--max_steps 1 --eval false");
+  EXPECT_EQ(cnn.code, 2) << cnn.text;
+  EXPECT_NE(cnn.text.find("model mlp has no tensor-parallel form"), std::string::npos) << cnn.text;
+}
+
 TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
   const auto bad_degree = train(4, 3, 2, "bad");
   EXPECT_EQ(bad_degree.code, 2) << bad_degree.text;
@@ -118,13 +168,11 @@ TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
   EXPECT_NE(wider.text.find("has shape"), std::string::npos) << wider.text;
   EXPECT_EQ(snapshot(root_ / "sharded"), before) << "a refused resume changed the checkpoints";
 
+  // A data-parallel checkpoint (its parts hold whole replicas) loads sharded.
   ASSERT_EQ(train(2, 1, 2, "ddp").code, 0);
-  const auto ddp_before = snapshot(root_ / "ddp");
   const auto into_sharded = train(2, 2, 4, "ddp");
-  EXPECT_EQ(into_sharded.code, 2) << into_sharded.text;
-  EXPECT_NE(into_sharded.text.find("was written by a data-parallel run"), std::string::npos)
-      << into_sharded.text;
-  EXPECT_EQ(snapshot(root_ / "ddp"), ddp_before);
+  EXPECT_EQ(into_sharded.code, 0) << into_sharded.text;
+  EXPECT_NE(into_sharded.text.find("resumed: step=2"), std::string::npos) << into_sharded.text;
 }
 
 }  // namespace

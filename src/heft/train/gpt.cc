@@ -8,6 +8,30 @@ namespace heft::train {
 
 namespace nn = torch::nn;
 
+namespace {
+
+// The causal attention of (B, T, 3·h·hd) fused q, k, v over h heads: (B, T, h·hd).
+torch::Tensor causal_attention(const torch::Tensor& qkv_out, int64_t heads) {
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3,
+                hd = C / heads;
+  std::vector<torch::Tensor> qkv = qkv_out.split(C, 2);
+  for (torch::Tensor& t : qkv) t = t.view({B, T, heads, hd}).transpose(1, 2);
+  torch::Tensor att = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(hd));
+  const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
+  att = att.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
+  return torch::matmul(att, qkv[2]).transpose(1, 2).contiguous().view({B, T, C});
+}
+
+int64_t divided(int64_t n, int t, const char* what) {
+  if (n % t != 0)
+    throw InvalidArgument(std::string(what) + " (" + std::to_string(n) +
+                          ") is not divisible by tensor_parallel_degree " + std::to_string(t));
+  return n / t;
+}
+
+}  // namespace
+
+
 GptBlock::GptBlock(const GptConfig& c) : n_head_(c.n_head) {
   const int64_t d = c.n_embd;
   ln1_ = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({d})));
@@ -19,14 +43,7 @@ GptBlock::GptBlock(const GptConfig& c) : n_head_(c.n_head) {
 }
 
 torch::Tensor GptBlock::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
-  std::vector<torch::Tensor> qkv = qkv_->forward(ln1_->forward(x)).split(C, 2);
-  for (torch::Tensor& t : qkv) t = t.view({B, T, n_head_, hd}).transpose(1, 2);  // (B,h,T,hd)
-  torch::Tensor att = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(hd));
-  const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
-  att = att.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
-  torch::Tensor y = torch::matmul(att, qkv[2]).transpose(1, 2).contiguous().view({B, T, C});
-  torch::Tensor h = x + proj_->forward(y);
+  torch::Tensor h = x + proj_->forward(causal_attention(qkv_->forward(ln1_->forward(x)), n_head_));
   return h + out_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
 }
 
@@ -77,6 +94,103 @@ torch::Tensor Gpt::forward(torch::Tensor idx) {
 
 std::vector<std::shared_ptr<nn::Module>> Gpt::units() {
   return {blocks_.begin(), blocks_.end()};
+}
+
+TensorParallelGptBlock::TensorParallelGptBlock(const GptConfig& c, parallel::ProcessGroup& g)
+    : local_heads_(divided(c.n_head, g.size(), "n_head")), rank_(g.rank()), size_(g.size()) {
+  const int64_t d = c.n_embd;
+  divided(d, g.size(), "n_embd");
+  ln1_ = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({d})));
+  qkv_ = register_module("qkv", parallel::tensor::ColumnParallelLinear(d, 3 * d, g));
+  proj_ = register_module("proj", parallel::tensor::RowParallelLinear(d, d, g));
+  ln2_ = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({d})));
+  fc_ = register_module("fc", parallel::tensor::ColumnParallelLinear(d, 4 * d, g));
+  out_ = register_module("out", parallel::tensor::RowParallelLinear(4 * d, d, g));
+}
+
+void TensorParallelGptBlock::load_full(GptBlock& full) {
+  torch::NoGradGuard no_grad;
+  ln1_->weight.copy_(full.ln1_->weight);
+  ln1_->bias.copy_(full.ln1_->bias);
+  ln2_->weight.copy_(full.ln2_->weight);
+  ln2_->bias.copy_(full.ln2_->bias);
+  // qkv: this rank's heads' rows of each of q, k and v.
+  const auto qkv = parallel::tensor::Split{0, 3};
+  qkv_->weight.copy_(parallel::tensor::take_slice(full.qkv_->weight, qkv, rank_, size_, "n_embd"));
+  qkv_->bias.copy_(parallel::tensor::take_slice(full.qkv_->bias, qkv, rank_, size_, "n_embd"));
+  proj_->load_full(full.proj_->weight, full.proj_->bias);
+  fc_->load_full(full.fc_->weight, full.fc_->bias);
+  out_->load_full(full.out_->weight, full.out_->bias);
+}
+
+torch::Tensor TensorParallelGptBlock::forward(const torch::Tensor& x) {
+  torch::Tensor h = x + proj_->forward(causal_attention(qkv_->forward(ln1_->forward(x)), local_heads_));
+  return h + out_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+}
+
+TensorParallelGpt::TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup& group)
+    : config_(c), group_(group) {
+  divided(c.vocab, group.size(), "the vocabulary (256 bytes)");
+  Gpt full(c);  // the T = 1 model from the current seed: every T starts from its weights
+  tok_ = register_module("tok", parallel::tensor::VocabParallelEmbedding(c.vocab, c.n_embd, group));
+  pos_ = register_module("pos", nn::Embedding(c.block_size, c.n_embd));
+  nn::ModuleList blocks;
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    blocks_.push_back(std::make_shared<TensorParallelGptBlock>(c, group));
+    blocks->push_back(blocks_.back());
+  }
+  register_module("blocks", blocks);
+  ln_f_ = register_module("ln", nn::LayerNorm(nn::LayerNormOptions({c.n_embd})));
+  head_ = register_module(
+      "head", parallel::tensor::ColumnParallelLinear(c.n_embd, c.vocab, group, /*bias=*/false));
+  torch::NoGradGuard no_grad;
+  tok_->load_full(full.tok_->weight);
+  pos_->weight.copy_(full.pos_->weight);
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->load_full(*full.blocks_[i]);
+  ln_f_->weight.copy_(full.ln_f_->weight);
+  ln_f_->bias.copy_(full.ln_f_->bias);
+  head_->load_full(full.head_->weight);
+}
+
+torch::Tensor TensorParallelGpt::forward(torch::Tensor idx) {
+  const int64_t T = idx.size(1);
+  if (T > config_.block_size)
+    throw InvalidArgument("gpt: a sequence of " + std::to_string(T) +
+                          " bytes is longer than block_size " + std::to_string(config_.block_size));
+  torch::Tensor x = tok_->forward(idx) + pos_->forward(torch::arange(T, torch::kLong));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    TensorParallelGptBlock* block = blocks_[i].get();
+    x = run_unit(i, x, [block](const torch::Tensor& in) { return block->forward(in); });
+  }
+  return head_->forward(ln_f_->forward(x));  // (B, T, 256/T)
+}
+
+std::vector<std::shared_ptr<nn::Module>> TensorParallelGpt::units() {
+  return {blocks_.begin(), blocks_.end()};
+}
+
+std::map<std::string, parallel::tensor::Split> TensorParallelGpt::tensor_splits() const {
+  using parallel::tensor::Split;
+  std::map<std::string, Split> s{{"tok.weight", {0, 1}}, {"head.weight", {0, 1}}};
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    s[b + "qkv.weight"] = {0, 3};
+    s[b + "qkv.bias"] = {0, 3};
+    s[b + "proj.weight"] = {1, 1};
+    s[b + "fc.weight"] = {0, 1};
+    s[b + "fc.bias"] = {0, 1};
+    s[b + "out.weight"] = {1, 1};
+  }
+  return s;
+}
+
+torch::Tensor TensorParallelGpt::loss_sum(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return parallel::tensor::vocab_parallel_cross_entropy_sum(
+      logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), tok_->first_row(), group_);
+}
+
+torch::Tensor TensorParallelGpt::full_outputs(const torch::Tensor& logits) {
+  return parallel::tensor::gather_from_region(logits, group_);
 }
 
 std::string generate_bytes(const std::function<torch::Tensor(const torch::Tensor&)>& forward,

@@ -20,6 +20,8 @@
 #include <memory>
 #include <vector>
 
+#include "heft/parallel/process_group.h"
+#include "heft/parallel/tensor/tensor_parallel.h"
 #include "heft/train/models.h"
 
 namespace heft::train {
@@ -38,6 +40,7 @@ class GptBlock : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, d) -> (B, T, d)
 
  private:
+  friend class TensorParallelGptBlock;
   int64_t n_head_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
@@ -45,6 +48,7 @@ class GptBlock : public torch::nn::Module {
 
 class Gpt : public Model {
  public:
+  friend class TensorParallelGpt;
   explicit Gpt(const GptConfig& c);
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<std::shared_ptr<torch::nn::Module>> units() override;
@@ -56,6 +60,49 @@ class Gpt : public Model {
   std::vector<std::shared_ptr<GptBlock>> blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};
+};
+
+// The GPT split over a tensor group of T ranks (Megatron's layout, parallel/tensor): each
+// block's heads split (qkv column-parallel: this rank's heads' rows of q, k and v; the
+// output projection row-parallel), its MLP column- then row-parallel, the token embedding
+// and the head vocabulary-parallel; LayerNorms and positions replicated. Built from the
+// full model's weights (constructed first from the current torch seed), keeping this
+// rank's slice, so every T starts from the T = 1 model. Parameter names are the full
+// model's; tensor_splits() says how each is cut. Forward returns this rank's vocabulary
+// slice of the logits (B, T, 256/T); loss_sum() is the vocabulary-parallel cross-entropy;
+// full_outputs() gathers the logits. Throws heft::InvalidArgument when T does not divide
+// n_head, n_embd or the vocabulary (naming it).
+class TensorParallelGptBlock : public torch::nn::Module {
+ public:
+  TensorParallelGptBlock(const GptConfig& c, parallel::ProcessGroup& group);
+  torch::Tensor forward(const torch::Tensor& x);
+  void load_full(GptBlock& full);
+
+ private:
+  int64_t local_heads_;
+  int rank_, size_;
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  parallel::tensor::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
+  parallel::tensor::RowParallelLinear proj_{nullptr}, out_{nullptr};
+};
+
+class TensorParallelGpt : public Model {
+ public:
+  TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup& group);
+  torch::Tensor forward(torch::Tensor idx) override;
+  std::vector<std::shared_ptr<torch::nn::Module>> units() override;
+  std::map<std::string, parallel::tensor::Split> tensor_splits() const override;
+  torch::Tensor loss_sum(const torch::Tensor& logits, const torch::Tensor& targets) override;
+  torch::Tensor full_outputs(const torch::Tensor& logits) override;
+
+ private:
+  GptConfig config_;
+  parallel::ProcessGroup& group_;
+  parallel::tensor::VocabParallelEmbedding tok_{nullptr};
+  torch::nn::Embedding pos_{nullptr};
+  std::vector<std::shared_ptr<TensorParallelGptBlock>> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+  parallel::tensor::ColumnParallelLinear head_{nullptr};
 };
 
 // Samples n bytes from a byte model's `forward` ((1, T) ids -> (1, T, 256) logits), starting

@@ -181,6 +181,9 @@ const std::vector<Field>& fields() {
       int_field("sharded_data_parallel_degree", &H::sharded_data_parallel_degree, 0,
                 "shard parameters, gradients and optimizer state over groups of this many "
                 "data-parallel ranks; 0: the distribution block's; 1: no sharding"),
+      int_field("tensor_parallel_degree", &H::tensor_parallel_degree, 0,
+                "split each layer over groups of this many ranks (gpt); 0: the distribution "
+                "block's; 1: none"),
       int_field("zero_stage", &H::zero_stage, 2,
                 "sharded: 3 frees a unit's parameters after its forward, 2 keeps them until "
                 "its backward"),

@@ -27,7 +27,9 @@
 #include "heft/error.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
+#include "heft/parallel/mesh.h"
 #include "heft/train/models.h"
+#include "heft/train/strategy.h"
 #include "heft/train/text.h"
 #include "heft/train/trainer.h"
 
@@ -119,10 +121,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: heft-train [--name value]...  (also from SM_HPS, a JSON object)\n"
+      std::cout << "usage: heft-train [--print-mesh] [--name value]...  (also from SM_HPS, a "
+                   "JSON object)\n"
+                << "--print-mesh: print the ranks' layout for WORLD_SIZE workers and exit\n"
                 << "hyperparameters (name, default, meaning):\n"
                 << heft::train::hyperparameters_help();
       return 0;
+    }
+  bool print_mesh = false;
+  for (auto it = args.begin(); it != args.end();)
+    if (*it == "--print-mesh") {
+      print_mesh = true;
+      it = args.erase(it);
+    } else {
+      ++it;
     }
   const char* sm_hps = std::getenv("SM_HPS");
   heft::train::ParsedHyperparameters parsed =
@@ -137,6 +149,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   heft::train::Hyperparameters hp = parsed.value;
+  if (print_mesh) {  // the layout this job would run on, then exit: WORLD_SIZE ranks
+    try {
+      const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));
+      const heft::parallel::MeshLayout layout(world, heft::train::mesh_shape(distribution, hp, world));
+      std::cout << layout.describe();
+      for (int r = 0; r < world; ++r)
+        std::cout << "rank " << r << ": data " << layout.coordinate(r, heft::parallel::Dim::kData)
+                  << " pipeline " << layout.coordinate(r, heft::parallel::Dim::kPipeline)
+                  << " tensor " << layout.coordinate(r, heft::parallel::Dim::kTensor) << " shard "
+                  << layout.coordinate(r, heft::parallel::Dim::kShard) << " replicate "
+                  << layout.coordinate(r, heft::parallel::Dim::kReplicate) << "\n";
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "heft-train: " << e.what() << "\n";
+      return 2;
+    }
+  }
   if (distribution.modelparallel.enabled && distribution.modelparallel.activation_checkpointing)
     hp.activation_checkpointing = true;
   if (distribution.modelparallel.enabled && distribution.modelparallel.bf16) hp.bf16 = true;

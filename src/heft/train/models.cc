@@ -1,6 +1,7 @@
 #include "heft/train/models.h"
 
 #include "heft/error.h"
+#include "heft/parallel/mesh.h"
 #include "heft/train/gpt.h"
 
 namespace heft::train {
@@ -56,7 +57,10 @@ const std::vector<ModelEntry>& model_registry() {
          g.n_head = c.hp.n_head;
          g.n_embd = c.hp.n_embd;
          g.block_size = c.hp.block_size;
-         return std::make_shared<Gpt>(g);
+         if (c.mesh && c.mesh->size(parallel::Dim::kTensor) > 1)
+           return std::shared_ptr<Model>(
+               std::make_shared<TensorParallelGpt>(g, c.mesh->group(parallel::Dim::kTensor)));
+         return std::shared_ptr<Model>(std::make_shared<Gpt>(g));
        },
        /*decay_matrices_only=*/true},
   };
@@ -78,7 +82,11 @@ const ModelEntry& find_model(const std::string& name) {
 }
 
 std::shared_ptr<Model> make_model(const std::string& name, const ModelContext& context) {
-  return find_model(name).make(context);
+  const ModelEntry& e = find_model(name);
+  if (context.mesh && context.mesh->size(parallel::Dim::kTensor) > 1 && e.task != "text")
+    throw InvalidArgument("tensor_parallel_degree: model " + name +
+                          " has no tensor-parallel form (gpt has)");
+  return e.make(context);
 }
 
 }  // namespace heft::train

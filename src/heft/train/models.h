@@ -17,10 +17,12 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "heft/parallel/tensor/tensor_parallel.h"
 #include "heft/train/hyperparameters.h"
 
 namespace heft::parallel {
@@ -40,6 +42,16 @@ class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
   virtual std::vector<std::shared_ptr<torch::nn::Module>> units() { return {}; }
+
+  // Tensor parallelism: a model whose layers are split over the mesh's tensor group says how
+  // each parameter is cut from the full model's (by name; absent: replicated), computes its
+  // loss from its split outputs (the vocabulary-parallel cross-entropy; undefined: the
+  // task's loss on the outputs), and gathers its outputs whole for evaluation.
+  virtual std::map<std::string, parallel::tensor::Split> tensor_splits() const { return {}; }
+  virtual torch::Tensor loss_sum(const torch::Tensor& /*outputs*/, const torch::Tensor& /*targets*/) {
+    return {};
+  }
+  virtual torch::Tensor full_outputs(const torch::Tensor& outputs) { return outputs; }
 
   using UnitFn = std::function<torch::Tensor(const torch::Tensor&)>;
   using UnitRunner = std::function<torch::Tensor(size_t unit, const torch::Tensor& x, const UnitFn& f)>;

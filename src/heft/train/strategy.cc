@@ -54,15 +54,84 @@ std::vector<MicroBatch> split(const Batch& batch, int64_t k) {
   return out;
 }
 
-// Every rank a replica; DDP averages gradients over the data group during backward.
-class DataParallel : public Strategy {
+// What both strategies share: the mesh's groups, who reports, the tensor-parallel layout of
+// the model, its loss and outputs, and gathering tensor slices into full parameters.
+class MeshStrategy : public Strategy {
+ protected:
+  MeshStrategy(const Hyperparameters& hp, parallel::DeviceMesh& mesh, std::shared_ptr<Model> model)
+      : hp_(hp),
+        data_(mesh.group(parallel::Dim::kData)),
+        tensor_group_(mesh.group(parallel::Dim::kTensor)),
+        data_rank_(mesh.coordinate(parallel::Dim::kData)),
+        reports_(mesh.coordinate(parallel::Dim::kData) == 0 &&
+                 mesh.coordinate(parallel::Dim::kTensor) == 0 &&
+                 mesh.coordinate(parallel::Dim::kPipeline) == mesh.size(parallel::Dim::kPipeline) - 1),
+        model_(std::move(model)) {
+    tensor_.rank = tensor_group_.rank();
+    tensor_.size = tensor_group_.size();
+    tensor_.splits = model_->tensor_splits();
+  }
+
+ public:
+  Model& model() override { return *model_; }
+  parallel::ProcessGroup& data_group() override { return data_; }
+  bool reports() const override { return reports_; }
+  bool single_writer() const override { return false; }
+
+ protected:
+  // The loss of this rank's outputs: the model's own when its outputs are split (tensor
+  // parallel), else the task's.
+  torch::Tensor loss_of(const torch::Tensor& outputs, const torch::Tensor& targets,
+                        const Task& task) {
+    torch::Tensor l = model_->loss_sum(outputs, targets);
+    return l.defined() ? l : task.loss_sum(outputs, targets);
+  }
+  // Tensor slices by name -> full parameters (a collective over the tensor group).
+  std::map<std::string, torch::Tensor> join_tensor_slices(std::map<std::string, torch::Tensor> local) {
+    if (tensor_.size == 1) return local;
+    for (auto& [name, t] : local) {
+      const parallel::tensor::Split s = tensor_.split_of(name);
+      if (s.dim < 0) continue;
+      const torch::Tensor all = tensor_group_.allgather(t.contiguous());
+      t = parallel::tensor::join_slices(all.unbind(0), s);
+    }
+    return local;
+  }
+  // A checkpoint's parts -> what this rank holds, by name (any layout that wrote them).
+  parallel::sharded::NamedState read_state(const std::vector<std::map<std::string, std::string>>& parts,
+                                           const std::string& where) {
+    return parallel::sharded::local_view(parallel::sharded::read_sharded(parts, where), tensor_);
+  }
+  void write_model(const std::map<std::string, torch::Tensor>& full, const std::string& dir) {
+    if (!reports_) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
+    torch::serialize::OutputArchive archive;
+    for (const auto& [name, t] : full) archive.write(name, t);
+    archive.save_to(dir + "/model.pt");
+  }
+  std::string tensor_text() const {
+    return tensor_.size > 1 ? " x tensor " + std::to_string(tensor_.size) : "";
+  }
+
+  const Hyperparameters& hp_;
+  parallel::ProcessGroup& data_;
+  parallel::ProcessGroup& tensor_group_;
+  const int data_rank_;
+  const bool reports_;
+  std::shared_ptr<Model> model_;
+  parallel::sharded::TensorLayout tensor_;
+};
+
+// Every rank a replica (of its tensor slice); DDP averages gradients over the data group
+// during backward.
+class DataParallel : public MeshStrategy {
  public:
   DataParallel(const Hyperparameters& hp, parallel::DeviceMesh& mesh,
                std::shared_ptr<Model> model, const OptimizerConfig& optimizer)
-      : hp_(hp),
-        group_(mesh.group(parallel::Dim::kData)),
-        model_(std::move(model)),
-        ddp_(model_, group_, ddp_options(hp)),
+      : MeshStrategy(hp, mesh, std::move(model)),
+        ddp_(model_, data_, ddp_options(hp)),
         optimizer_(make_optimizer(optimizer, model_->parameters())) {
     if (hp.activation_checkpointing) {
       std::vector<std::vector<torch::Tensor>> params;
@@ -74,12 +143,9 @@ class DataParallel : public Strategy {
   }
 
   std::string describe() const override {
-    return "data_parallel (" + std::to_string(group_.size()) + " ranks, " +
+    return "data_parallel (" + std::to_string(data_.size()) + " ranks" + tensor_text() + ", " +
            std::to_string(ddp_.buckets().size()) + " buckets)";
   }
-  Model& model() override { return *model_; }
-  parallel::ProcessGroup& data_group() override { return group_; }
-  bool reports() const override { return group_.rank() == 0; }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
     set_learning_rate(*optimizer_, lr);
@@ -87,11 +153,11 @@ class DataParallel : public Strategy {
     for (torch::Tensor& p : model_->parameters()) p.mutable_grad().reset();
     // The global mean times the group size: DDP's average over ranks then gives the gradient
     // of the global mean, whatever this rank's share.
-    const double scale = static_cast<double>(group_.size()) / static_cast<double>(batch.global_count);
+    const double scale = static_cast<double>(data_.size()) / static_cast<double>(batch.global_count);
     torch::Tensor total = torch::zeros({}, torch::kDouble);
     const std::vector<MicroBatch> micro = split(batch, hp_.gradient_accumulation);
     for (size_t m = 0; m < micro.size(); ++m) {
-      torch::Tensor loss_sum = task.loss_sum(model_->forward(micro[m].inputs), micro[m].targets);
+      torch::Tensor loss_sum = loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
       total += loss_sum.detach().to(torch::kDouble);
       if (m + 1 < micro.size()) {
         auto no_sync = ddp_.no_sync();
@@ -100,7 +166,7 @@ class DataParallel : public Strategy {
         (loss_sum * scale).backward();
       }
     }
-    if (hp_.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), hp_.grad_clip);
+    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
     optimizer_->step();
     return total;
   }
@@ -108,7 +174,7 @@ class DataParallel : public Strategy {
   torch::Tensor evaluate(const torch::Tensor& inputs) override {
     torch::NoGradGuard no_grad;
     model_->eval();
-    torch::Tensor out = model_->forward(inputs);
+    torch::Tensor out = model_->full_outputs(model_->forward(inputs));
     model_->train();
     return out;
   }
@@ -122,23 +188,27 @@ class DataParallel : public Strategy {
   }
 
   std::map<std::string, torch::Tensor> full_parameters() override {
-    std::map<std::string, torch::Tensor> out;
-    for (const auto& item : model_->named_parameters()) out[item.key()] = item.value().detach().clone();
-    return out;
+    std::map<std::string, torch::Tensor> local;
+    for (const auto& item : model_->named_parameters()) local[item.key()] = item.value().detach().clone();
+    return join_tensor_slices(std::move(local));
   }
 
-  bool single_writer() const override { return true; }
+  // Every rank writes a part; only the first data-parallel rank's holds the replica (of
+  // its tensor slice).
   std::map<std::string, std::string> state() override {
-    return {{"model.pt", parallel::module_to_bytes(*model_)},
-            {"optimizer.pt", parallel::optimizer_to_bytes(*optimizer_)}};
+    return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_);
   }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {
     if (parallel::sharded::is_sharded_checkpoint(parts)) {
-      parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer,
-                                          parallel::sharded::read_sharded(parts, where));
+      parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer, read_state(parts, where));
       return;
     }
+    // A single-writer checkpoint of an earlier heft (model.pt, optimizer.pt).
+    if (tensor_.size > 1)
+      throw InvalidArgument("checkpoint " + where +
+                            " is in the single-writer form of a run without tensor "
+                            "parallelism; resume it with tensor_parallel_degree 1");
     const std::map<std::string, std::string>& files = parts.at(0);
     for (const char* name : {"model.pt", "optimizer.pt"})
       if (!files.count(name)) throw IoError("checkpoint " + where + " has no " + name);
@@ -146,8 +216,11 @@ class DataParallel : public Strategy {
     parallel::optimizer_from_bytes(*optimizer_, files.at("optimizer.pt"));
   }
 
+  // Without tensor parallelism the module's own archive (torch::nn::Module::load reads it);
+  // with it, the full parameters by name.
   void save_model(const std::string& dir) override {
-    if (group_.rank() != 0) return;
+    if (tensor_.size > 1) return write_model(full_parameters(), dir);
+    if (!reports_) return;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
@@ -157,28 +230,45 @@ class DataParallel : public Strategy {
   }
 
  private:
-  const Hyperparameters& hp_;
-  parallel::ProcessGroup& group_;
-  std::shared_ptr<Model> model_;
+  // torch's clip_grad_norm_ over the full model: the norm of replicated parameters counted
+  // once, of split ones summed over the tensor group.
+  void clip(double max_norm) {
+    double split_sq = 0, replicated_sq = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const torch::Tensor& g = item.value().grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
+    }
+    if (tensor_.size > 1) {
+      torch::Tensor t = torch::tensor({split_sq}, torch::kDouble);
+      tensor_group_.allreduce(t, comm::ReduceOp::sum);
+      split_sq = t.item<double>();
+    }
+    const double coefficient = max_norm / (std::sqrt(split_sq + replicated_sq) + 1e-6);
+    if (coefficient >= 1) return;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model_->parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+  }
+
   parallel::data::DistributedDataParallel ddp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 // Parameters, gradients and optimizer state sharded over the mesh's shard group, averaged
 // across its replicate group (hybrid) when the shard group is smaller than the data group.
-class Sharded : public Strategy {
+class Sharded : public MeshStrategy {
  public:
   Sharded(const Hyperparameters& hp, parallel::DeviceMesh& mesh, std::shared_ptr<Model> model,
           const OptimizerConfig& optimizer)
-      : hp_(hp),
-        data_(mesh.group(parallel::Dim::kData)),
+      : MeshStrategy(hp, mesh, std::move(model)),
         replicate_rank_(mesh.coordinate(parallel::Dim::kReplicate)),
-        model_(std::move(model)),
         sdp_(model_, model_->units(), mesh.group(parallel::Dim::kShard),
-             &mesh.group(parallel::Dim::kReplicate), sharded_options(hp, optimizer)) {
+             &mesh.group(parallel::Dim::kReplicate), sharded_options(hp, optimizer, tensor_)) {
     std::vector<torch::Tensor> decayed, rest;
     for (size_t f = 0; f < sdp_.shards().size(); ++f)
-      (sdp_.flats()[f].group == 0 ? decayed : rest).push_back(sdp_.shards()[f]);
+      (sdp_.flats()[f].group % 2 == 0 ? decayed : rest).push_back(sdp_.shards()[f]);
     OptimizerConfig o = optimizer;
     o.decay_matrices_only = false;  // the flats are already split by decay
     optimizer_ = make_optimizer(o, std::move(decayed), std::move(rest));
@@ -188,14 +278,12 @@ class Sharded : public Strategy {
   }
 
   std::string describe() const override {
-    return "sharded_data_parallel (shard " + std::to_string(sdp_shard_size()) + " x replicate " +
-           std::to_string(data_.size() / sdp_shard_size()) + ", ZeRO-" +
+    const int shard = shard_size();
+    return "sharded_data_parallel (shard " + std::to_string(shard) + " x replicate " +
+           std::to_string(data_.size() / shard) + tensor_text() + ", ZeRO-" +
            std::to_string(hp_.zero_stage) + (hp_.bf16 ? ", bf16" : "") + ", " +
            std::to_string(sdp_.flats().size()) + " flat parameters)";
   }
-  Model& model() override { return *model_; }
-  parallel::ProcessGroup& data_group() override { return data_; }
-  bool reports() const override { return data_.rank() == 0; }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
     set_learning_rate(*optimizer_, lr);
@@ -204,7 +292,7 @@ class Sharded : public Strategy {
     const std::vector<MicroBatch> micro = split(batch, hp_.gradient_accumulation);
     for (size_t m = 0; m < micro.size(); ++m) {
       sdp_.begin_forward();
-      torch::Tensor loss_sum = task.loss_sum(model_->forward(micro[m].inputs), micro[m].targets);
+      torch::Tensor loss_sum = loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
       total += loss_sum.detach().to(torch::kDouble);
       if (m + 1 < micro.size()) {
         auto no_sync = sdp_.no_sync();
@@ -213,11 +301,7 @@ class Sharded : public Strategy {
         (loss_sum * scale).backward();
       }
     }
-    if (hp_.grad_clip > 0) {
-      const double norm = sdp_.grad_norm();
-      const double coefficient = hp_.grad_clip / (norm + 1e-6);
-      if (coefficient < 1) sdp_.scale_grads(coefficient);
-    }
+    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
     optimizer_->step();
     return total;
   }
@@ -229,61 +313,77 @@ class Sharded : public Strategy {
     torch::Tensor out = model_->forward(inputs);
     sdp_.end_forward_without_backward();
     model_->train();
-    return out;
+    return model_->full_outputs(out);
   }
 
   StateBytes state_bytes() override {
     return {sdp_.shard_bytes(), sdp_.grad_bytes(), optimizer_state_bytes(*optimizer_)};
   }
 
-  bool single_writer() const override { return false; }
+  std::map<std::string, torch::Tensor> full_parameters() override {
+    return join_tensor_slices(sdp_.full_parameters());
+  }
+
   std::map<std::string, std::string> state() override {
-    return parallel::sharded::save_shards(sdp_, *optimizer_, hp_.optimizer, replicate_rank_);
+    return parallel::sharded::save_shards(sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_);
   }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {
     if (!parallel::sharded::is_sharded_checkpoint(parts))
       throw InvalidArgument("checkpoint " + where +
-                            " was written by a data-parallel run; a sharded run reads sharded "
-                            "checkpoints only (train on with data parallelism, or start anew)");
-    parallel::sharded::load_named_state(sdp_, *optimizer_, hp_.optimizer,
-                                        parallel::sharded::read_sharded(parts, where));
+                            " is in the single-writer form of an earlier heft; a sharded run "
+                            "reads the part-per-rank form only (resume it with data "
+                            "parallelism, or start anew)");
+    parallel::sharded::load_named_state(sdp_, *optimizer_, hp_.optimizer, read_state(parts, where));
   }
 
-  void save_model(const std::string& dir) override {
-    const std::map<std::string, torch::Tensor> full = sdp_.full_parameters();
-    if (data_.rank() != 0) return;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
-    torch::serialize::OutputArchive archive;
-    for (const auto& [name, t] : full) archive.write(name, t);
-    archive.save_to(dir + "/model.pt");
-  }
-
-  std::map<std::string, torch::Tensor> full_parameters() override {
-    return sdp_.full_parameters();
-  }
+  void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
 
  private:
-  static parallel::sharded::ShardedOptions sharded_options(const Hyperparameters& hp,
-                                                            const OptimizerConfig& optimizer) {
+  // The flats' groups: 2·(split over the tensor group) + (not decayed), so a flat holds
+  // either split or replicated parameters and clipping can count each once.
+  static parallel::sharded::ShardedOptions sharded_options(
+      const Hyperparameters& hp, const OptimizerConfig& optimizer,
+      const parallel::sharded::TensorLayout& tensor) {
     parallel::sharded::ShardedOptions o;
     o.reshard_after_forward = hp.zero_stage == 3;
     o.activation_checkpointing = hp.activation_checkpointing;
     if (hp.bf16) o.compute_dtype = torch::kBFloat16;
     const bool matrices_only = optimizer.decay_matrices_only;
-    o.group_of = [matrices_only](const std::string&, const torch::Tensor& p) {
-      return !matrices_only || p.dim() >= 2 ? 0 : 1;
+    o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
+      const int decayed = !matrices_only || p.dim() >= 2 ? 0 : 1;
+      const int split = tensor.size > 1 && tensor.split_of(name).dim >= 0 ? 2 : 0;
+      return split + decayed;
     };
     return o;
   }
-  int sdp_shard_size() const { return const_cast<parallel::sharded::ShardedDataParallel&>(sdp_).shard_group().size(); }
+  int shard_size() const {
+    return const_cast<parallel::sharded::ShardedDataParallel&>(sdp_).shard_group().size();
+  }
+  // The global norm: shards summed over the shard group (ShardedDataParallel::grad_norm);
+  // flats of split parameters also summed over the tensor group.
+  void clip(double max_norm) {
+    double split_sq = 0, replicated_sq = 0;
+    for (size_t f = 0; f < sdp_.shards().size(); ++f) {
+      const torch::Tensor& g = sdp_.shards()[f].grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (sdp_.flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
+    }
+    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
+    if (sdp_.shard_group().size() > 1) sdp_.shard_group().allreduce(t, comm::ReduceOp::sum);
+    split_sq = t[0].item<double>();
+    replicated_sq = t[1].item<double>();
+    if (tensor_.size > 1) {
+      torch::Tensor u = torch::tensor({split_sq}, torch::kDouble);
+      tensor_group_.allreduce(u, comm::ReduceOp::sum);
+      split_sq = u.item<double>();
+    }
+    const double coefficient = max_norm / (std::sqrt(split_sq + replicated_sq) + 1e-6);
+    if (coefficient < 1) sdp_.scale_grads(coefficient);
+  }
 
-  const Hyperparameters& hp_;
-  parallel::ProcessGroup& data_;
   const int replicate_rank_;
-  std::shared_ptr<Model> model_;
   parallel::sharded::ShardedDataParallel sdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
@@ -296,10 +396,21 @@ int sharded_degree(const config::Distribution& distribution, const Hyperparamete
                                             : 1;
 }
 
+int tensor_degree(const config::Distribution& distribution, const Hyperparameters& hp) {
+  if (hp.tensor_parallel_degree > 0) return static_cast<int>(hp.tensor_parallel_degree);
+  return distribution.modelparallel.enabled ? distribution.modelparallel.tensor_parallel_degree : 1;
+}
+
 parallel::MeshShape mesh_shape(const config::Distribution& distribution, const Hyperparameters& hp,
                                int world) {
   parallel::MeshShape shape;
-  shape.data = distribution.data_parallel_degree(world);
+  shape.tensor = tensor_degree(distribution, hp);
+  const int pipeline = distribution.modelparallel.enabled ? distribution.modelparallel.partitions : 1;
+  if (shape.tensor < 1 || world % (shape.tensor * pipeline) != 0)
+    throw InvalidArgument("tensor_parallel_degree: " + std::to_string(shape.tensor) + " x " +
+                          "partitions " + std::to_string(pipeline) + " must divide the " +
+                          std::to_string(world) + " workers");
+  shape.data = world / (shape.tensor * pipeline);
   const int sdp = sharded_degree(distribution, hp);
   if (sdp > 1) {
     if (shape.data % sdp != 0)
@@ -307,9 +418,8 @@ parallel::MeshShape mesh_shape(const config::Distribution& distribution, const H
                             "degree " + std::to_string(shape.data) + ", found " + std::to_string(sdp));
     shape.shard = sdp;
   }
-  shape.pipeline = distribution.modelparallel.partitions;
-  shape.tensor = distribution.modelparallel.tensor_parallel_degree;
-  shape.placement = distribution.modelparallel.placement_strategy;
+  shape.pipeline = pipeline;
+  if (distribution.modelparallel.enabled) shape.placement = distribution.modelparallel.placement_strategy;
   return shape;
 }
 

@@ -89,12 +89,23 @@ class Training {
         optimizer_config_(optimizer_config(hp, mesh_.size(parallel::Dim::kData),
                                            task_->steps_per_epoch())),
         strategy_(make_strategy(distribution, hp, mesh_, build_model(hp, mesh_),
-                                optimizer_config_)) {
+                                optimizer_config_)),
+        sharded_degree_(sharded_degree(distribution, hp)) {
     for (const std::string& name : task_->metric_names())
       result_.metrics.emplace_back(name, std::numeric_limits<double>::quiet_NaN());
   }
 
   TrainResult run() {
+    if (mesh_.size(parallel::Dim::kTensor) > 1 || mesh_.size(parallel::Dim::kPipeline) > 1 ||
+        mesh_.size(parallel::Dim::kShard) != mesh_.size(parallel::Dim::kData) ||
+        sharded_degree_ > 1) {
+      // Model parallelism: say where this rank sits, and (once) the whole layout.
+      print("mesh: rank=%d data=%d pipeline=%d tensor=%d shard=%d replicate=%d", world_.rank(),
+            mesh_.coordinate(parallel::Dim::kData), mesh_.coordinate(parallel::Dim::kPipeline),
+            mesh_.coordinate(parallel::Dim::kTensor), mesh_.coordinate(parallel::Dim::kShard),
+            mesh_.coordinate(parallel::Dim::kReplicate));
+      if (strategy_->reports()) out_ << mesh_.layout().describe() << "strategy: " << strategy_->describe() << std::endl;
+    }
     if (!hp_.checkpoint_dir.empty()) resume();
     world_.barrier();  // start the clock together
     bool done = hp_.max_steps > 0 && step_ >= hp_.max_steps;
@@ -288,6 +299,7 @@ class Training {
   std::unique_ptr<Task> task_;
   const OptimizerConfig optimizer_config_;
   std::unique_ptr<Strategy> strategy_;
+  const int sharded_degree_;
   TrainResult result_;
   int64_t step_ = 0, samples_ = 0, samples_at_log_ = 0;
   // Where the next step is: 1-based epoch, 0-based batch within it; the last saved step.

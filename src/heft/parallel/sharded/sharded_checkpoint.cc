@@ -58,61 +58,91 @@ std::string shape_text(at::IntArrayRef s) {
 
 }  // namespace
 
-std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
-                                               torch::optim::Optimizer& optimizer,
-                                               const std::string& optimizer_name,
-                                               int replicate_rank) {
+namespace {
+
+// One flat of a part: its shard tensor, optimizer state and layout entry.
+struct PartFlat {
+  torch::Tensor param;  // this rank's shard (1-D)
+  std::map<std::string, torch::Tensor> state;
+  int64_t step = 0;
+  FlatInfo info;
+};
+
+std::map<std::string, std::string> write_part(const std::vector<PartFlat>& flats,
+                                              const std::string& optimizer_name, int shard_size,
+                                              int shard_rank, int replicate_rank,
+                                              const TensorLayout& tensor) {
   torch::serialize::OutputArchive archive;
-  json flats = json::array();
-  for (size_t f = 0; f < sdp.shards().size(); ++f) {
+  json entries = json::array();
+  for (size_t f = 0; f < flats.size(); ++f) {
     const std::string prefix = "f" + std::to_string(f) + ".";
-    archive.write(prefix + "param", sdp.shards()[f].detach());
-    int64_t step = 0;
-    for (const auto& [name, t] : state_of(optimizer, sdp.shards()[f], &step)) archive.write(prefix + name, t);
-    archive.write(prefix + "step", torch::tensor({step}, torch::kLong));
-    const FlatInfo& info = sdp.flats()[f];
+    archive.write(prefix + "param", flats[f].param);
+    for (const auto& [name, t] : flats[f].state) archive.write(prefix + name, t.reshape({-1}));
+    archive.write(prefix + "step", torch::tensor({flats[f].step}, torch::kLong));
+    const FlatInfo& info = flats[f].info;
     json members = json::array();
-    for (const FlatMember& m : info.members)
-      members.push_back({{"name", m.name}, {"shape", m.shape}, {"offset", m.offset}, {"numel", m.numel}});
-    flats.push_back({{"unit", info.unit}, {"group", info.group}, {"numel", info.numel},
-                     {"shard_numel", info.shard_numel}, {"members", members}});
+    for (const FlatMember& m : info.members) {
+      const tensor::Split s = tensor.split_of(m.name);
+      members.push_back({{"name", m.name}, {"shape", m.shape}, {"offset", m.offset},
+                         {"numel", m.numel}, {"split", {s.dim, s.parts}}});
+    }
+    entries.push_back({{"unit", info.unit}, {"group", info.group}, {"numel", info.numel},
+                       {"shard_numel", info.shard_numel}, {"members", members}});
   }
   std::ostringstream bytes;
   archive.save_to(bytes);
-  const json layout = {{"format", "heft-sharded"},
-                       {"version", 1},
-                       {"optimizer", optimizer_name},
-                       {"shard_size", sdp.shard_group().size()},
-                       {"shard_rank", sdp.shard_group().rank()},
-                       {"replicate_rank", replicate_rank},
-                       {"flats", flats}};
+  const json layout = {{"format", "heft-sharded"},  {"version", 1},
+                       {"optimizer", optimizer_name}, {"shard_size", shard_size},
+                       {"shard_rank", shard_rank},  {"replicate_rank", replicate_rank},
+                       {"tensor_size", tensor.size}, {"tensor_rank", tensor.rank},
+                       {"flats", entries}};
   return {{"shard.pt", bytes.str()}, {"layout.json", layout.dump()}};
+}
+
+}  // namespace
+
+std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
+                                               torch::optim::Optimizer& optimizer,
+                                               const std::string& optimizer_name,
+                                               int replicate_rank, const TensorLayout& tensor) {
+  std::vector<PartFlat> flats;
+  for (size_t f = 0; f < sdp.shards().size(); ++f) {
+    PartFlat p;
+    p.param = sdp.shards()[f].detach();
+    p.state = state_of(optimizer, sdp.shards()[f], &p.step);
+    p.info = sdp.flats()[f];
+    flats.push_back(std::move(p));
+  }
+  return write_part(flats, optimizer_name, sdp.shard_group().size(), sdp.shard_group().rank(),
+                    replicate_rank, tensor);
+}
+
+std::map<std::string, std::string> save_replica(torch::nn::Module& module,
+                                                torch::optim::Optimizer& optimizer,
+                                                const std::string& optimizer_name,
+                                                int replicate_rank, const TensorLayout& tensor) {
+  std::vector<PartFlat> flats;
+  for (const auto& item : module.named_parameters()) {
+    PartFlat p;
+    p.param = item.value().detach().reshape({-1});
+    p.state = state_of(optimizer, item.value(), &p.step);
+    p.info.numel = p.info.shard_numel = item.value().numel();
+    p.info.members.push_back({item.key(), item.value().sizes().vec(), 0, item.value().numel()});
+    flats.push_back(std::move(p));
+  }
+  return write_part(flats, optimizer_name, 1, 0, replicate_rank, tensor);
 }
 
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts) {
   return !parts.empty() && parts[0].count("layout.json") && parts[0].count("shard.pt");
 }
 
-NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
-                        const std::string& where) {
-  // Replicate 0's parts by shard rank.
-  std::map<int, const std::map<std::string, std::string>*> by_shard;
-  json layout;
-  int shard_size = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const auto& p = parts[i];
-    if (!p.count("layout.json") || !p.count("shard.pt"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    " has no layout.json and shard.pt (not a sharded checkpoint)");
-    const json l = json::parse(p.at("layout.json"), nullptr, false);
-    if (l.is_discarded() || l.value("format", "") != "heft-sharded" || !l.contains("flats"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    "'s layout.json is not a heft-sharded layout");
-    if (l.value("replicate_rank", -1) != 0) continue;
-    by_shard[l.value("shard_rank", -1)] = &p;
-    shard_size = l.value("shard_size", 0);
-    if (layout.is_null()) layout = l;
-  }
+namespace {
+
+// The named state of one tensor rank from its replicate-0 parts (any shard size).
+NamedState read_tensor_rank(const std::map<int, const std::map<std::string, std::string>*>& by_shard,
+                            const json& layout, int shard_size, const std::string& where,
+                            std::map<std::string, tensor::Split>* splits) {
   if (shard_size <= 0 || static_cast<int>(by_shard.size()) != shard_size ||
       by_shard.begin()->first != 0 || by_shard.rbegin()->first != shard_size - 1)
     throw IoError("checkpoint " + where + ": expected the shards 0.." +
@@ -138,7 +168,8 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
       return torch::cat(pieces);
     };
     torch::Tensor step;
-    if (archives[0].try_read(prefix + "step", step)) state.adam_step = std::max(state.adam_step, step.item<int64_t>());
+    if (archives[0].try_read(prefix + "step", step))
+      state.adam_step = std::max(state.adam_step, step.item<int64_t>());
     const torch::Tensor param = concat("param");
     if (!param.defined())
       throw IoError("checkpoint " + where + ": shard.pt has no " + prefix + "param");
@@ -151,12 +182,84 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
       const int64_t offset = m.at("offset").get<int64_t>(), numel = m.at("numel").get<int64_t>();
       if (offset + numel > param.numel())
         throw IoError("checkpoint " + where + ": parameter " + name + " lies outside its shards");
+      if (m.contains("split") && m["split"].is_array() && m["split"].size() == 2)
+        (*splits)[name] = {m["split"][0].get<int>(), m["split"][1].get<int>()};
       state.params[name] = param.narrow(0, offset, numel).view(shape).clone();
       for (const auto& [s, t] : states)
         state.optimizer[name][s] = t.narrow(0, offset, numel).view(shape).clone();
     }
   }
   return state;
+}
+
+}  // namespace
+
+NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
+                        const std::string& where) {
+  // Per tensor rank: replicate 0's parts by shard rank.
+  std::map<int, std::map<int, const std::map<std::string, std::string>*>> by_tensor;
+  std::map<int, json> layouts;
+  std::map<int, int> shard_sizes;
+  int tensor_size = 1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    if (!p.count("layout.json") || !p.count("shard.pt"))
+      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
+                    " has no layout.json and shard.pt (not a sharded checkpoint)");
+    const json l = json::parse(p.at("layout.json"), nullptr, false);
+    if (l.is_discarded() || l.value("format", "") != "heft-sharded" || !l.contains("flats"))
+      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
+                    "'s layout.json is not a heft-sharded layout");
+    if (l.value("replicate_rank", -1) != 0) continue;
+    const int t = l.value("tensor_rank", 0);
+    tensor_size = l.value("tensor_size", 1);
+    by_tensor[t][l.value("shard_rank", -1)] = &p;
+    shard_sizes[t] = l.value("shard_size", 0);
+    if (!layouts.count(t)) layouts[t] = l;
+  }
+  if (static_cast<int>(by_tensor.size()) != tensor_size)
+    throw IoError("checkpoint " + where + ": expected the parts of " + std::to_string(tensor_size) +
+                  " tensor ranks, found " + std::to_string(by_tensor.size()));
+  std::map<std::string, tensor::Split> splits;
+  std::vector<NamedState> ranks;
+  for (auto& [t, shards] : by_tensor)
+    ranks.push_back(read_tensor_rank(shards, layouts[t], shard_sizes[t], where, &splits));
+  if (ranks.size() == 1) return ranks[0];
+  NamedState full;
+  full.optimizer_name = ranks[0].optimizer_name;
+  full.adam_step = ranks[0].adam_step;
+  for (const auto& [name, t0] : ranks[0].params) {
+    const tensor::Split split = splits.count(name) ? splits[name] : tensor::Split{};
+    std::vector<torch::Tensor> slices;
+    for (const NamedState& r : ranks) {
+      if (!r.params.count(name))
+        throw IoError("checkpoint " + where + ": a tensor rank has no parameter " + name);
+      slices.push_back(r.params.at(name));
+    }
+    full.params[name] = tensor::join_slices(slices, split);
+    if (!ranks[0].optimizer.count(name)) continue;
+    for (const auto& [s, unused] : ranks[0].optimizer.at(name)) {
+      std::vector<torch::Tensor> pieces;
+      for (const NamedState& r : ranks) pieces.push_back(r.optimizer.at(name).at(s));
+      full.optimizer[name][s] = tensor::join_slices(pieces, split);
+    }
+  }
+  return full;
+}
+
+NamedState local_view(const NamedState& full, const TensorLayout& tensor) {
+  if (tensor.size == 1) return full;
+  NamedState out;
+  out.optimizer_name = full.optimizer_name;
+  out.adam_step = full.adam_step;
+  for (const auto& [name, t] : full.params) {
+    const tensor::Split s = tensor.split_of(name);
+    out.params[name] = tensor::take_slice(t, s, tensor.rank, tensor.size, "parameter " + name).contiguous();
+    if (const auto it = full.optimizer.find(name); it != full.optimizer.end())
+      for (const auto& [k, v] : it->second)
+        out.optimizer[name][k] = tensor::take_slice(v, s, tensor.rank, tensor.size, "parameter " + name).contiguous();
+  }
+  return out;
 }
 
 namespace {

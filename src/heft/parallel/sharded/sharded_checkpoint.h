@@ -9,10 +9,16 @@
 //                "f<f>.momentum_buffer" (sgd), when the optimizer has stepped
 //   layout.json  {"format": "heft-sharded", "version": 1, "optimizer": "adamw"|"sgd",
 //                 "shard_size": S, "shard_rank": k, "replicate_rank": r,
+//                 "tensor_size": T, "tensor_rank": t,
 //                 "flats": [{"unit", "group", "numel", "shard_numel",
-//                            "members": [{"name", "shape": [..], "offset", "numel"}]}]}
-// Reading takes the parts of replicate 0 (the replicas hold the same shards), orders them
-// by shard rank, concatenates each flat and cuts it into its members.
+//                            "members": [{"name", "shape": [..], "offset", "numel",
+//                                         "split": [dim, parts]}]}]}
+// Reading takes, for each tensor rank, the parts of replicate 0 (the replicas hold the same
+// shards), orders them by shard rank, concatenates each flat and cuts it into its members
+// (this tensor rank's slices); then joins the tensor ranks' slices of each parameter along
+// its split (parallel/tensor: dim -1 replicated, taken from tensor rank 0).
+// A replicated module (data parallel, with or without tensor parallelism) is written in the
+// same form by save_replica(): every parameter its own flat, shard size 1.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "heft/parallel/sharded/sharded_data_parallel.h"
+#include "heft/parallel/tensor/tensor_parallel.h"
 
 namespace heft::parallel::sharded {
 
@@ -35,11 +42,31 @@ struct NamedState {
   std::string optimizer_name;  // "adamw" | "sgd"
 };
 
+// Where this rank sits in a tensor-parallel group and how each parameter is cut from the
+// full model's (absent: replicated).
+struct TensorLayout {
+  int rank = 0;
+  int size = 1;
+  std::map<std::string, tensor::Split> splits;
+  tensor::Split split_of(const std::string& name) const {
+    const auto it = splits.find(name);
+    return it == splits.end() ? tensor::Split{} : it->second;
+  }
+};
+
 // This rank's part: files shard.pt and layout.json.
 std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
-                                               int replicate_rank);
+                                               int replicate_rank,
+                                               const TensorLayout& tensor = {});
+// The part of a rank holding a whole replica of `module` (its tensor slice); replicate_rank
+// is its data-parallel index (only index 0's part is read back).
+std::map<std::string, std::string> save_replica(torch::nn::Module& module,
+                                                torch::optim::Optimizer& optimizer,
+                                                const std::string& optimizer_name,
+                                                int replicate_rank,
+                                                const TensorLayout& tensor = {});
 
 // Whether `parts` (a checkpoint's parts) were written by save_shards.
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts);
@@ -48,6 +75,9 @@ bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>
 // what is missing or inconsistent (a part, a shard rank, a file).
 NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
                         const std::string& where);
+
+// This tensor rank's slices of a full state.
+NamedState local_view(const NamedState& full, const TensorLayout& tensor);
 
 // Loads named state into a sharded module and the optimizer over its shards (this rank's
 // slice of every flat). Throws heft::InvalidArgument naming a parameter that is missing or
