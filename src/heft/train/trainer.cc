@@ -167,6 +167,12 @@ class Training {
     }
     if (task_->tokens_per_sample() > 0)
       print("memory: rank=%d peak_rss_mb=%.1f", world_.rank(), peak_rss_mb());
+    if (mesh_.size(parallel::Dim::kTensor) > 1 && strategy_->reports()) {
+      const parallel::tensor::TensorParallelCounters& c = parallel::tensor::counters();
+      print("tensor: allreduces=%lld allgathers=%lld comm_seconds=%.2f of %.2f training seconds",
+            static_cast<long long>(c.forward_allreduces + c.backward_allreduces),
+            static_cast<long long>(c.allgathers), c.seconds, seconds_);
+    }
     return result_;
   }
 

@@ -1,5 +1,6 @@
 #include "heft/parallel/tensor/tensor_parallel.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "heft/error.h"
@@ -18,8 +19,18 @@ ProcessGroup& group_of(AutogradContext* ctx) {
   return *reinterpret_cast<ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
 }
 
+// Adds the wall time of its scope to counters().seconds.
+struct Timed {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Timed() {
+    counters().seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
 torch::Tensor allreduce(const torch::Tensor& x, ProcessGroup& group, bool forward) {
   torch::Tensor out = x.contiguous().clone();
+  Timed timed;
   if (group.size() > 1) group.allreduce(out, comm::ReduceOp::sum);
   ++(forward ? counters().forward_allreduces : counters().backward_allreduces);
   return out;
@@ -52,6 +63,7 @@ struct GatherFromRegion : torch::autograd::Function<GatherFromRegion> {
     keep_group(ctx, *g);
     ++counters().allgathers;
     if (g->size() == 1) return x.clone();
+    Timed timed;
     // (T, ..., n) gathered, then the blocks laid side by side along the last dimension.
     const torch::Tensor all = g->allgather(x.contiguous());
     std::vector<torch::Tensor> blocks = all.unbind(0);
@@ -70,7 +82,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const torch::Tensor logits = logits_in.to(torch::kFloat);
     const int64_t n = logits.size(1);
     torch::Tensor max = std::get<0>(logits.max(1)).contiguous();  // (N,)
-    if (g->size() > 1) g->allreduce(max, comm::ReduceOp::max);
+    if (g->size() > 1) {
+      Timed timed;
+      g->allreduce(max, comm::ReduceOp::max);
+    }
     const torch::Tensor shifted = logits - max.unsqueeze(1);
     torch::Tensor exp = shifted.exp();
     torch::Tensor sums = torch::stack({exp.sum(1), torch::zeros({logits.size(0)})}, 1);  // (N, 2)
@@ -80,7 +95,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const torch::Tensor picked = shifted.gather(1, index.unsqueeze(1)).squeeze(1) * mine;
     sums.select(1, 1).copy_(picked);
     sums = sums.contiguous();
-    if (g->size() > 1) g->allreduce(sums, comm::ReduceOp::sum);
+    if (g->size() > 1) {
+      Timed timed;
+      g->allreduce(sums, comm::ReduceOp::sum);
+    }
     counters().forward_allreduces += 2;
     const torch::Tensor sum_exp = sums.select(1, 0), target_logit = sums.select(1, 1);
     const torch::Tensor loss = (sum_exp.log() - target_logit).sum();

@@ -45,6 +45,7 @@ struct TensorParallelCounters {
   int64_t forward_allreduces = 0;
   int64_t backward_allreduces = 0;
   int64_t allgathers = 0;
+  double seconds = 0;  // wall time inside these collectives (the step's communication)
 };
 TensorParallelCounters& counters();
 
