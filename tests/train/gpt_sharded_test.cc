@@ -3,7 +3,9 @@
 // DESIGN.md): with the same seed and global batches, 20 steps of the data_parallel and
 // sharded strategies on 2 and 4 forked ranks (ZeRO-3, ZeRO-2, hybrid: 4 ranks in shards
 // of 2, activation checkpointing, gradient accumulation k=2 with half micro-batches, and
-// grad_clip), and tensor parallelism (T = 2, T = 4, T = 2 x data 2, T = 2 x sharded 2) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
+// grad_clip), tensor parallelism (T = 2, T = 4, T = 2 x data 2, T = 2 x sharded 2) and
+// pipelines (2 and 4 stages, simple and interleaved, 1 to 8 micro-batches, beside data and
+// tensor parallelism) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
 // same parameters after the last step (gathered). Counters show the sharded path really ran:
 // all-gathers, reduce-scatters, prefetches, replicate allreduces for hybrid, and per-rank
 // state of 1/N of the parameters.
@@ -67,9 +69,8 @@ struct Stack {
   }
   double step(int64_t i) {
     const Batch b = task->batch(i);
-    torch::Tensor sum = strategy->step(b, *task, learning_rate(optimizer, i)).reshape({1});
-    strategy->data_group().allreduce(sum, comm::ReduceOp::sum);
-    return sum.item<double>() / static_cast<double>(b.global_count);
+    const torch::Tensor sum = strategy->step(b, *task, learning_rate(optimizer, i));
+    return strategy->loss_total(sum) / static_cast<double>(b.global_count);
   }
   parallel::DeviceMesh mesh;
   std::unique_ptr<Task> task;
@@ -87,6 +88,9 @@ struct Case {
   bool bf16 = false;
   double tolerance = kRelative;
   int64_t tp = 1;
+  int64_t pp = 1;  // pipeline stages
+  int64_t microbatches = 1;
+  const char* pipeline = "interleaved";
 };
 
 void check(comm::Communicator& world, const Case& c) {
@@ -99,13 +103,16 @@ void check(comm::Communicator& world, const Case& c) {
   hp.gradient_accumulation = c.accumulation;
   hp.bf16 = c.bf16;
   hp.tensor_parallel_degree = c.tp;
+  hp.partitions = c.pp;
+  hp.microbatches = c.microbatches;
+  hp.pipeline = c.pipeline;
   comm::CommunicatorOptions alone_options;
   alone_options.token = "alone";
   auto alone_comm = comm::Communicator::create(std::make_shared<comm::MemoryStore>(), "alone", 0,
                                                1, alone_options);
   Stack alone(*alone_comm, reference_hp);
   Stack ranks(world, hp);
-  expect(ranks.strategy->describe().rfind(c.sdp > 1 ? "sharded" : "data_parallel", 0) == 0,
+  expect(ranks.strategy->describe().rfind(c.pp > 1 ? "pipeline" : c.sdp > 1 ? "sharded" : "data_parallel", 0) == 0,
          "strategy: " + ranks.strategy->describe());
   double worst = 0;
   for (int64_t i = 0; i < 20; ++i) {
@@ -138,7 +145,7 @@ void check(comm::Communicator& world, const Case& c) {
     std::cerr << c.name << ": worst relative loss difference " << worst << ", parameters "
               << worst_param << "; state bytes params " << mine.params << "/" << full.params
               << " optimizer " << mine.optimizer << "/" << full.optimizer << "\n";
-  if (c.sdp > 1 && c.tp == 1) {
+  if (c.sdp > 1 && c.tp == 1 && c.pp == 1) {
     // 1/N of the parameters and optimizer state, plus at most the padding.
     expect(mine.params * c.sdp <= full.params + 64 * c.sdp * 64,
            "sharded parameters per rank: " + std::to_string(mine.params) + " of " +
@@ -185,6 +192,27 @@ TEST_F(GptEquivalence, TensorTwoTimesDataTwo) {
 }
 TEST_F(GptEquivalence, TensorTwoTimesShardedTwoWithCheckpointingAndAccumulation) {
   run_case({"tp2xsdp2", 4, 2, 3, true, 2, false, kRelative, 2});
+}
+Case pipe(const char* name, int ranks, int64_t pp, int64_t m, const char* kind, int64_t tp = 1) {
+  Case c{name, ranks, 1};
+  c.pp = pp;
+  c.microbatches = m;
+  c.pipeline = kind;
+  c.tp = tp;
+  return c;
+}
+TEST_F(GptEquivalence, PipelineTwoStagesSimpleAndInterleaved) {
+  run_case(pipe("pp2-simple-m4", 2, 2, 4, "simple"));
+  run_case(pipe("pp2-interleaved-m8", 2, 2, 8, "interleaved"));
+  run_case(pipe("pp2-interleaved-m1", 2, 2, 1, "interleaved"));
+}
+TEST_F(GptEquivalence, PipelineFourStages) {
+  run_case(pipe("pp4-interleaved-m4", 4, 4, 4, "interleaved"));
+  run_case(pipe("pp4-simple-m8", 4, 4, 8, "simple"));
+}
+TEST_F(GptEquivalence, PipelineWithDataAndTensorParallel) {
+  run_case(pipe("pp2xdp2-m2", 4, 2, 2, "interleaved"));
+  run_case(pipe("pp2xtp2-m4", 4, 2, 4, "interleaved", 2));
 }
 TEST_F(GptEquivalence, ShardedWithGradientAccumulation) {
   run_case({"zero3-2-acc2", 2, 2, 3, false, 2});

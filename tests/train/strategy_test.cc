@@ -60,9 +60,8 @@ struct Stack {
   // The global mean loss of one step at a constant rate.
   double step(int64_t i, double lr) {
     const Batch b = task->batch(i);
-    torch::Tensor sum = strategy->step(b, *task, lr).to(torch::kDouble).reshape({1});
-    strategy->data_group().allreduce(sum, comm::ReduceOp::sum);
-    return sum.item<double>() / static_cast<double>(b.global_count);
+    const torch::Tensor sum = strategy->step(b, *task, lr);
+    return strategy->loss_total(sum) / static_cast<double>(b.global_count);
   }
   parallel::DeviceMesh mesh;
   std::unique_ptr<Task> task;

@@ -202,10 +202,6 @@ std::vector<std::string> Distribution::unsupported_by_trainer() const {
   std::vector<std::string> out;
   if (!modelparallel.enabled) return out;
   const std::string p = "distribution.modelparallel.parameters.";
-  const std::string later = " is not supported yet by heft-train (tensor and sharded data "
-                            "parallelism, bf16 and activation checkpointing are; the pipeline "
-                            "is being built)";
-  if (modelparallel.partitions > 1) out.push_back(p + "partitions > 1 (pipeline)" + later);
   if (modelparallel.bf16 && modelparallel.sharded_data_parallel_degree <= 1)
     out.push_back(p + "bf16 needs sharded_data_parallel_degree > 1 (heft-train computes in "
                       "bfloat16 with float32 master weights in the shards)");

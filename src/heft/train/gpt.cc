@@ -47,6 +47,112 @@ torch::Tensor GptBlock::forward(const torch::Tensor& x) {
   return h + out_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
 }
 
+// Layers [first, last] of either GPT (see gpt.h for the numbering).
+template <class G>
+torch::Tensor gpt_range(G& g, int first, int last, const torch::Tensor& in) {
+  const int n = static_cast<int>(g.blocks_.size());
+  torch::Tensor x = in;
+  for (int layer = first; layer <= last; ++layer) {
+    if (layer == 0) {
+      const int64_t T = x.size(1);
+      if (T > g.config_.block_size)
+        throw InvalidArgument("gpt: a sequence of " + std::to_string(T) +
+                              " bytes is longer than block_size " +
+                              std::to_string(g.config_.block_size));
+      x = g.tok_->forward(x) + g.pos_->forward(torch::arange(T, torch::kLong));
+    } else if (layer <= n) {
+      auto* block = g.blocks_[static_cast<size_t>(layer - 1)].get();
+      x = g.run_unit(static_cast<size_t>(layer - 1), x,
+                     [block](const torch::Tensor& v) { return block->forward(v); });
+    } else {
+      x = g.head_->forward(g.ln_f_->forward(x));
+    }
+  }
+  return x;
+}
+
+// Drops every layer outside [first, last]: its modules are replaced by empty ones (the
+// parameter names of the kept layers stay the full model's).
+template <class G>
+void gpt_keep(G& g, int first, int last) {
+  const int n = static_cast<int>(g.blocks_.size());
+  auto keep = [&](int layer) { return layer >= first && layer <= last; };
+  auto empty = [] { return std::make_shared<nn::Module>(); };
+  if (!keep(0)) {
+    g.replace_module("tok", empty());
+    g.replace_module("pos", empty());
+    g.tok_ = nullptr;
+    g.pos_ = nullptr;
+  }
+  nn::ModuleList blocks;
+  for (int i = 0; i < n; ++i) {
+    if (keep(i + 1)) {
+      blocks->push_back(g.blocks_[static_cast<size_t>(i)]);
+    } else {
+      blocks->push_back(empty());
+      g.blocks_[static_cast<size_t>(i)] = nullptr;
+    }
+  }
+  g.replace_module("blocks", blocks.ptr());
+  if (!keep(n + 1)) {
+    g.replace_module("ln", empty());
+    g.replace_module("head", empty());
+    g.ln_f_ = nullptr;
+    g.head_ = nullptr;
+  }
+}
+
+template <class G>
+std::vector<torch::Tensor> gpt_layer_parameters(G& g, int layer) {
+  const int n = static_cast<int>(g.blocks_.size());
+  std::vector<torch::Tensor> out;
+  auto add = [&](const auto& holder) {
+    if (!holder.is_empty())
+      for (const auto& p : holder->parameters()) out.push_back(p);
+  };
+  if (layer == 0) {
+    add(g.tok_);
+    add(g.pos_);
+  } else if (layer <= n) {
+    if (auto& b = g.blocks_[static_cast<size_t>(layer - 1)])
+      for (const auto& p : b->parameters()) out.push_back(p);
+  } else {
+    add(g.ln_f_);
+    add(g.head_);
+  }
+  return out;
+}
+
+std::vector<std::string> gpt_layer_names(int64_t n_layer) {
+  std::vector<std::string> names{"embedding"};
+  for (int64_t i = 0; i < n_layer; ++i) names.push_back("block." + std::to_string(i));
+  names.push_back("head");
+  return names;
+}
+
+std::vector<std::string> Gpt::layer_names() const { return gpt_layer_names(config_.n_layer); }
+torch::Tensor Gpt::forward_range(int first, int last, const torch::Tensor& x) {
+  return gpt_range(*this, first, last, x);
+}
+void Gpt::keep_layers(int first, int last) { gpt_keep(*this, first, last); }
+std::vector<torch::Tensor> Gpt::layer_parameters(int layer) { return gpt_layer_parameters(*this, layer); }
+torch::Tensor Gpt::sample_input(int64_t batch) const {
+  return torch::randint(0, config_.vocab, {batch, config_.block_size}, torch::kLong);
+}
+std::vector<std::string> TensorParallelGpt::layer_names() const {
+  return gpt_layer_names(config_.n_layer);
+}
+torch::Tensor TensorParallelGpt::forward_range(int first, int last, const torch::Tensor& x) {
+  return gpt_range(*this, first, last, x);
+}
+void TensorParallelGpt::keep_layers(int first, int last) { gpt_keep(*this, first, last); }
+std::vector<torch::Tensor> TensorParallelGpt::layer_parameters(int layer) {
+  return gpt_layer_parameters(*this, layer);
+}
+torch::Tensor TensorParallelGpt::sample_input(int64_t batch) const {
+  return torch::randint(0, config_.vocab, {batch, config_.block_size}, torch::kLong);
+}
+
 Gpt::Gpt(const GptConfig& c) : config_(c) {
   if (c.n_embd % c.n_head != 0)
     throw InvalidArgument("gpt: n_head (" + std::to_string(c.n_head) + ") must divide n_embd (" +
@@ -79,17 +185,7 @@ Gpt::Gpt(const GptConfig& c) : config_(c) {
 }
 
 torch::Tensor Gpt::forward(torch::Tensor idx) {
-  const int64_t T = idx.size(1);
-  if (T > config_.block_size)
-    throw InvalidArgument("gpt: a sequence of " + std::to_string(T) +
-                          " bytes is longer than block_size " +
-                          std::to_string(config_.block_size));
-  torch::Tensor x = tok_->forward(idx) + pos_->forward(torch::arange(T, torch::kLong));
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    GptBlock* block = blocks_[i].get();
-    x = run_unit(i, x, [block](const torch::Tensor& in) { return block->forward(in); });
-  }
-  return head_->forward(ln_f_->forward(x));
+  return gpt_range(*this, 0, static_cast<int>(config_.n_layer) + 1, idx);
 }
 
 std::vector<std::shared_ptr<nn::Module>> Gpt::units() {
@@ -153,16 +249,7 @@ TensorParallelGpt::TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup&
 }
 
 torch::Tensor TensorParallelGpt::forward(torch::Tensor idx) {
-  const int64_t T = idx.size(1);
-  if (T > config_.block_size)
-    throw InvalidArgument("gpt: a sequence of " + std::to_string(T) +
-                          " bytes is longer than block_size " + std::to_string(config_.block_size));
-  torch::Tensor x = tok_->forward(idx) + pos_->forward(torch::arange(T, torch::kLong));
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    TensorParallelGptBlock* block = blocks_[i].get();
-    x = run_unit(i, x, [block](const torch::Tensor& in) { return block->forward(in); });
-  }
-  return head_->forward(ln_f_->forward(x));  // (B, T, 256/T)
+  return gpt_range(*this, 0, static_cast<int>(config_.n_layer) + 1, idx);  // (B, T, 256/T)
 }
 
 std::vector<std::shared_ptr<nn::Module>> TensorParallelGpt::units() {
@@ -186,7 +273,8 @@ std::map<std::string, parallel::tensor::Split> TensorParallelGpt::tensor_splits(
 
 torch::Tensor TensorParallelGpt::loss_sum(const torch::Tensor& logits, const torch::Tensor& targets) {
   return parallel::tensor::vocab_parallel_cross_entropy_sum(
-      logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), tok_->first_row(), group_);
+      logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+      group_.rank() * (config_.vocab / group_.size()), group_);
 }
 
 torch::Tensor TensorParallelGpt::full_outputs(const torch::Tensor& logits) {

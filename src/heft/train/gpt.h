@@ -46,12 +46,22 @@ class GptBlock : public torch::nn::Module {
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
 };
 
+// Pipeline layers of both GPTs: "embedding" (tok + pos), "block.0" .. "block.<n_layer-1>",
+// "head" (final LayerNorm + head).
 class Gpt : public Model {
  public:
   friend class TensorParallelGpt;
+  template <class G> friend torch::Tensor gpt_range(G&, int, int, const torch::Tensor&);
+  template <class G> friend void gpt_keep(G&, int, int);
+  template <class G> friend std::vector<torch::Tensor> gpt_layer_parameters(G&, int);
   explicit Gpt(const GptConfig& c);
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<std::shared_ptr<torch::nn::Module>> units() override;
+  std::vector<std::string> layer_names() const override;
+  torch::Tensor forward_range(int first, int last, const torch::Tensor& x) override;
+  void keep_layers(int first, int last) override;
+  std::vector<torch::Tensor> layer_parameters(int layer) override;
+  torch::Tensor sample_input(int64_t batch) const override;
   const GptConfig& config() const { return config_; }
 
  private:
@@ -88,9 +98,17 @@ class TensorParallelGptBlock : public torch::nn::Module {
 
 class TensorParallelGpt : public Model {
  public:
+  template <class G> friend torch::Tensor gpt_range(G&, int, int, const torch::Tensor&);
+  template <class G> friend void gpt_keep(G&, int, int);
+  template <class G> friend std::vector<torch::Tensor> gpt_layer_parameters(G&, int);
   TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup& group);
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<std::shared_ptr<torch::nn::Module>> units() override;
+  std::vector<std::string> layer_names() const override;
+  torch::Tensor forward_range(int first, int last, const torch::Tensor& x) override;
+  void keep_layers(int first, int last) override;
+  std::vector<torch::Tensor> layer_parameters(int layer) override;
+  torch::Tensor sample_input(int64_t batch) const override;
   std::map<std::string, parallel::tensor::Split> tensor_splits() const override;
   torch::Tensor loss_sum(const torch::Tensor& logits, const torch::Tensor& targets) override;
   torch::Tensor full_outputs(const torch::Tensor& logits) override;

@@ -184,6 +184,13 @@ const std::vector<Field>& fields() {
       int_field("tensor_parallel_degree", &H::tensor_parallel_degree, 0,
                 "split each layer over groups of this many ranks (gpt); 0: the distribution "
                 "block's; 1: none"),
+      int_field("partitions", &H::partitions, 0,
+                "pipeline stages (gpt); 0: the distribution block's; 1: no pipeline"),
+      int_field("microbatches", &H::microbatches, 0,
+                "pipeline micro-batches per step (must divide each data-parallel rank's "
+                "share); 0: the distribution block's"),
+      string_field("pipeline", &H::pipeline, {"", "simple", "interleaved"},
+                   "simple (GPipe) | interleaved (1F1B); empty: the distribution block's"),
       int_field("zero_stage", &H::zero_stage, 2,
                 "sharded: 3 frees a unit's parameters after its forward, 2 keeps them until "
                 "its backward"),

@@ -55,6 +55,9 @@ struct Hyperparameters {
   // override the spec's distribution block).
   int64_t sharded_data_parallel_degree = 0;  // 0: the distribution's (1: no sharding)
   int64_t tensor_parallel_degree = 0;  // 0: the distribution's (1: no tensor parallelism)
+  int64_t partitions = 0;         // pipeline stages; 0: the distribution's (1: no pipeline)
+  int64_t microbatches = 0;       // per step and data-parallel rank; 0: the distribution's
+  std::string pipeline;           // simple | interleaved; empty: the distribution's
   int64_t zero_stage = 3;         // sharded: 3 frees a unit's parameters after forward, 2 keeps
                                   // them until its backward
   bool activation_checkpointing = false;  // recompute each unit's forward in backward

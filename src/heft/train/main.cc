@@ -28,6 +28,7 @@
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
 #include "heft/parallel/mesh.h"
+#include "heft/parallel/pipeline/schedule.h"
 #include "heft/train/models.h"
 #include "heft/train/strategy.h"
 #include "heft/train/text.h"
@@ -121,17 +122,19 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: heft-train [--print-mesh] [--name value]...  (also from SM_HPS, a "
+      std::cout << "usage: heft-train [--print-mesh | --print-schedule] [--name value]...  (also from SM_HPS, a "
                    "JSON object)\n"
                 << "--print-mesh: print the ranks' layout for WORLD_SIZE workers and exit\n"
+                << "--print-schedule: print the pipeline's schedule (partitions, microbatches,\n"
+                << "  pipeline) as stages x time slots with its bubble, and exit\n"
                 << "hyperparameters (name, default, meaning):\n"
                 << heft::train::hyperparameters_help();
       return 0;
     }
-  bool print_mesh = false;
+  bool print_mesh = false, print_schedule = false;
   for (auto it = args.begin(); it != args.end();)
-    if (*it == "--print-mesh") {
-      print_mesh = true;
+    if (*it == "--print-mesh" || *it == "--print-schedule") {
+      (*it == "--print-mesh" ? print_mesh : print_schedule) = true;
       it = args.erase(it);
     } else {
       ++it;
@@ -149,6 +152,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   heft::train::Hyperparameters hp = parsed.value;
+  if (print_schedule) {  // the pipeline's action lists, simulated, then exit
+    try {
+      const heft::train::PipelineSettings p = heft::train::pipeline_settings(distribution, hp);
+      const auto schedule =
+          heft::parallel::pipeline::make_schedule(p.kind, p.partitions, p.microbatches, p.active);
+      const auto simulation = heft::parallel::pipeline::simulate(schedule);
+      std::cout << heft::parallel::pipeline::render(schedule, simulation);
+      return simulation.ok ? 0 : 1;
+    } catch (const std::exception& e) {
+      std::cerr << "heft-train: " << e.what() << "\n";
+      return 2;
+    }
+  }
   if (print_mesh) {  // the layout this job would run on, then exit: WORLD_SIZE ranks
     try {
       const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));

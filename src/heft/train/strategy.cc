@@ -1,10 +1,16 @@
 #include "heft/train/strategy.h"
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include "heft/error.h"
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/data/distributed_data_parallel.h"
+#include "heft/parallel/pipeline/partition.h"
+#include "heft/parallel/pipeline/pipeline.h"
+#include "heft/parallel/pipeline/schedule.h"
 #include "heft/parallel/recompute.h"
 #include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/parallel/sharded/sharded_data_parallel.h"
@@ -77,6 +83,11 @@ class MeshStrategy : public Strategy {
   parallel::ProcessGroup& data_group() override { return data_; }
   bool reports() const override { return reports_; }
   bool single_writer() const override { return false; }
+  double loss_total(const torch::Tensor& loss_sum) override {
+    torch::Tensor t = loss_sum.detach().to(torch::kDouble).reshape({1}).contiguous();
+    data_.allreduce(t, comm::ReduceOp::sum);
+    return t.item<double>();
+  }
 
  protected:
   // The loss of this rank's outputs: the model's own when its outputs are split (tensor
@@ -388,12 +399,298 @@ class Sharded : public MeshStrategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
+// The model cut into stages over the mesh's pipeline group; each stage replicated over the
+// data group with DDP (and split over the tensor group when the model is). A step runs the
+// schedule's action list for this stage (parallel/pipeline): micro-batches forward and
+// backward, activations and their gradients exchanged with the neighbouring stages; the
+// loss lives on the last stage, whose first data and tensor rank reports.
+class Pipelined : public MeshStrategy {
+ public:
+  Pipelined(const Hyperparameters& hp, const PipelineSettings& settings, parallel::DeviceMesh& mesh,
+            std::shared_ptr<Model> model, const OptimizerConfig& optimizer)
+      : MeshStrategy(hp, mesh, std::move(model)),
+        settings_(settings),
+        pipe_(mesh.group(parallel::Dim::kPipeline)),
+        schedule_(parallel::pipeline::make_schedule(settings.kind, pipe_.size(),
+                                                    settings.microbatches, settings.active)) {
+    const std::vector<std::string> names = model_->layer_names();
+    if (names.empty())
+      throw InvalidArgument("partitions: model " + hp.model + " cannot be cut into pipeline stages (gpt can)");
+    plan_ = make_plan(mesh);
+    stage_first_ = plan_.first[pipe_.rank()];
+    stage_last_ = plan_.last_layer(pipe_.rank(), static_cast<int>(names.size()));
+    model_->keep_layers(stage_first_, stage_last_);
+    const parallel::pipeline::Simulation sim = parallel::pipeline::simulate(schedule_);
+    if (!sim.ok) throw InvalidArgument("pipeline schedule: " + sim.error);
+    ddp_ = std::make_unique<parallel::data::DistributedDataParallel>(
+        std::static_pointer_cast<torch::nn::Module>(model_), data_, ddp_options(hp));
+    optimizer_ = make_optimizer(optimizer, model_->parameters());
+    if (hp.activation_checkpointing) {
+      std::vector<std::vector<torch::Tensor>> params;
+      for (const auto& unit : model_->units())
+        params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
+      model_->set_unit_runner([params](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
+        return parallel::recompute_in_backward(x, f, params.at(i));
+      });
+    }
+  }
+
+  std::string describe() const override {
+    const std::vector<std::string> names = model_->layer_names();
+    return "pipeline (" + std::to_string(pipe_.size()) + " stages, " + settings_.kind + ", " +
+           std::to_string(settings_.microbatches) + " micro-batches; this stage: layers " +
+           names[static_cast<size_t>(stage_first_)] + " .. " + names[static_cast<size_t>(stage_last_)] +
+           ") x data_parallel " + std::to_string(data_.size()) + tensor_text() + "\n" +
+           parallel::pipeline::describe(plan_, costs_);
+  }
+
+  torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
+    set_learning_rate(*optimizer_, lr);
+    for (torch::Tensor& p : model_->parameters()) p.mutable_grad().reset();
+    const int m = settings_.microbatches;
+    if (batch.inputs.size(0) % m != 0)
+      throw InvalidArgument("microbatches: " + std::to_string(m) +
+                            " does not divide this data-parallel rank's share of the batch (" +
+                            std::to_string(batch.inputs.size(0)) + " samples)");
+    const auto xs = batch.inputs.chunk(m, 0), ys = batch.targets.chunk(m, 0);
+    const double scale = static_cast<double>(data_.size()) / static_cast<double>(batch.global_count);
+    torch::Tensor total = torch::zeros({}, torch::kDouble);
+    const bool first = pipe_.rank() == 0, last = pipe_.rank() == pipe_.size() - 1;
+    parallel::pipeline::StageFunctions f;
+    f.forward = [&](int j, const torch::Tensor& input) {
+      torch::Tensor out = model_->forward_range(stage_first_, stage_last_, first ? xs[j] : input);
+      if (!last) return out;
+      torch::Tensor loss = loss_of(out, ys[j], task);
+      total += loss.detach().to(torch::kDouble);
+      return loss * scale;
+    };
+    f.around_backward = [&](int, bool last_backward, const std::function<void()>& run) {
+      if (last_backward) return run();
+      auto no_sync = ddp_->no_sync();
+      run();
+    };
+    f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
+    parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
+    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
+    optimizer_->step();
+    return total;
+  }
+
+  double loss_total(const torch::Tensor& loss_sum) override {
+    torch::Tensor t = torch::tensor({MeshStrategy::loss_total(loss_sum)}, torch::kDouble);
+    pipe_.broadcast(t, pipe_.size() - 1);
+    return t.item<double>();
+  }
+
+  // The whole model's outputs on every stage: the activations go through the stages, the
+  // last one's outputs are broadcast over the pipeline group.
+  torch::Tensor evaluate(const torch::Tensor& inputs) override {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    const int s = pipe_.rank(), p = pipe_.size();
+    torch::Tensor x = inputs;
+    if (s > 0) {
+      x = torch::empty(activation_shape(inputs.size(0), inputs), torch::kFloat);
+      pipe_.exchange({parallel::TensorP2P::from(x, s - 1, 1u << 30)});
+    }
+    torch::Tensor out = model_->forward_range(stage_first_, stage_last_, x);
+    if (s < p - 1) pipe_.exchange({parallel::TensorP2P::to(out.contiguous(), s + 1, 1u << 30)});
+    model_->train();
+    torch::Tensor shape = torch::zeros({4}, torch::kLong);
+    if (s == p - 1) {
+      out = model_->full_outputs(out).contiguous();
+      for (int64_t d = 0; d < std::min<int64_t>(4, out.dim()); ++d) shape[d] = out.size(d);
+    }
+    pipe_.broadcast(shape, p - 1);
+    std::vector<int64_t> sizes;
+    for (int64_t d = 0; d < 4 && shape[d].item<int64_t>() > 0; ++d) sizes.push_back(shape[d].item<int64_t>());
+    if (s != p - 1) out = torch::empty(sizes, torch::kFloat);
+    out = out.to(torch::kFloat).contiguous();
+    pipe_.broadcast(out, p - 1);
+    return out;
+  }
+
+  StateBytes state_bytes() override {
+    StateBytes b;
+    for (const torch::Tensor& p : model_->parameters()) b.params += bytes_of(p);
+    for (const auto& bucket : ddp_->buckets()) b.grads += static_cast<int64_t>(bucket.bytes);
+    b.optimizer = optimizer_state_bytes(*optimizer_);
+    return b;
+  }
+
+  // Every stage's parameters, on every rank (a collective over the pipeline group).
+  std::map<std::string, torch::Tensor> full_parameters() override {
+    std::map<std::string, torch::Tensor> local;
+    for (const auto& item : model_->named_parameters()) local[item.key()] = item.value().detach().clone();
+    local = join_tensor_slices(std::move(local));
+    std::map<std::string, torch::Tensor> all;
+    for (int s = 0; s < pipe_.size(); ++s) {
+      std::string bytes;
+      if (s == pipe_.rank()) {
+        torch::serialize::OutputArchive archive;
+        for (const auto& [name, t] : local) archive.write(name, t);
+        std::ostringstream os;
+        archive.save_to(os);
+        bytes = os.str();
+      }
+      torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
+      pipe_.broadcast(size, s);
+      // Moved as int32 words (the communicator has no byte type).
+      const int64_t n = size.item<int64_t>();
+      torch::Tensor data = torch::zeros({(n + 3) / 4}, torch::kInt);
+      if (s == pipe_.rank()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+      pipe_.broadcast(data, s);
+      torch::serialize::InputArchive in;
+      in.load_from(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
+      for (const std::string& key : in.keys()) {
+        torch::Tensor t;
+        in.read(key, t);
+        all[key] = t;
+      }
+    }
+    return all;
+  }
+
+  std::map<std::string, std::string> state() override {
+    return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_,
+                                           pipe_.rank());
+  }
+  void load_state(const std::vector<std::map<std::string, std::string>>& parts,
+                  const std::string& where) override {
+    if (!parallel::sharded::is_sharded_checkpoint(parts))
+      throw InvalidArgument("checkpoint " + where +
+                            " is in the single-writer form of an earlier heft; a pipelined run "
+                            "reads the part-per-rank form only");
+    parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer,
+                                        read_state(parts, where), /*subset=*/true);
+  }
+
+  void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
+
+  const parallel::pipeline::PipelineCounters& counters() const { return counters_; }
+
+ private:
+  // The activation a stage receives for a micro-batch of b samples with inputs like x:
+  // (b, T, n_embd) for the GPT.
+  std::vector<int64_t> activation_shape(int64_t b, const torch::Tensor& x) const {
+    return {b, x.size(1), hp_.n_embd};
+  }
+
+  // Profiles each layer on rank (0, 0, 0) and cuts the model there; every rank takes that
+  // plan (broadcast along each mesh dimension in turn).
+  parallel::pipeline::Plan make_plan(parallel::DeviceMesh& mesh) {
+    const std::vector<std::string> names = model_->layer_names();
+    const int n = static_cast<int>(names.size());
+    std::vector<int> first(static_cast<size_t>(pipe_.size()));
+    if (settings_.auto_partition) {
+      costs_ = profile(names);
+      plan_ = parallel::pipeline::auto_partition(costs_, pipe_.size(), settings_.memory_weight);
+      first = plan_.first;
+    } else {
+      if (pipe_.size() > n)
+        throw InvalidArgument("partitions: expected 1 to the model's " + std::to_string(n) +
+                              " layers, found " + std::to_string(pipe_.size()));
+      for (int s = 0; s < pipe_.size(); ++s) first[static_cast<size_t>(s)] = s * n / pipe_.size();
+      costs_.clear();
+      for (const std::string& name : names) costs_.push_back({name, 1, 2, 0, 0});
+    }
+    torch::Tensor t = torch::tensor(std::vector<int64_t>(first.begin(), first.end()), torch::kLong);
+    for (parallel::Dim d : {parallel::Dim::kTensor, parallel::Dim::kData, parallel::Dim::kPipeline})
+      if (mesh.size(d) > 1) mesh.group(d).broadcast(t, 0);
+    for (size_t s = 0; s < first.size(); ++s) first[s] = static_cast<int>(t[static_cast<int64_t>(s)].item<int64_t>());
+    if (costs_.size() != names.size()) costs_.assign(names.size(), {});
+    for (size_t i = 0; i < names.size(); ++i) costs_[i].name = names[i];
+    return parallel::pipeline::manual_partition(costs_, {first.begin() + 1, first.end()},
+                                                settings_.memory_weight);
+  }
+
+  // Each layer's forward and backward time (best of 3), parameter and activation bytes on a
+  // micro-batch of the run's size.
+  std::vector<parallel::pipeline::LayerCost> profile(const std::vector<std::string>& names) {
+    const int64_t b = std::max<int64_t>(1, hp_.batch_size / std::max(1, data_.size()) / settings_.microbatches);
+    const torch::Tensor input = model_->sample_input(b);
+    std::vector<parallel::pipeline::LayerCost> out(names.size());
+    if (!input.defined()) return out;
+    using Clock = std::chrono::steady_clock;
+    torch::Tensor x = input;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto& c = out[i];
+      c.name = names[i];
+      c.forward_s = c.backward_s = 1e30;
+      torch::Tensor y;
+      for (int r = 0; r < 3; ++r) {
+        torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+        const auto t0 = Clock::now();
+        y = model_->forward_range(static_cast<int>(i), static_cast<int>(i), in);
+        const auto t1 = Clock::now();
+        y.backward(torch::ones_like(y));
+        const auto t2 = Clock::now();
+        c.forward_s = std::min(c.forward_s, std::chrono::duration<double>(t1 - t0).count());
+        c.backward_s = std::min(c.backward_s, std::chrono::duration<double>(t2 - t1).count());
+      }
+      for (const torch::Tensor& p : model_->layer_parameters(static_cast<int>(i))) {
+        c.param_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+        p.mutable_grad().reset();
+      }
+      c.activation_bytes = y.numel() * static_cast<int64_t>(y.element_size());
+      x = y.detach();
+    }
+    return out;
+  }
+
+  void clip(double max_norm) {
+    double split_sq = 0, replicated_sq = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const torch::Tensor& g = item.value().grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
+    }
+    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
+    if (tensor_.size > 1) {
+      torch::Tensor u = t.narrow(0, 0, 1).clone();
+      tensor_group_.allreduce(u, comm::ReduceOp::sum);
+      t[0] = u[0];
+    }
+    if (pipe_.size() > 1) pipe_.allreduce(t, comm::ReduceOp::sum);
+    const double norm = std::sqrt(t[0].item<double>() + t[1].item<double>());
+    const double coefficient = max_norm / (norm + 1e-6);
+    if (coefficient >= 1) return;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model_->parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+  }
+
+  const PipelineSettings settings_;
+  parallel::ProcessGroup& pipe_;
+  parallel::pipeline::Schedule schedule_;
+  parallel::pipeline::Plan plan_;
+  std::vector<parallel::pipeline::LayerCost> costs_;
+  int stage_first_ = 0, stage_last_ = 0;
+  std::unique_ptr<parallel::data::DistributedDataParallel> ddp_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  parallel::pipeline::PipelineCounters counters_;
+};
+
 }  // namespace
 
 int sharded_degree(const config::Distribution& distribution, const Hyperparameters& hp) {
   if (hp.sharded_data_parallel_degree > 0) return static_cast<int>(hp.sharded_data_parallel_degree);
   return distribution.modelparallel.enabled ? distribution.modelparallel.sharded_data_parallel_degree
                                             : 1;
+}
+
+PipelineSettings pipeline_settings(const config::Distribution& distribution,
+                                   const Hyperparameters& hp) {
+  const config::ModelParallel& mp = distribution.modelparallel;
+  PipelineSettings s;
+  s.partitions = hp.partitions > 0 ? static_cast<int>(hp.partitions) : (mp.enabled ? mp.partitions : 1);
+  s.microbatches = hp.microbatches > 0 ? static_cast<int>(hp.microbatches) : (mp.enabled ? mp.microbatches : 1);
+  s.kind = !hp.pipeline.empty() ? hp.pipeline : (mp.enabled ? mp.pipeline : "interleaved");
+  s.active = mp.enabled && mp.active_microbatches > 0 ? mp.active_microbatches : s.partitions + 2;
+  s.memory_weight = mp.enabled ? mp.memory_weight : 0.2;
+  s.auto_partition = mp.enabled ? mp.auto_partition : true;
+  return s;
 }
 
 int tensor_degree(const config::Distribution& distribution, const Hyperparameters& hp) {
@@ -405,7 +702,7 @@ parallel::MeshShape mesh_shape(const config::Distribution& distribution, const H
                                int world) {
   parallel::MeshShape shape;
   shape.tensor = tensor_degree(distribution, hp);
-  const int pipeline = distribution.modelparallel.enabled ? distribution.modelparallel.partitions : 1;
+  const int pipeline = pipeline_settings(distribution, hp).partitions;
   if (shape.tensor < 1 || world % (shape.tensor * pipeline) != 0)
     throw InvalidArgument("tensor_parallel_degree: " + std::to_string(shape.tensor) + " x " +
                           "partitions " + std::to_string(pipeline) + " must divide the " +
@@ -429,6 +726,14 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
                                         const OptimizerConfig& optimizer) {
   const std::vector<std::string> unsupported = distribution.unsupported_by_trainer();
   if (!unsupported.empty()) throw InvalidArgument(unsupported.front());
+  const PipelineSettings pipe = pipeline_settings(distribution, hp);
+  if (pipe.partitions > 1) {
+    if (sharded_degree(distribution, hp) > 1)
+      throw InvalidArgument("partitions > 1 with sharded_data_parallel_degree > 1 is not "
+                            "supported yet (a pipeline composes with data and tensor parallelism)");
+    if (hp.bf16) throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1, not a pipeline");
+    return std::make_unique<Pipelined>(hp, pipe, mesh, std::move(model), optimizer);
+  }
   if (sharded_degree(distribution, hp) > 1)
     return std::make_unique<Sharded>(hp, mesh, std::move(model), optimizer);
   if (hp.bf16)

@@ -63,6 +63,10 @@ class Strategy {
   // gradients are those of the task's loss averaged over the whole global batch. Returns
   // the share's loss sum (a detached scalar; zero on ranks that hold no loss).
   virtual torch::Tensor step(const Batch& batch, const Task& task, double lr) = 0;
+  // The global loss sum of a step from this rank's share (step()'s result): summed over the
+  // data group, and with a pipeline taken from the last stage, the same on every rank
+  // (collective).
+  virtual double loss_total(const torch::Tensor& loss_sum) = 0;
   // The model's outputs for inputs, without grad, in eval mode (evaluation).
   virtual torch::Tensor evaluate(const torch::Tensor& inputs) = 0;
 
@@ -93,6 +97,17 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
                                         const Hyperparameters& hp, parallel::DeviceMesh& mesh,
                                         std::shared_ptr<Model> model,
                                         const OptimizerConfig& optimizer);
+
+// The pipeline's settings: the hyperparameters where given, else the distribution's.
+struct PipelineSettings {
+  int partitions = 1;
+  int microbatches = 1;
+  std::string kind = "interleaved";  // simple | interleaved
+  int active = 3;                    // interleaved: most micro-batches in flight
+  double memory_weight = 0.2;
+  bool auto_partition = true;
+};
+PipelineSettings pipeline_settings(const config::Distribution& distribution, const Hyperparameters& hp);
 
 // The mesh shape the distribution config (and the hyperparameters that override it) ask for
 // on `world` ranks. Throws heft::InvalidArgument naming sharded_data_parallel_degree when it

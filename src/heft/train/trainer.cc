@@ -242,8 +242,7 @@ class Training {
   // Reduces the step's loss over the data group (collective) and prints its step= line.
   void log_step(int64_t epoch, double lr, const torch::Tensor& loss_sum, int64_t global_count,
                 double now) {
-    result_.loss = sum_over(strategy_->data_group(), {loss_sum.item<double>()})[0] /
-                   static_cast<double>(global_count);
+    result_.loss = strategy_->loss_total(loss_sum) / static_cast<double>(global_count);
     const double samples_per_s =
         static_cast<double>(samples_ - samples_at_log_) / (now - seconds_at_log_);
     if (strategy_->reports())

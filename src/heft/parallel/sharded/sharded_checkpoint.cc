@@ -71,7 +71,7 @@ struct PartFlat {
 std::map<std::string, std::string> write_part(const std::vector<PartFlat>& flats,
                                               const std::string& optimizer_name, int shard_size,
                                               int shard_rank, int replicate_rank,
-                                              const TensorLayout& tensor) {
+                                              const TensorLayout& tensor, int pipeline_rank = 0) {
   torch::serialize::OutputArchive archive;
   json entries = json::array();
   for (size_t f = 0; f < flats.size(); ++f) {
@@ -95,7 +95,7 @@ std::map<std::string, std::string> write_part(const std::vector<PartFlat>& flats
                        {"optimizer", optimizer_name}, {"shard_size", shard_size},
                        {"shard_rank", shard_rank},  {"replicate_rank", replicate_rank},
                        {"tensor_size", tensor.size}, {"tensor_rank", tensor.rank},
-                       {"flats", entries}};
+                       {"pipeline_rank", pipeline_rank}, {"flats", entries}};
   return {{"shard.pt", bytes.str()}, {"layout.json", layout.dump()}};
 }
 
@@ -120,7 +120,8 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
 std::map<std::string, std::string> save_replica(torch::nn::Module& module,
                                                 torch::optim::Optimizer& optimizer,
                                                 const std::string& optimizer_name,
-                                                int replicate_rank, const TensorLayout& tensor) {
+                                                int replicate_rank, const TensorLayout& tensor,
+                                                int pipeline_rank) {
   std::vector<PartFlat> flats;
   for (const auto& item : module.named_parameters()) {
     PartFlat p;
@@ -130,7 +131,7 @@ std::map<std::string, std::string> save_replica(torch::nn::Module& module,
     p.info.members.push_back({item.key(), item.value().sizes().vec(), 0, item.value().numel()});
     flats.push_back(std::move(p));
   }
-  return write_part(flats, optimizer_name, 1, 0, replicate_rank, tensor);
+  return write_part(flats, optimizer_name, 1, 0, replicate_rank, tensor, pipeline_rank);
 }
 
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts) {
@@ -194,36 +195,19 @@ NamedState read_tensor_rank(const std::map<int, const std::map<std::string, std:
 
 }  // namespace
 
-NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
-                        const std::string& where) {
-  // Per tensor rank: replicate 0's parts by shard rank.
-  std::map<int, std::map<int, const std::map<std::string, std::string>*>> by_tensor;
-  std::map<int, json> layouts;
-  std::map<int, int> shard_sizes;
-  int tensor_size = 1;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const auto& p = parts[i];
-    if (!p.count("layout.json") || !p.count("shard.pt"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    " has no layout.json and shard.pt (not a sharded checkpoint)");
-    const json l = json::parse(p.at("layout.json"), nullptr, false);
-    if (l.is_discarded() || l.value("format", "") != "heft-sharded" || !l.contains("flats"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    "'s layout.json is not a heft-sharded layout");
-    if (l.value("replicate_rank", -1) != 0) continue;
-    const int t = l.value("tensor_rank", 0);
-    tensor_size = l.value("tensor_size", 1);
-    by_tensor[t][l.value("shard_rank", -1)] = &p;
-    shard_sizes[t] = l.value("shard_size", 0);
-    if (!layouts.count(t)) layouts[t] = l;
-  }
+namespace {
+
+// The full state of one pipeline stage's parts (its tensor ranks joined).
+NamedState read_stage(const std::map<int, std::map<int, const std::map<std::string, std::string>*>>& by_tensor,
+                      const std::map<int, json>& layouts, const std::map<int, int>& shard_sizes,
+                      int tensor_size, const std::string& where) {
   if (static_cast<int>(by_tensor.size()) != tensor_size)
     throw IoError("checkpoint " + where + ": expected the parts of " + std::to_string(tensor_size) +
                   " tensor ranks, found " + std::to_string(by_tensor.size()));
   std::map<std::string, tensor::Split> splits;
   std::vector<NamedState> ranks;
   for (auto& [t, shards] : by_tensor)
-    ranks.push_back(read_tensor_rank(shards, layouts[t], shard_sizes[t], where, &splits));
+    ranks.push_back(read_tensor_rank(shards, layouts.at(t), shard_sizes.at(t), where, &splits));
   if (ranks.size() == 1) return ranks[0];
   NamedState full;
   full.optimizer_name = ranks[0].optimizer_name;
@@ -247,6 +231,47 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
   return full;
 }
 
+}  // namespace
+
+NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
+                        const std::string& where) {
+  // Per pipeline stage, per tensor rank: replicate 0's parts by shard rank.
+  struct Stage {
+    std::map<int, std::map<int, const std::map<std::string, std::string>*>> by_tensor;
+    std::map<int, json> layouts;
+    std::map<int, int> shard_sizes;
+    int tensor_size = 1;
+  };
+  std::map<int, Stage> stages;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    if (!p.count("layout.json") || !p.count("shard.pt"))
+      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
+                    " has no layout.json and shard.pt (not a sharded checkpoint)");
+    const json l = json::parse(p.at("layout.json"), nullptr, false);
+    if (l.is_discarded() || l.value("format", "") != "heft-sharded" || !l.contains("flats"))
+      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
+                    "'s layout.json is not a heft-sharded layout");
+    if (l.value("replicate_rank", -1) != 0) continue;
+    Stage& st = stages[l.value("pipeline_rank", 0)];
+    const int t = l.value("tensor_rank", 0);
+    st.tensor_size = l.value("tensor_size", 1);
+    st.by_tensor[t][l.value("shard_rank", -1)] = &p;
+    st.shard_sizes[t] = l.value("shard_size", 0);
+    if (!st.layouts.count(t)) st.layouts[t] = l;
+  }
+  NamedState all;
+  for (auto& [s, st] : stages) {
+    NamedState piece = read_stage(st.by_tensor, st.layouts, st.shard_sizes, st.tensor_size, where);
+    all.optimizer_name = piece.optimizer_name;
+    all.adam_step = std::max(all.adam_step, piece.adam_step);
+    for (auto& [name, t] : piece.params) all.params[name] = t;
+    for (auto& [name, m] : piece.optimizer) all.optimizer[name] = m;
+  }
+  if (all.params.empty()) throw IoError("checkpoint " + where + ": no parts of replicate 0");
+  return all;
+}
+
 NamedState local_view(const NamedState& full, const TensorLayout& tensor) {
   if (tensor.size == 1) return full;
   NamedState out;
@@ -267,7 +292,7 @@ namespace {
 // Every name and shape of `expected` is in `state` (InvalidArgument naming the first that
 // is not), and the optimizer matches.
 void check(const NamedState& state, const std::map<std::string, std::vector<int64_t>>& expected,
-           const std::string& optimizer_name) {
+           const std::string& optimizer_name, bool subset = false) {
   for (const auto& [name, shape] : expected) {
     const auto it = state.params.find(name);
     if (it == state.params.end())
@@ -278,7 +303,7 @@ void check(const NamedState& state, const std::map<std::string, std::vector<int6
                             shape_text(it->second.sizes()) + ", the model's is " +
                             shape_text(shape) + " (another n_embd, n_layer, block_size?)");
   }
-  if (state.params.size() != expected.size())
+  if (!subset && state.params.size() != expected.size())
     throw InvalidArgument("checkpoint: it has " + std::to_string(state.params.size()) +
                           " parameters, the model " + std::to_string(expected.size()) +
                           " (a checkpoint of another model?)");
@@ -313,11 +338,11 @@ void load_named_state(ShardedDataParallel& sdp, torch::optim::Optimizer& optimiz
 }
 
 void load_named_state(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                      const std::string& optimizer_name, const NamedState& state) {
+                      const std::string& optimizer_name, const NamedState& state, bool subset) {
   std::map<std::string, std::vector<int64_t>> expected;
   const auto named = module.named_parameters();
   for (const auto& item : named) expected[item.key()] = item.value().sizes().vec();
-  check(state, expected, optimizer_name);
+  check(state, expected, optimizer_name, subset);
   torch::NoGradGuard no_grad;
   for (const auto& item : named) {
     torch::Tensor p = item.value();

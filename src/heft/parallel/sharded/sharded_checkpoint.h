@@ -9,7 +9,7 @@
 //                "f<f>.momentum_buffer" (sgd), when the optimizer has stepped
 //   layout.json  {"format": "heft-sharded", "version": 1, "optimizer": "adamw"|"sgd",
 //                 "shard_size": S, "shard_rank": k, "replicate_rank": r,
-//                 "tensor_size": T, "tensor_rank": t,
+//                 "tensor_size": T, "tensor_rank": t, "pipeline_rank": s,
 //                 "flats": [{"unit", "group", "numel", "shard_numel",
 //                            "members": [{"name", "shape": [..], "offset", "numel",
 //                                         "split": [dim, parts]}]}]}
@@ -62,11 +62,14 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                const TensorLayout& tensor = {});
 // The part of a rank holding a whole replica of `module` (its tensor slice); replicate_rank
 // is its data-parallel index (only index 0's part is read back).
+// pipeline_rank: the stage whose layers `module` holds (the parts of every stage together
+// make the model).
 std::map<std::string, std::string> save_replica(torch::nn::Module& module,
                                                 torch::optim::Optimizer& optimizer,
                                                 const std::string& optimizer_name,
                                                 int replicate_rank,
-                                                const TensorLayout& tensor = {});
+                                                const TensorLayout& tensor = {},
+                                                int pipeline_rank = 0);
 
 // Whether `parts` (a checkpoint's parts) were written by save_shards.
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts);
@@ -87,7 +90,9 @@ void load_named_state(ShardedDataParallel& sdp, torch::optim::Optimizer& optimiz
 
 // The same for a replicated module (data parallel) and its optimizer over
 // module.parameters().
+// subset: the module is a pipeline stage and holds some of the state's parameters only.
 void load_named_state(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-                      const std::string& optimizer_name, const NamedState& state);
+                      const std::string& optimizer_name, const NamedState& state,
+                      bool subset = false);
 
 }  // namespace heft::parallel::sharded

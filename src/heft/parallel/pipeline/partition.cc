@@ -1,0 +1,131 @@
+#include "heft/parallel/pipeline/partition.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "heft/error.h"
+
+namespace heft::parallel::pipeline {
+
+namespace {
+
+struct Prefix {
+  std::vector<double> time;
+  std::vector<int64_t> memory;
+  double total_time = 0;
+  double total_memory = 0;
+};
+
+Prefix prefix_of(const std::vector<LayerCost>& layers) {
+  Prefix p;
+  p.time.assign(layers.size() + 1, 0);
+  p.memory.assign(layers.size() + 1, 0);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    p.time[i + 1] = p.time[i] + layers[i].forward_s + layers[i].backward_s;
+    p.memory[i + 1] = p.memory[i] + layers[i].param_bytes + layers[i].activation_bytes;
+  }
+  p.total_time = std::max(p.time.back(), 1e-30);
+  p.total_memory = std::max<double>(static_cast<double>(p.memory.back()), 1e-30);
+  return p;
+}
+
+// Cost of layers [a, b).
+double cost(const Prefix& p, size_t a, size_t b, double w) {
+  return (1 - w) * (p.time[b] - p.time[a]) / p.total_time +
+         w * static_cast<double>(p.memory[b] - p.memory[a]) / p.total_memory;
+}
+
+Plan finish(const std::vector<LayerCost>& layers, std::vector<int> first, double w) {
+  const Prefix p = prefix_of(layers);
+  Plan plan;
+  plan.first = std::move(first);
+  for (size_t s = 0; s < plan.first.size(); ++s) {
+    const size_t a = static_cast<size_t>(plan.first[s]);
+    const size_t b = s + 1 < plan.first.size() ? static_cast<size_t>(plan.first[s + 1]) : layers.size();
+    plan.cost.push_back(cost(p, a, b, w));
+    plan.time_s.push_back(p.time[b] - p.time[a]);
+    plan.memory.push_back(p.memory[b] - p.memory[a]);
+    plan.max_cost = std::max(plan.max_cost, plan.cost.back());
+    if (b < layers.size()) plan.cut_bytes += layers[b - 1].activation_bytes;
+  }
+  return plan;
+}
+
+void check_weight(double w) {
+  if (!(w >= 0 && w <= 1))
+    throw InvalidArgument("memory_weight: expected a number from 0 to 1, found " + std::to_string(w));
+}
+
+}  // namespace
+
+Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w) {
+  check_weight(w);
+  const int n = static_cast<int>(layers.size());
+  if (stages < 1 || stages > n)
+    throw InvalidArgument("partitions: expected 1 to the model's " + std::to_string(n) +
+                          " layers, found " + std::to_string(stages));
+  const Prefix p = prefix_of(layers);
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][j]: the smallest largest cost of layers [0, j) in k stages.
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int j = k; j <= n; ++j)
+      for (int i = k - 1; i < j; ++i)
+        best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], cost(p, i, j, w)));
+  const double target = best[stages][n] * (1 + 1e-12) + 1e-15;
+  // Among splits whose every stage costs at most target: the fewest cut bytes.
+  const int64_t big = std::numeric_limits<int64_t>::max() / 4;
+  std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, big));
+  std::vector<std::vector<int>> from(stages + 1, std::vector<int>(n + 1, -1));
+  cut[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int j = k; j <= n; ++j)
+      for (int i = k - 1; i < j; ++i) {
+        if (cut[k - 1][i] >= big || cost(p, i, j, w) > target) continue;
+        const int64_t c = cut[k - 1][i] + (j < n ? layers[j - 1].activation_bytes : 0);
+        if (c < cut[k][j]) {
+          cut[k][j] = c;
+          from[k][j] = i;
+        }
+      }
+  std::vector<int> first(stages);
+  for (int k = stages, j = n; k >= 1; --k) {
+    first[k - 1] = from[k][j];
+    j = from[k][j];
+  }
+  return finish(layers, first, w);
+}
+
+Plan manual_partition(const std::vector<LayerCost>& layers, const std::vector<int>& boundaries,
+                      double w) {
+  check_weight(w);
+  std::vector<int> first{0};
+  for (int b : boundaries) {
+    if (b <= first.back() || b >= static_cast<int>(layers.size()))
+      throw InvalidArgument("partition_boundaries: expected ascending layer indices from 1 to " +
+                            std::to_string(layers.size() - 1) + ", found " + std::to_string(b));
+    first.push_back(b);
+  }
+  return finish(layers, first, w);
+}
+
+std::string describe(const Plan& plan, const std::vector<LayerCost>& layers) {
+  std::ostringstream os;
+  os << "pipeline plan: " << plan.first.size() << " stages, largest cost " << plan.max_cost
+     << ", " << plan.cut_bytes << " activation bytes cross the cuts\n";
+  os << "stage  layers                          time_ms   memory_MB  cost\n";
+  for (size_t s = 0; s < plan.first.size(); ++s) {
+    const int a = plan.first[s], b = plan.last_layer(static_cast<int>(s), static_cast<int>(layers.size()));
+    const std::string range = layers[a].name + (a == b ? "" : " .. " + layers[b].name);
+    char line[200];
+    std::snprintf(line, sizeof(line), "%-6zu %-30s %9.2f %10.2f  %.3f\n", s, range.c_str(),
+                  plan.time_s[s] * 1e3, static_cast<double>(plan.memory[s]) / (1 << 20), plan.cost[s]);
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace heft::parallel::pipeline

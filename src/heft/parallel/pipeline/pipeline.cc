@@ -1,0 +1,101 @@
+#include "heft/parallel/pipeline/pipeline.h"
+
+#include <map>
+
+#include "heft/error.h"
+
+namespace heft::parallel::pipeline {
+
+namespace {
+
+uint32_t tag_of(bool activation, int m) { return static_cast<uint32_t>(2 * m + (activation ? 0 : 1)); }
+
+}  // namespace
+
+void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& stage,
+               PipelineCounters* counters) {
+  if (sc.stages != group.size())
+    throw InvalidArgument("pipeline: a schedule of " + std::to_string(sc.stages) +
+                          " stages on a pipeline group of " + std::to_string(group.size()));
+  const int s = group.rank();
+  const std::vector<Action>& acts = sc.actions[static_cast<size_t>(s)];
+  int last_backward = -1;
+  for (const Action& a : acts)
+    if (a.kind == ActionKind::kBackward) last_backward = a.microbatch;
+  std::map<int, torch::Tensor> inputs, outputs, received_grads;
+  std::map<int, torch::Tensor> to_send_act, to_send_grad;  // kept alive until sent
+  for (size_t i = 0; i < acts.size();) {
+    if (acts[i].communication()) {
+      std::vector<TensorP2P> ops;
+      std::vector<std::pair<int, bool>> received;  // (m, activation?)
+      for (; i < acts.size() && acts[i].communication(); ++i) {
+        const Action& a = acts[i];
+        switch (a.kind) {
+          case ActionKind::kRecvActivation: {
+            torch::Tensor t = torch::empty(stage.activation_shape(a.microbatch), torch::TensorOptions().dtype(stage.dtype));
+            inputs[a.microbatch] = t;
+            ops.push_back(TensorP2P::from(t, a.peer, tag_of(true, a.microbatch)));
+            break;
+          }
+          case ActionKind::kSendActivation:
+            ops.push_back(TensorP2P::to(to_send_act.at(a.microbatch), a.peer, tag_of(true, a.microbatch)));
+            break;
+          case ActionKind::kRecvGradient: {
+            torch::Tensor t = torch::empty(outputs.at(a.microbatch).sizes(),
+                                           torch::TensorOptions().dtype(stage.dtype));
+            received_grads[a.microbatch] = t;
+            ops.push_back(TensorP2P::from(t, a.peer, tag_of(false, a.microbatch)));
+            break;
+          }
+          case ActionKind::kSendGradient:
+            ops.push_back(TensorP2P::to(to_send_grad.at(a.microbatch), a.peer, tag_of(false, a.microbatch)));
+            break;
+          default: break;
+        }
+        if (counters) ++(a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient
+                             ? counters->sends : counters->recvs);
+      }
+      group.exchange(ops);
+      if (counters) ++counters->exchanges;
+      // Sent tensors are no longer needed.
+      for (const TensorP2P& op : ops)
+        if (op.send) {
+          for (auto* m : {&to_send_act, &to_send_grad})
+            for (auto it = m->begin(); it != m->end();)
+              it = it->second.data_ptr() == op.tensor.data_ptr() ? m->erase(it) : std::next(it);
+        }
+      continue;
+    }
+    const Action& a = acts[i++];
+    const int m = a.microbatch;
+    if (a.kind == ActionKind::kForward) {
+      torch::Tensor input;
+      if (s > 0) {
+        input = inputs.at(m).requires_grad_(true);
+      }
+      torch::Tensor out = stage.forward(m, input);
+      outputs[m] = out;
+      if (s < sc.stages - 1) to_send_act[m] = out.detach().contiguous();
+      continue;
+    }
+    // Backward.
+    auto run = [&] {
+      torch::Tensor out = outputs.at(m);
+      if (s == sc.stages - 1)
+        out.backward();
+      else
+        torch::autograd::backward({out}, {received_grads.at(m).view(out.sizes())});
+    };
+    if (stage.around_backward) stage.around_backward(m, m == last_backward, run);
+    else run();
+    if (s > 0) {
+      const torch::Tensor& in = inputs.at(m);
+      to_send_grad[m] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
+    }
+    outputs.erase(m);
+    inputs.erase(m);
+    received_grads.erase(m);
+  }
+}
+
+}  // namespace heft::parallel::pipeline
