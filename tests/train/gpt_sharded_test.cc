@@ -10,6 +10,8 @@
 // all-gathers, reduce-scatters, prefetches, replicate allreduces for hybrid, and per-rank
 // state of 1/N of the parameters.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -214,6 +216,36 @@ TEST_F(GptEquivalence, PipelineWithDataAndTensorParallel) {
   run_case(pipe("pp2xdp2-m2", 4, 2, 2, "interleaved"));
   run_case(pipe("pp2xtp2-m4", 4, 2, 4, "interleaved", 2));
 }
+// A stage that dies makes the other fail with PeerLost (its next exchange) within the
+// timeout instead of hanging.
+TEST_F(GptEquivalence, AStageKilledMakesTheOtherRaisePeerLost) {
+  test::StoreProcess store;
+  comm::CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(10);
+  auto result = test::run_world(
+      2, store,
+      [](comm::Communicator& world) {
+        torch::set_num_threads(1);
+        Hyperparameters hp = small_gpt();
+        hp.partitions = 2;
+        hp.microbatches = 4;
+        Stack ranks(world, hp);
+        ranks.step(0);
+        if (world.rank() == 1) ::kill(::getpid(), SIGKILL);
+        try {
+          ranks.step(1);
+        } catch (const PeerLost&) {
+          return;
+        }
+        throw Error("stage 0's step did not raise PeerLost");
+      },
+      options, std::chrono::seconds(60));
+  ASSERT_EQ(result.ranks.size(), 2u);
+  EXPECT_EQ(result.ranks[0].exit_code, 0) << result.summary();
+  EXPECT_EQ(result.ranks[1].signal, SIGKILL) << result.summary();
+  EXPECT_FALSE(result.timed_out);
+}
+
 TEST_F(GptEquivalence, ShardedWithGradientAccumulation) {
   run_case({"zero3-2-acc2", 2, 2, 3, false, 2});
 }

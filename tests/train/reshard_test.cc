@@ -218,3 +218,53 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
 }
 
 }  // namespace
+
+namespace {
+
+// Pipeline checkpoints: each stage writes its layers; read at 1 stage (one process), at 4
+// stages, and a 1-stage checkpoint read at 2 stages x data 2.
+TEST_F(Reshard, PipelineCheckpointsLoadAtAnotherNumberOfPartitions) {
+  const auto whole = train(1, 1, 8, "whole");
+  ASSERT_EQ(whole.code, 0) << whole.text;
+  const double whole_loss = newest_checkpoint(root_ / "whole").second;
+  ASSERT_EQ(train(2, 1, 6, "pp2", "--partitions 2 --microbatches 4").code, 0);
+  ASSERT_EQ(train(1, 1, 6, "one").code, 0);
+  struct Layout {
+    const char* name;
+    const char* from;
+    int ranks;
+    const char* extra;
+  };
+  int copies = 0;
+  for (const Layout& l : {Layout{"p=2 -> 1 process", "pp2", 1, ""},
+                          Layout{"p=2 -> p=4", "pp2", 4, "--partitions 4 --microbatches 2"},
+                          Layout{"1 process -> p=2 x data 2", "one", 4, "--partitions 2 --microbatches 2"}}) {
+    const std::string copy = "pcopy-" + std::to_string(++copies);
+    fs::copy(root_ / l.from, root_ / copy, fs::copy_options::recursive);
+    const auto resumed = train(l.ranks, 1, 8, copy, l.extra);
+    ASSERT_EQ(resumed.code, 0) << l.name << ":\n" << resumed.text;
+    EXPECT_NE(resumed.text.find("resumed: step=6"), std::string::npos) << l.name << resumed.text;
+    EXPECT_NEAR(newest_checkpoint(root_ / copy).second, whole_loss, 1e-4 * std::abs(whole_loss))
+        << l.name << ": step 8's loss after resuming differs from the uninterrupted run's";
+  }
+}
+
+TEST_F(Reshard, BadPipelineSettingsExit2NamingTheField) {
+  // 2 blocks + embedding + head = 4 layers.
+  const auto layers = train(8, 1, 2, "l", "--partitions 8");
+  EXPECT_EQ(layers.code, 2) << layers.text;
+  EXPECT_NE(layers.text.find("partitions: expected 1 to the model's 4 layers, found 8"),
+            std::string::npos)
+      << layers.text;
+  const auto micro = train(2, 1, 2, "m", "--partitions 2 --microbatches 3");
+  EXPECT_EQ(micro.code, 2) << micro.text;
+  EXPECT_NE(micro.text.find("microbatches: 3 does not divide this data-parallel rank's share of "
+                            "the batch (8 samples)"),
+            std::string::npos)
+      << micro.text;
+  const auto world = train(3, 1, 2, "w", "--partitions 2");
+  EXPECT_EQ(world.code, 2) << world.text;
+  EXPECT_NE(world.text.find("partitions 2 must divide the 3 workers"), std::string::npos) << world.text;
+}
+
+}  // namespace

@@ -612,6 +612,11 @@ class Pipelined : public MeshStrategy {
     std::vector<parallel::pipeline::LayerCost> out(names.size());
     if (!input.defined()) return out;
     using Clock = std::chrono::steady_clock;
+    {  // one untimed pass first: allocations and lazy initialisation are not a layer's cost
+      torch::Tensor y = model_->forward_range(0, static_cast<int>(names.size()) - 1, input);
+      y.backward(torch::ones_like(y));
+      for (torch::Tensor& p : model_->parameters()) p.mutable_grad().reset();
+    }
     torch::Tensor x = input;
     for (size_t i = 0; i < names.size(); ++i) {
       auto& c = out[i];
