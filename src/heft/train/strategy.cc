@@ -567,7 +567,18 @@ class Pipelined : public MeshStrategy {
 
   void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
 
-  const parallel::pipeline::PipelineCounters& counters() const { return counters_; }
+  std::string summary() const override {
+    char line[256];
+    const double idle = counters_.step_seconds > 0
+                            ? 1.0 - counters_.busy_seconds / counters_.step_seconds : 0;
+    std::snprintf(line, sizeof(line),
+                  "pipeline: stage=%d busy_seconds=%.3f step_seconds=%.3f idle_fraction=%.3f "
+                  "theory=%.3f max_in_flight=%d exchanges=%lld",
+                  pipe_.rank(), counters_.busy_seconds, counters_.step_seconds, idle,
+                  parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches),
+                  counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
+    return line;
+  }
 
  private:
   // The activation a stage receives for a micro-batch of b samples with inputs like x:

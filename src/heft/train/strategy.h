@@ -83,6 +83,9 @@ class Strategy {
   virtual void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                           const std::string& where) = 0;
   virtual StateBytes state_bytes() = 0;
+  // Lines about the strategy's own work for the end of a run (may be empty): a pipeline
+  // stage's busy share of its steps.
+  virtual std::string summary() const { return ""; }
   // Every parameter of the model at full size, by name (collective: a sharded strategy
   // gathers them).
   virtual std::map<std::string, torch::Tensor> full_parameters() = 0;

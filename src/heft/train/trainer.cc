@@ -167,6 +167,10 @@ class Training {
     }
     if (task_->tokens_per_sample() > 0)
       print("memory: rank=%d peak_rss_mb=%.1f", world_.rank(), peak_rss_mb());
+    if (const std::string summary = strategy_->summary();
+        !summary.empty() && mesh_.coordinate(parallel::Dim::kData) == 0 &&
+        mesh_.coordinate(parallel::Dim::kTensor) == 0)
+      out_ << summary << std::endl;
     if (mesh_.size(parallel::Dim::kTensor) > 1 && strategy_->reports()) {
       const parallel::tensor::TensorParallelCounters& c = parallel::tensor::counters();
       print("tensor: allreduces=%lld allgathers=%lld comm_seconds=%.2f of %.2f training seconds",

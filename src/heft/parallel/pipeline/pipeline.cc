@@ -1,5 +1,7 @@
 #include "heft/parallel/pipeline/pipeline.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "heft/error.h"
@@ -17,6 +19,11 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
   if (sc.stages != group.size())
     throw InvalidArgument("pipeline: a schedule of " + std::to_string(sc.stages) +
                           " stages on a pipeline group of " + std::to_string(group.size()));
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const Clock::time_point start = Clock::now();
   const int s = group.rank();
   const std::vector<Action>& acts = sc.actions[static_cast<size_t>(s)];
   int last_backward = -1;
@@ -68,6 +75,7 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
     }
     const Action& a = acts[i++];
     const int m = a.microbatch;
+    const Clock::time_point t0 = Clock::now();
     if (a.kind == ActionKind::kForward) {
       torch::Tensor input;
       if (s > 0) {
@@ -76,6 +84,10 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
       torch::Tensor out = stage.forward(m, input);
       outputs[m] = out;
       if (s < sc.stages - 1) to_send_act[m] = out.detach().contiguous();
+      if (counters) {
+        counters->busy_seconds += since(t0);
+        counters->max_in_flight = std::max(counters->max_in_flight, static_cast<int>(outputs.size()));
+      }
       continue;
     }
     // Backward.
@@ -95,7 +107,9 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
     outputs.erase(m);
     inputs.erase(m);
     received_grads.erase(m);
+    if (counters) counters->busy_seconds += since(t0);
   }
+  if (counters) counters->step_seconds += since(start);
 }
 
 }  // namespace heft::parallel::pipeline

@@ -33,6 +33,9 @@ struct StageFunctions {
 struct PipelineCounters {
   int64_t exchanges = 0;  // batches of communication actions issued
   int64_t sends = 0, recvs = 0;
+  double busy_seconds = 0;   // in forward and backward compute
+  double step_seconds = 0;   // in run_stage
+  int max_in_flight = 0;     // micro-batches whose activations were held at once
 };
 
 // Runs stage `group.rank()`'s actions of `schedule`. Throws what the collectives throw
