@@ -93,6 +93,7 @@ struct Case {
   int64_t pp = 1;  // pipeline stages
   int64_t microbatches = 1;
   const char* pipeline = "interleaved";
+  int64_t virtual_stages = 1;
 };
 
 void check(comm::Communicator& world, const Case& c) {
@@ -108,6 +109,7 @@ void check(comm::Communicator& world, const Case& c) {
   hp.partitions = c.pp;
   hp.microbatches = c.microbatches;
   hp.pipeline = c.pipeline;
+  hp.virtual_stages = c.virtual_stages;
   comm::CommunicatorOptions alone_options;
   alone_options.token = "alone";
   auto alone_comm = comm::Communicator::create(std::make_shared<comm::MemoryStore>(), "alone", 0,
@@ -211,6 +213,14 @@ TEST_F(GptEquivalence, PipelineTwoStagesSimpleAndInterleaved) {
 TEST_F(GptEquivalence, PipelineFourStages) {
   run_case(pipe("pp4-interleaved-m4", 4, 4, 4, "interleaved"));
   run_case(pipe("pp4-simple-m8", 4, 4, 8, "simple"));
+}
+TEST_F(GptEquivalence, PipelineWithVirtualStages) {
+  Case c = pipe("pp2-v2-m4", 2, 2, 4, "interleaved");
+  c.virtual_stages = 2;
+  run_case(c);
+  Case d = pipe("pp2-v2xdp2-m2", 4, 2, 2, "interleaved");
+  d.virtual_stages = 2;
+  run_case(d);
 }
 TEST_F(GptEquivalence, PipelineWithDataAndTensorParallel) {
   run_case(pipe("pp2xdp2-m2", 4, 2, 2, "interleaved"));

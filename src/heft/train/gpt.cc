@@ -71,12 +71,12 @@ torch::Tensor gpt_range(G& g, int first, int last, const torch::Tensor& in) {
   return x;
 }
 
-// Drops every layer outside [first, last]: its modules are replaced by empty ones (the
+// Drops every layer not kept: its modules are replaced by empty ones (the
 // parameter names of the kept layers stay the full model's).
 template <class G>
-void gpt_keep(G& g, int first, int last) {
+void gpt_keep(G& g, const std::vector<bool>& kept) {
   const int n = static_cast<int>(g.blocks_.size());
-  auto keep = [&](int layer) { return layer >= first && layer <= last; };
+  auto keep = [&](int layer) { return layer < static_cast<int>(kept.size()) && kept[static_cast<size_t>(layer)]; };
   auto empty = [] { return std::make_shared<nn::Module>(); };
   if (!keep(0)) {
     g.replace_module("tok", empty());
@@ -134,7 +134,7 @@ std::vector<std::string> Gpt::layer_names() const { return gpt_layer_names(confi
 torch::Tensor Gpt::forward_range(int first, int last, const torch::Tensor& x) {
   return gpt_range(*this, first, last, x);
 }
-void Gpt::keep_layers(int first, int last) { gpt_keep(*this, first, last); }
+void Gpt::keep_layers(const std::vector<bool>& keep) { gpt_keep(*this, keep); }
 std::vector<torch::Tensor> Gpt::layer_parameters(int layer) { return gpt_layer_parameters(*this, layer); }
 torch::Tensor Gpt::sample_input(int64_t batch) const {
   return torch::randint(0, config_.vocab, {batch, config_.block_size}, torch::kLong);
@@ -145,7 +145,7 @@ std::vector<std::string> TensorParallelGpt::layer_names() const {
 torch::Tensor TensorParallelGpt::forward_range(int first, int last, const torch::Tensor& x) {
   return gpt_range(*this, first, last, x);
 }
-void TensorParallelGpt::keep_layers(int first, int last) { gpt_keep(*this, first, last); }
+void TensorParallelGpt::keep_layers(const std::vector<bool>& keep) { gpt_keep(*this, keep); }
 std::vector<torch::Tensor> TensorParallelGpt::layer_parameters(int layer) {
   return gpt_layer_parameters(*this, layer);
 }

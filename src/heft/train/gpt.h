@@ -52,14 +52,14 @@ class Gpt : public Model {
  public:
   friend class TensorParallelGpt;
   template <class G> friend torch::Tensor gpt_range(G&, int, int, const torch::Tensor&);
-  template <class G> friend void gpt_keep(G&, int, int);
+  template <class G> friend void gpt_keep(G&, const std::vector<bool>&);
   template <class G> friend std::vector<torch::Tensor> gpt_layer_parameters(G&, int);
   explicit Gpt(const GptConfig& c);
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<std::shared_ptr<torch::nn::Module>> units() override;
   std::vector<std::string> layer_names() const override;
   torch::Tensor forward_range(int first, int last, const torch::Tensor& x) override;
-  void keep_layers(int first, int last) override;
+  void keep_layers(const std::vector<bool>& keep) override;
   std::vector<torch::Tensor> layer_parameters(int layer) override;
   torch::Tensor sample_input(int64_t batch) const override;
   const GptConfig& config() const { return config_; }
@@ -99,14 +99,14 @@ class TensorParallelGptBlock : public torch::nn::Module {
 class TensorParallelGpt : public Model {
  public:
   template <class G> friend torch::Tensor gpt_range(G&, int, int, const torch::Tensor&);
-  template <class G> friend void gpt_keep(G&, int, int);
+  template <class G> friend void gpt_keep(G&, const std::vector<bool>&);
   template <class G> friend std::vector<torch::Tensor> gpt_layer_parameters(G&, int);
   TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup& group);
   torch::Tensor forward(torch::Tensor idx) override;
   std::vector<std::shared_ptr<torch::nn::Module>> units() override;
   std::vector<std::string> layer_names() const override;
   torch::Tensor forward_range(int first, int last, const torch::Tensor& x) override;
-  void keep_layers(int first, int last) override;
+  void keep_layers(const std::vector<bool>& keep) override;
   std::vector<torch::Tensor> layer_parameters(int layer) override;
   torch::Tensor sample_input(int64_t batch) const override;
   std::map<std::string, parallel::tensor::Split> tensor_splits() const override;

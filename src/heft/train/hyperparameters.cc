@@ -191,6 +191,9 @@ const std::vector<Field>& fields() {
                 "share); 0: the distribution block's"),
       string_field("pipeline", &H::pipeline, {"", "simple", "interleaved"},
                    "simple (GPipe) | interleaved (1F1B); empty: the distribution block's"),
+      int_field("virtual_stages", &H::virtual_stages, 1,
+                "interleaved pipeline: model chunks per stage (Megatron's interleaved 1F1B; "
+                "microbatches must be a multiple of partitions)"),
       int_field("zero_stage", &H::zero_stage, 2,
                 "sharded: 3 frees a unit's parameters after its forward, 2 keeps them until "
                 "its backward"),

@@ -58,6 +58,7 @@ struct Hyperparameters {
   int64_t partitions = 0;         // pipeline stages; 0: the distribution's (1: no pipeline)
   int64_t microbatches = 0;       // per step and data-parallel rank; 0: the distribution's
   std::string pipeline;           // simple | interleaved; empty: the distribution's
+  int64_t virtual_stages = 1;     // interleaved: model chunks per pipeline stage
   int64_t zero_stage = 3;         // sharded: 3 frees a unit's parameters after forward, 2 keeps
                                   // them until its backward
   bool activation_checkpointing = false;  // recompute each unit's forward in backward

@@ -55,14 +55,14 @@ class Model : public torch::nn::Module {
 
   // Pipeline parallelism: the model as an ordered list of layers (empty: it cannot be
   // pipelined). forward_range runs layers [first, last] on x (the model's input when first
-  // is 0, else the activation layer first-1 produced); keep_layers drops every other
-  // layer's parameters (a stage keeps its own), after which units() holds null for the
-  // dropped units.
+  // is 0, else the activation layer first-1 produced); keep_layers drops the parameters of
+  // every layer i with !keep[i] (a stage keeps its own), after which units() holds null for
+  // the dropped units.
   virtual std::vector<std::string> layer_names() const { return {}; }
   virtual torch::Tensor forward_range(int /*first*/, int /*last*/, const torch::Tensor& x) {
     return forward(x);
   }
-  virtual void keep_layers(int /*first*/, int /*last*/) {}
+  virtual void keep_layers(const std::vector<bool>& /*keep*/) {}
   // For profiling: layer i's parameters, and an input of `batch` samples.
   virtual std::vector<torch::Tensor> layer_parameters(int /*layer*/) { return {}; }
   virtual torch::Tensor sample_input(int64_t /*batch*/) const { return {}; }

@@ -412,14 +412,24 @@ class Pipelined : public MeshStrategy {
         settings_(settings),
         pipe_(mesh.group(parallel::Dim::kPipeline)),
         schedule_(parallel::pipeline::make_schedule(settings.kind, pipe_.size(),
-                                                    settings.microbatches, settings.active)) {
+                                                    settings.microbatches, settings.active,
+                                                    settings.virtual_stages)) {
     const std::vector<std::string> names = model_->layer_names();
     if (names.empty())
       throw InvalidArgument("partitions: model " + hp.model + " cannot be cut into pipeline stages (gpt can)");
     plan_ = make_plan(mesh);
-    stage_first_ = plan_.first[pipe_.rank()];
-    stage_last_ = plan_.last_layer(pipe_.rank(), static_cast<int>(names.size()));
-    model_->keep_layers(stage_first_, stage_last_);
+    // This rank holds virtual stages s, s + p, ...: one chunk of consecutive layers each.
+    std::vector<bool> keep(names.size(), false);
+    for (int c = 0; c < settings.virtual_stages; ++c) {
+      const int vs = c * pipe_.size() + pipe_.rank();
+      const int first = plan_.first[static_cast<size_t>(vs)];
+      const int last = plan_.last_layer(vs, static_cast<int>(names.size()));
+      chunks_.push_back({first, last});
+      for (int l = first; l <= last; ++l) keep[static_cast<size_t>(l)] = true;
+    }
+    stage_first_ = chunks_.front().first;
+    stage_last_ = chunks_.back().second;
+    model_->keep_layers(keep);
     const parallel::pipeline::Simulation sim = parallel::pipeline::simulate(schedule_);
     if (!sim.ok) throw InvalidArgument("pipeline schedule: " + sim.error);
     ddp_ = std::make_unique<parallel::data::DistributedDataParallel>(
@@ -437,10 +447,15 @@ class Pipelined : public MeshStrategy {
 
   std::string describe() const override {
     const std::vector<std::string> names = model_->layer_names();
-    return "pipeline (" + std::to_string(pipe_.size()) + " stages, " + settings_.kind + ", " +
-           std::to_string(settings_.microbatches) + " micro-batches; this stage: layers " +
-           names[static_cast<size_t>(stage_first_)] + " .. " + names[static_cast<size_t>(stage_last_)] +
-           ") x data_parallel " + std::to_string(data_.size()) + tensor_text() + "\n" +
+    std::string mine;
+    for (const auto& [first, last] : chunks_)
+      mine += (mine.empty() ? "" : ", ") + names[static_cast<size_t>(first)] + " .. " +
+              names[static_cast<size_t>(last)];
+    return "pipeline (" + std::to_string(pipe_.size()) + " stages" +
+           (settings_.virtual_stages > 1 ? " x " + std::to_string(settings_.virtual_stages) + " virtual" : "") +
+           ", " + settings_.kind + ", " + std::to_string(settings_.microbatches) +
+           " micro-batches; this stage: layers " + mine + ") x data_parallel " +
+           std::to_string(data_.size()) + tensor_text() + "\n" +
            parallel::pipeline::describe(plan_, costs_);
   }
 
@@ -455,22 +470,28 @@ class Pipelined : public MeshStrategy {
     const auto xs = batch.inputs.chunk(m, 0), ys = batch.targets.chunk(m, 0);
     const double scale = static_cast<double>(data_.size()) / static_cast<double>(batch.global_count);
     torch::Tensor total = torch::zeros({}, torch::kDouble);
-    const bool first = pipe_.rank() == 0, last = pipe_.rank() == pipe_.size() - 1;
+    const int V = settings_.virtual_stages * pipe_.size();
     parallel::pipeline::StageFunctions f;
-    f.forward = [&](int j, const torch::Tensor& input) {
-      torch::Tensor out = model_->forward_range(stage_first_, stage_last_, first ? xs[j] : input);
-      if (!last) return out;
+    f.forward = [&](int chunk, int j, const torch::Tensor& input) {
+      const int vs = chunk * pipe_.size() + pipe_.rank();
+      const auto [first, last] = chunks_[static_cast<size_t>(chunk)];
+      torch::Tensor out = model_->forward_range(first, last, vs == 0 ? xs[j] : input);
+      if (vs != V - 1) return out;
       torch::Tensor loss = loss_of(out, ys[j], task);
       total += loss.detach().to(torch::kDouble);
       return loss * scale;
     };
+    // DDP reduces during the stage's last backward pass; with virtual stages no pass covers
+    // every chunk, so all run without it and the gradients are averaged after the step.
+    const bool chunks = settings_.virtual_stages > 1;
     f.around_backward = [&](int, bool last_backward, const std::function<void()>& run) {
-      if (last_backward) return run();
+      if (last_backward && !chunks) return run();
       auto no_sync = ddp_->no_sync();
       run();
     };
     f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
+    if (chunks && data_.size() > 1) average_gradients();
     if (hp_.grad_clip > 0) clip(hp_.grad_clip);
     optimizer_->step();
     return total;
@@ -487,14 +508,21 @@ class Pipelined : public MeshStrategy {
   torch::Tensor evaluate(const torch::Tensor& inputs) override {
     torch::NoGradGuard no_grad;
     model_->eval();
-    const int s = pipe_.rank(), p = pipe_.size();
-    torch::Tensor x = inputs;
-    if (s > 0) {
-      x = torch::empty(activation_shape(inputs.size(0), inputs), torch::kFloat);
-      pipe_.exchange({parallel::TensorP2P::from(x, s - 1, 1u << 30)});
+    const int s = pipe_.rank(), p = pipe_.size(), V = settings_.virtual_stages * p;
+    torch::Tensor out;
+    for (int vs = 0; vs < V; ++vs) {  // each virtual stage's owner in turn
+      if (vs % p != s) continue;
+      torch::Tensor x = inputs;
+      if (vs > 0) {
+        x = torch::empty(activation_shape(inputs.size(0), inputs), torch::kFloat);
+        pipe_.exchange({parallel::TensorP2P::from(x, (vs - 1) % p, (1u << 30) + static_cast<uint32_t>(vs))});
+      }
+      const auto [first, last] = chunks_[static_cast<size_t>(vs / p)];
+      out = model_->forward_range(first, last, x);
+      if (vs < V - 1)
+        pipe_.exchange({parallel::TensorP2P::to(out.contiguous(), (vs + 1) % p,
+                                                (1u << 30) + static_cast<uint32_t>(vs + 1))});
     }
-    torch::Tensor out = model_->forward_range(stage_first_, stage_last_, x);
-    if (s < p - 1) pipe_.exchange({parallel::TensorP2P::to(out.contiguous(), s + 1, 1u << 30)});
     model_->train();
     torch::Tensor shape = torch::zeros({4}, torch::kLong);
     if (s == p - 1) {
@@ -575,7 +603,7 @@ class Pipelined : public MeshStrategy {
                   "pipeline: stage=%d busy_seconds=%.3f step_seconds=%.3f idle_fraction=%.3f "
                   "theory=%.3f max_in_flight=%d exchanges=%lld",
                   pipe_.rank(), counters_.busy_seconds, counters_.step_seconds, idle,
-                  parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches),
+                  parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches, settings_.virtual_stages),
                   counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
     return line;
   }
@@ -592,16 +620,20 @@ class Pipelined : public MeshStrategy {
   parallel::pipeline::Plan make_plan(parallel::DeviceMesh& mesh) {
     const std::vector<std::string> names = model_->layer_names();
     const int n = static_cast<int>(names.size());
-    std::vector<int> first(static_cast<size_t>(pipe_.size()));
+    const int V = settings_.virtual_stages * pipe_.size();  // virtual stages in all
+    if (V > n)
+      throw InvalidArgument(settings_.virtual_stages > 1
+                                ? "partitions x virtual_stages: expected at most the model's " +
+                                      std::to_string(n) + " layers, found " + std::to_string(V)
+                                : "partitions: expected 1 to the model's " + std::to_string(n) +
+                                      " layers, found " + std::to_string(V));
+    std::vector<int> first(static_cast<size_t>(V));
     if (settings_.auto_partition) {
       costs_ = profile(names);
-      plan_ = parallel::pipeline::auto_partition(costs_, pipe_.size(), settings_.memory_weight);
+      plan_ = parallel::pipeline::auto_partition(costs_, V, settings_.memory_weight);
       first = plan_.first;
     } else {
-      if (pipe_.size() > n)
-        throw InvalidArgument("partitions: expected 1 to the model's " + std::to_string(n) +
-                              " layers, found " + std::to_string(pipe_.size()));
-      for (int s = 0; s < pipe_.size(); ++s) first[static_cast<size_t>(s)] = s * n / pipe_.size();
+      for (int s = 0; s < V; ++s) first[static_cast<size_t>(s)] = s * n / V;
       costs_.clear();
       for (const std::string& name : names) costs_.push_back({name, 1, 2, 0, 0});
     }
@@ -654,6 +686,23 @@ class Pipelined : public MeshStrategy {
     return out;
   }
 
+  // Every gradient averaged over the data group in one flat allreduce.
+  void average_gradients() {
+    std::vector<torch::Tensor> grads;
+    for (torch::Tensor& p : model_->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p.grad().reshape({-1}));
+    }
+    torch::Tensor flat = torch::cat(grads);
+    data_.allreduce(flat, comm::ReduceOp::avg);
+    int64_t offset = 0;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model_->parameters()) {
+      p.mutable_grad().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+  }
+
   void clip(double max_norm) {
     double split_sq = 0, replicated_sq = 0;
     for (const auto& item : model_->named_parameters()) {
@@ -683,6 +732,7 @@ class Pipelined : public MeshStrategy {
   parallel::pipeline::Plan plan_;
   std::vector<parallel::pipeline::LayerCost> costs_;
   int stage_first_ = 0, stage_last_ = 0;
+  std::vector<std::pair<int, int>> chunks_;  // this rank's layer ranges, by chunk
   std::unique_ptr<parallel::data::DistributedDataParallel> ddp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   parallel::pipeline::PipelineCounters counters_;
@@ -706,6 +756,7 @@ PipelineSettings pipeline_settings(const config::Distribution& distribution,
   s.active = mp.enabled && mp.active_microbatches > 0 ? mp.active_microbatches : s.partitions + 2;
   s.memory_weight = mp.enabled ? mp.memory_weight : 0.2;
   s.auto_partition = mp.enabled ? mp.auto_partition : true;
+  s.virtual_stages = static_cast<int>(hp.virtual_stages);
   return s;
 }
 

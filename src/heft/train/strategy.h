@@ -107,6 +107,7 @@ struct PipelineSettings {
   int microbatches = 1;
   std::string kind = "interleaved";  // simple | interleaved
   int active = 3;                    // interleaved: most micro-batches in flight
+  int virtual_stages = 1;            // model chunks per stage
   double memory_weight = 0.2;
   bool auto_partition = true;
 };

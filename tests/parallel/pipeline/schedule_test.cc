@@ -39,6 +39,27 @@ TEST(Schedule, EveryGeneratedListPassesTheSimulatorWithTheTheoreticalBubble) {
       }
 }
 
+TEST(Schedule, VirtualStagesPassTheSimulatorAndShrinkTheBubble) {
+  for (int v = 2; v <= 4; ++v)
+    for (int p = 2; p <= 8; ++p)
+      for (int m = p; m <= 32; m += p) {
+        const Schedule sc = make_schedule("interleaved", p, m, 0, v);
+        const Simulation sim = simulate(sc);
+        ASSERT_TRUE(sim.ok) << "v=" << v << " p=" << p << " m=" << m << ": " << sim.error;
+        const double plain = simulate(make_schedule("interleaved", p, m)).bubble;
+        EXPECT_LT(sim.bubble, plain) << "v=" << v << " p=" << p << " m=" << m;
+        EXPECT_NEAR(sim.bubble, theoretical_bubble(p, m, v), 0.02)
+            << "v=" << v << " p=" << p << " m=" << m;
+        for (int s = 0; s < p; ++s) {
+          int forwards = 0;
+          for (const Action& a : sc.actions[s]) forwards += a.kind == ActionKind::kForward;
+          EXPECT_EQ(forwards, m * v);
+        }
+      }
+  EXPECT_THROW(make_schedule("interleaved", 4, 6, 0, 2), InvalidArgument);  // m % p != 0
+  EXPECT_THROW(make_schedule("simple", 4, 8, 0, 2), InvalidArgument);
+}
+
 TEST(Schedule, InterleavedNeverExceedsActiveMicrobatches) {
   for (int active = 1; active <= 6; ++active) {
     const Schedule sc = make_schedule("interleaved", 6, 16, active);
@@ -66,7 +87,7 @@ TEST(Schedule, RendersAGridWithTheBubble) {
   const std::string text = render(sc, simulate(sc));
   // Stage 0 waits for stage 1's first backward (2 units) before its own.
   EXPECT_NE(text.find("stage 0 |F0  F1  .   .   B0  B0  F2  "), std::string::npos) << text;
-  EXPECT_NE(text.find("bubble 0.200 (theory (p-1)/(m+p-1) = 0.200)"), std::string::npos) << text;
+  EXPECT_NE(text.find("bubble 0.200 (theory (p-1)/(v*m+p-1) = 0.200)"), std::string::npos) << text;
   EXPECT_THROW(make_schedule("zigzag", 2, 4), InvalidArgument);
   EXPECT_THROW(make_schedule("simple", 0, 4), InvalidArgument);
 }

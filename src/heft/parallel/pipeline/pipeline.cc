@@ -10,7 +10,10 @@ namespace heft::parallel::pipeline {
 
 namespace {
 
-uint32_t tag_of(bool activation, int m) { return static_cast<uint32_t>(2 * m + (activation ? 0 : 1)); }
+// A message's tag: its micro-batch, the virtual stage receiving it, and its kind.
+uint32_t tag_of(bool activation, int m, int receiver, int virtual_count) {
+  return static_cast<uint32_t>((m * virtual_count + receiver) * 2 + (activation ? 0 : 1));
+}
 
 }  // namespace
 
@@ -26,9 +29,12 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
   const Clock::time_point start = Clock::now();
   const int s = group.rank();
   const std::vector<Action>& acts = sc.actions[static_cast<size_t>(s)];
-  int last_backward = -1;
-  for (const Action& a : acts)
-    if (a.kind == ActionKind::kBackward) last_backward = a.microbatch;
+  size_t last_backward = acts.size();
+  for (size_t i = 0; i < acts.size(); ++i)
+    if (acts[i].kind == ActionKind::kBackward) last_backward = i;
+  const int p = sc.stages, V = sc.virtual_stages * p;
+  // Keyed by (chunk, micro-batch).
+  auto key = [](int chunk, int m) { return chunk * 1000003 + m; };
   std::map<int, torch::Tensor> inputs, outputs, received_grads;
   std::map<int, torch::Tensor> to_send_act, to_send_grad;  // kept alive until sent
   for (size_t i = 0; i < acts.size();) {
@@ -40,22 +46,24 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
         switch (a.kind) {
           case ActionKind::kRecvActivation: {
             torch::Tensor t = torch::empty(stage.activation_shape(a.microbatch), torch::TensorOptions().dtype(stage.dtype));
-            inputs[a.microbatch] = t;
-            ops.push_back(TensorP2P::from(t, a.peer, tag_of(true, a.microbatch)));
+            inputs[key(a.chunk, a.microbatch)] = t;
+            ops.push_back(TensorP2P::from(t, a.peer, tag_of(true, a.microbatch, a.chunk * p + s, V)));
             break;
           }
           case ActionKind::kSendActivation:
-            ops.push_back(TensorP2P::to(to_send_act.at(a.microbatch), a.peer, tag_of(true, a.microbatch)));
+            ops.push_back(TensorP2P::to(to_send_act.at(key(a.chunk, a.microbatch)), a.peer,
+                                        tag_of(true, a.microbatch, a.peer_chunk * p + a.peer, V)));
             break;
           case ActionKind::kRecvGradient: {
-            torch::Tensor t = torch::empty(outputs.at(a.microbatch).sizes(),
+            torch::Tensor t = torch::empty(outputs.at(key(a.chunk, a.microbatch)).sizes(),
                                            torch::TensorOptions().dtype(stage.dtype));
-            received_grads[a.microbatch] = t;
-            ops.push_back(TensorP2P::from(t, a.peer, tag_of(false, a.microbatch)));
+            received_grads[key(a.chunk, a.microbatch)] = t;
+            ops.push_back(TensorP2P::from(t, a.peer, tag_of(false, a.microbatch, a.chunk * p + s, V)));
             break;
           }
           case ActionKind::kSendGradient:
-            ops.push_back(TensorP2P::to(to_send_grad.at(a.microbatch), a.peer, tag_of(false, a.microbatch)));
+            ops.push_back(TensorP2P::to(to_send_grad.at(key(a.chunk, a.microbatch)), a.peer,
+                                        tag_of(false, a.microbatch, a.peer_chunk * p + a.peer, V)));
             break;
           default: break;
         }
@@ -73,17 +81,18 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
         }
       continue;
     }
+    const size_t index = i;
     const Action& a = acts[i++];
     const int m = a.microbatch;
+    const int k = key(a.chunk, m);
+    const int vs = a.chunk * p + s;
     const Clock::time_point t0 = Clock::now();
     if (a.kind == ActionKind::kForward) {
       torch::Tensor input;
-      if (s > 0) {
-        input = inputs.at(m).requires_grad_(true);
-      }
-      torch::Tensor out = stage.forward(m, input);
-      outputs[m] = out;
-      if (s < sc.stages - 1) to_send_act[m] = out.detach().contiguous();
+      if (vs > 0) input = inputs.at(k).requires_grad_(true);
+      torch::Tensor out = stage.forward(a.chunk, m, input);
+      outputs[k] = out;
+      if (vs < V - 1) to_send_act[k] = out.detach().contiguous();
       if (counters) {
         counters->busy_seconds += since(t0);
         counters->max_in_flight = std::max(counters->max_in_flight, static_cast<int>(outputs.size()));
@@ -92,21 +101,21 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
     }
     // Backward.
     auto run = [&] {
-      torch::Tensor out = outputs.at(m);
-      if (s == sc.stages - 1)
+      torch::Tensor out = outputs.at(k);
+      if (vs == V - 1)
         out.backward();
       else
-        torch::autograd::backward({out}, {received_grads.at(m).view(out.sizes())});
+        torch::autograd::backward({out}, {received_grads.at(k).view(out.sizes())});
     };
-    if (stage.around_backward) stage.around_backward(m, m == last_backward, run);
+    if (stage.around_backward) stage.around_backward(m, index == last_backward, run);
     else run();
-    if (s > 0) {
-      const torch::Tensor& in = inputs.at(m);
-      to_send_grad[m] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
+    if (vs > 0) {
+      const torch::Tensor& in = inputs.at(k);
+      to_send_grad[k] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
     }
-    outputs.erase(m);
-    inputs.erase(m);
-    received_grads.erase(m);
+    outputs.erase(k);
+    inputs.erase(k);
+    received_grads.erase(k);
     if (counters) counters->busy_seconds += since(t0);
   }
   if (counters) counters->step_seconds += since(start);

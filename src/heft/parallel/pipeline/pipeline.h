@@ -18,10 +18,11 @@
 namespace heft::parallel::pipeline {
 
 struct StageFunctions {
-  // Micro-batch m's forward on this stage. `input` is the received activation (a leaf
-  // requiring grad) or undefined on the first stage. Returns the activation to send, or on
-  // the last stage the (scaled) loss to run backward from.
-  std::function<torch::Tensor(int m, const torch::Tensor& input)> forward;
+  // Micro-batch m's forward through this stage's model chunk `chunk` (0 without virtual
+  // stages). `input` is the received activation (a leaf requiring grad) or undefined on the
+  // first virtual stage. Returns the activation to send, or on the last virtual stage the
+  // (scaled) loss to run backward from.
+  std::function<torch::Tensor(int chunk, int m, const torch::Tensor& input)> forward;
   // Wraps micro-batch m's backward (for example in DDP's no_sync for all but the last):
   // calls run() once. May be empty.
   std::function<void(int m, bool last_backward, const std::function<void()>& run)> around_backward;

@@ -22,7 +22,6 @@
 // receive is posted and the reverse, a batch when all its actions completed. A list that
 // cannot finish (a receive without its send, an order that waits in a cycle) is a
 // deadlock, reported naming the stage and the action it waits on.
-// Deliberately left out: interleaved virtual stages (Megatron's v chunks per rank).
 #pragma once
 
 #include <string>
@@ -36,10 +35,13 @@ struct Action {
   ActionKind kind = ActionKind::kForward;
   int microbatch = 0;
   int peer = -1;  // the other stage of a communication action
+  int chunk = 0;  // with virtual stages: which of this stage's model chunks (0..v-1)
+  int peer_chunk = 0;
   bool communication() const { return kind != ActionKind::kForward && kind != ActionKind::kBackward; }
 };
 
-// "F3", "B3", "rA3<0", "sA3>2", "rG3<2", "sG3>0".
+// "F3", "B3", "rA3<0", "sA3>2", "rG3<2", "sG3>0"; with virtual stages the chunk follows a
+// dot: "F3.1", "rA3.1<0.1".
 std::string to_string(const Action& a);
 
 struct Schedule {
@@ -47,12 +49,21 @@ struct Schedule {
   int stages = 1;
   int microbatches = 1;
   int active = 0;  // interleaved: the most micro-batches in flight per stage
+  int virtual_stages = 1;  // model chunks per stage (v)
   std::vector<std::vector<Action>> actions;  // per stage
 };
 
 // Throws heft::InvalidArgument naming the field for stages or microbatches < 1, an unknown
 // kind, or active < 1.
-Schedule make_schedule(const std::string& kind, int stages, int microbatches, int active = 0);
+//
+// virtual_stages v > 1 (interleaved only; Megatron's interleaved 1F1B): the model is cut into
+// v·p chunks and stage s holds chunks s, s + p, s + 2p, ...; a micro-batch passes every
+// stage v times. Stage s runs (p-s-1)·2 + (v-1)·p warm-up forwards, then one forward and one
+// backward alternately; forwards go through its chunks in order p micro-batches at a time,
+// backwards in reverse. m must be a multiple of p (microbatches named otherwise). The bubble
+// falls toward (p-1)/(v·m+p-1). active_microbatches does not apply.
+Schedule make_schedule(const std::string& kind, int stages, int microbatches, int active = 0,
+                       int virtual_stages = 1);
 
 struct Simulation {
   bool ok = false;
@@ -67,8 +78,8 @@ struct Simulation {
 Simulation simulate(const Schedule& schedule, std::vector<double> forward_cost = {},
                     std::vector<double> backward_cost = {});
 
-// The theory: (p-1)/(m+p-1).
-double theoretical_bubble(int stages, int microbatches);
+// The theory: (p-1)/(v·m+p-1).
+double theoretical_bubble(int stages, int microbatches, int virtual_stages = 1);
 
 // The timeline as a grid of stages x time slots, with the bubble beside the theory.
 std::string render(const Schedule& schedule, const Simulation& simulation);
