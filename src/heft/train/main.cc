@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
     try {
       const heft::train::PipelineSettings p = heft::train::pipeline_settings(distribution, hp);
       const auto schedule =
-          heft::parallel::pipeline::make_schedule(p.kind, p.partitions, p.microbatches, p.active);
+          heft::parallel::pipeline::make_schedule(p.kind, p.partitions, p.microbatches, p.active,
+                                                  p.virtual_stages);
       const auto simulation = heft::parallel::pipeline::simulate(schedule);
       std::cout << heft::parallel::pipeline::render(schedule, simulation);
       return simulation.ok ? 0 : 1;
