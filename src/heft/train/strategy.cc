@@ -125,6 +125,48 @@ class MeshStrategy : public Strategy {
   std::string tensor_text() const {
     return tensor_.size > 1 ? " x tensor " + std::to_string(tensor_.size) : "";
   }
+  // Activation checkpointing of the model's units (a dropped unit: nothing to recompute).
+  void recompute_units() {
+    std::vector<std::vector<torch::Tensor>> params;
+    for (const auto& unit : model_->units())
+      params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
+    model_->set_unit_runner([params](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
+      return parallel::recompute_in_backward(x, f, params.at(i));
+    });
+  }
+  // A replicated module's state: its parameters, DDP's buckets, the optimizer's state.
+  StateBytes replica_bytes(const parallel::data::DistributedDataParallel& ddp,
+                           torch::optim::Optimizer& optimizer) {
+    StateBytes b;
+    for (const torch::Tensor& p : model_->parameters()) b.params += bytes_of(p);
+    for (const auto& bucket : ddp.buckets()) b.grads += static_cast<int64_t>(bucket.bytes);
+    b.optimizer = optimizer_state_bytes(optimizer);
+    return b;
+  }
+  // torch's clip_grad_norm_ over the full model for a replicated module: the norm of
+  // replicated parameters counted once, of split ones summed over the tensor group, and
+  // with a pipeline every stage's summed over `stages`.
+  void clip_replica(double max_norm, parallel::ProcessGroup* stages) {
+    double split_sq = 0, replicated_sq = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const torch::Tensor& g = item.value().grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
+    }
+    if (tensor_.size > 1) {
+      torch::Tensor u = torch::tensor({split_sq}, torch::kDouble);
+      tensor_group_.allreduce(u, comm::ReduceOp::sum);
+      split_sq = u.item<double>();
+    }
+    torch::Tensor t = torch::tensor({split_sq + replicated_sq}, torch::kDouble);
+    if (stages && stages->size() > 1) stages->allreduce(t, comm::ReduceOp::sum);
+    const double coefficient = max_norm / (std::sqrt(t.item<double>()) + 1e-6);
+    if (coefficient >= 1) return;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model_->parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+  }
 
   const Hyperparameters& hp_;
   parallel::ProcessGroup& data_;
@@ -144,13 +186,7 @@ class DataParallel : public MeshStrategy {
       : MeshStrategy(hp, mesh, std::move(model)),
         ddp_(model_, data_, ddp_options(hp)),
         optimizer_(make_optimizer(optimizer, model_->parameters())) {
-    if (hp.activation_checkpointing) {
-      std::vector<std::vector<torch::Tensor>> params;
-      for (const auto& unit : model_->units()) params.push_back(unit->parameters());
-      model_->set_unit_runner([params](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
-        return parallel::recompute_in_backward(x, f, params.at(i));
-      });
-    }
+    if (hp.activation_checkpointing) recompute_units();
   }
 
   std::string describe() const override {
@@ -177,7 +213,7 @@ class DataParallel : public MeshStrategy {
         (loss_sum * scale).backward();
       }
     }
-    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
+    if (hp_.grad_clip > 0) clip_replica(hp_.grad_clip, nullptr);
     optimizer_->step();
     return total;
   }
@@ -190,13 +226,7 @@ class DataParallel : public MeshStrategy {
     return out;
   }
 
-  StateBytes state_bytes() override {
-    StateBytes b;
-    for (const torch::Tensor& p : model_->parameters()) b.params += bytes_of(p);
-    for (const auto& bucket : ddp_.buckets()) b.grads += static_cast<int64_t>(bucket.bytes);
-    b.optimizer = optimizer_state_bytes(*optimizer_);
-    return b;
-  }
+  StateBytes state_bytes() override { return replica_bytes(ddp_, *optimizer_); }
 
   std::map<std::string, torch::Tensor> full_parameters() override {
     std::map<std::string, torch::Tensor> local;
@@ -241,28 +271,6 @@ class DataParallel : public MeshStrategy {
   }
 
  private:
-  // torch's clip_grad_norm_ over the full model: the norm of replicated parameters counted
-  // once, of split ones summed over the tensor group.
-  void clip(double max_norm) {
-    double split_sq = 0, replicated_sq = 0;
-    for (const auto& item : model_->named_parameters()) {
-      const torch::Tensor& g = item.value().grad();
-      if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
-      (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
-    }
-    if (tensor_.size > 1) {
-      torch::Tensor t = torch::tensor({split_sq}, torch::kDouble);
-      tensor_group_.allreduce(t, comm::ReduceOp::sum);
-      split_sq = t.item<double>();
-    }
-    const double coefficient = max_norm / (std::sqrt(split_sq + replicated_sq) + 1e-6);
-    if (coefficient >= 1) return;
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : model_->parameters())
-      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
-  }
-
   parallel::data::DistributedDataParallel ddp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
@@ -435,14 +443,7 @@ class Pipelined : public MeshStrategy {
     ddp_ = std::make_unique<parallel::data::DistributedDataParallel>(
         std::static_pointer_cast<torch::nn::Module>(model_), data_, ddp_options(hp));
     optimizer_ = make_optimizer(optimizer, model_->parameters());
-    if (hp.activation_checkpointing) {
-      std::vector<std::vector<torch::Tensor>> params;
-      for (const auto& unit : model_->units())
-        params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
-      model_->set_unit_runner([params](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
-        return parallel::recompute_in_backward(x, f, params.at(i));
-      });
-    }
+    if (hp.activation_checkpointing) recompute_units();
   }
 
   std::string describe() const override {
@@ -492,7 +493,7 @@ class Pipelined : public MeshStrategy {
     f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
     if (chunks && data_.size() > 1) average_gradients();
-    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
+    if (hp_.grad_clip > 0) clip_replica(hp_.grad_clip, &pipe_);
     optimizer_->step();
     return total;
   }
@@ -538,13 +539,7 @@ class Pipelined : public MeshStrategy {
     return out;
   }
 
-  StateBytes state_bytes() override {
-    StateBytes b;
-    for (const torch::Tensor& p : model_->parameters()) b.params += bytes_of(p);
-    for (const auto& bucket : ddp_->buckets()) b.grads += static_cast<int64_t>(bucket.bytes);
-    b.optimizer = optimizer_state_bytes(*optimizer_);
-    return b;
-  }
+  StateBytes state_bytes() override { return replica_bytes(*ddp_, *optimizer_); }
 
   // Every stage's parameters, on every rank (a collective over the pipeline group).
   std::map<std::string, torch::Tensor> full_parameters() override {
@@ -701,29 +696,6 @@ class Pipelined : public MeshStrategy {
       p.mutable_grad().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
       offset += p.numel();
     }
-  }
-
-  void clip(double max_norm) {
-    double split_sq = 0, replicated_sq = 0;
-    for (const auto& item : model_->named_parameters()) {
-      const torch::Tensor& g = item.value().grad();
-      if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
-      (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
-    }
-    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
-    if (tensor_.size > 1) {
-      torch::Tensor u = t.narrow(0, 0, 1).clone();
-      tensor_group_.allreduce(u, comm::ReduceOp::sum);
-      t[0] = u[0];
-    }
-    if (pipe_.size() > 1) pipe_.allreduce(t, comm::ReduceOp::sum);
-    const double norm = std::sqrt(t[0].item<double>() + t[1].item<double>());
-    const double coefficient = max_norm / (norm + 1e-6);
-    if (coefficient >= 1) return;
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : model_->parameters())
-      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
   }
 
   const PipelineSettings settings_;
