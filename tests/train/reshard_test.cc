@@ -188,19 +188,19 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
       << "name: spot\n"
          "entry_point: heft-train\n"
          "hyperparameters: {model: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, "
-         "batch_size: 8, max_steps: 240, lr_schedule: constant, seed: 3, eval: false, "
+         "batch_size: 8, max_steps: 400, lr_schedule: constant, seed: 3, eval: false, "
          "log_every: 40}\n"
          "cluster: {instance_count: 1, processes_per_host: 2}\n"
          "distribution: {modelparallel: {enabled: true, parameters: "
          "{sharded_data_parallel_degree: 2}}}\n"
-         "checkpoint: {every_steps: 20, keep: 2}\n"
+         "checkpoint: {every_steps: 10, keep: 2}\n"
          "environment: {OMP_NUM_THREADS: \"1\"}\n";
   const std::string heft = "env -u HEFT_STORE HEFT_HOME=" + home.string() + " " + kBin + "/heft ";
   const std::string spec = (root_ / "spec.yaml").string();
   const auto plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
   const auto spot = run_command(heft + "train " + spec +
-                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 2, "
                                 "count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
   const auto described = run_command(heft + "describe spot --json");
@@ -212,8 +212,8 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   EXPECT_NE(logs.text.find("resumed: step="), std::string::npos) << logs.text;
   const auto [a_step, a] = newest_checkpoint(home / "jobs" / "plain" / "checkpoints");
   const auto [b_step, b] = newest_checkpoint(home / "jobs" / "spot" / "checkpoints");
-  EXPECT_EQ(a_step, 240);
-  EXPECT_EQ(b_step, 240);
+  EXPECT_EQ(a_step, 400);
+  EXPECT_EQ(b_step, 400);
   EXPECT_LE(std::abs(a - b), 1e-6 * std::abs(a)) << "uninterrupted " << a << " resumed " << b;
 }
 
