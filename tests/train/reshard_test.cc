@@ -200,7 +200,7 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   const auto plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
   const auto spot = run_command(heft + "train " + spec +
-                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 2, "
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
                                 "count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
   const auto described = run_command(heft + "describe spot --json");
