@@ -262,6 +262,12 @@ TEST_F(Reshard, BadPipelineSettingsExit2NamingTheField) {
                             "the batch (8 samples)"),
             std::string::npos)
       << micro.text;
+  const auto bounds = train(2, 1, 2, "b", "--partitions 2 --partition_boundaries 9");
+  EXPECT_EQ(bounds.code, 2) << bounds.text;
+  EXPECT_NE(bounds.text.find("partition_boundaries: expected ascending layer indices from 1 to 3, "
+                             "found 9"),
+            std::string::npos)
+      << bounds.text;
   const auto world = train(3, 1, 2, "w", "--partitions 2");
   EXPECT_EQ(world.code, 2) << world.text;
   EXPECT_NE(world.text.find("partitions 2 must divide the 3 workers"), std::string::npos) << world.text;

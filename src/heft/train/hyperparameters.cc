@@ -1,5 +1,6 @@
 #include "heft/train/hyperparameters.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -194,6 +195,12 @@ const std::vector<Field>& fields() {
       int_field("virtual_stages", &H::virtual_stages, 1,
                 "interleaved pipeline: model chunks per stage (Megatron's interleaved 1F1B; "
                 "microbatches must be a multiple of partitions)"),
+      string_field("partition_boundaries", &H::partition_boundaries, {},
+                   "pipeline: the first layer of each stage after the first, comma-separated "
+                   "(\"3,5\"); empty: the partitioner's split"),
+      int_field("vocab", &H::vocab, 256,
+                "gpt: embedding and head rows (at least the 256 byte values; more makes a "
+                "heavier head)"),
       int_field("zero_stage", &H::zero_stage, 2,
                 "sharded: 3 frees a unit's parameters after its forward, 2 keeps them until "
                 "its backward"),
@@ -308,6 +315,10 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
   if (r.value.n_embd % r.value.n_head != 0)
     return fail("hyperparameter n_head: expected a divisor of n_embd (" +
                 std::to_string(r.value.n_embd) + "), found " + std::to_string(r.value.n_head));
+  for (const char c : r.value.partition_boundaries)
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == ','))
+      return fail("hyperparameter partition_boundaries: expected layer indices separated by "
+                  "commas (\"3,5\"), found '" + r.value.partition_boundaries + "'");
   apply_model_defaults(r.value, r.given);
   return r;
 }

@@ -59,6 +59,9 @@ struct Hyperparameters {
   int64_t microbatches = 0;       // per step and data-parallel rank; 0: the distribution's
   std::string pipeline;           // simple | interleaved; empty: the distribution's
   int64_t virtual_stages = 1;     // interleaved: model chunks per pipeline stage
+  std::string partition_boundaries;  // "3,5": the first layer of each stage after the first;
+                                     // empty: automatic (or even, auto_partition false)
+  int64_t vocab = 256;            // gpt: rows of the embedding and head (bytes use 256)
   int64_t zero_stage = 3;         // sharded: 3 frees a unit's parameters after forward, 2 keeps
                                   // them until its backward
   bool activation_checkpointing = false;  // recompute each unit's forward in backward

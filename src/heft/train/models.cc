@@ -57,6 +57,7 @@ const std::vector<ModelEntry>& model_registry() {
          g.n_head = c.hp.n_head;
          g.n_embd = c.hp.n_embd;
          g.block_size = c.hp.block_size;
+         g.vocab = c.hp.vocab;
          if (c.mesh && c.mesh->size(parallel::Dim::kTensor) > 1)
            return std::shared_ptr<Model>(
                std::make_shared<TensorParallelGpt>(g, c.mesh->group(parallel::Dim::kTensor)));

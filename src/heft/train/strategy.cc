@@ -623,7 +623,15 @@ class Pipelined : public MeshStrategy {
                                 : "partitions: expected 1 to the model's " + std::to_string(n) +
                                       " layers, found " + std::to_string(V));
     std::vector<int> first(static_cast<size_t>(V));
-    if (settings_.auto_partition) {
+    if (!settings_.boundaries.empty()) {
+      if (static_cast<int>(settings_.boundaries.size()) != V - 1)
+        throw InvalidArgument("partition_boundaries: expected " + std::to_string(V - 1) +
+                              " layer indices (one per stage after the first), found " +
+                              std::to_string(settings_.boundaries.size()));
+      costs_.assign(names.size(), {});
+      first[0] = 0;
+      for (int s = 1; s < V; ++s) first[static_cast<size_t>(s)] = settings_.boundaries[static_cast<size_t>(s - 1)];
+    } else if (settings_.auto_partition) {
       costs_ = profile(names);
       plan_ = parallel::pipeline::auto_partition(costs_, V, settings_.memory_weight);
       first = plan_.first;
@@ -729,6 +737,9 @@ PipelineSettings pipeline_settings(const config::Distribution& distribution,
   s.memory_weight = mp.enabled ? mp.memory_weight : 0.2;
   s.auto_partition = mp.enabled ? mp.auto_partition : true;
   s.virtual_stages = static_cast<int>(hp.virtual_stages);
+  std::stringstream list(hp.partition_boundaries);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty()) s.boundaries.push_back(std::stoi(item));
   return s;
 }
 

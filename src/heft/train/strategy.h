@@ -108,6 +108,7 @@ struct PipelineSettings {
   std::string kind = "interleaved";  // simple | interleaved
   int active = 3;                    // interleaved: most micro-batches in flight
   int virtual_stages = 1;            // model chunks per stage
+  std::vector<int> boundaries;       // given split (first layer of stages 1..); empty: planned
   double memory_weight = 0.2;
   bool auto_partition = true;
 };
