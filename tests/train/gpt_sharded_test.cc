@@ -222,6 +222,16 @@ TEST_F(GptEquivalence, PipelineWithVirtualStages) {
   d.virtual_stages = 2;
   run_case(d);
 }
+TEST_F(GptEquivalence, PipelineWithShardedDataParallel) {
+  Case c = pipe("pp2xsdp2-m2", 4, 2, 2, "interleaved");
+  c.sdp = 2;
+  run_case(c);
+  Case d = pipe("pp2xsdp2-zero2-ckpt-m4", 4, 2, 4, "simple");
+  d.sdp = 2;
+  d.zero_stage = 2;
+  d.checkpointing = true;
+  run_case(d);
+}
 TEST_F(GptEquivalence, PipelineWithDataAndTensorParallel) {
   run_case(pipe("pp2xdp2-m2", 4, 2, 2, "interleaved"));
   run_case(pipe("pp2xtp2-m4", 4, 2, 4, "interleaved", 2));

@@ -440,6 +440,34 @@ class Pipelined : public MeshStrategy {
     model_->keep_layers(keep);
     const parallel::pipeline::Simulation sim = parallel::pipeline::simulate(schedule_);
     if (!sim.ok) throw InvalidArgument("pipeline schedule: " + sim.error);
+    if (settings.sharded) {
+      // Each stage's layers sharded over the stage's data ranks (its units: the blocks it
+      // holds; the rest of its layers the root).
+      parallel::sharded::ShardedOptions o;
+      o.reshard_after_forward = hp.zero_stage == 3;
+      o.activation_checkpointing = hp.activation_checkpointing;
+      if (hp.bf16) o.compute_dtype = torch::kBFloat16;
+      const bool matrices_only = optimizer.decay_matrices_only;
+      const parallel::sharded::TensorLayout tensor = tensor_;
+      o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
+        const int decayed = !matrices_only || p.dim() >= 2 ? 0 : 1;
+        return (tensor.size > 1 && tensor.split_of(name).dim >= 0 ? 2 : 0) + decayed;
+      };
+      sdp_ = std::make_unique<parallel::sharded::ShardedDataParallel>(
+          model_, model_->units(), mesh.group(parallel::Dim::kShard),
+          &mesh.group(parallel::Dim::kReplicate), o);
+      std::vector<torch::Tensor> decayed, rest;
+      for (size_t f = 0; f < sdp_->shards().size(); ++f)
+        (sdp_->flats()[f].group % 2 == 0 ? decayed : rest).push_back(sdp_->shards()[f]);
+      OptimizerConfig oc = optimizer;
+      oc.decay_matrices_only = false;
+      optimizer_ = make_optimizer(oc, std::move(decayed), std::move(rest));
+      model_->set_unit_runner([this](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
+        return sdp_->run_unit(i, x, f);
+      });
+      replicate_rank_ = mesh.coordinate(parallel::Dim::kReplicate);
+      return;
+    }
     ddp_ = std::make_unique<parallel::data::DistributedDataParallel>(
         std::static_pointer_cast<torch::nn::Module>(model_), data_, ddp_options(hp));
     optimizer_ = make_optimizer(optimizer, model_->parameters());
@@ -476,6 +504,7 @@ class Pipelined : public MeshStrategy {
     f.forward = [&](int chunk, int j, const torch::Tensor& input) {
       const int vs = chunk * pipe_.size() + pipe_.rank();
       const auto [first, last] = chunks_[static_cast<size_t>(chunk)];
+      if (sdp_) sdp_->begin_forward();
       torch::Tensor out = model_->forward_range(first, last, vs == 0 ? xs[j] : input);
       if (vs != V - 1) return out;
       torch::Tensor loss = loss_of(out, ys[j], task);
@@ -487,13 +516,20 @@ class Pipelined : public MeshStrategy {
     const bool chunks = settings_.virtual_stages > 1;
     f.around_backward = [&](int, bool last_backward, const std::function<void()>& run) {
       if (last_backward && !chunks) return run();
+      if (sdp_) {
+        auto no_sync = sdp_->no_sync();
+        return run();
+      }
       auto no_sync = ddp_->no_sync();
       run();
     };
     f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
     if (chunks && data_.size() > 1) average_gradients();
-    if (hp_.grad_clip > 0) clip_replica(hp_.grad_clip, &pipe_);
+    if (hp_.grad_clip > 0) {
+      if (sdp_) clip_shards(hp_.grad_clip);
+      else clip_replica(hp_.grad_clip, &pipe_);
+    }
     optimizer_->step();
     return total;
   }
@@ -519,7 +555,9 @@ class Pipelined : public MeshStrategy {
         pipe_.exchange({parallel::TensorP2P::from(x, (vs - 1) % p, (1u << 30) + static_cast<uint32_t>(vs))});
       }
       const auto [first, last] = chunks_[static_cast<size_t>(vs / p)];
+      if (sdp_) sdp_->begin_forward();
       out = model_->forward_range(first, last, x);
+      if (sdp_) sdp_->end_forward_without_backward();
       if (vs < V - 1)
         pipe_.exchange({parallel::TensorP2P::to(out.contiguous(), (vs + 1) % p,
                                                 (1u << 30) + static_cast<uint32_t>(vs + 1))});
@@ -539,12 +577,19 @@ class Pipelined : public MeshStrategy {
     return out;
   }
 
-  StateBytes state_bytes() override { return replica_bytes(*ddp_, *optimizer_); }
+  StateBytes state_bytes() override {
+    if (sdp_) return {sdp_->shard_bytes(), sdp_->grad_bytes(), optimizer_state_bytes(*optimizer_)};
+    return replica_bytes(*ddp_, *optimizer_);
+  }
 
   // Every stage's parameters, on every rank (a collective over the pipeline group).
   std::map<std::string, torch::Tensor> full_parameters() override {
     std::map<std::string, torch::Tensor> local;
-    for (const auto& item : model_->named_parameters()) local[item.key()] = item.value().detach().clone();
+    if (sdp_) {
+      local = sdp_->full_parameters();
+    } else {
+      for (const auto& item : model_->named_parameters()) local[item.key()] = item.value().detach().clone();
+    }
     local = join_tensor_slices(std::move(local));
     std::map<std::string, torch::Tensor> all;
     for (int s = 0; s < pipe_.size(); ++s) {
@@ -575,6 +620,9 @@ class Pipelined : public MeshStrategy {
   }
 
   std::map<std::string, std::string> state() override {
+    if (sdp_)
+      return parallel::sharded::save_shards(*sdp_, *optimizer_, hp_.optimizer, replicate_rank_,
+                                            tensor_, pipe_.rank());
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_,
                                            pipe_.rank());
   }
@@ -584,8 +632,12 @@ class Pipelined : public MeshStrategy {
       throw InvalidArgument("checkpoint " + where +
                             " is in the single-writer form of an earlier heft; a pipelined run "
                             "reads the part-per-rank form only");
-    parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer,
-                                        read_state(parts, where), /*subset=*/true);
+    if (sdp_)
+      parallel::sharded::load_named_state(*sdp_, *optimizer_, hp_.optimizer,
+                                          read_state(parts, where), /*subset=*/true);
+    else
+      parallel::sharded::load_named_state(*model_, *optimizer_, hp_.optimizer,
+                                          read_state(parts, where), /*subset=*/true);
   }
 
   void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
@@ -689,6 +741,29 @@ class Pipelined : public MeshStrategy {
     return out;
   }
 
+  // The global norm of a sharded stage: its shards over the shard group, split flats over
+  // the tensor group, every stage over the pipeline group.
+  void clip_shards(double max_norm) {
+    double split_sq = 0, replicated_sq = 0;
+    for (size_t f = 0; f < sdp_->shards().size(); ++f) {
+      const torch::Tensor& g = sdp_->shards()[f].grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (sdp_->flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
+    }
+    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
+    if (sdp_->shard_group().size() > 1) sdp_->shard_group().allreduce(t, comm::ReduceOp::sum);
+    if (tensor_.size > 1) {
+      torch::Tensor u = t.narrow(0, 0, 1).clone();
+      tensor_group_.allreduce(u, comm::ReduceOp::sum);
+      t[0] = u[0];
+    }
+    torch::Tensor total = torch::tensor({t[0].item<double>() + t[1].item<double>()}, torch::kDouble);
+    if (pipe_.size() > 1) pipe_.allreduce(total, comm::ReduceOp::sum);
+    const double coefficient = max_norm / (std::sqrt(total.item<double>()) + 1e-6);
+    if (coefficient < 1) sdp_->scale_grads(coefficient);
+  }
+
   // Every gradient averaged over the data group in one flat allreduce.
   void average_gradients() {
     std::vector<torch::Tensor> grads;
@@ -713,7 +788,9 @@ class Pipelined : public MeshStrategy {
   std::vector<parallel::pipeline::LayerCost> costs_;
   int stage_first_ = 0, stage_last_ = 0;
   std::vector<std::pair<int, int>> chunks_;  // this rank's layer ranges, by chunk
-  std::unique_ptr<parallel::data::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::data::DistributedDataParallel> ddp_;  // or
+  std::unique_ptr<parallel::sharded::ShardedDataParallel> sdp_;
+  int replicate_rank_ = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   parallel::pipeline::PipelineCounters counters_;
 };
@@ -778,11 +855,14 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
   if (!unsupported.empty()) throw InvalidArgument(unsupported.front());
   const PipelineSettings pipe = pipeline_settings(distribution, hp);
   if (pipe.partitions > 1) {
-    if (sharded_degree(distribution, hp) > 1)
-      throw InvalidArgument("partitions > 1 with sharded_data_parallel_degree > 1 is not "
-                            "supported yet (a pipeline composes with data and tensor parallelism)");
-    if (hp.bf16) throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1, not a pipeline");
-    return std::make_unique<Pipelined>(hp, pipe, mesh, std::move(model), optimizer);
+    PipelineSettings settings = pipe;
+    settings.sharded = sharded_degree(distribution, hp) > 1;
+    if (settings.sharded && settings.virtual_stages > 1)
+      throw InvalidArgument("virtual_stages > 1 with sharded_data_parallel_degree > 1 is not "
+                            "supported yet");
+    if (hp.bf16 && !settings.sharded)
+      throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1");
+    return std::make_unique<Pipelined>(hp, settings, mesh, std::move(model), optimizer);
   }
   if (sharded_degree(distribution, hp) > 1)
     return std::make_unique<Sharded>(hp, mesh, std::move(model), optimizer);

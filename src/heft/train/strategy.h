@@ -109,6 +109,7 @@ struct PipelineSettings {
   int active = 3;                    // interleaved: most micro-batches in flight
   int virtual_stages = 1;            // model chunks per stage
   std::vector<int> boundaries;       // given split (first layer of stages 1..); empty: planned
+  bool sharded = false;              // each stage sharded over its data ranks
   double memory_weight = 0.2;
   bool auto_partition = true;
 };

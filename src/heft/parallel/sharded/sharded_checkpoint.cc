@@ -104,7 +104,8 @@ std::map<std::string, std::string> write_part(const std::vector<PartFlat>& flats
 std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
-                                               int replicate_rank, const TensorLayout& tensor) {
+                                               int replicate_rank, const TensorLayout& tensor,
+                                               int pipeline_rank) {
   std::vector<PartFlat> flats;
   for (size_t f = 0; f < sdp.shards().size(); ++f) {
     PartFlat p;
@@ -114,7 +115,7 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
     flats.push_back(std::move(p));
   }
   return write_part(flats, optimizer_name, sdp.shard_group().size(), sdp.shard_group().rank(),
-                    replicate_rank, tensor);
+                    replicate_rank, tensor, pipeline_rank);
 }
 
 std::map<std::string, std::string> save_replica(torch::nn::Module& module,
@@ -315,11 +316,11 @@ void check(const NamedState& state, const std::map<std::string, std::vector<int6
 }  // namespace
 
 void load_named_state(ShardedDataParallel& sdp, torch::optim::Optimizer& optimizer,
-                      const std::string& optimizer_name, const NamedState& state) {
+                      const std::string& optimizer_name, const NamedState& state, bool subset) {
   std::map<std::string, std::vector<int64_t>> expected;
   for (const FlatInfo& f : sdp.flats())
     for (const FlatMember& m : f.members) expected[m.name] = m.shape;
-  check(state, expected, optimizer_name);
+  check(state, expected, optimizer_name, subset);
   sdp.load_full_parameters(state.params);
   if (state.optimizer.empty()) return;
   for (size_t f = 0; f < sdp.shards().size(); ++f) {

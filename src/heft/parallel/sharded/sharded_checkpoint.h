@@ -59,7 +59,8 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
                                                int replicate_rank,
-                                               const TensorLayout& tensor = {});
+                                               const TensorLayout& tensor = {},
+                                               int pipeline_rank = 0);
 // The part of a rank holding a whole replica of `module` (its tensor slice); replicate_rank
 // is its data-parallel index (only index 0's part is read back).
 // pipeline_rank: the stage whose layers `module` holds (the parts of every stage together
@@ -86,7 +87,8 @@ NamedState local_view(const NamedState& full, const TensorLayout& tensor);
 // slice of every flat). Throws heft::InvalidArgument naming a parameter that is missing or
 // has another shape, or another optimizer, before anything is changed.
 void load_named_state(ShardedDataParallel& sdp, torch::optim::Optimizer& optimizer,
-                      const std::string& optimizer_name, const NamedState& state);
+                      const std::string& optimizer_name, const NamedState& state,
+                      bool subset = false);
 
 // The same for a replicated module (data parallel) and its optimizer over
 // module.parameters().

@@ -71,7 +71,7 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
   const int root = static_cast<int>(units.size());
   std::map<const void*, int> unit_of;
   for (size_t u = 0; u < units.size(); ++u) {
-    if (!units[u]) throw InvalidArgument("ShardedDataParallel: unit " + std::to_string(u) + " is null");
+    if (!units[u]) continue;  // a unit this rank does not hold (a pipeline stage's model)
     for (const torch::Tensor& p : units[u]->parameters()) {
       const void* key = p.unsafeGetTensorImpl();
       if (unit_of.count(key))
@@ -319,7 +319,9 @@ void ShardedDataParallel::unit_gradients_ready(int unit) {
       ++counters_.reduce_scatters;
     }
   }
-  release(unit);
+  // Inside no_sync the root stays gathered: other micro-batches' backward passes (a
+  // pipeline's) still need it, and it has no hook to gather it again.
+  if (sync_ || unit != static_cast<int>(units_.size()) - 1) release(unit);
 }
 
 void ShardedDataParallel::finish_backward() {
@@ -355,7 +357,8 @@ void ShardedDataParallel::finish_backward() {
     if (!error)
       for (size_t f = 0; f < flats_.size(); ++f) shards_[f].mutable_grad() = flats_[f].grad_shard;
   }
-  for (size_t u = 0; u < units_.size(); ++u) release(static_cast<int>(u));
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (sync_ || u + 1 < units_.size()) release(static_cast<int>(u));
   if (error) std::rethrow_exception(error);
 }
 

@@ -29,7 +29,9 @@
 //
 // Gradient accumulation: inside no_sync(), backward keeps the unit's full gradients in its
 // flat buffer (no communication; memory: the full gradients) and adds to them; the first
-// backward after it reduces the sum.
+// backward after it reduces the sum. The root unit stays gathered through no_sync passes
+// (a pipeline runs several micro-batches' forwards before their backwards). A null unit is
+// one this rank does not hold (a pipeline stage): it holds no parameters.
 //
 // Parameters a backward pass did not reach reduce zeros for their part (or the gradient
 // they hold), as DDP's find_unused_parameters, so the collectives stay matched.
