@@ -135,4 +135,12 @@ std::shared_ptr<Work> ProcessGroup::exchange_async(const std::vector<TensorP2P>&
   return std::make_shared<Work>(comm_.exchange_async(std::move(raw)), std::move(keep));
 }
 
+std::vector<double> ProcessGroup::sum(std::vector<double> values) {
+  torch::Tensor t = torch::tensor(values, torch::kDouble);
+  allreduce(t, comm::ReduceOp::sum);
+  auto a = t.accessor<double, 1>();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = a[static_cast<int64_t>(i)];
+  return values;
+}
+
 }  // namespace heft::parallel

@@ -105,6 +105,8 @@ class ProcessGroup {
   }
   // A new tensor of shape (size(), *input.sizes()) with every rank's input.
   torch::Tensor allgather(const torch::Tensor& input);
+  // Each value summed over the ranks (in float64): counters, losses, votes.
+  std::vector<double> sum(std::vector<double> values);
   void reduce_scatter(const torch::Tensor& input, torch::Tensor& output,
                       comm::ReduceOp op = comm::ReduceOp::sum) {
     reduce_scatter_async(input, output, op)->wait();

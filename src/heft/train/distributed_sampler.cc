@@ -67,15 +67,18 @@ std::vector<int64_t> DistributedSampler::global_batch(int64_t step) const {
 DistributedSampler::Batch DistributedSampler::batch(int64_t step) const {
   const std::vector<int64_t> all = global_batch(step);
   const auto n = static_cast<int64_t>(all.size());
-  const int64_t w = options_.world_size, r = options_.rank;
-  const int64_t base = n / w, extra = n % w;
-  const int64_t start = r * base + std::min(r, extra);
-  const int64_t count = base + (r < extra ? 1 : 0);
+  const auto [begin, end] = share(n, options_.rank, options_.world_size);
   Batch b;
-  b.indices.assign(all.begin() + start, all.begin() + start + count);
+  b.indices.assign(all.begin() + begin, all.begin() + end);
   b.global_size = n;
   b.world_size = options_.world_size;
   return b;
+}
+
+std::pair<int64_t, int64_t> DistributedSampler::share(int64_t n, int rank, int world) {
+  const int64_t base = n / world, extra = n % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
 }  // namespace heft::train

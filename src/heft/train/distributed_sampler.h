@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace heft::train {
@@ -63,6 +64,10 @@ class DistributedSampler {
   Batch batch(int64_t step) const;
   // The whole global batch of `step`, in the order the ranks' shares concatenate.
   std::vector<int64_t> global_batch(int64_t step) const;
+
+  // Rank's contiguous share [begin, end) of n items split over world ranks, the first
+  // n mod world ranks one more (how every global batch is split).
+  static std::pair<int64_t, int64_t> share(int64_t n, int rank, int world);
 
   // The epoch permutation of 0..n-1 for (seed, epoch).
   static std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch);

@@ -14,15 +14,6 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-// Sums `values` over the group (float64).
-std::vector<double> sum_over(parallel::ProcessGroup& group, std::vector<double> values) {
-  torch::Tensor t = torch::tensor(values, torch::kDouble);
-  group.allreduce(t, comm::ReduceOp::sum);
-  auto a = t.accessor<double, 1>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = a[static_cast<int64_t>(i)];
-  return values;
-}
-
 class ImageClassification : public Task {
  public:
   ImageClassification(const Hyperparameters& hp, const std::string& test_dir, int data_rank,
@@ -61,7 +52,7 @@ class ImageClassification : public Task {
       correct += logits.argmax(1).eq(y).sum().item<double>();
       count += static_cast<double>(idx.size());
     }
-    const std::vector<double> s = sum_over(data_group, {loss, correct, count});
+    const std::vector<double> s = data_group.sum({loss, correct, count});
     return {{"test_loss", s[0] / s[2]}, {"test_acc", s[1] / s[2]}};
   }
 

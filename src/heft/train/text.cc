@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "heft/error.h"
+#include "heft/train/distributed_sampler.h"
 
 namespace heft::train {
 
@@ -59,13 +60,6 @@ std::vector<int64_t> window_offsets(int64_t size, int64_t window, int64_t count,
 
 namespace {
 
-// Rank r's slice [begin, end) of n items over d ranks, the first n mod d ranks one more.
-std::pair<int64_t, int64_t> slice(int64_t n, int r, int d) {
-  const int64_t base = n / d, extra = n % d;
-  const int64_t begin = r * base + std::min<int64_t>(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
-}
-
 class TextTask : public Task {
  public:
   TextTask(const Hyperparameters& hp, int data_rank, int data_size)
@@ -92,7 +86,7 @@ class TextTask : public Task {
     s = (s ^ (s >> 30)) * 0xBF58476D1CE4E5B9ull;
     const std::vector<int64_t> all =
         window_offsets(corpus_.train.size(0), block_ + 1, batch_size_, s ^ (s >> 31));
-    const auto [begin, end] = slice(batch_size_, data_rank_, data_size_);
+    const auto [begin, end] = DistributedSampler::share(batch_size_, data_rank_, data_size_);
     auto [x, y] = windows(corpus_.train, {all.begin() + begin, all.begin() + end});
     return {x, y, batch_size_, batch_size_ * block_};
   }
@@ -108,7 +102,7 @@ class TextTask : public Task {
     constexpr int64_t kWindows = 32;
     const std::vector<int64_t> all =
         window_offsets(corpus_.held_out.size(0), block_ + 1, kWindows, 12345);
-    const auto [begin, end] = slice(kWindows, data_rank_, data_size_);
+    const auto [begin, end] = DistributedSampler::share(kWindows, data_rank_, data_size_);
     double loss = 0;
     if (end > begin) {
       auto [x, y] = windows(corpus_.held_out, {all.begin() + begin, all.begin() + end});
@@ -118,9 +112,7 @@ class TextTask : public Task {
       auto [x, y] = windows(corpus_.held_out, {all.front()});
       forward(x);
     }
-    torch::Tensor t = torch::tensor({loss}, torch::kDouble);
-    data_group.allreduce(t, comm::ReduceOp::sum);
-    return {{"val_loss", t.item<double>() / static_cast<double>(kWindows * block_)}};
+    return {{"val_loss", data_group.sum({loss})[0] / static_cast<double>(kWindows * block_)}};
   }
 
   std::vector<std::string> metric_names() const override { return {"val_loss"}; }

@@ -30,15 +30,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Sums `values` over the group (float64).
-std::vector<double> sum_over(parallel::ProcessGroup& group, std::vector<double> values) {
-  torch::Tensor t = torch::tensor(values, torch::kDouble);
-  group.allreduce(t, comm::ReduceOp::sum);
-  auto a = t.accessor<double, 1>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = a[static_cast<int64_t>(i)];
-  return values;
-}
-
 OptimizerConfig optimizer_config(const Hyperparameters& hp, int data_size,
                                  int64_t steps_per_epoch) {
   OptimizerConfig c;
@@ -187,7 +178,7 @@ class Training {
     const double mine = stop_->load() ? 1.0 : 0.0;
     if (world_.size() == 1) return mine > 0;
     parallel::ProcessGroup world(world_);
-    return sum_over(world, {mine})[0] > 0;
+    return world.sum({mine})[0] > 0;
   }
 
   // Saves the state at the current step boundary (once per step): world rank 0 alone for a
