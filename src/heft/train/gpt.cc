@@ -22,15 +22,7 @@ torch::Tensor causal_attention(const torch::Tensor& qkv_out, int64_t heads) {
   return torch::matmul(att, qkv[2]).transpose(1, 2).contiguous().view({B, T, C});
 }
 
-int64_t divided(int64_t n, int t, const char* what) {
-  if (n % t != 0)
-    throw InvalidArgument(std::string(what) + " (" + std::to_string(n) +
-                          ") is not divisible by tensor_parallel_degree " + std::to_string(t));
-  return n / t;
-}
-
 }  // namespace
-
 
 GptBlock::GptBlock(const GptConfig& c) : n_head_(c.n_head) {
   const int64_t d = c.n_embd;
@@ -193,9 +185,9 @@ std::vector<std::shared_ptr<nn::Module>> Gpt::units() {
 }
 
 TensorParallelGptBlock::TensorParallelGptBlock(const GptConfig& c, parallel::ProcessGroup& g)
-    : local_heads_(divided(c.n_head, g.size(), "n_head")), rank_(g.rank()), size_(g.size()) {
+    : local_heads_(parallel::tensor::split_size(c.n_head, g.size(), "n_head")), rank_(g.rank()), size_(g.size()) {
   const int64_t d = c.n_embd;
-  divided(d, g.size(), "n_embd");
+  parallel::tensor::split_size(d, g.size(), "n_embd");
   ln1_ = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({d})));
   qkv_ = register_module("qkv", parallel::tensor::ColumnParallelLinear(d, 3 * d, g));
   proj_ = register_module("proj", parallel::tensor::RowParallelLinear(d, d, g));
@@ -226,7 +218,7 @@ torch::Tensor TensorParallelGptBlock::forward(const torch::Tensor& x) {
 
 TensorParallelGpt::TensorParallelGpt(const GptConfig& c, parallel::ProcessGroup& group)
     : config_(c), group_(group) {
-  divided(c.vocab, group.size(), "the vocabulary (256 bytes)");
+  parallel::tensor::split_size(c.vocab, group.size(), "vocab");
   Gpt full(c);  // the T = 1 model from the current seed: every T starts from its weights
   tok_ = register_module("tok", parallel::tensor::VocabParallelEmbedding(c.vocab, c.n_embd, group));
   pos_ = register_module("pos", nn::Embedding(c.block_size, c.n_embd));

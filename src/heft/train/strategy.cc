@@ -84,9 +84,7 @@ class MeshStrategy : public Strategy {
   bool reports() const override { return reports_; }
   bool single_writer() const override { return false; }
   double loss_total(const torch::Tensor& loss_sum) override {
-    torch::Tensor t = loss_sum.detach().to(torch::kDouble).reshape({1}).contiguous();
-    data_.allreduce(t, comm::ReduceOp::sum);
-    return t.item<double>();
+    return data_.sum({loss_sum.item<double>()})[0];
   }
 
  protected:
@@ -154,18 +152,71 @@ class MeshStrategy : public Strategy {
       const double sq = g.to(torch::kDouble).square().sum().item<double>();
       (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
     }
-    if (tensor_.size > 1) {
-      torch::Tensor u = torch::tensor({split_sq}, torch::kDouble);
-      tensor_group_.allreduce(u, comm::ReduceOp::sum);
-      split_sq = u.item<double>();
-    }
-    torch::Tensor t = torch::tensor({split_sq + replicated_sq}, torch::kDouble);
-    if (stages && stages->size() > 1) stages->allreduce(t, comm::ReduceOp::sum);
-    const double coefficient = max_norm / (std::sqrt(t.item<double>()) + 1e-6);
+    if (tensor_.size > 1) split_sq = tensor_group_.sum({split_sq})[0];
+    double total = split_sq + replicated_sq;
+    if (stages && stages->size() > 1) total = stages->sum({total})[0];
+    const double coefficient = max_norm / (std::sqrt(total) + 1e-6);
     if (coefficient >= 1) return;
     torch::NoGradGuard no_grad;
     for (torch::Tensor& p : model_->parameters())
       if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+  }
+
+  // The sharded form of this model over the mesh's shard and replicate groups; its flats'
+  // groups are 2·(split over the tensor group) + (not decayed), so a flat holds either split
+  // or replicated parameters (clip_shards counts each once) and one optimizer group.
+  std::unique_ptr<parallel::sharded::ShardedDataParallel> shard_model(
+      parallel::DeviceMesh& mesh, const OptimizerConfig& optimizer) {
+    parallel::sharded::ShardedOptions o;
+    o.reshard_after_forward = hp_.zero_stage == 3;
+    o.activation_checkpointing = hp_.activation_checkpointing;
+    if (hp_.bf16) o.compute_dtype = torch::kBFloat16;
+    const bool matrices_only = optimizer.decay_matrices_only;
+    const parallel::sharded::TensorLayout tensor = tensor_;
+    o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
+      const int decayed = !matrices_only || p.dim() >= 2 ? 0 : 1;
+      return (tensor.size > 1 && tensor.split_of(name).dim >= 0 ? 2 : 0) + decayed;
+    };
+    auto sdp = std::make_unique<parallel::sharded::ShardedDataParallel>(
+        model_, model_->units(), mesh.group(parallel::Dim::kShard),
+        &mesh.group(parallel::Dim::kReplicate), o);
+    parallel::sharded::ShardedDataParallel* raw = sdp.get();
+    model_->set_unit_runner([raw](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
+      return raw->run_unit(i, x, f);
+    });
+    return sdp;
+  }
+  // The optimizer over a sharded model's shards, one group per weight-decay class.
+  static std::unique_ptr<torch::optim::Optimizer> shard_optimizer(
+      parallel::sharded::ShardedDataParallel& sdp, OptimizerConfig optimizer) {
+    std::vector<torch::Tensor> decayed, rest;
+    for (size_t f = 0; f < sdp.shards().size(); ++f)
+      (sdp.flats()[f].group % 2 == 0 ? decayed : rest).push_back(sdp.shards()[f]);
+    optimizer.decay_matrices_only = false;  // the flats are already split by decay
+    return make_optimizer(optimizer, std::move(decayed), std::move(rest));
+  }
+  // The global norm of a sharded model's gradients: shards summed over the shard group
+  // (replicas hold the same), split flats also over the tensor group, and with a pipeline
+  // every stage's over `stages`.
+  void clip_shards(parallel::sharded::ShardedDataParallel& sdp, double max_norm,
+                   parallel::ProcessGroup* stages) {
+    double split_sq = 0, replicated_sq = 0;
+    for (size_t f = 0; f < sdp.shards().size(); ++f) {
+      const torch::Tensor& g = sdp.shards()[f].grad();
+      if (!g.defined()) continue;
+      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      (sdp.flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
+    }
+    if (sdp.shard_group().size() > 1) {
+      const std::vector<double> sums = sdp.shard_group().sum({split_sq, replicated_sq});
+      split_sq = sums[0];
+      replicated_sq = sums[1];
+    }
+    if (tensor_.size > 1) split_sq = tensor_group_.sum({split_sq})[0];
+    double total = split_sq + replicated_sq;
+    if (stages && stages->size() > 1) total = stages->sum({total})[0];
+    const double coefficient = max_norm / (std::sqrt(total) + 1e-6);
+    if (coefficient < 1) sdp.scale_grads(coefficient);
   }
 
   const Hyperparameters& hp_;
@@ -283,25 +334,15 @@ class Sharded : public MeshStrategy {
           const OptimizerConfig& optimizer)
       : MeshStrategy(hp, mesh, std::move(model)),
         replicate_rank_(mesh.coordinate(parallel::Dim::kReplicate)),
-        sdp_(model_, model_->units(), mesh.group(parallel::Dim::kShard),
-             &mesh.group(parallel::Dim::kReplicate), sharded_options(hp, optimizer, tensor_)) {
-    std::vector<torch::Tensor> decayed, rest;
-    for (size_t f = 0; f < sdp_.shards().size(); ++f)
-      (sdp_.flats()[f].group % 2 == 0 ? decayed : rest).push_back(sdp_.shards()[f]);
-    OptimizerConfig o = optimizer;
-    o.decay_matrices_only = false;  // the flats are already split by decay
-    optimizer_ = make_optimizer(o, std::move(decayed), std::move(rest));
-    model_->set_unit_runner([this](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
-      return sdp_.run_unit(i, x, f);
-    });
-  }
+        sdp_(shard_model(mesh, optimizer)),
+        optimizer_(shard_optimizer(*sdp_, optimizer)) {}
 
   std::string describe() const override {
-    const int shard = shard_size();
+    const int shard = sdp_->shard_group().size();
     return "sharded_data_parallel (shard " + std::to_string(shard) + " x replicate " +
            std::to_string(data_.size() / shard) + tensor_text() + ", ZeRO-" +
            std::to_string(hp_.zero_stage) + (hp_.bf16 ? ", bf16" : "") + ", " +
-           std::to_string(sdp_.flats().size()) + " flat parameters)";
+           std::to_string(sdp_->flats().size()) + " flat parameters)";
   }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
@@ -310,17 +351,17 @@ class Sharded : public MeshStrategy {
     torch::Tensor total = torch::zeros({}, torch::kDouble);
     const std::vector<MicroBatch> micro = split(batch, hp_.gradient_accumulation);
     for (size_t m = 0; m < micro.size(); ++m) {
-      sdp_.begin_forward();
+      sdp_->begin_forward();
       torch::Tensor loss_sum = loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
       total += loss_sum.detach().to(torch::kDouble);
       if (m + 1 < micro.size()) {
-        auto no_sync = sdp_.no_sync();
+        auto no_sync = sdp_->no_sync();
         (loss_sum * scale).backward();
       } else {
         (loss_sum * scale).backward();
       }
     }
-    if (hp_.grad_clip > 0) clip(hp_.grad_clip);
+    if (hp_.grad_clip > 0) clip_shards(*sdp_, hp_.grad_clip, nullptr);
     optimizer_->step();
     return total;
   }
@@ -328,23 +369,23 @@ class Sharded : public MeshStrategy {
   torch::Tensor evaluate(const torch::Tensor& inputs) override {
     torch::NoGradGuard no_grad;
     model_->eval();
-    sdp_.begin_forward();
+    sdp_->begin_forward();
     torch::Tensor out = model_->forward(inputs);
-    sdp_.end_forward_without_backward();
+    sdp_->end_forward_without_backward();
     model_->train();
     return model_->full_outputs(out);
   }
 
   StateBytes state_bytes() override {
-    return {sdp_.shard_bytes(), sdp_.grad_bytes(), optimizer_state_bytes(*optimizer_)};
+    return {sdp_->shard_bytes(), sdp_->grad_bytes(), optimizer_state_bytes(*optimizer_)};
   }
 
   std::map<std::string, torch::Tensor> full_parameters() override {
-    return join_tensor_slices(sdp_.full_parameters());
+    return join_tensor_slices(sdp_->full_parameters());
   }
 
   std::map<std::string, std::string> state() override {
-    return parallel::sharded::save_shards(sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_);
+    return parallel::sharded::save_shards(*sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_);
   }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {
@@ -353,57 +394,14 @@ class Sharded : public MeshStrategy {
                             " is in the single-writer form of an earlier heft; a sharded run "
                             "reads the part-per-rank form only (resume it with data "
                             "parallelism, or start anew)");
-    parallel::sharded::load_named_state(sdp_, *optimizer_, hp_.optimizer, read_state(parts, where));
+    parallel::sharded::load_named_state(*sdp_, *optimizer_, hp_.optimizer, read_state(parts, where));
   }
 
   void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
 
  private:
-  // The flats' groups: 2·(split over the tensor group) + (not decayed), so a flat holds
-  // either split or replicated parameters and clipping can count each once.
-  static parallel::sharded::ShardedOptions sharded_options(
-      const Hyperparameters& hp, const OptimizerConfig& optimizer,
-      const parallel::sharded::TensorLayout& tensor) {
-    parallel::sharded::ShardedOptions o;
-    o.reshard_after_forward = hp.zero_stage == 3;
-    o.activation_checkpointing = hp.activation_checkpointing;
-    if (hp.bf16) o.compute_dtype = torch::kBFloat16;
-    const bool matrices_only = optimizer.decay_matrices_only;
-    o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
-      const int decayed = !matrices_only || p.dim() >= 2 ? 0 : 1;
-      const int split = tensor.size > 1 && tensor.split_of(name).dim >= 0 ? 2 : 0;
-      return split + decayed;
-    };
-    return o;
-  }
-  int shard_size() const {
-    return const_cast<parallel::sharded::ShardedDataParallel&>(sdp_).shard_group().size();
-  }
-  // The global norm: shards summed over the shard group (ShardedDataParallel::grad_norm);
-  // flats of split parameters also summed over the tensor group.
-  void clip(double max_norm) {
-    double split_sq = 0, replicated_sq = 0;
-    for (size_t f = 0; f < sdp_.shards().size(); ++f) {
-      const torch::Tensor& g = sdp_.shards()[f].grad();
-      if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
-      (sdp_.flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
-    }
-    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
-    if (sdp_.shard_group().size() > 1) sdp_.shard_group().allreduce(t, comm::ReduceOp::sum);
-    split_sq = t[0].item<double>();
-    replicated_sq = t[1].item<double>();
-    if (tensor_.size > 1) {
-      torch::Tensor u = torch::tensor({split_sq}, torch::kDouble);
-      tensor_group_.allreduce(u, comm::ReduceOp::sum);
-      split_sq = u.item<double>();
-    }
-    const double coefficient = max_norm / (std::sqrt(split_sq + replicated_sq) + 1e-6);
-    if (coefficient < 1) sdp_.scale_grads(coefficient);
-  }
-
   const int replicate_rank_;
-  parallel::sharded::ShardedDataParallel sdp_;
+  std::unique_ptr<parallel::sharded::ShardedDataParallel> sdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
@@ -443,28 +441,8 @@ class Pipelined : public MeshStrategy {
     if (settings.sharded) {
       // Each stage's layers sharded over the stage's data ranks (its units: the blocks it
       // holds; the rest of its layers the root).
-      parallel::sharded::ShardedOptions o;
-      o.reshard_after_forward = hp.zero_stage == 3;
-      o.activation_checkpointing = hp.activation_checkpointing;
-      if (hp.bf16) o.compute_dtype = torch::kBFloat16;
-      const bool matrices_only = optimizer.decay_matrices_only;
-      const parallel::sharded::TensorLayout tensor = tensor_;
-      o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
-        const int decayed = !matrices_only || p.dim() >= 2 ? 0 : 1;
-        return (tensor.size > 1 && tensor.split_of(name).dim >= 0 ? 2 : 0) + decayed;
-      };
-      sdp_ = std::make_unique<parallel::sharded::ShardedDataParallel>(
-          model_, model_->units(), mesh.group(parallel::Dim::kShard),
-          &mesh.group(parallel::Dim::kReplicate), o);
-      std::vector<torch::Tensor> decayed, rest;
-      for (size_t f = 0; f < sdp_->shards().size(); ++f)
-        (sdp_->flats()[f].group % 2 == 0 ? decayed : rest).push_back(sdp_->shards()[f]);
-      OptimizerConfig oc = optimizer;
-      oc.decay_matrices_only = false;
-      optimizer_ = make_optimizer(oc, std::move(decayed), std::move(rest));
-      model_->set_unit_runner([this](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
-        return sdp_->run_unit(i, x, f);
-      });
+      sdp_ = shard_model(mesh, optimizer);
+      optimizer_ = shard_optimizer(*sdp_, optimizer);
       replicate_rank_ = mesh.coordinate(parallel::Dim::kReplicate);
       return;
     }
@@ -527,7 +505,7 @@ class Pipelined : public MeshStrategy {
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
     if (chunks && data_.size() > 1) average_gradients();
     if (hp_.grad_clip > 0) {
-      if (sdp_) clip_shards(hp_.grad_clip);
+      if (sdp_) clip_shards(*sdp_, hp_.grad_clip, &pipe_);
       else clip_replica(hp_.grad_clip, &pipe_);
     }
     optimizer_->step();
@@ -739,29 +717,6 @@ class Pipelined : public MeshStrategy {
       x = y.detach();
     }
     return out;
-  }
-
-  // The global norm of a sharded stage: its shards over the shard group, split flats over
-  // the tensor group, every stage over the pipeline group.
-  void clip_shards(double max_norm) {
-    double split_sq = 0, replicated_sq = 0;
-    for (size_t f = 0; f < sdp_->shards().size(); ++f) {
-      const torch::Tensor& g = sdp_->shards()[f].grad();
-      if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
-      (sdp_->flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
-    }
-    torch::Tensor t = torch::tensor({split_sq, replicated_sq}, torch::kDouble);
-    if (sdp_->shard_group().size() > 1) sdp_->shard_group().allreduce(t, comm::ReduceOp::sum);
-    if (tensor_.size > 1) {
-      torch::Tensor u = t.narrow(0, 0, 1).clone();
-      tensor_group_.allreduce(u, comm::ReduceOp::sum);
-      t[0] = u[0];
-    }
-    torch::Tensor total = torch::tensor({t[0].item<double>() + t[1].item<double>()}, torch::kDouble);
-    if (pipe_.size() > 1) pipe_.allreduce(total, comm::ReduceOp::sum);
-    const double coefficient = max_norm / (std::sqrt(total.item<double>()) + 1e-6);
-    if (coefficient < 1) sdp_->scale_grads(coefficient);
   }
 
   // Every gradient averaged over the data group in one flat allreduce.

@@ -362,15 +362,6 @@ void ShardedDataParallel::finish_backward() {
   if (error) std::rethrow_exception(error);
 }
 
-double ShardedDataParallel::grad_norm() {
-  double sq = 0;
-  for (const torch::Tensor& s : shards_)
-    if (s.grad().defined()) sq += s.grad().to(torch::kDouble).square().sum().item<double>();
-  torch::Tensor t = torch::tensor({sq}, torch::kDouble);
-  if (shard_.size() > 1) shard_.allreduce(t, comm::ReduceOp::sum);
-  return std::sqrt(t.item<double>());
-}
-
 void ShardedDataParallel::scale_grads(double factor) {
   torch::NoGradGuard no_grad;
   for (torch::Tensor& s : shards_)

@@ -136,8 +136,6 @@ class ShardedDataParallel {
   // and each one's optimizer group.
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   const std::vector<FlatInfo>& flats() const { return infos_; }
-  // The global gradient norm (over the shard group; replicas hold the same shards).
-  double grad_norm();
   // Multiplies every shard's grad by factor.
   void scale_grads(double factor);
 

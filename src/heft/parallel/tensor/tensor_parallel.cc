@@ -134,15 +134,6 @@ torch::Tensor gather_from_region(const torch::Tensor& x, ProcessGroup& group) {
   return GatherFromRegion::apply(x, &group);
 }
 
-torch::Tensor slice_of(const torch::Tensor& t, int64_t dim, int rank, int size,
-                       const std::string& what) {
-  const int64_t n = t.size(dim);
-  if (n % size != 0)
-    throw InvalidArgument(what + " (" + std::to_string(n) + ") is not divisible by "
-                          "tensor_parallel_degree " + std::to_string(size));
-  return t.narrow(dim, rank * (n / size), n / size);
-}
-
 torch::Tensor take_slice(const torch::Tensor& full, Split split, int rank, int size,
                          const std::string& what) {
   if (split.dim < 0 || size == 1) return full;
@@ -167,19 +158,17 @@ torch::Tensor join_slices(const std::vector<torch::Tensor>& slices, Split split)
   return torch::cat(pieces, split.dim);
 }
 
-namespace {
-int64_t part(int64_t n, int size, const std::string& what) {
+int64_t split_size(int64_t n, int size, const std::string& what) {
   if (n % size != 0)
     throw InvalidArgument(what + " (" + std::to_string(n) + ") is not divisible by "
                           "tensor_parallel_degree " + std::to_string(size));
   return n / size;
 }
-}  // namespace
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, ProcessGroup& group,
                                                    bool with_bias, bool gather_output)
     : group_(group), gather_output_(gather_output) {
-  const int64_t rows = part(out, group.size(), "output features");
+  const int64_t rows = split_size(out, group.size(), "output features");
   weight = register_parameter("weight", torch::empty({rows, in}));
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (with_bias) bias = register_parameter("bias", torch::zeros({rows}));
@@ -192,14 +181,14 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
 
 void ColumnParallelLinearImpl::load_full(const torch::Tensor& w, const torch::Tensor& b) {
   torch::NoGradGuard no_grad;
-  weight.copy_(slice_of(w, 0, group_.rank(), group_.size(), "output features"));
-  if (bias.defined() && b.defined()) bias.copy_(slice_of(b, 0, group_.rank(), group_.size(), "output features"));
+  weight.copy_(take_slice(w, {0, 1}, group_.rank(), group_.size(), "output features"));
+  if (bias.defined() && b.defined()) bias.copy_(take_slice(b, {0, 1}, group_.rank(), group_.size(), "output features"));
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, ProcessGroup& group,
                                              bool with_bias)
     : group_(group) {
-  const int64_t cols = part(in, group.size(), "input features");
+  const int64_t cols = split_size(in, group.size(), "input features");
   weight = register_parameter("weight", torch::empty({out, cols}));
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
@@ -212,14 +201,14 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
 
 void RowParallelLinearImpl::load_full(const torch::Tensor& w, const torch::Tensor& b) {
   torch::NoGradGuard no_grad;
-  weight.copy_(slice_of(w, 1, group_.rank(), group_.size(), "input features"));
+  weight.copy_(take_slice(w, {1, 1}, group_.rank(), group_.size(), "input features"));
   if (bias.defined() && b.defined()) bias.copy_(b);
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t dim,
                                                        ProcessGroup& group)
     : group_(group) {
-  rows_ = part(vocab, group.size(), "the vocabulary");
+  rows_ = split_size(vocab, group.size(), "the vocabulary");
   first_ = group.rank() * rows_;
   weight = register_parameter("weight", torch::randn({rows_, dim}));
 }
@@ -234,7 +223,7 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
 
 void VocabParallelEmbeddingImpl::load_full(const torch::Tensor& w) {
   torch::NoGradGuard no_grad;
-  weight.copy_(slice_of(w, 0, group_.rank(), group_.size(), "the vocabulary"));
+  weight.copy_(take_slice(w, {0, 1}, group_.rank(), group_.size(), "the vocabulary"));
 }
 
 torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& logits,

@@ -53,10 +53,9 @@ torch::Tensor copy_to_region(const torch::Tensor& x, ProcessGroup& group);
 torch::Tensor reduce_from_region(const torch::Tensor& x, ProcessGroup& group);
 torch::Tensor gather_from_region(const torch::Tensor& x, ProcessGroup& group);
 
-// The slice [rank·n/T, (rank+1)·n/T) of dimension dim of t (a view); throws naming `what`
-// when T does not divide it.
-torch::Tensor slice_of(const torch::Tensor& t, int64_t dim, int rank, int size,
-                       const std::string& what);
+// n / size; throws heft::InvalidArgument naming `what` ("n_head (3) is not divisible by
+// tensor_parallel_degree 2") when size does not divide n.
+int64_t split_size(int64_t n, int size, const std::string& what);
 
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
