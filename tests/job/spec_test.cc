@@ -283,6 +283,17 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
       {mp("partitions: 2, default_partition: 2"),
        p + "default_partition: expected a stage below partitions (2), found 2"},
       {mp("active_microbatches: 0"), p + "active_microbatches: expected an integer from 1"},
+      {mp("partitions: 2, auto_partition: false, partition_boundaries: [3, 2]"),
+       p + "partition_boundaries: expected a list of ascending layer indices from 1"},
+      {mp("partitions: 2, auto_partition: false, partition_boundaries: 3"),
+       p + "partition_boundaries: expected a list of ascending layer indices from 1"},
+      {mp("partitions: 2, auto_partition: false, partition_boundaries: [2, 4]"),
+       p + "partition_boundaries: expected 1 layer indices (one per stage after the first"},
+      {mp("partitions: 2, partition_boundaries: [2]"),
+       p + "partition_boundaries: applies with auto_partition: false only"},
+      {mp("partitions: 2, virtual_stages: 0"), p + "virtual_stages: expected an integer from 1"},
+      {mp("partitions: 2, pipeline: simple, virtual_stages: 2"),
+       p + "virtual_stages: needs pipeline: interleaved, found pipeline: simple"},
       {mp("activation_checkpointing: yes please"), p + "activation_checkpointing: expected true"},
       {mp("bf16: 1"), p + "bf16: expected true or false, found 1"},
       {mp("ddp: x"), p + "ddp: expected true or false"},
@@ -325,6 +336,13 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
   EXPECT_EQ(m.active_microbatches, 4);     // partitions + 2
   EXPECT_EQ(m.placement_strategy, "spread");
   EXPECT_EQ(good.value().distribution_config.data_parallel_degree(8), 2);
+  const Result<JobSpec> manual = parse_spec(
+      mp("partitions: 2, virtual_stages: 2, auto_partition: false, partition_boundaries: [1, 3, 4]"),
+      "spec.yaml");
+  ASSERT_TRUE(manual.ok()) << manual.error();
+  EXPECT_EQ(manual.value().distribution_config.modelparallel.partition_boundaries,
+            (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(manual.value().distribution_config.modelparallel.virtual_stages, 2);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
+#include "heft/parallel/pipeline/schedule.h"
 #include "heft/train/strategy.h"
 #include "heft/train/text.h"
 #include "support/ranks.h"
@@ -127,6 +128,26 @@ void check(comm::Communicator& world, const Case& c) {
                                  std::to_string(r) + " vs " + std::to_string(a) +
                                  " on one process");
   }
+  if (c.pp > 1) {
+    // The runtime executed this stage's action list: one exchange per run of communication
+    // actions in it, every step, and no more micro-batches in flight than the list holds.
+    const std::string line = ranks.strategy->summary();
+    const int stage = std::stoi(line.substr(line.find("stage=") + 6));
+    const auto schedule = parallel::pipeline::make_schedule(
+        c.pipeline, static_cast<int>(c.pp), static_cast<int>(c.microbatches),
+        static_cast<int>(c.pp) + 2, static_cast<int>(c.virtual_stages));
+    const auto& acts = schedule.actions[static_cast<size_t>(stage)];
+    int64_t batches = 0;
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (acts[i].communication() && (i == 0 || !acts[i - 1].communication())) ++batches;
+    const std::string want = "exchanges=" + std::to_string(20 * batches);
+    expect(batches > 0 && line.find(want) != std::string::npos,
+           std::string(c.name) + ": expected " + want + " in '" + line + "'");
+    const int in_flight = std::stoi(line.substr(line.find("max_in_flight=") + 14));
+    const int held = parallel::pipeline::simulate(schedule).max_in_flight[static_cast<size_t>(stage)];
+    expect(in_flight == held, std::string(c.name) + ": " + std::to_string(in_flight) +
+                                  " micro-batches in flight, the schedule holds " + std::to_string(held));
+  }
   const auto pa = alone.strategy->full_parameters();
   const auto pr = ranks.strategy->full_parameters();
   expect(pa.size() == pr.size(), "same parameter names");
@@ -231,6 +252,20 @@ TEST_F(GptEquivalence, PipelineWithShardedDataParallel) {
   d.zero_stage = 2;
   d.checkpointing = true;
   run_case(d);
+}
+TEST_F(GptEquivalence, PipelineWithVirtualStagesAndShardedDataParallel) {
+  Case c = pipe("pp2-v2xsdp2-m4", 4, 2, 4, "interleaved");
+  c.virtual_stages = 2;
+  c.sdp = 2;
+  run_case(c);
+}
+// bf16 compute with float32 activations between the stages (and float32 master weights).
+TEST_F(GptEquivalence, PipelineWithShardedBf16WithinItsTolerance) {
+  Case c = pipe("pp2xsdp2-bf16-m2", 4, 2, 2, "interleaved");
+  c.sdp = 2;
+  c.bf16 = true;
+  c.tolerance = 1e-2;
+  run_case(c);
 }
 TEST_F(GptEquivalence, PipelineWithDataAndTensorParallel) {
   run_case(pipe("pp2xdp2-m2", 4, 2, 2, "interleaved"));

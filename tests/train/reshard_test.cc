@@ -249,6 +249,32 @@ TEST_F(Reshard, PipelineCheckpointsLoadAtAnotherNumberOfPartitions) {
   }
 }
 
+// The spec's manual split: partition_boundaries where given, else an even split whose
+// remainder goes to default_partition; the plan table says which layers each stage holds.
+TEST_F(Reshard, ManualPartitionFromTheSpec) {
+  const auto run = [&](int ranks, const std::string& parameters) {
+    return run_command("env -u HEFT_STORE OMP_NUM_THREADS=1 HEFT_DISTRIBUTION='{\"modelparallel\": "
+                       "{\"enabled\": true, \"parameters\": {\"auto_partition\": false, " +
+                       parameters + "}}}' " + kBin + "/heft run -n " + std::to_string(ranks) +
+                       " -- " + kBin + "/heft-train --model gpt --n_layer 2 --n_head 4 "
+                       "--n_embd 32 --block_size 16 --batch_size 8 --max_steps 2 --eval false");
+  };
+  const auto even = run(3, "\"partitions\": 3, \"default_partition\": 1");
+  ASSERT_EQ(even.code, 0) << even.text;
+  EXPECT_NE(even.text.find("a manual split (not profiled)"), std::string::npos) << even.text;
+  for (const char* row : {"0      embedding (1 layers)", "1      block.0 .. block.1 (2 layers)",
+                          "2      head (1 layers)"})
+    EXPECT_NE(even.text.find(row), std::string::npos) << row << " in:\n" << even.text;
+  const auto given = run(2, "\"partitions\": 2, \"partition_boundaries\": [3]");
+  ASSERT_EQ(given.code, 0) << given.text;
+  for (const char* row : {"0      embedding .. block.1 (3 layers)", "1      head (1 layers)"})
+    EXPECT_NE(given.text.find(row), std::string::npos) << row << " in:\n" << given.text;
+  const auto beyond = run(2, "\"partitions\": 2, \"partition_boundaries\": [4]");
+  EXPECT_EQ(beyond.code, 2) << beyond.text;
+  EXPECT_NE(beyond.text.find("partition_boundaries: expected ascending layer indices from 1 to 3, "
+                             "found 4"), std::string::npos) << beyond.text;
+}
+
 TEST_F(Reshard, BadPipelineSettingsExit2NamingTheField) {
   // 2 blocks + embedding + head = 4 layers.
   const auto layers = train(8, 1, 2, "l", "--partitions 8");

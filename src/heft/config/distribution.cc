@@ -16,7 +16,8 @@ const std::vector<std::string> kModelParallelKeys = {
     "optimize",           "memory_weight",      "placement_strategy",
     "auto_partition",     "default_partition",  "active_microbatches",
     "activation_checkpointing", "bf16",         "ddp",
-    "tensor_parallel_degree",   "sharded_data_parallel_degree"};
+    "tensor_parallel_degree",   "sharded_data_parallel_degree", "partition_boundaries",
+    "virtual_stages"};
 constexpr int kMaxDegree = 1024;
 
 std::string found(const nlohmann::json& v) {
@@ -160,6 +161,30 @@ Distribution Distribution::parse(const nlohmann::json& block, std::vector<std::s
         r.integer(p, "tensor_parallel_degree", ppath, 1, kMaxDegree, &m.tensor_parallel_degree);
         r.integer(p, "sharded_data_parallel_degree", ppath, 1, kMaxDegree,
                   &m.sharded_data_parallel_degree);
+        r.integer(p, "virtual_stages", ppath, 1, kMaxDegree, &m.virtual_stages);
+        if (p.contains("partition_boundaries")) {
+          const nlohmann::json& v = p["partition_boundaries"];
+          const std::string bpath = ppath + ".partition_boundaries";
+          bool ok = v.is_array();
+          for (size_t i = 0; ok && i < v.size(); ++i)
+            ok = v[i].is_number_integer() && v[i].get<int>() >= 1 &&
+                 (i == 0 || v[i].get<int>() > v[i - 1].get<int>());
+          const int want = m.partitions * m.virtual_stages - 1;
+          if (!ok)
+            r.error(bpath, "expected a list of ascending layer indices from 1 (the first layer "
+                           "of each stage after the first, such as [3, 5]), found " + found(v));
+          else if (static_cast<int>(v.size()) != want)
+            r.error(bpath, "expected " + std::to_string(want) +
+                               " layer indices (one per stage after the first: partitions x "
+                               "virtual_stages - 1), found " + std::to_string(v.size()));
+          else if (m.auto_partition)
+            r.error(bpath, "applies with auto_partition: false only (the automatic "
+                           "partitioner chooses the boundaries otherwise)");
+          else
+            m.partition_boundaries = v.get<std::vector<int>>();
+        }
+        if (m.virtual_stages > 1 && m.pipeline != "interleaved")
+          r.error(ppath + ".virtual_stages", "needs pipeline: interleaved, found pipeline: " + m.pipeline);
         if (m.default_partition >= m.partitions && p.contains("default_partition"))
           r.error(ppath + ".default_partition",
                   "expected a stage below partitions (" + std::to_string(m.partitions) +

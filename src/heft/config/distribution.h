@@ -29,7 +29,12 @@ struct ModelParallel {
   double memory_weight = 0.2;              // default: 0.2 for speed, 0.8 for memory
   std::string placement_strategy = "cluster";  // cluster | spread | order of D, P, T
   bool auto_partition = true;
-  int default_partition = 0;               // the stage of modules auto_partition leaves
+  // auto_partition false: the first layer of each stage after the first (partitions x
+  // virtual_stages - 1 of them); empty: layers split evenly by count, the remainder of the
+  // division on stage default_partition.
+  std::vector<int> partition_boundaries;
+  int default_partition = 0;               // the stage of the layers an even split leaves
+  int virtual_stages = 1;                  // model chunks per stage (interleaved only)
   int active_microbatches = 0;             // 0: partitions + 2
   bool activation_checkpointing = false;
   bool bf16 = false;

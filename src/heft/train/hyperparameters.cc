@@ -192,12 +192,12 @@ const std::vector<Field>& fields() {
                 "share); 0: the distribution block's"),
       string_field("pipeline", &H::pipeline, {"", "simple", "interleaved"},
                    "simple (GPipe) | interleaved (1F1B); empty: the distribution block's"),
-      int_field("virtual_stages", &H::virtual_stages, 1,
+      int_field("virtual_stages", &H::virtual_stages, 0,
                 "interleaved pipeline: model chunks per stage (Megatron's interleaved 1F1B; "
-                "microbatches must be a multiple of partitions)"),
+                "microbatches must be a multiple of partitions); 0: the distribution block's"),
       string_field("partition_boundaries", &H::partition_boundaries, {},
                    "pipeline: the first layer of each stage after the first, comma-separated "
-                   "(\"3,5\"); empty: the partitioner's split"),
+                   "(\"3,5\"); empty: the distribution block's, else the partitioner's split"),
       int_field("vocab", &H::vocab, 256,
                 "gpt: embedding and head rows (at least the 256 byte values; more makes a "
                 "heavier head)"),

@@ -58,7 +58,7 @@ struct Hyperparameters {
   int64_t partitions = 0;         // pipeline stages; 0: the distribution's (1: no pipeline)
   int64_t microbatches = 0;       // per step and data-parallel rank; 0: the distribution's
   std::string pipeline;           // simple | interleaved; empty: the distribution's
-  int64_t virtual_stages = 1;     // interleaved: model chunks per pipeline stage
+  int64_t virtual_stages = 0;     // interleaved: model chunks per pipeline stage; 0: spec's
   std::string partition_boundaries;  // "3,5": the first layer of each stage after the first;
                                      // empty: automatic (or even, auto_partition false)
   int64_t vocab = 256;            // gpt: rows of the embedding and head (bytes use 256)

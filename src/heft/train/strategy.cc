@@ -483,17 +483,20 @@ class Pipelined : public MeshStrategy {
       const int vs = chunk * pipe_.size() + pipe_.rank();
       const auto [first, last] = chunks_[static_cast<size_t>(chunk)];
       if (sdp_) sdp_->begin_forward();
-      torch::Tensor out = model_->forward_range(first, last, vs == 0 ? xs[j] : input);
-      if (vs != V - 1) return out;
+      // Activations cross stages in float32 (bf16: cast to the compute dtype on arrival).
+      torch::Tensor out = model_->forward_range(first, last, vs == 0 ? xs[j] : to_compute(input));
+      if (vs != V - 1) return out.to(torch::kFloat);
       torch::Tensor loss = loss_of(out, ys[j], task);
       total += loss.detach().to(torch::kDouble);
       return loss * scale;
     };
     // DDP reduces during the stage's last backward pass; with virtual stages no pass covers
-    // every chunk, so all run without it and the gradients are averaged after the step.
+    // every chunk, so all run without it and the gradients are averaged after the step. The
+    // sharded wrapper reduces, at the end of the last pass, the gradients the earlier passes
+    // left in its units too, so it syncs in the last pass either way.
     const bool chunks = settings_.virtual_stages > 1;
     f.around_backward = [&](int, bool last_backward, const std::function<void()>& run) {
-      if (last_backward && !chunks) return run();
+      if (last_backward && (!chunks || sdp_)) return run();
       if (sdp_) {
         auto no_sync = sdp_->no_sync();
         return run();
@@ -503,7 +506,7 @@ class Pipelined : public MeshStrategy {
     };
     f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
-    if (chunks && data_.size() > 1) average_gradients();
+    if (chunks && ddp_ && data_.size() > 1) average_gradients();
     if (hp_.grad_clip > 0) {
       if (sdp_) clip_shards(*sdp_, hp_.grad_clip, &pipe_);
       else clip_replica(hp_.grad_clip, &pipe_);
@@ -534,10 +537,10 @@ class Pipelined : public MeshStrategy {
       }
       const auto [first, last] = chunks_[static_cast<size_t>(vs / p)];
       if (sdp_) sdp_->begin_forward();
-      out = model_->forward_range(first, last, x);
+      out = model_->forward_range(first, last, vs > 0 ? to_compute(x) : x);
       if (sdp_) sdp_->end_forward_without_backward();
       if (vs < V - 1)
-        pipe_.exchange({parallel::TensorP2P::to(out.contiguous(), (vs + 1) % p,
+        pipe_.exchange({parallel::TensorP2P::to(out.to(torch::kFloat).contiguous(), (vs + 1) % p,
                                                 (1u << 30) + static_cast<uint32_t>(vs + 1))});
     }
     model_->train();
@@ -634,6 +637,10 @@ class Pipelined : public MeshStrategy {
   }
 
  private:
+  torch::Tensor to_compute(const torch::Tensor& x) const {
+    return hp_.bf16 ? x.to(torch::kBFloat16) : x;
+  }
+
   // The activation a stage receives for a micro-batch of b samples with inputs like x:
   // (b, T, n_embd) for the GPT.
   std::vector<int64_t> activation_shape(int64_t b, const torch::Tensor& x) const {
@@ -666,7 +673,12 @@ class Pipelined : public MeshStrategy {
       plan_ = parallel::pipeline::auto_partition(costs_, V, settings_.memory_weight);
       first = plan_.first;
     } else {
-      for (int s = 0; s < V; ++s) first[static_cast<size_t>(s)] = s * n / V;
+      // Evenly by count; the layers the division leaves go to stage default_partition (its
+      // first chunk).
+      const int extra_at = std::min(settings_.default_partition, V - 1);
+      for (int s = 1; s < V; ++s)
+        first[static_cast<size_t>(s)] = first[static_cast<size_t>(s - 1)] + n / V +
+                                        (s - 1 == extra_at ? n % V : 0);
       costs_.clear();
       for (const std::string& name : names) costs_.push_back({name, 1, 2, 0, 0});
     }
@@ -768,10 +780,13 @@ PipelineSettings pipeline_settings(const config::Distribution& distribution,
   s.active = mp.enabled && mp.active_microbatches > 0 ? mp.active_microbatches : s.partitions + 2;
   s.memory_weight = mp.enabled ? mp.memory_weight : 0.2;
   s.auto_partition = mp.enabled ? mp.auto_partition : true;
-  s.virtual_stages = static_cast<int>(hp.virtual_stages);
+  s.virtual_stages = hp.virtual_stages > 0 ? static_cast<int>(hp.virtual_stages)
+                                           : (mp.enabled ? mp.virtual_stages : 1);
+  s.default_partition = mp.enabled ? mp.default_partition : 0;
   std::stringstream list(hp.partition_boundaries);
   for (std::string item; std::getline(list, item, ',');)
     if (!item.empty()) s.boundaries.push_back(std::stoi(item));
+  if (s.boundaries.empty() && mp.enabled) s.boundaries = mp.partition_boundaries;
   return s;
 }
 
@@ -812,9 +827,6 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
   if (pipe.partitions > 1) {
     PipelineSettings settings = pipe;
     settings.sharded = sharded_degree(distribution, hp) > 1;
-    if (settings.sharded && settings.virtual_stages > 1)
-      throw InvalidArgument("virtual_stages > 1 with sharded_data_parallel_degree > 1 is not "
-                            "supported yet");
     if (hp.bf16 && !settings.sharded)
       throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1");
     return std::make_unique<Pipelined>(hp, settings, mesh, std::move(model), optimizer);

@@ -112,6 +112,7 @@ struct PipelineSettings {
   bool sharded = false;              // each stage sharded over its data ranks
   double memory_weight = 0.2;
   bool auto_partition = true;
+  int default_partition = 0;         // even split: the stage that takes the remainder
 };
 PipelineSettings pipeline_settings(const config::Distribution& distribution, const Hyperparameters& hp);
 

@@ -114,6 +114,18 @@ Plan manual_partition(const std::vector<LayerCost>& layers, const std::vector<in
 
 std::string describe(const Plan& plan, const std::vector<LayerCost>& layers) {
   std::ostringstream os;
+  bool profiled = false;  // a manual split runs no profile: its table shows layers only
+  for (const LayerCost& l : layers) profiled = profiled || l.param_bytes > 0 || l.activation_bytes > 0;
+  if (!profiled) {
+    os << "pipeline plan: " << plan.first.size() << " stages, a manual split (not profiled)\n";
+    os << "stage  layers\n";
+    for (size_t s = 0; s < plan.first.size(); ++s) {
+      const int a = plan.first[s], b = plan.last_layer(static_cast<int>(s), static_cast<int>(layers.size()));
+      os << s << std::string(s < 10 ? 6 : 5, ' ') << layers[a].name
+         << (a == b ? "" : " .. " + layers[b].name) << " (" << b - a + 1 << " layers)\n";
+    }
+    return os.str();
+  }
   os << "pipeline plan: " << plan.first.size() << " stages, largest cost " << plan.max_cost
      << ", " << plan.cut_bytes << " activation bytes cross the cuts\n";
   os << "stage  layers                          time_ms   memory_MB  cost\n";
