@@ -13,7 +13,7 @@ PACKAGES=(
   # libraries (DESIGN.md, "Dependencies")
   libssl-dev libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libspdlog-dev libfmt-dev zlib1g-dev libeigen3-dev libre2-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev python3-dev
   libtorch-dev libopenblas0-pthread
   # peers and compatibility tests: OpenMPI, PyTorch (Gloo) on Debian's python3
   openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py

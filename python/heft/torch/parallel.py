@@ -1,0 +1,27 @@
+"""``heft.torch.parallel.DistributedDataParallel``: torch's DDP over the heft group (the
+cloud library's ``smdistributed.dataparallel.torch.parallel.DistributedDataParallel``)."""
+import torch.distributed as _dist
+from torch.nn.parallel import DistributedDataParallel as _TorchDDP
+
+from . import BACKEND
+
+
+class DistributedDataParallel(_TorchDDP):
+    """torch.nn.parallel.DistributedDataParallel whose gradients go through heft.
+
+    Takes torch DDP's arguments; the process group defaults to the default group, which
+    must use backend ``heft`` (``heft.torch.distributed.init_process_group()``).
+    """
+
+    def __init__(self, module, *args, **kwargs):
+        group = kwargs.get("process_group")
+        if group is None:
+            if not _dist.is_initialized():
+                raise RuntimeError(
+                    "heft.torch.parallel.DistributedDataParallel: call "
+                    "heft.torch.distributed.init_process_group() first")
+            if str(_dist.get_backend()).lower() != BACKEND:
+                raise RuntimeError(
+                    "heft.torch.parallel.DistributedDataParallel: the default process group "
+                    f"uses backend {_dist.get_backend()!r}, expected {BACKEND!r}")
+        super().__init__(module, *args, **kwargs)
