@@ -5,10 +5,11 @@
 // of 2, activation checkpointing, gradient accumulation k=2 with half micro-batches, and
 // grad_clip), tensor parallelism (T = 2, T = 4, T = 2 x data 2, T = 2 x sharded 2) and
 // pipelines (2 and 4 stages, simple and interleaved, 1 to 8 micro-batches, beside data and
-// tensor parallelism) give at every step the loss of one process (relative 1e-4; bf16 1e-2), and the
+// tensor parallelism, virtual stages with sharding, bf16 stages) give at every step the loss of
+// one process (relative 1e-4; bf16 1e-2), and the
 // same parameters after the last step (gathered). Counters show the sharded path really ran:
 // all-gathers, reduce-scatters, prefetches, replicate allreduces for hybrid, and per-rank
-// state of 1/N of the parameters.
+// state of 1/N of the parameters; a pipeline stage issued exactly its action list's exchanges.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
