@@ -180,5 +180,71 @@ TEST(Failure, MismatchedRecvIsAClearError) {
   EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
+// Ranks calling one collective with different counts (a caller's bug) get an error naming
+// the collective on every rank, at the latest at the timeout: never a crash, a hang, or a
+// silently wrong result. Through shared memory it names both counts at once.
+void mismatched_counts(int n, const std::string& collective, Algorithm algo, bool tcp_only,
+                       size_t base, std::vector<std::string> hosts = {}) {
+  test::StoreProcess store;
+  CommunicatorOptions o;
+  o.timeout = std::chrono::seconds(5);
+  o.allreduce_algorithm = algo;
+  o.shared_memory = !tcp_only;
+  test::RunResult res = test::run_world(
+      n, store,
+      [&](Communicator& c) {
+        const size_t count = base + static_cast<size_t>(c.rank() % 2) * (base / 2 + 3);
+        std::vector<float> a(count * static_cast<size_t>(c.size()), 1.0f), b(a.size());
+        const auto start = Clock::now();
+        try {
+          if (collective == "allreduce")
+            c.allreduce(a.data(), count, DataType::f32, ReduceOp::sum);
+          else if (collective == "broadcast")
+            c.broadcast(a.data(), count, DataType::f32, 0);
+          else if (collective == "allgather")
+            c.allgather(a.data(), b.data(), count, DataType::f32);
+          else if (collective == "reduce_scatter")
+            c.reduce_scatter(a.data(), b.data(), count, DataType::f32, ReduceOp::sum);
+          else
+            c.reduce(a.data(), b.data(), count, DataType::f32, ReduceOp::sum, 0);
+          // A second call, as a training loop would make: the mismatch must surface by now.
+          c.allreduce(a.data(), 1, DataType::f32, ReduceOp::sum);
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          expect(what.find(collective) != std::string::npos, "the error names " + collective + ": " + what);
+          expect(seconds_since(start) < 10, "the error came after the timeout: " + what);
+          return;
+        }
+        throw Error(collective + " with different counts on the ranks raised nothing");
+      },
+      o, std::chrono::seconds(60), hosts);
+  ASSERT_FALSE(res.timed_out) << res.summary();
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(Failure, DifferentCountsInSharedMemoryCollectivesAreAClearError) {
+  for (int n : {2, 3})
+    for (size_t base : {size_t{5}, size_t{70000}})
+      for (const char* collective : {"allreduce", "broadcast", "allgather", "reduce_scatter", "reduce"}) {
+        SCOPED_TRACE(std::string(collective) + " n=" + std::to_string(n) + " count=" + std::to_string(base));
+        mismatched_counts(n, collective, Algorithm::kAuto, false, base);
+      }
+}
+
+TEST(Failure, DifferentCountsInTcpCollectivesAreAClearError) {
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kRecursiveDoubling})
+    for (size_t base : {size_t{5}, size_t{70000}}) {
+      SCOPED_TRACE("count=" + std::to_string(base));
+      mismatched_counts(3, "allreduce", algo, true, base);
+    }
+  for (const char* collective : {"broadcast", "allgather", "reduce_scatter", "reduce"})
+    mismatched_counts(3, collective, Algorithm::kAuto, true, 70000);
+}
+
+TEST(Failure, DifferentCountsInHierarchicalAllreduceAreAClearError) {
+  for (size_t base : {size_t{5}, size_t{70000}})
+    mismatched_counts(4, "allreduce", Algorithm::kHierarchical, false, base, {"a", "a", "b", "b"});
+}
+
 }  // namespace
 }  // namespace heft::comm

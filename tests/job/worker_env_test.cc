@@ -114,6 +114,22 @@ TEST(WorkerEnvironment, ExtraOverridesEverything) {
   EXPECT_EQ(env.at("PATH"), "/opt");
 }
 
+TEST(WorkerEnvironment, PythonPathLeadsThePythonPathOfTheParentAndExtra) {
+  JobEnvironment job = two_by_two();
+  job.python_path = "/opt/heft/python";
+  EXPECT_EQ(worker_environment(job, 0, {}).at("PYTHONPATH"), "/opt/heft/python");
+  EXPECT_EQ(worker_environment(job, 0, {{"PYTHONPATH", "/mine"}}).at("PYTHONPATH"),
+            "/opt/heft/python:/mine");
+  EXPECT_EQ(worker_environment(job, 0, {{"PYTHONPATH", ""}}).at("PYTHONPATH"), "/opt/heft/python");
+  job.extra = {{"PYTHONPATH", "/spec"}};
+  EXPECT_EQ(worker_environment(job, 0, {{"PYTHONPATH", "/mine"}}).at("PYTHONPATH"),
+            "/opt/heft/python:/spec");
+  job.python_path.clear();
+  EXPECT_EQ(worker_environment(job, 0, {{"PYTHONPATH", "/mine"}}).at("PYTHONPATH"), "/spec");
+  job.extra.clear();
+  EXPECT_EQ(worker_environment(job, 0, {}).count("PYTHONPATH"), 0u);
+}
+
 TEST(WorkerEnvironment, RejectsRankOutsideTheWorld) {
   try {
     worker_environment(two_by_two(), 4, {});

@@ -239,7 +239,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     }
     const std::string id = store_->get_string("heft/group");
     if (token.empty()) token = id;
-    comm::CommunicatorOptions options;
+    // Tuning variables (HEFT_HOST, HEFT_TRANSPORT, HEFT_ALLREDUCE_ALGO, ...) as for any
+    // heft worker; the group's token and timeout are torch's.
+    comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
     options.token = token;
     options.timeout = timeout;
     comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
@@ -320,7 +322,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     auto f = std::make_shared<Flat>(flatten(outputs[0], "allgather", false));
     return submit(c10d::OpType::ALLGATHER,
                   {comm_->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
-                  [f] { unflatten(*f); }, outputs[0]);
+                  [s, f] { unflatten(*f); }, outputs[0]);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -333,7 +335,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     auto o = std::make_shared<Staged>(stage(output, "_allgather_base", false));
     return submit(c10d::OpType::_ALLGATHER_BASE,
                   {comm_->allgather_async(s->data(), o->data(), s->count(), s->type)},
-                  [o] { o->finish(); }, {output});
+                  [s, o] { o->finish(); }, {output});
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
@@ -358,7 +360,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     return submit(c10d::OpType::ALLGATHER_COALESCED,
                   {comm_->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
                                           static_cast<size_t>(in->buf.numel()), in->type)},
-                  [out] { unflatten(*out); }, all);
+                  [in, out] { unflatten(*out); }, all);
   }
 
   // gather and scatter go point to point: only the root talks to each rank.
@@ -590,6 +592,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     std::vector<at::Tensor> outputs;
   };
 
+  // Queues `works` (already issued to the communicator) for the completion thread.
+  // `finish` runs after they all finished and must own (capture) every staged buffer they
+  // read or write: a buffer freed earlier is reused while the communicator still uses it.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type,
                                         std::vector<std::shared_ptr<comm::Work>> works,
                                         std::function<void()> finish,

@@ -25,6 +25,10 @@ Command add_train_command(CLI::App& app);
 Command add_resume_command(CLI::App& app);
 // The directory of the running heft binary, where heft-train is built too (train.cc).
 std::string heft_binary_dir();
+// The directory holding heft's Python package (`heft/__init__.py`), which workers get first
+// on their PYTHONPATH: `<bin>/python` in a build tree, `<bin>/../HEFT_PYTHON_INSTALL_DIR`
+// in an installed copy; "" when there is none (built without Python) (train.cc).
+std::string heft_python_dir();
 // `heft jobs [--json]` (jobs.cc)
 Command add_jobs_command(CLI::App& app);
 // `heft describe JOB [--json]` (describe.cc)

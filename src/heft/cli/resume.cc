@@ -50,6 +50,7 @@ int resume(const std::string& name) {
   options.log_name = kName;
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
+  options.python_path = heft_python_dir();
   job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
                              options);
   return supervisor.run();

@@ -66,6 +66,7 @@ job::LocalLauncherOptions launcher_options(const RunArgs& args) {
   options.grace = std::chrono::milliseconds(std::llround(args.grace_s * 1000.0));
   options.prefix_output = !args.no_prefix;
   options.worker_umask = user_umask();
+  options.python_path = heft_python_dir();
   return options;
 }
 

@@ -81,6 +81,7 @@ int train(const TrainArgs& args) {
   options.log_name = kName;
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
+  options.python_path = heft_python_dir();
   job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
                              options);
   return supervisor.run();
@@ -96,6 +97,17 @@ std::string heft_binary_dir() {
   const std::string path(buf.data(), static_cast<size_t>(n));
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string heft_python_dir() {
+  const std::string bin = heft_binary_dir();
+  std::vector<std::string> candidates = {bin + "/python"};
+#ifdef HEFT_PYTHON_INSTALL_DIR
+  candidates.push_back(bin + "/../" HEFT_PYTHON_INSTALL_DIR);
+#endif
+  for (const std::string& dir : candidates)
+    if (::access((dir + "/heft/__init__.py").c_str(), R_OK) == 0) return dir;
+  return "";
 }
 
 Command add_train_command(CLI::App& app) {

@@ -316,7 +316,8 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
   std::string path;
   switch (allreduce_algorithm(bytes)) {
     case Algorithm::kShm: {
-      algo::ShmLinks local{*shm_, deadline, name};
+      algo::ShmLinks local{*shm_, deadline, name,
+                           algo::call_signature(algo::Call::allreduce, count, t, op)};
       algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);
       path = shm_form();
       break;
@@ -328,13 +329,15 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
                                          : "hierarchical(leaders)";
       break;
     case Algorithm::kRecursiveDoubling: {
-      algo::Links links{*transport_, deadline, name};
+      algo::Links links{*transport_, deadline, name,
+                        algo::call_signature(algo::Call::allreduce, count, t, op)};
       algo::recursive_doubling_allreduce(links, recv, count, t, op);
       path = "recursive_doubling";
       break;
     }
     default: {
-      algo::Links links{*transport_, deadline, name};
+      algo::Links links{*transport_, deadline, name,
+                        algo::call_signature(algo::Call::allreduce, count, t, op)};
       algo::ring_allreduce(links, recv, count, t, op);
       path = "ring";
     }
@@ -366,10 +369,12 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void*
                               recv_count * element_size(t) * size_);
   return enqueue(name, [=](Deadline deadline) {
     if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name};
+      algo::ShmLinks local{*shm_, deadline, name,
+                           algo::call_signature(algo::Call::reduce_scatter, recv_count, t, op)};
       return algo::shm_reduce_scatter(local, send, recv, recv_count, t, op, size_);
     }
-    algo::Links links{*transport_, deadline, name};
+    algo::Links links{*transport_, deadline, name,
+                      algo::call_signature(algo::Call::reduce_scatter, recv_count, t, op)};
     algo::ring_reduce_scatter(links, send, recv, recv_count, t, op);
   });
 }
@@ -380,10 +385,12 @@ std::shared_ptr<Work> Communicator::allgather_async(const void* send, void* recv
                               send_count * element_size(t) * size_);
   return enqueue(name, [=](Deadline deadline) {
     if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name};
+      algo::ShmLinks local{*shm_, deadline, name,
+                           algo::call_signature(algo::Call::allgather, send_count, t)};
       return algo::shm_allgather(local, send, recv, send_count, t);
     }
-    algo::Links links{*transport_, deadline, name};
+    algo::Links links{*transport_, deadline, name,
+                      algo::call_signature(algo::Call::allgather, send_count, t)};
     algo::ring_allgather(links, send, recv, send_count, t);
   });
 }
@@ -396,10 +403,14 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
   std::string name = describe("broadcast", algo, bytes);
   return enqueue(name, [=](Deadline deadline) {
     if (algo == Algorithm::kShm) {
-      algo::ShmLinks local{*shm_, deadline, name};
+      algo::ShmLinks local{*shm_, deadline, name,
+                           algo::call_signature(algo::Call::broadcast, bytes, DataType::f32,
+                                                ReduceOp::sum, root)};
       return algo::shm_broadcast(local, buf, bytes, root);
     }
-    algo::Links links{*transport_, deadline, name};
+    algo::Links links{*transport_, deadline, name,
+                      algo::call_signature(algo::Call::broadcast, bytes, DataType::f32,
+                                           ReduceOp::sum, root)};
     if (algo == Algorithm::kChain)
       algo::chain_broadcast(links, buf, bytes, root);
     else
@@ -414,10 +425,12 @@ std::shared_ptr<Work> Communicator::reduce_async(const void* send, void* recv, s
                               count * element_size(t));
   return enqueue(name, [=](Deadline deadline) {
     if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name};
+      algo::ShmLinks local{*shm_, deadline, name,
+                           algo::call_signature(algo::Call::reduce, count, t, op, root)};
       return algo::shm_reduce(local, send, recv, count, t, op, root, size_);
     }
-    algo::Links links{*transport_, deadline, name};
+    algo::Links links{*transport_, deadline, name,
+                      algo::call_signature(algo::Call::reduce, count, t, op, root)};
     algo::tree_reduce(links, send, recv, count, t, op, root);
   });
 }
@@ -429,7 +442,7 @@ std::shared_ptr<Work> Communicator::alltoall_async(const void* send, void* recv,
   std::string name =
       "alltoall(pairwise, " + std::to_string(count * element_size(t) * size_) + " B)";
   return enqueue(name, [=](Deadline deadline) {
-    algo::Links links{*transport_, deadline, name};
+    algo::Links links{*transport_, deadline, name, algo::call_signature(algo::Call::alltoall, count, t)};
     algo::pairwise_alltoall(links, send, recv, count, t);
   });
 }
@@ -437,10 +450,11 @@ std::shared_ptr<Work> Communicator::alltoall_async(const void* send, void* recv,
 std::shared_ptr<Work> Communicator::barrier_async() {
   return enqueue("barrier", [=](Deadline deadline) {
     if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, "barrier(shm)"};
+      algo::ShmLinks local{*shm_, deadline, "barrier(shm)",
+                           algo::call_signature(algo::Call::barrier, 0)};
       return algo::shm_barrier(local);
     }
-    algo::Links links{*transport_, deadline, "barrier"};
+    algo::Links links{*transport_, deadline, "barrier", algo::call_signature(algo::Call::barrier, 0)};
     algo::dissemination_barrier(links);
   });
 }

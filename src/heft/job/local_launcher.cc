@@ -484,6 +484,7 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   job.num_cpus = available_cpus();
   job.restart_count = restart_count;
   job.extra = options.extra_env;
+  job.python_path = options.python_path;
 
   const Environment parent = current_environment();
   const int world = options.hosts * options.processes_per_host;

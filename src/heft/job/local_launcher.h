@@ -91,6 +91,9 @@ struct LocalLauncherOptions {
   int worker_umask = -1;
   // Added to every worker's environment last: overrides the parent's and heft's variables.
   Environment extra_env;
+  // Put first on every worker's PYTHONPATH (JobEnvironment::python_path): heft's Python
+  // package directory. Empty: PYTHONPATH untouched.
+  std::string python_path;
   // Where the store listens. Loopback keeps it private to this machine.
   std::string store_bind_address = "127.0.0.1";
   // Leads every line the launcher itself writes on stderr ("heft run: rank 2 exited...").

@@ -107,6 +107,7 @@ class Supervisor::Impl {
     o.extra_env = training_environment(spec_, paths_);
     o.log_name = options_.log_name;
     o.worker_umask = options_.worker_umask;
+    o.python_path = options_.python_path;
     o.hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
       output_.line(rank, is_stderr, line, elapsed(job_start_));
     };

@@ -42,6 +42,8 @@ struct SupervisorOptions {
   bool progress = false;
   // The workers' umask (LocalLauncherOptions::worker_umask); -1: this process's.
   int worker_umask = -1;
+  // Put first on every worker's PYTHONPATH (LocalLauncherOptions::python_path).
+  std::string python_path;
 };
 
 class Supervisor {

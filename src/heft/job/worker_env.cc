@@ -72,6 +72,11 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1, job.num_cpus / world));
 
   for (const auto& [name, value] : job.extra) env[name] = value;
+  if (!job.python_path.empty()) {
+    const auto it = env.find("PYTHONPATH");
+    const bool has = it != env.end() && !it->second.empty();
+    env["PYTHONPATH"] = has ? job.python_path + ":" + it->second : job.python_path;
+  }
   return env;
 }
 

@@ -35,7 +35,12 @@ struct JobEnvironment {
   int restart_count = 0;
   // Cores of this machine (SM_NUM_CPUS; OMP_NUM_THREADS is derived from it). >= 1.
   int num_cpus = 1;
-  // Set in every worker after everything else; overrides any variable above.
+  // A directory put first on every worker's PYTHONPATH, before what the parent (or `extra`)
+  // has there: where heft's Python package is, so `import heft.torch` works in workers
+  // without set-up. Empty: PYTHONPATH as the parent and `extra` have it.
+  std::string python_path;
+  // Set in every worker after everything else; overrides any variable above (but
+  // python_path still leads PYTHONPATH).
   Environment extra;
 };
 

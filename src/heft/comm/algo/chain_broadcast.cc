@@ -20,7 +20,7 @@ void chain_broadcast(Links& links, void* buf, size_t bytes, int root) {
                    Transfer::send(links.real(next), buf, bytes)};
   t[0].on_progress = [&](size_t done) { received = done; };
   t[1].limit = &received;  // forward only what has arrived
-  links.transport.exchange(t, 2, links.deadline, links.op);
+  links.exchange(t, 2);
 }
 
 }  // namespace heft::comm::algo

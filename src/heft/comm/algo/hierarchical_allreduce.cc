@@ -25,8 +25,9 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
   const ReduceOp partial = op == ReduceOp::avg ? ReduceOp::sum : op;
   const int world = static_cast<int>(topo.host_of_rank.size());
   if (topo.uniform() && shm) {
-    ShmLinks local{*shm, deadline, name};
-    Links column(tcp, deadline, name, topo.column(topo.local_rank));
+    ShmLinks local{*shm, deadline, name, call_signature(Call::allreduce, count, t, op)};
+    Links column(tcp, deadline, name, topo.column(topo.local_rank),
+                 call_signature(Call::allreduce, count, t, op));
     shm_allreduce(local, buf, count, t, partial, /*small=*/false, 1,
                   [&](uint8_t* slice, size_t n) {
                     cross_host(column, slice, n, t, partial, small_bytes);
@@ -35,15 +36,17 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
     return;
   }
   if (shm) {
-    ShmLinks local{*shm, deadline, name};
+    ShmLinks local{*shm, deadline, name,
+                   call_signature(Call::hierarchical_reduce, count, t, op)};
     shm_reduce(local, buf, buf, count, t, partial, 0, 1);
   }
   if (topo.local_rank == 0 && topo.hosts() > 1) {
-    Links leaders(tcp, deadline, name, topo.leaders());
+    Links leaders(tcp, deadline, name, topo.leaders(), call_signature(Call::allreduce, count, t, op));
     cross_host(leaders, buf, count, t, partial, small_bytes);
   }
   if (shm) {
-    ShmLinks local{*shm, deadline, name};
+    ShmLinks local{*shm, deadline, name,
+                   call_signature(Call::hierarchical_broadcast, count, t, op)};
     shm_broadcast(local, buf, count * element_size(t), 0);
   }
   finish_average(buf, count, t, op, world);

@@ -16,12 +16,16 @@ namespace heft::comm::algo {
 
 class Links {
  public:
-  // All ranks of the transport, in transport order.
-  Links(Transport& transport, Deadline deadline, std::string op)
-      : transport(transport), deadline(deadline), op(std::move(op)) {}
+  // All ranks of the transport, in transport order. With a `signature` (call != 0), the
+  // first message this operation sends on each link is preceded by it, and the first
+  // received on each link is checked against it: a peer that made another call (another
+  // count, dtype, op or root) fails the exchange with heft::InvalidArgument naming both
+  // counts (call_signature.h). Every rank of the operation must pass one, or none.
+  Links(Transport& transport, Deadline deadline, std::string op, CallSignature signature = {});
   // A subset: virtual rank i is transport rank members[i]; this rank must be a member.
   // Used by hierarchical algorithms (e.g. a ring among host leaders over the world mesh).
-  Links(Transport& transport, Deadline deadline, std::string op, std::vector<int> members);
+  Links(Transport& transport, Deadline deadline, std::string op, std::vector<int> members,
+        CallSignature signature = {});
 
   Transport& transport;
   Deadline deadline;
@@ -39,10 +43,16 @@ class Links {
   // set, is called with the bytes received so far as they arrive.
   void sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes,
                 const std::function<void(size_t)>& on_recv = nullptr);
+  // transport.exchange() with the signature headers of first contacts (peers in the
+  // transfers are transport ranks).
+  void exchange(Transfer* transfers, size_t n);
 
  private:
   std::vector<int> members_;
   int rank_ = -1;
+  CallSignature signature_;
+  // By transport rank: whether this operation sent to / received from that peer yet.
+  std::vector<uint8_t> sent_, received_;
 };
 
 struct Range {

@@ -1,10 +1,14 @@
 // What the shared-memory algorithms are handed: the host's shm::Context, the operation's
-// deadline and name. Each shm_*.h algorithm moves data in chunks through the slots of
-// shm/context.h and keeps every rank's results bit-identical by reducing in local-rank order.
+// deadline, name and signature. Each shm_*.h algorithm moves data in chunks through the
+// slots of shm/context.h and keeps every rank's results bit-identical by reducing in
+// local-rank order. The first sync() of an operation checks that every rank of the host made
+// the same call (the signature): a rank calling with another size fails every rank with an
+// error naming both, instead of the ranks going on over buffers of different lengths.
 #pragma once
 
 #include <string>
 
+#include "heft/comm/algo/call_signature.h"
 #include "heft/comm/transport/shm/context.h"
 
 namespace heft::comm::algo {
@@ -13,10 +17,17 @@ struct ShmLinks {
   shm::Context& ctx;
   Deadline deadline;
   std::string op;
+  // The call, checked against the peers' at the first sync(); call == 0: not checked.
+  shm::Context::Signature signature{};
 
   int rank() const { return ctx.rank(); }
   int size() const { return ctx.size(); }
-  void sync() { ctx.sync(deadline, op); }
+  void sync() {
+    if (signature.call == 0) return ctx.sync(deadline, op);
+    const shm::Context::Signature first = signature;
+    signature = {};
+    ctx.sync(deadline, op, &first);
+  }
 };
 
 }  // namespace heft::comm::algo

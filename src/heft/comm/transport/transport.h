@@ -9,12 +9,35 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
 namespace heft::comm {
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// What a rank called a collective with (algo/call_signature.h makes one): `call` encodes the
+// collective, dtype, op, root and count, equal on ranks that made the same call, never 0;
+// `count` is the element count, named in the error when two ranks' counts differ.
+struct CallSignature {
+  uint64_t call = 0;
+  uint64_t count = 0;
+};
+
+// The error text when rank `them`'s call of `op` (count `their_count`, signature other than
+// `mine`) differs from this rank's (`me`).
+inline std::string call_mismatch(int me, const std::string& op, int them, uint64_t their_count,
+                                 const CallSignature& mine) {
+  return "rank " + std::to_string(me) + ": " + op + ": rank " + std::to_string(them) +
+         " called " +
+         (their_count != mine.count
+              ? "it with " + std::to_string(their_count) + " elements, this rank with " +
+                    std::to_string(mine.count)
+              : std::string("another collective, or this one with another dtype, op or root")) +
+         " (every rank must make the same collective calls, with the same sizes, in the same "
+         "order)";
+}
 
 struct Transfer {
   enum class Kind { send, recv };

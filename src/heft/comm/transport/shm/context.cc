@@ -29,6 +29,10 @@ struct Context::Header {
   uint64_t self_address;              // where the owner maps this header (CMA probe)
   std::atomic<uint64_t> buffer;       // the owner's buffer of the current operation
   std::atomic<uint32_t> offset[2];    // where the owner placed each slot's data (place())
+  // The call the owner's operation beginning at an epoch of parity i was made with
+  // (Signature), for sync() to check against every peer's.
+  std::atomic<uint64_t> signature[2];
+  std::atomic<uint64_t> signature_count[2];
   cpu_set_t cpus;                     // the CPUs the owner may run on, written at set-up
 };
 
@@ -232,13 +236,30 @@ uint8_t* Context::out(int local_rank, int slot) const {
   return in(local_rank, slot) + area_bytes(options_);
 }
 
-void Context::sync(Deadline deadline, const std::string& op) {
+void Context::sync(Deadline deadline, const std::string& op, const Signature* signature) {
   const uint32_t target = ++epoch_;
   Header& self = header(rank_);
+  // A peer writes the signature of its operation that begins at epoch e before publishing
+  // e, and can write the next one of that parity (e + 2 or later) only after passing e + 1,
+  // which needs this rank past its check here: the pair of parities is enough.
+  const int parity = static_cast<int>(target & 1);
+  if (signature) {
+    self.signature[parity].store(signature->call, std::memory_order_relaxed);
+    self.signature_count[parity].store(signature->count, std::memory_order_relaxed);
+  }
   self.epoch.store(target, std::memory_order_seq_cst);
   if (self.waiters.load(std::memory_order_seq_cst) > 0) futex_wake_all(&self.epoch);
   for (int p = 0; p < size(); ++p)
     if (p != rank_) wait_for(p, target, deadline, op);
+  if (!signature) return;
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    const Header& h = header(p);
+    if (h.signature[parity].load(std::memory_order_relaxed) == signature->call) continue;
+    throw InvalidArgument(call_mismatch(global_ranks_[rank_], op, global_ranks_[p],
+                                        h.signature_count[parity].load(std::memory_order_relaxed),
+                                        *signature));
+  }
 }
 
 void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::string& op) {

@@ -89,10 +89,15 @@ class Context {
   // Whether this rank's CPU set is disjoint from every peer's (e.g. bound one per core).
   bool placement_disjoint() const { return disjoint_; }
 
+  using Signature = CallSignature;
+
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
-  // by its communicator rank and `op`.
-  void sync(Deadline deadline, const std::string& op);
+  // by its communicator rank and `op`. With `signature` (the first sync of an operation, on
+  // every rank), also checks that every peer made the same call: heft::InvalidArgument
+  // naming the peer and both counts otherwise (a caller's bug that would else go on with
+  // mismatched buffers).
+  void sync(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
 
   // Called about every 10 ms while waiting for local rank `peer`; throws to give up (the
   // communicator checks the peer's TCP link for a close).

@@ -1,0 +1,50 @@
+# ctest-labels: multiproc
+"""Every operation of the torch.distributed backend heft against Gloo's result and a
+reference, for each dtype and reduce op, at world sizes 1, 2, 3 and 4 (4 as 2 simulated
+hosts x 2: shared memory inside a host, TCP across), with subgroups; workers started by
+`heft run`, which must put the heft package on their PYTHONPATH by itself
+(tests/python/workers/collectives_worker.py does the checking)."""
+import re
+import unittest
+
+import support
+
+
+class Collectives(unittest.TestCase):
+    def run_world(self, hosts, per_host):
+        r = support.heft_run(["--hosts", str(hosts), "-n", str(per_host), "--",
+                              support.PYTHON, "-u", support.worker("collectives_worker.py")])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        m = re.search(r"checked=(\d+) gloo_compared=(\d+) heft_operations=(\d+) "
+                      r"last_allreduce_path=(\S+) large_paths=(\S+)", r.stdout)
+        self.assertIsNotNone(m, r.stdout + r.stderr)
+        checked, gloo, ops, path, large = int(m[1]), int(m[2]), int(m[3]), m[4], m[5]
+        print(f"world {hosts * per_host}: {checked} checks, {gloo} against gloo, "
+              f"{ops} operations through heft, last allreduce path {path}, "
+              f"paths at 40003 elements: {large}")
+        self.assertGreater(gloo, 50)
+        if hosts * per_host > 1:
+            self.assertNotEqual(path, "none")
+        return large
+
+    def test_world_1(self):
+        self.run_world(1, 1)
+
+    def test_world_2(self):
+        large = self.run_world(1, 2).split(",")
+        self.assertTrue(all(p.startswith("shm/") and p != "shm/small" for p in large), large)
+
+    def test_world_3(self):
+        large = self.run_world(1, 3).split(",")
+        self.assertTrue(all(p.startswith("shm/") and p != "shm/small" for p in large), large)
+
+    def test_world_4_on_two_hosts(self):
+        large = self.run_world(2, 2).split(",")
+        # Across hosts: hierarchical (shared memory inside, TCP across) or a flat TCP algorithm.
+        self.assertIn("hierarchical(shm/slots)", large)
+        self.assertFalse(any(p.startswith("shm/") for p in large), large)
+
+
+if __name__ == "__main__":
+    support.main_guard()
+    unittest.main(verbosity=2)
