@@ -5,7 +5,8 @@
 #     most 10% of heft bench's bandwidth at 1 MiB and above (python_heft/heft_bench >= 0.9).
 #  2. PyTorch DDP throughput with ../shared/peers/ddp_torch.py (CNN, Fashion-MNIST) and
 #     gpt_torch.py (small GPT on fortunes), --backend heft against --backend gloo, 2 ranks.
-#     Targets: heft >= 1.5x Gloo on the CNN, >= 1.2x on the GPT.
+#     Targets: heft >= 1.5x Gloo on the CNN, >= 1.2x on the GPT. Beside them the ceiling:
+#     2 x one rank without communication, which no backend can pass.
 # Prints the machine (CPU, memcpy GB/s) first, then markdown tables (medians of the rounds).
 #
 #   bench/python_vs_gloo.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--skip-ddp]
@@ -58,13 +59,23 @@ for r in $(seq "$ROUNDS"); do
       --backend $b --port $((port++)) 2>/dev/null | grep -o 'final:.*tokens_per_s=[0-9.]*' | grep -o 'tokens_per_s=[0-9.]*' | cut -d= -f2 >>"$OUT/gpt-$b"
   done
 done
+# The ceiling: one rank with the same per-rank batch and no communication at all, times 2
+# (what 2 ranks would reach if communication and sharing the machine cost nothing).
+for r in $(seq "$ROUNDS"); do
+  $PY "$PEERS/ddp_torch.py" --ranks 1 --batch 32 --limit 6400 --port $((port++)) 2>/dev/null |
+    grep -o 'samples_per_s=[0-9.]*' | cut -d= -f2 | awk '{print 2 * $1}' >>"$OUT/cnn-ceiling"
+  $PY "$PEERS/gpt_torch.py" --ranks 1 --steps 60 --batch 8 --port $((port++)) 2>/dev/null |
+    grep -o 'final:.*tokens_per_s=[0-9.]*' | grep -o 'tokens_per_s=[0-9.]*' | cut -d= -f2 |
+    awk '{print 2 * $1}' >>"$OUT/gpt-ceiling"
+done
 echo
 echo "## PyTorch DDP, 2 ranks, backend heft against gloo (median of $ROUNDS)"
-echo "| workload | heft | gloo | heft/gloo | target |"
-echo "| --- | ---: | ---: | ---: | --- |"
+echo "ceiling: 2 x one rank at the same per-rank batch without communication; ceiling/gloo bounds what any backend can gain over Gloo"
+echo "| workload | heft | gloo | heft/gloo | target | ceiling | ceiling/gloo |"
+echo "| --- | ---: | ---: | ---: | --- | ---: | ---: |"
 for w in cnn gpt; do
-  h=$(median <"$OUT/$w-heft"); g=$(median <"$OUT/$w-gloo")
+  h=$(median <"$OUT/$w-heft"); g=$(median <"$OUT/$w-gloo"); c=$(median <"$OUT/$w-ceiling")
   unit=$([[ $w == cnn ]] && echo samples/s || echo tokens/s)
   target=$([[ $w == cnn ]] && echo '>= 1.5' || echo '>= 1.2')
-  echo "| $w ($unit) | $h | $g | $(awk -v a="$h" -v b="$g" 'BEGIN{printf "%.2f", a/b}') | $target |"
+  echo "| $w ($unit) | $h | $g | $(awk -v a="$h" -v b="$g" 'BEGIN{printf "%.2f", a/b}') | $target | $c | $(awk -v a="$c" -v b="$g" 'BEGIN{printf "%.2f", a/b}') |"
 done

@@ -7,7 +7,8 @@
 // int32), queues the communicator's asynchronous call(s) and returns a Work over a
 // c10::ivalue::Future. One completion thread per group waits the communicator's works in
 // issue order (they finish in that order), copies staged results back into the caller's
-// tensors and completes the future, so DDP's hooks and Python comm hooks (then()) run. A
+// tensors and completes the future, so DDP's hooks and Python comm hooks (then()) run; a
+// caller blocked in wait() completes its own operation if it gets there first. A
 // failed operation (a lost peer, the timeout) sets the future's error: wait() raises a
 // RuntimeError naming the lost rank.
 //
@@ -197,28 +198,69 @@ void unflatten(const Flat& f) {
 
 // ---- the process group -------------------------------------------------------------------
 
+std::exception_ptr backend_error(const std::exception& e) {
+  return std::make_exception_ptr(
+      std::runtime_error(std::string("heft (backend of torch.distributed): ") + e.what()));
+}
+
+// One issued operation: the communicator's works, what turns their results into the
+// caller's tensors (`finish`, which owns every staged buffer the works use) and the future
+// torch sees. Completed exactly once, by whichever gets there first: the group's completion
+// thread, or a caller blocked in wait() (which then wakes straight from the communicator's
+// work instead of through a second thread: on a busy machine every hand-off costs a wake-up).
+struct Operation {
+  std::vector<std::shared_ptr<comm::Work>> works;
+  std::function<void()> finish;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  std::vector<at::Tensor> outputs;
+  std::atomic<bool> claimed{false};
+
+  // Blocks until the works finished; completes the future unless the other completer has
+  // claimed it (then the future completes there, soon after). Never throws.
+  void complete() {
+    std::exception_ptr error;
+    try {
+      for (auto& w : works) w->wait();
+    } catch (const std::exception& e) {
+      error = backend_error(e);
+    }
+    if (claimed.exchange(true)) return;
+    if (!error) {
+      try {
+        finish();
+      } catch (const std::exception& e) {
+        error = backend_error(e);
+      }
+    }
+    if (error)
+      future->setError(error);
+    else
+      future->markCompleted(c10::IValue(outputs));
+  }
+};
+
 class HeftWork : public c10d::Work {
  public:
-  HeftWork(c10::intrusive_ptr<c10::ivalue::Future> future, c10d::OpType type,
-           std::vector<at::Tensor> outputs)
-      : c10d::Work(-1, type), future_(std::move(future)), outputs_(std::move(outputs)) {}
-  bool isCompleted() override { return future_->completed(); }
-  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  HeftWork(std::shared_ptr<Operation> op, c10d::OpType type)
+      : c10d::Work(-1, type), op_(std::move(op)) {}
+  bool isCompleted() override { return op_->future->completed(); }
+  bool isSuccess() const override { return op_->future->completed() && !op_->future->hasError(); }
   std::exception_ptr exception() const override {
-    return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+    return op_->future->completed() && op_->future->hasError() ? op_->future->exception_ptr()
+                                                               : nullptr;
   }
   bool wait(std::chrono::milliseconds /*timeout: every operation has the group's deadline*/) override {
-    future_->wait();
-    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    op_->complete();
+    op_->future->wait();
+    if (op_->future->hasError()) std::rethrow_exception(op_->future->exception_ptr());
     return true;
   }
   void synchronize() override {}
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return op_->outputs; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return op_->future; }
 
  private:
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::vector<at::Tensor> outputs_;
+  std::shared_ptr<Operation> op_;
 };
 
 class ProcessGroupHeft : public c10d::ProcessGroup {
@@ -585,13 +627,6 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
                   dtype_name(t.scalar_type()));
   }
 
-  struct Pending {
-    std::vector<std::shared_ptr<comm::Work>> works;
-    std::function<void()> finish;
-    c10::intrusive_ptr<c10::ivalue::Future> future;
-    std::vector<at::Tensor> outputs;
-  };
-
   // Queues `works` (already issued to the communicator) for the completion thread.
   // `finish` runs after they all finished and must own (capture) every staged buffer they
   // read or write: a buffer freed earlier is reused while the communicator still uses it.
@@ -600,34 +635,32 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs) {
     ++operations_;
-    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    auto op = std::make_shared<Operation>();
+    op->works = std::move(works);
+    op->finish = std::move(finish);
+    op->future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    op->outputs = std::move(outputs);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back({std::move(works), std::move(finish), future, outputs});
+      pending_.push_back(op);
     }
-    cv_.notify_all();
-    return c10::make_intrusive<HeftWork>(future, type, std::move(outputs));
+    cv_.notify_one();
+    return c10::make_intrusive<HeftWork>(std::move(op), type);
   }
 
-  // Waits each operation in issue order, writes results back, completes its future.
+  // Completes each operation in issue order (unless a waiter did first), so futures that
+  // nobody waits on (DDP's, comm hooks') complete.
   void complete_loop() {
     for (;;) {
-      Pending p;
+      std::shared_ptr<Operation> op;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
         if (pending_.empty()) return;
-        p = std::move(pending_.front());
+        op = std::move(pending_.front());
         pending_.pop_front();
       }
-      try {
-        for (auto& w : p.works) w->wait();
-        p.finish();
-        p.future->markCompleted(c10::IValue(p.outputs));
-      } catch (const std::exception& e) {
-        p.future->setError(std::make_exception_ptr(
-            std::runtime_error(std::string("heft (backend of torch.distributed): ") + e.what())));
-      }
+      op->complete();
     }
   }
 
@@ -635,7 +668,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::unique_ptr<comm::Communicator> comm_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> pending_;  // guarded by mu_
+  std::deque<std::shared_ptr<Operation>> pending_;  // guarded by mu_
   bool stopping_ = false;        // guarded by mu_
   std::atomic<int64_t> operations_{0};
   std::thread thread_;
