@@ -16,7 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev python3-dev
   libtorch-dev libopenblas0-pthread
   # peers and compatibility tests: OpenMPI, PyTorch (Gloo) on Debian's python3
-  openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py
+  openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py python3-optuna
   # real data for the built-in trainer
   dataset-fashion-mnist fortunes
 )

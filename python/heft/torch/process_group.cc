@@ -5,10 +5,11 @@
 // Each operation stages its tensors (a contiguous buffer of a dtype the communicator
 // reduces: the tensor itself when it already is one; int8, uint8 and bool go through
 // int32), queues the communicator's asynchronous call(s) and returns a Work over a
-// c10::ivalue::Future. One completion thread per group waits the communicator's works in
-// issue order (they finish in that order), copies staged results back into the caller's
-// tensors and completes the future, so DDP's hooks and Python comm hooks (then()) run; a
-// caller blocked in wait() completes its own operation if it gets there first. A
+// c10::ivalue::Future. A caller blocked in wait() completes its own operation (copies staged
+// results back into its tensors, completes the future) as soon as the communicator's work
+// finishes: no thread in between. An operation nobody waits on (DDP's, comm hooks') is handed
+// by the communicator, when it finishes, to one completion thread per group, which completes
+// it there, so DDP's hooks and Python comm hooks (then()) run off the communicator's thread. A
 // failed operation (a lost peer, the timeout) sets the future's error: wait() raises a
 // RuntimeError naming the lost rank.
 //
@@ -205,15 +206,17 @@ std::exception_ptr backend_error(const std::exception& e) {
 
 // One issued operation: the communicator's works, what turns their results into the
 // caller's tensors (`finish`, which owns every staged buffer the works use) and the future
-// torch sees. Completed exactly once, by whichever gets there first: the group's completion
-// thread, or a caller blocked in wait() (which then wakes straight from the communicator's
-// work instead of through a second thread: on a busy machine every hand-off costs a wake-up).
+// torch sees. Completed exactly once, by whichever claims it first: a caller blocked in
+// wait(), or the group's completion thread, to which the communicator hands the operation
+// when it finishes with no waiter (on a busy machine every hand-off costs a wake-up, so a
+// waiter's operation takes none).
 struct Operation {
   std::vector<std::shared_ptr<comm::Work>> works;
   std::function<void()> finish;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::vector<at::Tensor> outputs;
-  std::atomic<bool> claimed{false};
+  std::atomic<bool> waiter{false};   // a caller is in wait()
+  std::atomic<bool> claimed{false};  // someone completes it
 
   // Blocks until the works finished; completes the future unless the other completer has
   // claimed it (then the future completes there, soon after). Never throws.
@@ -250,6 +253,7 @@ class HeftWork : public c10d::Work {
                                                                : nullptr;
   }
   bool wait(std::chrono::milliseconds /*timeout: every operation has the group's deadline*/) override {
+    op_->waiter = true;
     op_->complete();
     op_->future->wait();
     if (op_->future->hasError()) std::rethrow_exception(op_->future->exception_ptr());
@@ -291,13 +295,13 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   }
 
   ~ProcessGroupHeft() override {
+    comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    comm_.reset();
   }
 
   const std::string getBackendName() const override { return "heft"; }
@@ -627,29 +631,33 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
                   dtype_name(t.scalar_type()));
   }
 
-  // Queues `works` (already issued to the communicator) for the completion thread.
-  // `finish` runs after they all finished and must own (capture) every staged buffer they
-  // read or write: a buffer freed earlier is reused while the communicator still uses it.
+  // The Work of `works` (already issued to the communicator; they finish in order). `finish`
+  // runs after they all finished and must own (capture) every staged buffer they read or
+  // write: a buffer freed earlier is reused while the communicator still uses it.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type,
                                         std::vector<std::shared_ptr<comm::Work>> works,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs) {
     ++operations_;
+    static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
     auto op = std::make_shared<Operation>();
     op->works = std::move(works);
     op->finish = std::move(finish);
-    op->future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
     op->outputs = std::move(outputs);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(op);
-    }
-    cv_.notify_one();
+    op->works.back()->on_finish([this, op] {
+      if (op->waiter || op->claimed) return;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.push_back(op);
+      }
+      cv_.notify_one();
+    });
     return c10::make_intrusive<HeftWork>(std::move(op), type);
   }
 
-  // Completes each operation in issue order (unless a waiter did first), so futures that
-  // nobody waits on (DDP's, comm hooks') complete.
+  // Completes the operations the communicator hands over (those with no waiter when they
+  // finished), so futures that nobody waits on (DDP's, comm hooks') complete.
   void complete_loop() {
     for (;;) {
       std::shared_ptr<Operation> op;

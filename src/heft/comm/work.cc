@@ -13,13 +13,27 @@ bool Work::test() {
   return done_;
 }
 
+void Work::on_finish(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      on_finish_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::function<void()> callback;
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     error_ = std::move(error);
+    callback = std::move(on_finish_);
   }
   cv_.notify_all();
+  if (callback) callback();
 }
 
 }  // namespace heft::comm

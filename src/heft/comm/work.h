@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 namespace heft::comm {
@@ -16,6 +17,11 @@ class Work {
   void wait();
   // True once the operation finished (successfully or not); never blocks or throws.
   bool test();
+  // Calls `fn` once the operation has finished: at once, on this thread, if it already has;
+  // else on the communicator's thread right after it finishes (after waiters are woken).
+  // `fn` must be quick and must not call the communicator (it would run on the thread that
+  // serves it). At most one callback per Work.
+  void on_finish(std::function<void()> fn);
 
   // Called by the communicator thread.
   void finish(std::exception_ptr error);
@@ -25,6 +31,7 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;           // guarded by mu_
   std::exception_ptr error_;    // guarded by mu_
+  std::function<void()> on_finish_;  // guarded by mu_
 };
 
 }  // namespace heft::comm

@@ -1,0 +1,60 @@
+// Bayesian search: a Gaussian process (gaussian_process.h) on the unit cube of the scaled
+// ranges models the objective; each suggestion maximises expected improvement.
+//
+// Terms. *Observations*: configurations with their objective (warm-start trials included).
+// *Pending*: suggestions not yet observed; while trials run in parallel, each pending point
+// enters the model with a *constant liar* value (the best objective so far), so the next
+// suggestion looks elsewhere instead of repeating it. The first `initial_points` suggestions
+// (fewer when warm-start observations exist) are a Latin hypercube over the cube.
+// Acquisition: EI over `candidates` random points plus perturbations of the best observed
+// ones, the best few refined by a shrinking local search; integers and categoricals are
+// snapped (rounded, one-hot) before EI is computed, and a point already observed or pending
+// is never suggested again when another is available.
+//
+// Deliberately left out: multi-objective, constraints, other acquisition functions.
+#pragma once
+
+#include <random>
+#include <vector>
+
+#include "heft/tune/gaussian_process.h"
+#include "heft/tune/strategy.h"
+
+namespace heft::tune {
+
+struct BayesianOptions {
+  int initial_points = 0;   // 0: max(4, dims + 1)
+  int candidates = 2000;    // random candidates per suggestion
+  int refine = 5;           // best candidates refined locally
+  int restarts = 4;         // starts of the GP's hyperparameter fit
+  double xi = 0.01;         // EI's exploration margin, in standard deviations of the data
+};
+
+class BayesianSearch : public Strategy {
+ public:
+  BayesianSearch(SearchSpace space, uint64_t seed, BayesianOptions options = {});
+  std::optional<Config> suggest() override;
+  void observe(const Config& config, double objective) override;
+  void forget(const Config& config) override;
+  std::string name() const override { return "bayesian"; }
+
+  int observations() const { return static_cast<int>(y_.size()); }
+  int pending() const { return static_cast<int>(pending_.size()); }
+
+ private:
+  std::vector<double> acquire();
+  double acquisition(const GaussianProcess& gp, const std::vector<double>& u, double best,
+                     double xi) const;
+  bool taken(const std::vector<double>& u) const;
+
+  SearchSpace space_;
+  BayesianOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<double>> x_;  // observed points (snapped)
+  std::vector<double> y_;
+  std::vector<std::vector<double>> pending_;
+  std::vector<std::vector<double>> design_;  // Latin hypercube left to suggest
+  GaussianProcess gp_;
+};
+
+}  // namespace heft::tune

@@ -1,0 +1,18 @@
+#include "heft/tune/strategy.h"
+
+#include "heft/error.h"
+#include "heft/tune/bayesian_search.h"
+#include "heft/tune/grid_search.h"
+#include "heft/tune/random_search.h"
+
+namespace heft::tune {
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const SearchSpace& space,
+                                        uint64_t seed) {
+  if (name == "grid" || name == "Grid") return std::make_unique<GridSearch>(space);
+  if (name == "random" || name == "Random") return std::make_unique<RandomSearch>(space, seed);
+  if (name == "bayesian" || name == "Bayesian") return std::make_unique<BayesianSearch>(space, seed);
+  throw InvalidArgument("strategy: expected Grid, Random or Bayesian, found '" + name + "'");
+}
+
+}  // namespace heft::tune
