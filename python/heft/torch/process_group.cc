@@ -295,6 +295,10 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   }
 
   ~ProcessGroupHeft() override {
+    // Destroyed from Python (the GIL held) or from C++: the threads joined below may need
+    // the GIL to drop the last reference to a Python-owned tensor, so let go of it.
+    std::unique_ptr<pybind11::gil_scoped_release> no_gil;
+    if (Py_IsInitialized() && PyGILState_Check()) no_gil = std::make_unique<pybind11::gil_scoped_release>();
     comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -302,6 +306,8 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    pending_.clear();
+    retired_.clear();
   }
 
   const std::string getBackendName() const override { return "heft"; }
@@ -645,29 +651,48 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
     op->finish = std::move(finish);
     op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
     op->outputs = std::move(outputs);
+    // Runs on the communicator's thread, which must never drop the last reference to an
+    // operation: its tensors may be Python's, and releasing one takes the GIL, which would
+    // stall every collective behind it (or deadlock with a thread that holds the GIL and
+    // waits for one). The completion thread drops them.
     op->works.back()->on_finish([this, op] {
-      if (op->waiter || op->claimed) return;
+      bool wake;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        pending_.push_back(op);
+        if (op->waiter || op->claimed) {
+          retired_.push_back(op);
+          wake = retired_.size() >= kRetiredBatch;
+        } else {
+          pending_.push_back(op);
+          wake = true;
+        }
       }
-      cv_.notify_one();
+      if (wake) cv_.notify_one();
     });
     return c10::make_intrusive<HeftWork>(std::move(op), type);
   }
 
   // Completes the operations the communicator hands over (those with no waiter when they
   // finished), so futures that nobody waits on (DDP's, comm hooks') complete.
+  // Also drops the operations a waiter completed, in batches (retired_).
   void complete_loop() {
     for (;;) {
       std::shared_ptr<Operation> op;
+      std::vector<std::shared_ptr<Operation>> retired;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-        if (pending_.empty()) return;
+        cv_.wait(lock, [&] {
+          return stopping_ || !pending_.empty() || retired_.size() >= kRetiredBatch;
+        });
+        retired.swap(retired_);
+        if (pending_.empty()) {
+          if (stopping_) return;
+          continue;
+        }
         op = std::move(pending_.front());
         pending_.pop_front();
       }
+      retired.clear();
       op->complete();
     }
   }
@@ -677,6 +702,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Operation>> pending_;  // guarded by mu_
+  // Completed by a waiter, to be dropped on the completion thread; guarded by mu_.
+  std::vector<std::shared_ptr<Operation>> retired_;
+  static constexpr size_t kRetiredBatch = 64;
   bool stopping_ = false;        // guarded by mu_
   std::atomic<int64_t> operations_{0};
   std::thread thread_;

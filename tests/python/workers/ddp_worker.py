@@ -107,6 +107,16 @@ def main():
     bf16_heft.register_comm_hook(heft_group, bfloat16_wire_hook)
     d4 = compare(train(bf16_heft, rank), gloo_params, HALF_TOLERANCE,
                  "a bf16 compression hook over heft against gloo without compression")
+    # Regression: the communicator's thread dropped the last reference to an operation whose
+    # tensor Python had already freed; releasing it took the GIL, and a group destroyed with
+    # the GIL held (DDP's reducer at exit) deadlocked joining that thread. Tensors dropped
+    # right after their all_reduce, then every DDP model (and its reducer's group reference)
+    # deleted before the group: must finish, not hang.
+    for _ in range(3000):
+        dist.all_reduce(torch.ones(3))
+    del hooked, fp16_heft, bf16_heft, fp16_gloo
+    import gc
+    gc.collect()
     if rank == 0:
         print(f"steps={STEPS} max_diff_plain={d1:.3g} max_diff_future_hook={d2:.3g} "
               f"max_diff_fp16_hook={d3:.3g} max_diff_bf16_hook={d4:.3g}", flush=True)
