@@ -37,6 +37,8 @@ Command add_describe_command(CLI::App& app);
 Command add_logs_command(CLI::App& app);
 // `heft metrics JOB [--name M] [--format table|csv|json]` (metrics.cc)
 Command add_metrics_command(CLI::App& app);
+// `heft tune SPEC [--name N] [--set key.path=value ...]` (tune.cc)
+Command add_tune_command(CLI::App& app);
 // `heft stop JOB [--wait]` (stop.cc)
 Command add_stop_command(CLI::App& app);
 

@@ -26,7 +26,7 @@ BayesianSearch::BayesianSearch(SearchSpace space, uint64_t seed, BayesianOptions
     : space_(std::move(space)), options_(options), rng_(seed) {
   if (options_.initial_points <= 0) options_.initial_points = std::max(4, space_.dims() + 1);
   // A Latin hypercube over the numeric coordinates: each of n strata of every coordinate
-  // holds one point. Categoricals uniform.
+  // holds one point (a categorical: each value in turn).
   const int n = options_.initial_points;
   std::vector<std::vector<int>> strata;
   for (int d = 0; d < space_.dims(); ++d) {
@@ -37,10 +37,13 @@ BayesianSearch::BayesianSearch(SearchSpace space, uint64_t seed, BayesianOptions
   }
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int i = 0; i < n; ++i) {
-    std::vector<double> u = uniform_point(space_, rng_);
+    std::vector<double> u(static_cast<size_t>(space_.dims()), 0.0);
     size_t k = 0;
     for (const Range& r : space_.ranges()) {
       if (r.kind == Range::Kind::kCategorical) {
+        // Stratified too: point i takes value (its stratum mod the value count), so the
+        // design covers every value before any repeats.
+        u[k + static_cast<size_t>(strata[k][static_cast<size_t>(i)]) % r.values.size()] = 1.0;
         k += r.values.size();
         continue;
       }

@@ -5,7 +5,8 @@
 // *Pending*: suggestions not yet observed; while trials run in parallel, each pending point
 // enters the model with a *constant liar* value (the best objective so far), so the next
 // suggestion looks elsewhere instead of repeating it. The first `initial_points` suggestions
-// (fewer when warm-start observations exist) are a Latin hypercube over the cube.
+// (fewer when warm-start observations exist) are a Latin hypercube over the cube (each
+// categorical value in turn).
 // Acquisition: EI over `candidates` random points plus perturbations of the best observed
 // ones, the best few refined by a shrinking local search; integers and categoricals are
 // snapped (rounded, one-hot) before EI is computed, and a point already observed or pending

@@ -1,0 +1,302 @@
+#include "heft/tune/tuner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <thread>
+#include <vector>
+
+#include "heft/error.h"
+#include "heft/job/job_db.h"
+#include "heft/job/job_report.h"
+#include "heft/job/process.h"
+#include "heft/job/supervisor.h"
+#include "heft/tune/strategy.h"
+
+namespace heft::tune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal = sig; }
+
+struct Trial {
+  std::string name;
+  Config config;
+  std::string status = "InProgress";
+  std::optional<double> objective;
+  std::unique_ptr<job::Process> process;
+  int log_fd = -1;
+};
+
+std::string config_text(const Config& c) {
+  std::string s;
+  for (const auto& [k, v] : c) s += (s.empty() ? "" : " ") + k + "=" + value_text(v);
+  return s;
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw IoError("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+// Moves what a trial's `heft train` printed since the last call into its log.
+void drain(Trial& t) {
+  char buf[65536];
+  for (int fd : {t.process->stdout_fd(), t.process->stderr_fd()}) {
+    if (fd < 0) continue;
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      if (t.log_fd >= 0 && ::write(t.log_fd, buf, static_cast<size_t>(n)) < 0) break;
+    }
+  }
+}
+
+class Run {
+ public:
+  Run(const TuningSpec& spec, const TunerOptions& options) : spec_(spec), options_(options) {}
+
+  int run() {
+    dir_ = (fs::path(options_.home) / "tunings" / spec_.name).string();
+    std::error_code ec;
+    if (fs::exists(dir_, ec))
+      throw InvalidArgument("a tuning job named '" + spec_.name + "' exists already (" + dir_ +
+                            "); choose another name (--name)");
+    fs::create_directories(dir_, ec);
+    if (ec) throw IoError("cannot create '" + dir_ + "': " + ec.message());
+    template_ = spec_.template_path;
+    if (template_.empty()) {  // inline: write it out for the trials
+      template_ = dir_ + "/training-job.yaml";
+      write_atomically(template_, spec_.training_job_yaml);
+    }
+    strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    started_at_ = job::unix_now();
+    header();
+    save();
+    struct sigaction sa {}, old_int{}, old_term{};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    g_signal = 0;
+    const int code = loop();
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    return code;
+  }
+
+ private:
+  bool stopping() {
+    return g_signal != 0 || (options_.stop_requested && options_.stop_requested());
+  }
+
+  int loop() {
+    int max_jobs = spec_.max_jobs;
+    bool stopped = false;
+    for (;;) {
+      if (!stopped && stopping()) {
+        stopped = true;
+        status_ = "Stopping";
+        for (Trial& t : trials_)
+          if (t.process && !t.process->reaped()) t.process->signal_group(SIGTERM);
+        say("stopping the running trials");
+      }
+      while (!stopped && running() < spec_.max_parallel_jobs &&
+             static_cast<int>(trials_.size()) < max_jobs) {
+        std::optional<Config> c = strategy_->suggest();
+        if (!c) {
+          max_jobs = static_cast<int>(trials_.size());  // a grid done
+          break;
+        }
+        start(std::move(*c));
+      }
+      for (Trial& t : trials_)
+        if (t.process && !t.process->reaped()) {
+          drain(t);
+          if (t.process->try_reap()) finish(t);
+        }
+      if (running() == 0 && (stopped || static_cast<int>(trials_.size()) >= max_jobs)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
+    }
+    const bool any = std::any_of(trials_.begin(), trials_.end(),
+                                 [](const Trial& t) { return t.objective.has_value(); });
+    status_ = stopped ? "Stopped" : any ? "Completed" : "Failed";
+    ended_at_ = job::unix_now();
+    save();
+    if (options_.out) {
+      *options_.out << "heft tune: tuning job " << spec_.name << " " << status_ << " after "
+                    << trials_.size() << " trials";
+      if (const Trial* b = best())
+        *options_.out << "; best trial " << b->name << ": " << spec_.objective_metric << "="
+                      << *b->objective << " (" << config_text(b->config) << ")";
+      *options_.out << std::endl;
+    }
+    return stopped ? job::kExitStopped : any ? job::kExitCompleted : job::kExitFailed;
+  }
+
+  int running() const {
+    int n = 0;
+    for (const Trial& t : trials_) n += t.process && !t.process->reaped();
+    return n;
+  }
+
+  void start(Config config) {
+    Trial t;
+    char index[8];
+    std::snprintf(index, sizeof(index), "%03zu", trials_.size() + 1);
+    t.name = spec_.name + "-" + index;
+    t.config = std::move(config);
+    job::SpawnOptions o;
+    o.argv = {options_.heft_binary, "train", template_, "--name", t.name};
+    for (const auto& [k, v] : t.config) {
+      o.argv.push_back("--set");
+      o.argv.push_back("hyperparameters." + k + "=" + value_text(v));
+    }
+    o.env = job::current_environment();
+    o.env["HEFT_HOME"] = options_.home;
+    o.capture_output = true;
+    t.log_fd = ::open((dir_ + "/" + t.name + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    try {
+      t.process = job::Process::spawn(o);
+    } catch (const job::SpawnError& e) {
+      t.status = "Failed";
+      row(t, e.what());
+      strategy_->forget(t.config);
+      trials_.push_back(std::move(t));
+      save();
+      return;
+    }
+    row(t, "");
+    trials_.push_back(std::move(t));
+    save();
+  }
+
+  void finish(Trial& t) {
+    drain(t);
+    if (t.log_fd >= 0) ::close(t.log_fd);
+    t.log_fd = -1;
+    const int code = job::shell_exit_code(t.process->wait_status());
+    std::string note;
+    std::unique_ptr<job::JobDb> db = job::open_job_db(options_.home, false);
+    job::Result<job::JobRecord> record =
+        db ? db->find_job(t.name) : job::Result<job::JobRecord>::failure("no job database");
+    if (record.ok()) {
+      t.status = record.value().status;
+      for (const job::MetricPoint& p : db->final_metrics(record.value().id))
+        if (p.name == spec_.objective_metric && std::isfinite(p.value)) t.objective = p.value;
+      if (!t.objective && t.status == "Completed") {
+        t.status = "Failed";
+        note = "recorded no " + spec_.objective_metric;
+      }
+      if (t.status == "Failed" && note.empty()) note = record.value().failure_reason;
+    } else {
+      t.status = "Failed";
+      note = "heft train " + job::describe_wait_status(t.process->wait_status()) +
+             " before the job was recorded (" + dir_ + "/" + t.name + ".log)";
+    }
+    (void)code;
+    if (t.objective)
+      strategy_->observe(t.config, spec_.maximize ? -*t.objective : *t.objective);
+    else
+      strategy_->forget(t.config);
+    row(t, note);
+    save();
+  }
+
+  const Trial* best() const {
+    const Trial* b = nullptr;
+    for (const Trial& t : trials_)
+      if (t.objective && (!b || (spec_.maximize ? *t.objective > *b->objective
+                                                : *t.objective < *b->objective)))
+        b = &t;
+    return b;
+  }
+
+  void header() {
+    if (!options_.out) return;
+    *options_.out << "heft tune: tuning job " << spec_.name << ": " << spec_.strategy << ", "
+                  << spec_.max_jobs << " jobs, " << spec_.max_parallel_jobs << " at a time, "
+                  << (spec_.maximize ? "maximize " : "minimize ") << spec_.objective_metric
+                  << "; trials' output in " << dir_ << "\n"
+                  << std::left << std::setw(static_cast<int>(spec_.name.size()) + 6) << "TRIAL"
+                  << std::setw(12) << "STATUS" << std::setw(12) << "OBJECTIVE"
+                  << "HYPERPARAMETERS" << std::endl;
+  }
+
+  void say(const std::string& what) {
+    if (options_.out) *options_.out << "heft tune: " << what << std::endl;
+  }
+
+  void row(const Trial& t, const std::string& note) {
+    if (!options_.out) return;
+    std::ostringstream objective;
+    if (t.objective) objective << *t.objective;
+    *options_.out << std::left << std::setw(static_cast<int>(spec_.name.size()) + 6) << t.name
+                  << std::setw(12) << t.status << std::setw(12) << objective.str()
+                  << config_text(t.config) << (note.empty() ? "" : "  (" + note + ")")
+                  << std::endl;
+  }
+
+  void save() {
+    using nlohmann::json;
+    json trials = json::array();
+    for (const Trial& t : trials_) {
+      json hp = json::object();
+      for (const auto& [k, v] : t.config) hp[k] = value_text(v);
+      trials.push_back({{"name", t.name}, {"status", t.status}, {"hyperparameters", hp},
+                        {"objective", t.objective ? json(*t.objective) : json(nullptr)}});
+    }
+    json doc = {{"name", spec_.name},
+                {"status", status_},
+                {"strategy", spec_.strategy},
+                {"objective", {{"metric", spec_.objective_metric},
+                               {"type", spec_.maximize ? "Maximize" : "Minimize"}}},
+                {"max_jobs", spec_.max_jobs},
+                {"max_parallel_jobs", spec_.max_parallel_jobs},
+                {"created_at", started_at_},
+                {"end_time", ended_at_ > 0 ? json(ended_at_) : json(nullptr)},
+                {"trials", trials},
+                {"best_trial", nullptr}};
+    if (const Trial* b = best())
+      doc["best_trial"] = {{"name", b->name}, {"objective", *b->objective},
+                           {"hyperparameters", trials[static_cast<size_t>(b - trials_.data())]["hyperparameters"]}};
+    write_atomically(dir_ + "/tuning.json", doc.dump(2) + "\n");
+  }
+
+  const TuningSpec& spec_;
+  const TunerOptions& options_;
+  std::string dir_, template_;
+  std::unique_ptr<Strategy> strategy_;
+  std::vector<Trial> trials_;
+  std::string status_ = "InProgress";
+  double started_at_ = 0, ended_at_ = 0;
+};
+
+}  // namespace
+
+int run_tuning(const TuningSpec& spec, const TunerOptions& options) {
+  return Run(spec, options).run();
+}
+
+}  // namespace heft::tune

@@ -1,0 +1,40 @@
+// A tuning job's run (`heft tune`): asks the strategy for configurations and runs each as a
+// normal training job, `heft train TEMPLATE --name <tuning>-NNN --set hyperparameters.k=v`,
+// a child process of this one, at most max_parallel_jobs at a time and max_jobs in all.
+// A trial's objective is the last value of the objective metric its job recorded (from the
+// job database); a trial that fails or records no value is kept with its status and the
+// tuning goes on. Its state lives in <home>/tunings/<name>/: tuning.json (rewritten
+// atomically at every change: status, trials, best trial), the training job it ran
+// (training-job.yaml, for an inline one) and each trial's output (<trial>.log).
+//
+// Stopping: SIGINT/SIGTERM to `heft tune`, or stop_requested() turning true, stops the
+// running trials (SIGTERM to each `heft train`, which stops its job as `heft stop` would)
+// and ends the tuning Stopped.
+//
+// Deliberately left out (next steps): early stopping, Hyperband, warm start, `heft tunings`.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+
+#include "heft/tune/tuning_spec.h"
+
+namespace heft::tune {
+
+struct TunerOptions {
+  std::string heft_binary;  // the `heft` that runs trials (this one)
+  std::string home;         // $HEFT_HOME
+  std::ostream* out = nullptr;  // the live table; nullptr: silent
+  // Polled every `poll_ms`; true stops the tuning. Signals are handled besides.
+  std::function<bool()> stop_requested;
+  int poll_ms = 200;
+};
+
+// Runs the tuning to its end. Returns job::kExitCompleted (every trial ran; some may have
+// failed), kExitFailed (no trial produced an objective) or kExitStopped. A tuning directory
+// that exists already is an error (heft::InvalidArgument naming it); heft::IoError when a
+// file cannot be written.
+int run_tuning(const TuningSpec& spec, const TunerOptions& options);
+
+}  // namespace heft::tune

@@ -1,0 +1,222 @@
+#include "heft/tune/tuning_spec.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "heft/error.h"
+#include "heft/job/spec_yaml.h"
+
+namespace heft::tune {
+
+namespace fs = std::filesystem;
+using job::Result;
+using job::SpecReader;
+
+namespace {
+
+const std::vector<std::string> kTopKeys = {"name", "objective", "strategy", "max_jobs",
+                                           "max_parallel_jobs", "random_seed",
+                                           "hyperparameter_ranges", "training_job"};
+
+bool get_number(SpecReader& r, const YAML::Node& n, const std::string& path, double* out) {
+  if (!job::present(n)) return false;
+  try {
+    if (n.IsScalar()) {
+      *out = n.as<double>();
+      return true;
+    }
+  } catch (const YAML::Exception&) {
+  }
+  r.error(path, n, "expected a number, found " + job::found(n));
+  return false;
+}
+
+// One range list (continuous / integer / categorical) into `space`.
+void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
+                 SearchSpace& space) {
+  const std::string base = "hyperparameter_ranges." + kind;
+  if (!list.IsSequence()) {
+    r.error(base, list, "expected a list of ranges, found " + job::found(list));
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node item = list[i];
+    const std::string path = base + "[" + std::to_string(i) + "]";
+    if (!r.expect_map(item, path)) continue;
+    r.check_keys(item, path,
+                 kind == "categorical" ? std::vector<std::string>{"name", "values"}
+                                       : std::vector<std::string>{"name", "min", "max", "scaling"});
+    std::string name;
+    if (!r.get_string(item["name"], path + ".name", &name)) continue;
+    try {
+      if (kind == "categorical") {
+        const YAML::Node values = item["values"];
+        if (!values.IsSequence()) {
+          r.error(path + ".values", values, "expected a list of values, found " + job::found(values));
+          continue;
+        }
+        std::vector<std::string> v;
+        for (const YAML::Node& x : values) v.push_back(x.IsScalar() ? x.Scalar() : "");
+        space.add_categorical(name, v);
+        continue;
+      }
+      double min = 0, max = 0;
+      const bool has_min = get_number(r, item["min"], path + ".min", &min);
+      const bool has_max = get_number(r, item["max"], path + ".max", &max);
+      if (!job::present(item["min"])) r.error(path + ".min", item, "required");
+      if (!job::present(item["max"])) r.error(path + ".max", item, "required");
+      if (!has_min || !has_max) continue;
+      Scaling scaling = Scaling::kAuto;
+      if (job::present(item["scaling"])) scaling = parse_scaling(item["scaling"].Scalar());
+      if (kind == "integer") {
+        if (min != static_cast<double>(static_cast<int64_t>(min)) ||
+            max != static_cast<double>(static_cast<int64_t>(max))) {
+          r.error(path, item, "min and max of an integer range must be integers");
+          continue;
+        }
+        space.add_integer(name, static_cast<int64_t>(min), static_cast<int64_t>(max), scaling);
+      } else {
+        space.add_continuous(name, min, max, scaling);
+      }
+    } catch (const InvalidArgument& e) {
+      r.error(path, item, e.what());
+    }
+  }
+}
+
+}  // namespace
+
+Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
+                                     const std::string& base_dir,
+                                     const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Result<TuningSpec>::failure(source + ":" + std::to_string(e.mark.line + 1) +
+                                       ": not valid YAML: " + e.msg);
+  }
+  SpecReader r(source);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const std::string& o : overrides) r.apply_override(root, o);
+  if (!r.errors().empty()) return Result<TuningSpec>::failure(r.message());
+  TuningSpec spec;
+  if (!r.expect_map(root, "")) return Result<TuningSpec>::failure(r.message());
+  r.check_keys(root, "", kTopKeys);
+
+  if (!job::present(root["name"])) r.error("name", root, "required: the tuning job's name");
+  else r.get_string(root["name"], "name", &spec.name);
+
+  const YAML::Node objective = root["objective"];
+  if (!job::present(objective)) {
+    r.error("objective", root, "required: {metric: NAME, type: Maximize or Minimize}");
+  } else if (r.expect_map(objective, "objective")) {
+    r.check_keys(objective, "objective", {"metric", "type"});
+    r.get_string(objective["metric"], "objective.metric", &spec.objective_metric);
+    std::string type;
+    if (r.get_string(objective["type"], "objective.type", &type)) {
+      if (type == "Maximize") spec.maximize = true;
+      else if (type != "Minimize")
+        r.error("objective.type", objective["type"], "expected Maximize or Minimize, found '" + type + "'");
+    }
+  }
+  if (job::present(root["strategy"])) {
+    r.get_string(root["strategy"], "strategy", &spec.strategy);
+    if (spec.strategy != "Grid" && spec.strategy != "Random" && spec.strategy != "Bayesian")
+      r.error("strategy", root["strategy"],
+              "expected Grid, Random or Bayesian, found '" + spec.strategy + "'");
+  }
+  r.get_int(root["max_jobs"], "max_jobs", 1, 10000, &spec.max_jobs);
+  r.get_int(root["max_parallel_jobs"], "max_parallel_jobs", 1, 100, &spec.max_parallel_jobs);
+  if (spec.max_parallel_jobs > spec.max_jobs)
+    r.error("max_parallel_jobs", root["max_parallel_jobs"],
+            "must be at most max_jobs (" + std::to_string(spec.max_jobs) + "), found " +
+                std::to_string(spec.max_parallel_jobs));
+  int seed = 0;
+  if (r.get_int(root["random_seed"], "random_seed", 0, std::numeric_limits<int>::max(), &seed))
+    spec.random_seed = static_cast<uint64_t>(seed);
+
+  const YAML::Node ranges = root["hyperparameter_ranges"];
+  if (!job::present(ranges)) {
+    r.error("hyperparameter_ranges", root, "required: continuous, integer or categorical ranges");
+  } else if (r.expect_map(ranges, "hyperparameter_ranges")) {
+    r.check_keys(ranges, "hyperparameter_ranges", {"continuous", "integer", "categorical"});
+    for (const char* kind : {"continuous", "integer", "categorical"})
+      if (job::present(ranges[kind])) read_ranges(r, ranges[kind], kind, spec.ranges);
+    if (spec.ranges.empty() && r.errors().empty())
+      r.error("hyperparameter_ranges", ranges, "expected at least one range");
+  }
+  if (spec.strategy == "Grid") {
+    for (const Range& range : spec.ranges.ranges())
+      if (range.kind == Range::Kind::kContinuous)
+        r.error("hyperparameter_ranges.continuous", ranges,
+                "Grid takes integer and categorical ranges only, found the continuous range '" +
+                    range.name + "'");
+  }
+
+  // The training job: a template file or an inline spec (without a name).
+  const YAML::Node tj = root["training_job"];
+  if (!job::present(tj)) {
+    r.error("training_job", root, "required: {template: job.yaml} or an inline job spec");
+  } else if (r.expect_map(tj, "training_job")) {
+    if (job::present(tj["template"])) {
+      r.check_keys(tj, "training_job", {"template"});
+      std::string path;
+      if (r.get_string(tj["template"], "training_job.template", &path)) {
+        if (!fs::path(path).is_absolute()) path = (fs::path(base_dir) / path).string();
+        std::ifstream in(path);
+        if (!in) {
+          r.error("training_job.template", tj["template"], "cannot read '" + path + "'");
+        } else {
+          std::stringstream ss;
+          ss << in.rdbuf();
+          spec.training_job_yaml = ss.str();
+          spec.training_job_source = path;
+          spec.template_path = path;
+        }
+      }
+    } else {
+      if (job::present(tj["name"]))
+        r.error("training_job.name", tj["name"], "trials are named after the tuning job; remove it");
+      YAML::Emitter out;
+      out << tj;
+      spec.training_job_yaml = out.c_str();
+      spec.training_job_source = source + ": training_job";
+    }
+  }
+  if (!r.errors().empty()) return Result<TuningSpec>::failure(r.message());
+
+  // The training job must be valid as a job spec, and define the objective's metric.
+  Result<job::JobSpec> training =
+      job::parse_spec(spec.training_job_yaml, spec.training_job_source, {"name=" + spec.name + "-001"});
+  if (!training.ok()) return Result<TuningSpec>::failure(training.error());
+  spec.training_job = std::move(training).value();
+  std::string defined;
+  bool found = false;
+  for (const job::MetricDefinition& m : spec.training_job.metric_definitions) {
+    found = found || m.name == spec.objective_metric;
+    defined += (defined.empty() ? "" : ", ") + m.name;
+  }
+  if (!found)
+    return Result<TuningSpec>::failure(
+        source + ": objective.metric: '" + spec.objective_metric +
+        "' is not one of the training job's metric_definitions (" +
+        (defined.empty() ? std::string("it defines none") : defined) + ")");
+  return Result<TuningSpec>::success(std::move(spec));
+}
+
+Result<TuningSpec> load_tuning_spec(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  std::error_code ec;
+  if (!in || fs::is_directory(path, ec))
+    return Result<TuningSpec>::failure("cannot read the tuning spec '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const fs::path parent = fs::path(path).parent_path();
+  return parse_tuning_spec(ss.str(), path, parent.empty() ? "." : parent.string(), overrides);
+}
+
+}  // namespace heft::tune

@@ -1,0 +1,45 @@
+// A tuning job's spec (YAML; docs/tuning.md): which training job to run, which of its
+// hyperparameters to search over which ranges, with which strategy, how many trials in all
+// and at once, and the objective (one of the training job's metric definitions) to
+// maximise or minimise. Validated as job specs are: every problem is reported at once, each
+// naming its field, what was expected and what was found; unknown keys get a suggestion.
+//
+// Deliberately left out (next steps of the same work): early stopping, Hyperband, warm
+// start from parent tuning jobs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "heft/job/result.h"
+#include "heft/job/spec.h"
+#include "heft/tune/search_space.h"
+
+namespace heft::tune {
+
+struct TuningSpec {
+  std::string name;
+  std::string objective_metric;  // one of the training job's metric_definitions
+  bool maximize = false;         // objective type Maximize (else Minimize)
+  std::string strategy = "Bayesian";
+  int max_jobs = 10;
+  int max_parallel_jobs = 1;  // <= max_jobs
+  uint64_t random_seed = 0;
+  SearchSpace ranges;
+  // The training job: a spec file (training_job.template, relative to the tuning spec's
+  // folder) or the inline spec written out as YAML; trials override its hyperparameters.
+  std::string training_job_yaml;
+  std::string training_job_source;  // the template's path, or "<spec>: training_job"
+  std::string template_path;        // the template's path; empty for an inline job
+  job::JobSpec training_job;        // validated (name: the first trial's)
+};
+
+// Parses `text` (read from `source`, for messages; relative template paths resolve against
+// `base_dir`). `overrides` are `--set key.path=value` lines applied first.
+job::Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
+                                          const std::string& base_dir,
+                                          const std::vector<std::string>& overrides = {});
+job::Result<TuningSpec> load_tuning_spec(const std::string& path,
+                                         const std::vector<std::string>& overrides = {});
+
+}  // namespace heft::tune

@@ -1,0 +1,150 @@
+// ctest-labels: multiproc
+// `heft tune` end to end (src/heft/tune/tuner.h, src/heft/cli/tune.cc) over a tiny command
+// line job (tests/tune/quadratic_job.py, minimum 0 at x = 0.3, layers = 3, adam): the trials
+// are jobs in the database, the best trial is in the known optimum region, a failing trial
+// is recorded and the tuning goes on, and bad tuning specs exit 2 naming the field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/command.h"
+#include "support/files.h"
+
+namespace heft {
+namespace {
+
+const std::string kHeft = HEFT_BINARY_DIR "/heft";
+const std::string kJob = HEFT_SOURCE_DIR "/tests/tune/quadratic_job.py";
+
+std::string write(const test::TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string tuning_spec(const std::string& strategy, int max_jobs, int parallel,
+                        const std::string& extra_hp = "") {
+  return "name: quad\n"
+         "objective: {metric: loss, type: Minimize}\n"
+         "strategy: " + strategy + "\n"
+         "max_jobs: " + std::to_string(max_jobs) + "\n"
+         "max_parallel_jobs: " + std::to_string(parallel) + "\n"
+         "random_seed: 3\n"
+         "hyperparameter_ranges:\n"
+         "  continuous: [{name: x, min: 0.0, max: 1.0, scaling: Linear}]\n"
+         "  integer: [{name: layers, min: 1, max: 5}]\n"
+         "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
+         "training_job:\n"
+         "  entry_point: [/usr/bin/python3, " + kJob + "]\n"
+         "  hyperparameters: {x: 0.5, layers: 2, optimizer: sgd" + extra_hp + "}\n"
+         "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n";
+}
+
+TEST(TuneCli, BayesianFindsTheOptimumRegionAndRecordsEveryTrialAsAJob) {
+  test::TempDir home("heft-tune");
+  const std::string spec = write(home, "tune.yaml", tuning_spec("Bayesian", 12, 2));
+  const test::CommandOutput out =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/quad/tuning.json"));
+  EXPECT_EQ(t["status"], "Completed");
+  ASSERT_EQ(t["trials"].size(), 12u) << out.text;
+  for (const auto& trial : t["trials"]) EXPECT_EQ(trial["status"], "Completed") << trial.dump();
+  const double best = t["best_trial"]["objective"];
+  EXPECT_LT(best, 0.05) << out.text;  // random's median over 12 trials is about 0.15
+  EXPECT_EQ(t["best_trial"]["hyperparameters"]["optimizer"], "adam");
+  EXPECT_EQ(t["best_trial"]["hyperparameters"]["layers"], "3");
+  // Each trial is a normal job with its metrics.
+  const test::CommandOutput jobs = test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " jobs");
+  EXPECT_NE(jobs.text.find("quad-012"), std::string::npos) << jobs.text;
+  EXPECT_NE(out.text.find("best trial quad-"), std::string::npos) << out.text;
+  // The same name again is refused.
+  const test::CommandOutput again =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  EXPECT_NE(again.code, 0);
+  EXPECT_NE(again.text.find("a tuning job named 'quad' exists already"), std::string::npos) << again.text;
+}
+
+TEST(TuneCli, AFailedTrialIsRecordedAndTheRestGoOn) {
+  test::TempDir home("heft-tune");
+  const std::string spec =
+      write(home, "tune.yaml", tuning_spec("Random", 8, 2, ", fail_above: 0.5"));
+  const test::CommandOutput out =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/quad/tuning.json"));
+  int failed = 0, completed = 0;
+  for (const auto& trial : t["trials"]) {
+    const double x = std::stod(trial["hyperparameters"]["x"].get<std::string>());
+    if (x > 0.5) {
+      EXPECT_EQ(trial["status"], "Failed") << trial.dump();
+      EXPECT_TRUE(trial["objective"].is_null());
+      ++failed;
+    } else {
+      EXPECT_EQ(trial["status"], "Completed") << trial.dump();
+      ++completed;
+    }
+  }
+  EXPECT_EQ(failed + completed, 8);
+  EXPECT_GT(failed, 0) << out.text;
+  EXPECT_GT(completed, 0) << out.text;
+}
+
+TEST(TuneCli, GridRunsEveryCombination) {
+  test::TempDir home("heft-tune");
+  const std::string spec = write(home, "tune.yaml",
+      "name: grid\nobjective: {metric: loss, type: Minimize}\nstrategy: Grid\nmax_jobs: 100\n"
+      "hyperparameter_ranges:\n  integer: [{name: layers, min: 2, max: 4}]\n"
+      "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
+      "training_job:\n  entry_point: [/usr/bin/python3, " + kJob + "]\n"
+      "  hyperparameters: {x: 0.3}\n"
+      "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n");
+  const test::CommandOutput out =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/grid/tuning.json"));
+  EXPECT_EQ(t["trials"].size(), 6u);
+  EXPECT_EQ(t["best_trial"]["objective"], 0.0);
+}
+
+TEST(TuneCli, BadSpecsExit2NamingTheField) {
+  test::TempDir home("heft-tune");
+  struct Case {
+    std::string edit, expected;
+  };
+  const std::string good = tuning_spec("Bayesian", 4, 2);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  const std::vector<Case> cases = {
+      {with("{name: x, min: 0.0, max: 1.0, scaling: Linear}", "{name: x, min: 2.0, max: 1.0}"),
+       "hyperparameter_ranges.continuous[0]: hyperparameter_ranges.x: min (2) is greater than max (1)"},
+      {with("{name: x, min: 0.0, max: 1.0, scaling: Linear}", "{name: x, min: 0.0, max: 1.0, scaling: Logarithmic}"),
+       "Logarithmic scaling needs min > 0, found min 0"},
+      {with("objective: {metric: loss,", "objective: {metric: accuracy,"),
+       "objective.metric: 'accuracy' is not one of the training job's metric_definitions (loss)"},
+      {with("max_parallel_jobs: 2", "max_parallel_jobs: 9"),
+       "max_parallel_jobs: must be at most max_jobs (4), found 9"},
+      {with("strategy: Bayesian", "strategy: Bayes"),
+       "strategy: expected Grid, Random or Bayesian, found 'Bayes'"},
+      {with("random_seed: 3", "random_sed: 3"), "random_sed"},
+  };
+  for (const Case& c : cases) {
+    const std::string spec = write(home, "bad.yaml", c.edit);
+    const test::CommandOutput out =
+        test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+    EXPECT_EQ(out.code, 2) << out.text;
+    EXPECT_NE(out.text.find(c.expected), std::string::npos) << "expected: " << c.expected << "\nfound: " << out.text;
+  }
+}
+
+}  // namespace
+}  // namespace heft
