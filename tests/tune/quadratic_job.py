@@ -1,18 +1,21 @@
 """A tiny training job for the tuning tests (tests/tune/tune_cli_test.cc): takes the
 hyperparameters --x (real), --layers (integer) and --optimizer (sgd, adam) and prints
 `loss=L` with L = (x - 0.3)^2 + 0.1 (layers - 3)^2 + (0 if adam else 0.5), minimal (0.0) at
-x = 0.3, layers = 3, adam. With --fail_above X it exits 1 when x > X (a failing trial)."""
+x = 0.3, layers = 3, adam. With --fail_above X it exits 1 when x > X (a failing trial); --sleep S runs S seconds first."""
 import argparse
 import sys
+import time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--x", type=float, required=True)
 ap.add_argument("--layers", type=int, default=3)
 ap.add_argument("--optimizer", default="adam")
 ap.add_argument("--fail_above", type=float, default=10.0)
+ap.add_argument("--sleep", type=float, default=0.0, help="seconds to run before printing")
 a = ap.parse_args()
 if a.x > a.fail_above:
     print(f"x={a.x} is above {a.fail_above}: failing on purpose", file=sys.stderr)
     sys.exit(1)
+time.sleep(a.sleep)
 loss = (a.x - 0.3) ** 2 + 0.1 * (a.layers - 3) ** 2 + (0.0 if a.optimizer == "adam" else 0.5)
 print(f"step=1 loss={loss:.6f}", flush=True)

@@ -5,7 +5,9 @@
 // is recorded and the tuning goes on, and bad tuning specs exit 2 naming the field.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -110,6 +112,37 @@ TEST(TuneCli, GridRunsEveryCombination) {
       nlohmann::json::parse(test::read_file(home.path() + "/tunings/grid/tuning.json"));
   EXPECT_EQ(t["trials"].size(), 6u);
   EXPECT_EQ(t["best_trial"]["objective"], 0.0);
+}
+
+TEST(TuneCli, StopEndsTheTuningAndLeavesNoTrialRunning) {
+  test::TempDir home("heft-tune");
+  const std::string marker = home.path();  // in every trial's command line (the HEFT_HOME)
+  const std::string spec =
+      write(home, "tune.yaml", tuning_spec("Random", 6, 2, ", sleep: 60"));
+  const std::string env = "HEFT_HOME=" + home.path() + " ";
+  test::run_command(env + kHeft + " tune " + spec + " > " + home.path() + "/out.txt 2>&1 &");
+  // Wait until two trials run.
+  for (int i = 0; i < 100; ++i) {
+    const test::CommandOutput t = test::run_command(env + kHeft + " describe quad --json");
+    if (t.code == 0 && nlohmann::json::parse(t.text).value("trial_counts", nlohmann::json::object())
+                               .value("InProgress", 0) == 2)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const test::CommandOutput listed = test::run_command(env + kHeft + " tunings");
+  EXPECT_NE(listed.text.find("quad"), std::string::npos) << listed.text;
+  EXPECT_NE(listed.text.find("InProgress"), std::string::npos) << listed.text;
+  const test::CommandOutput stop = test::run_command(env + kHeft + " stop quad --wait");
+  EXPECT_EQ(stop.code, 0) << stop.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::run_command(env + kHeft + " describe quad --json").text);
+  EXPECT_EQ(t["status"], "Stopped") << t.dump(2);
+  EXPECT_EQ(t["trials"].size(), 2u) << t.dump(2);
+  for (const auto& trial : t["trials"]) EXPECT_EQ(trial["status"], "Stopped") << trial.dump();
+  const test::CommandOutput left = test::run_command("pgrep -f 'quadratic_jo[b].py.*--sleep 60' | wc -l");
+  EXPECT_EQ(left.text.substr(0, 1), "0") << "trials still running: " << left.text;
+  const test::CommandOutput text = test::run_command(env + kHeft + " describe quad");
+  EXPECT_NE(text.text.find("Status:       Stopped"), std::string::npos) << text.text;
 }
 
 TEST(TuneCli, BadSpecsExit2NamingTheField) {

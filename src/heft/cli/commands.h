@@ -37,6 +37,11 @@ Command add_describe_command(CLI::App& app);
 Command add_logs_command(CLI::App& app);
 // `heft metrics JOB [--name M] [--format table|csv|json]` (metrics.cc)
 Command add_metrics_command(CLI::App& app);
+// `heft tunings [--json]` (tunings.cc)
+Command add_tunings_command(CLI::App& app);
+// A tuning job named `name` when there is one and no training job of that name: what
+// describe and stop act on instead of a job (describe.cc).
+bool is_tuning_not_job(const std::string& name);
 // `heft tune SPEC [--name N] [--set key.path=value ...]` (tune.cc)
 Command add_tune_command(CLI::App& app);
 // `heft stop JOB [--wait]` (stop.cc)

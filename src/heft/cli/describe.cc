@@ -1,5 +1,6 @@
 // `heft describe JOB [--json]`: one job's statuses, transitions, counters, failure reason
-// and final metrics (docs/jobs.md).
+// and final metrics (docs/jobs.md); or a tuning job's status, counts by status, best trial
+// and trials (docs/tuning.md).
 #include <iostream>
 #include <memory>
 
@@ -7,6 +8,7 @@
 #include "heft/cli/job_lookup.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
+#include "heft/tune/tuning_record.h"
 
 namespace heft::cli {
 
@@ -19,12 +21,27 @@ struct DescribeArgs {
 
 }  // namespace
 
+bool is_tuning_not_job(const std::string& name) {
+  const std::string home = job::heft_home();
+  if (!tune::read_tuning(home, name)) return false;
+  std::unique_ptr<job::JobDb> db = job::open_job_db(home, false);
+  return !db || !db->find_job(name).ok();
+}
+
 Command add_describe_command(CLI::App& app) {
   auto args = std::make_shared<DescribeArgs>();
-  CLI::App* cmd = app.add_subcommand("describe", "Show one training job in full");
+  CLI::App* cmd = app.add_subcommand("describe", "Show one training or tuning job in full");
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_flag("--json", args->json, "Print JSON instead of text");
   return [args]() -> int {
+    if (is_tuning_not_job(args->job)) {
+      const auto t = tune::read_tuning(job::heft_home(), args->job);
+      if (args->json)
+        std::cout << t->dump(2) << std::endl;
+      else
+        std::cout << tune::describe_tuning_text(*t) << std::flush;
+      return 0;
+    }
     std::optional<FoundJob> found = find_job_or_report("heft describe", args->job);
     if (!found) return 1;
     job::JobDb* db = found->db.get();

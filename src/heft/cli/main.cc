@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_metrics_command);
   add(heft::cli::add_stop_command);
   add(heft::cli::add_tune_command);
+  add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);
   add(heft::cli::add_bench_command);
   // An unknown first word is named (CLI11 would only say that a subcommand is required).

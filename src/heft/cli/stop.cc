@@ -9,6 +9,7 @@
 #include "heft/cli/commands.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
+#include "heft/tune/tuning_record.h"
 
 namespace heft::cli {
 
@@ -19,7 +20,35 @@ struct StopArgs {
   bool wait = false;
 };
 
+// A tuning job: its `heft tune` stops the running trials and ends Stopped.
+int stop_tuning(const StopArgs& args) {
+  const std::string home = job::heft_home();
+  switch (*tune::request_tuning_stop(home, args.job)) {
+    case tune::TuningStop::kAlreadyEnded:
+      std::cerr << "heft stop: tuning job '" << args.job << "' already ended; nothing to stop\n";
+      return 0;
+    case tune::TuningStop::kOrphanStopped:
+      std::cerr << "heft stop: tuning job '" << args.job
+                << "' had no running heft tune; it is now marked Stopped\n";
+      return 0;
+    case tune::TuningStop::kRequested:
+      break;
+  }
+  std::cerr << "heft stop: stopping tuning job '" << args.job << "' and its running trials" << std::endl;
+  while (args.wait) {
+    const auto t = tune::read_tuning(home, args.job);
+    const std::string status = t ? t->value("status", "") : "";
+    if (!t || status == "Completed" || status == "Failed" || status == "Stopped") {
+      std::cerr << "heft stop: tuning job '" << args.job << "' " << status << "\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return 0;
+}
+
 int stop_job(const StopArgs& args) {
+  if (is_tuning_not_job(args.job)) return stop_tuning(args);
   std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
   if (!db) {
     std::cerr << "heft stop: no job named '" << args.job << "' (no job has run yet)\n";
@@ -61,7 +90,7 @@ int stop_job(const StopArgs& args) {
 
 Command add_stop_command(CLI::App& app) {
   auto args = std::make_shared<StopArgs>();
-  CLI::App* cmd = app.add_subcommand("stop", "Stop a running training job");
+  CLI::App* cmd = app.add_subcommand("stop", "Stop a running training or tuning job");
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_flag("--wait", args->wait, "Wait until the job has stopped");
   return [args]() -> int { return stop_job(*args); };

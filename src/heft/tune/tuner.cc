@@ -23,6 +23,7 @@
 #include "heft/job/process.h"
 #include "heft/job/supervisor.h"
 #include "heft/tune/strategy.h"
+#include "heft/tune/tuning_record.h"
 
 namespace heft::tune {
 
@@ -79,7 +80,7 @@ class Run {
   Run(const TuningSpec& spec, const TunerOptions& options) : spec_(spec), options_(options) {}
 
   int run() {
-    dir_ = (fs::path(options_.home) / "tunings" / spec_.name).string();
+    dir_ = tuning_dir(options_.home, spec_.name);
     std::error_code ec;
     if (fs::exists(dir_, ec))
       throw InvalidArgument("a tuning job named '" + spec_.name + "' exists already (" + dir_ +
@@ -108,7 +109,9 @@ class Run {
 
  private:
   bool stopping() {
-    return g_signal != 0 || (options_.stop_requested && options_.stop_requested());
+    std::error_code ec;
+    return g_signal != 0 || fs::exists(stop_file(dir_), ec) ||
+           (options_.stop_requested && options_.stop_requested());
   }
 
   int loop() {
@@ -269,6 +272,7 @@ class Run {
     }
     json doc = {{"name", spec_.name},
                 {"status", status_},
+                {"pid", static_cast<int64_t>(::getpid())},
                 {"strategy", spec_.strategy},
                 {"objective", {{"metric", spec_.objective_metric},
                                {"type", spec_.maximize ? "Maximize" : "Minimize"}}},

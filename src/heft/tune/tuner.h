@@ -7,11 +7,12 @@
 // atomically at every change: status, trials, best trial), the training job it ran
 // (training-job.yaml, for an inline one) and each trial's output (<trial>.log).
 //
-// Stopping: SIGINT/SIGTERM to `heft tune`, or stop_requested() turning true, stops the
+// Stopping: SIGINT/SIGTERM to `heft tune`, `heft stop` (a stop-requested file in the tuning's
+// folder, tuning_record.h), or stop_requested() turning true, stops the
 // running trials (SIGTERM to each `heft train`, which stops its job as `heft stop` would)
 // and ends the tuning Stopped.
 //
-// Deliberately left out (next steps): early stopping, Hyperband, warm start, `heft tunings`.
+// Deliberately left out (next steps): early stopping, Hyperband, warm start.
 #pragma once
 
 #include <functional>

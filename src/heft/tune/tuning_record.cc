@@ -1,0 +1,136 @@
+#include "heft/tune/tuning_record.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "heft/job/job_db.h"
+
+namespace heft::tune {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool alive(int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+bool ended(const std::string& status) {
+  return status == "Completed" || status == "Failed" || status == "Stopped";
+}
+
+std::string objective_text(const json& v) {
+  if (!v.is_number()) return "-";
+  std::ostringstream os;
+  os << v.get<double>();
+  return os.str();
+}
+
+void write_json(const std::string& path, const json& doc) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp, std::ios::trunc) << doc.dump(2) << "\n";
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+}
+
+}  // namespace
+
+std::string tuning_dir(const std::string& home, const std::string& name) {
+  return (fs::path(home) / "tunings" / name).string();
+}
+
+std::string stop_file(const std::string& dir) { return dir + "/stop-requested"; }
+
+std::optional<json> read_tuning(const std::string& home, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return std::nullopt;
+  std::ifstream in(tuning_dir(home, name) + "/tuning.json");
+  if (!in) return std::nullopt;
+  json t = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!t.is_object()) return std::nullopt;
+  if (!ended(t.value("status", "")) && !alive(t.value("pid", int64_t{0}))) {
+    t["status"] = "Failed";
+    t["failure_reason"] = "its heft tune process is gone (killed, or the machine restarted)";
+  }
+  json counts = json::object();
+  for (const json& trial : t["trials"]) counts[trial.value("status", "?")] = counts.value(trial.value("status", "?"), 0) + 1;
+  t["trial_counts"] = counts;
+  return t;
+}
+
+std::vector<json> list_tunings(const std::string& home) {
+  std::vector<json> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(home) / "tunings", ec))
+    if (auto t = read_tuning(home, e.path().filename().string())) out.push_back(std::move(*t));
+  std::sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    return a.value("created_at", 0.0) > b.value("created_at", 0.0);
+  });
+  return out;
+}
+
+std::string tunings_table(const std::vector<json>& tunings) {
+  std::ostringstream os;
+  os << std::left << std::setw(24) << "NAME" << std::setw(12) << "STATUS" << std::setw(10)
+     << "STRATEGY" << std::setw(9) << "TRIALS" << std::setw(14) << "BEST" << "CREATED\n";
+  for (const json& t : tunings) {
+    const std::string trials = std::to_string(t["trials"].size()) + "/" + std::to_string(t.value("max_jobs", 0));
+    os << std::setw(24) << t.value("name", "") << std::setw(12) << t.value("status", "")
+       << std::setw(10) << t.value("strategy", "") << std::setw(9) << trials << std::setw(14)
+       << (t["best_trial"].is_object() ? objective_text(t["best_trial"]["objective"]) : "-")
+       << job::local_time_text(t.value("created_at", 0.0)) << "\n";
+  }
+  return os.str();
+}
+
+std::string describe_tuning_text(const json& t) {
+  std::ostringstream os;
+  os << "Tuning job:   " << t.value("name", "") << "\n"
+     << "Status:       " << t.value("status", "") << "\n";
+  if (t.contains("failure_reason")) os << "Reason:       " << t["failure_reason"].get<std::string>() << "\n";
+  os << "Strategy:     " << t.value("strategy", "") << "\n"
+     << "Objective:    " << t["objective"].value("type", "") << " " << t["objective"].value("metric", "") << "\n"
+     << "Trials:       " << t["trials"].size() << " of " << t.value("max_jobs", 0) << ", "
+     << t.value("max_parallel_jobs", 1) << " at a time;";
+  for (const auto& [status, n] : t["trial_counts"].items()) os << " " << status << " " << n.get<int>();
+  os << "\nCreated:      " << job::local_time_text(t.value("created_at", 0.0)) << "\n";
+  if (t["best_trial"].is_object()) {
+    os << "Best trial:   " << t["best_trial"]["name"].get<std::string>() << ": "
+       << objective_text(t["best_trial"]["objective"]);
+    for (const auto& [k, v] : t["best_trial"]["hyperparameters"].items()) os << " " << k << "=" << v.get<std::string>();
+    os << "\n";
+  }
+  os << "\n" << std::left << std::setw(28) << "TRIAL" << std::setw(12) << "STATUS" << std::setw(14)
+     << "OBJECTIVE" << "HYPERPARAMETERS\n";
+  for (const json& trial : t["trials"]) {
+    os << std::setw(28) << trial.value("name", "") << std::setw(12) << trial.value("status", "")
+       << std::setw(14) << objective_text(trial["objective"]);
+    std::string hp;
+    for (const auto& [k, v] : trial["hyperparameters"].items()) hp += (hp.empty() ? "" : " ") + k + "=" + v.get<std::string>();
+    os << hp << "\n";
+  }
+  return os.str();
+}
+
+std::optional<TuningStop> request_tuning_stop(const std::string& home, const std::string& name) {
+  std::optional<json> t = read_tuning(home, name);
+  if (!t) return std::nullopt;
+  const std::string dir = tuning_dir(home, name);
+  if (t->contains("failure_reason")) {  // its heft tune is gone: record the end here
+    std::ifstream in(dir + "/tuning.json");
+    json raw = json::parse(in, nullptr, false);
+    raw["status"] = "Stopped";
+    raw["end_time"] = job::unix_now();
+    write_json(dir + "/tuning.json", raw);
+    return TuningStop::kOrphanStopped;
+  }
+  if (ended(t->value("status", ""))) return TuningStop::kAlreadyEnded;
+  std::ofstream(stop_file(dir)) << "stop\n";
+  return TuningStop::kRequested;
+}
+
+}  // namespace heft::tune

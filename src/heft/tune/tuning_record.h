@@ -1,0 +1,35 @@
+// What `heft tune` leaves in $HEFT_HOME/tunings/<name>/tuning.json (tuner.h) read back for
+// `heft tunings`, `heft describe TUNING` and `heft stop TUNING`: listing, a text or JSON
+// description with counts by status and the best trial, and a stop request (a file the
+// running `heft tune` polls; a tuning whose `heft tune` is gone is marked Stopped at once).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace heft::tune {
+
+// <home>/tunings/<name>
+std::string tuning_dir(const std::string& home, const std::string& name);
+// <dir>/stop-requested: present once `heft stop` asked the tuning to stop.
+std::string stop_file(const std::string& dir);
+
+// tuning.json of `name`, with "trial_counts" (by status) added; a tuning InProgress whose
+// `heft tune` process is gone reads as Failed ("failure_reason" says so). nullopt when there
+// is no tuning of that name (or its record cannot be read).
+std::optional<nlohmann::json> read_tuning(const std::string& home, const std::string& name);
+// Every tuning of `home`, newest first.
+std::vector<nlohmann::json> list_tunings(const std::string& home);
+
+// NAME STATUS STRATEGY TRIALS BEST OBJECTIVE CREATED, one line a tuning, with a header.
+std::string tunings_table(const std::vector<nlohmann::json>& tunings);
+// Status, strategy, objective, counts by status, the best trial, then every trial.
+std::string describe_tuning_text(const nlohmann::json& tuning);
+
+enum class TuningStop { kRequested, kAlreadyEnded, kOrphanStopped };
+// Asks a running tuning to stop. nullopt when there is no tuning of that name.
+std::optional<TuningStop> request_tuning_stop(const std::string& home, const std::string& name);
+
+}  // namespace heft::tune
