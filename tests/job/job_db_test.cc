@@ -73,6 +73,38 @@ TEST(JobDb, CreatesAJobStartingAndRefusesATakenName) {
   EXPECT_EQ(missing.error(), "no job named 'nope' (heft jobs lists them)");
 }
 
+// Regression: two processes opening a fresh database at once (two `heft train` started
+// together by `heft tune`) failed one of them with "database is locked (PRAGMA
+// journal_mode=WAL)".
+TEST(JobDb, TwoProcessesOpeningAFreshDatabaseAtOnceBothSucceed) {
+  for (int round = 0; round < 20; ++round) {
+    TempDir home;
+    const std::string path = home.path() + "/heft.db";
+    std::vector<pid_t> children;
+    for (int c = 0; c < 3; ++c) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        try {
+          auto db = JobDb::open(path);
+          const bool ok = db->create_job("job-" + std::to_string(c), nlohmann::json::object(), "/tmp", 1, 1).ok();
+          _exit(ok ? 0 : 3);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "child %d: %s\n", c, e.what());
+          _exit(2);
+        }
+      }
+      children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    EXPECT_EQ(JobDb::open(path)->list_jobs().size(), 3u);
+  }
+}
+
 TEST(JobDb, ListsNewestFirstAndSurvivesReopening) {
   TempDir dir;
   {

@@ -145,6 +145,46 @@ TEST(TuneCli, StopEndsTheTuningAndLeavesNoTrialRunning) {
   EXPECT_NE(text.text.find("Status:       Stopped"), std::string::npos) << text.text;
 }
 
+TEST(TuneCli, EarlyStoppingStopsWorseTrialsAndNeverTheBest) {
+  test::TempDir home("heft-tune");
+  std::string text = tuning_spec("Random", 8, 1, ", steps: 6, step_sleep: 0.25");
+  text += "early_stopping: Auto\n";
+  const std::string spec = write(home, "tune.yaml", text);
+  const test::CommandOutput out =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/quad/tuning.json"));
+  int stopped = 0;
+  for (const auto& trial : t["trials"]) {
+    if (!trial["early_stopped"].get<bool>()) continue;
+    ++stopped;
+    EXPECT_EQ(trial["status"], "Stopped") << trial.dump();
+    EXPECT_NE(trial["name"], t["best_trial"]["name"]) << "the best trial was stopped early";
+  }
+  EXPECT_GT(stopped, 0) << out.text;
+  EXPECT_NE(out.text.find("early stopped"), std::string::npos) << out.text;
+}
+
+TEST(TuneCli, WarmStartSeedsTheStrategyWithTheParentsTrials) {
+  test::TempDir home("heft-tune");
+  const std::string env = "HEFT_HOME=" + home.path() + " ";
+  const std::string parent = write(home, "parent.yaml", tuning_spec("Random", 6, 2));
+  ASSERT_EQ(test::run_command(env + kHeft + " tune " + parent).code, 0);
+  std::string child_text = tuning_spec("Bayesian", 2, 1);
+  child_text.replace(child_text.find("name: quad"), 10, "name: child");
+  const std::string child = write(home, "child.yaml", child_text + "warm_start: {parents: [quad]}\n");
+  const test::CommandOutput out = test::run_command(env + kHeft + " tune " + child);
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("warm start: 6 trials of the parent tuning jobs"), std::string::npos) << out.text;
+  const std::string orphan = write(home, "orphan.yaml",
+      child_text.replace(child_text.find("name: child"), 11, "name: orphan") +
+      "warm_start: {parents: [nobody]}\n");
+  const test::CommandOutput bad = test::run_command(env + kHeft + " tune " + orphan);
+  EXPECT_EQ(bad.code, 2) << bad.text;
+  EXPECT_NE(bad.text.find("warm_start.parents[0]: no tuning job named 'nobody'"), std::string::npos) << bad.text;
+}
+
 TEST(TuneCli, BadSpecsExit2NamingTheField) {
   test::TempDir home("heft-tune");
   struct Case {

@@ -2,6 +2,9 @@
 // documents; keep the two in step. Every write is one SqliteTransaction (BEGIN IMMEDIATE).
 #include "heft/job/job_db.h"
 
+#include <chrono>
+#include <thread>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -107,8 +110,22 @@ bool JobRecord::ended() const {
 std::unique_ptr<JobDb> JobDb::open(const std::string& path) {
   auto db = std::make_unique<SqliteDb>(path, kBusyTimeoutMs);
   // WAL: readers see the last commit and never block the writer; NORMAL sync is durable
-  // against a process crash (the case that matters: a killed supervisor).
-  db->exec("PRAGMA journal_mode=WAL");
+  // against a process crash (the case that matters: a killed supervisor). Switching a new
+  // database to WAL takes an exclusive lock, and SQLite answers "database is locked" at
+  // once, without its busy handler, while another process does the same (two `heft train`
+  // started together on a fresh home, as `heft tune` does): retry within the busy timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  for (int attempt = 0;; ++attempt) {
+    try {
+      db->exec("PRAGMA journal_mode=WAL");
+      break;
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      const bool busy = what.find("locked") != std::string::npos || what.find("busy") != std::string::npos;
+      if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 5 * std::min(attempt, 10)));
+    }
+  }
   db->exec("PRAGMA synchronous=NORMAL");
   db->exec("PRAGMA foreign_keys=ON");
   std::unique_ptr<JobDb> jobs(new JobDb(std::move(db)));

@@ -22,6 +22,7 @@
 #include "heft/job/job_report.h"
 #include "heft/job/process.h"
 #include "heft/job/supervisor.h"
+#include "heft/tune/early_stopping.h"
 #include "heft/tune/strategy.h"
 #include "heft/tune/tuning_record.h"
 
@@ -39,6 +40,8 @@ struct Trial {
   Config config;
   std::string status = "InProgress";
   std::optional<double> objective;
+  bool early_stopped = false;
+  std::string note;
   std::unique_ptr<job::Process> process;
   int log_fd = -1;
 };
@@ -81,6 +84,7 @@ class Run {
 
   int run() {
     dir_ = tuning_dir(options_.home, spec_.name);
+    const std::vector<std::pair<Config, double>> seeds = parents_trials();  // may throw
     std::error_code ec;
     if (fs::exists(dir_, ec))
       throw InvalidArgument("a tuning job named '" + spec_.name + "' exists already (" + dir_ +
@@ -95,6 +99,7 @@ class Run {
     strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
     started_at_ = job::unix_now();
     header();
+    warm_start(seeds);
     save();
     struct sigaction sa {}, old_int{}, old_term{};
     sa.sa_handler = on_signal;
@@ -139,6 +144,7 @@ class Run {
           drain(t);
           if (t.process->try_reap()) finish(t);
         }
+      if (spec_.early_stopping && !stopped && ++polls_ % 5 == 0) early_stop();
       if (running() == 0 && (stopped || static_cast<int>(trials_.size()) >= max_jobs)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
     }
@@ -156,6 +162,90 @@ class Run {
       *options_.out << std::endl;
     }
     return stopped ? job::kExitStopped : any ? job::kExitCompleted : job::kExitFailed;
+  }
+
+  // The objective values a trial's job reported so far, in order, from its lowest rank;
+  // negated for Maximize (strategies and the median rule minimise).
+  std::vector<double> series(job::JobDb& db, const std::string& name) {
+    std::vector<double> out;
+    job::Result<job::JobRecord> record = db.find_job(name);
+    if (!record.ok()) return out;
+    const auto points = db.metrics(record.value().id, spec_.objective_metric);
+    int rank = INT32_MAX;
+    for (const auto& p : points) rank = std::min(rank, p.rank);
+    for (const auto& p : points)
+      if (p.rank == rank && std::isfinite(p.value)) out.push_back(spec_.maximize ? -p.value : p.value);
+    return out;
+  }
+
+  // The median rule (early_stopping.h) over the running trials.
+  void early_stop() {
+    std::unique_ptr<job::JobDb> db = job::open_job_db(options_.home, false);
+    if (!db) return;
+    for (Trial& t : trials_) {
+      if (!t.process || t.process->reaped() || t.early_stopped) continue;
+      const std::vector<double> s = series(*db, t.name);
+      if (!median_stop(s, ended_series_)) continue;
+      t.early_stopped = true;
+      t.note = "early stopped: its best after " + std::to_string(s.size()) +
+               " values is worse than the median of the earlier trials at that point";
+      (void)db->request_stop(t.name);
+    }
+  }
+
+  // The parents' trials with an objective (config, minimised objective), checked before
+  // anything is created: heft::InvalidArgument naming a missing parent or one that optimised
+  // another objective.
+  std::vector<std::pair<Config, double>> parents_trials() {
+    std::vector<std::pair<Config, double>> out;
+    for (size_t i = 0; i < spec_.warm_start_parents.size(); ++i) {
+      const std::string& parent = spec_.warm_start_parents[i];
+      const std::optional<nlohmann::json> p = read_tuning(options_.home, parent);
+      const std::string field = "warm_start.parents[" + std::to_string(i) + "]";
+      if (!p) throw InvalidArgument(field + ": no tuning job named '" + parent + "'");
+      if ((*p)["objective"].value("metric", "") != spec_.objective_metric ||
+          ((*p)["objective"].value("type", "") == "Maximize") != spec_.maximize)
+        throw InvalidArgument(field + ": '" + parent + "' optimised " +
+                              (*p)["objective"].value("type", "") + " " +
+                              (*p)["objective"].value("metric", "") + ", not this tuning's objective");
+      for (const auto& trial : (*p)["trials"]) {
+        if (!trial["objective"].is_number()) continue;
+        Config c;
+        bool complete = true;
+        for (const Range& r : spec_.ranges.ranges()) {
+          const auto& hp = trial["hyperparameters"];
+          if (!hp.contains(r.name)) {
+            complete = false;
+            break;
+          }
+          const std::string text = hp[r.name].get<std::string>();
+          try {
+            if (r.kind == Range::Kind::kCategorical) c[r.name] = text;
+            else if (r.kind == Range::Kind::kInteger) c[r.name] = static_cast<int64_t>(std::stoll(text));
+            else c[r.name] = std::stod(text);
+          } catch (const std::exception&) {
+            complete = false;
+          }
+        }
+        if (!complete) continue;
+        const double v = trial["objective"].get<double>();
+        out.emplace_back(std::move(c), spec_.maximize ? -v : v);
+      }
+    }
+    return out;
+  }
+
+  void warm_start(const std::vector<std::pair<Config, double>>& seeds) {
+    int seeded = 0;
+    for (const auto& [c, v] : seeds) {
+      try {
+        strategy_->observe(c, v);
+        ++seeded;
+      } catch (const InvalidArgument&) {  // a value outside this tuning's ranges
+      }
+    }
+    if (!spec_.warm_start_parents.empty())
+      say("warm start: " + std::to_string(seeded) + " trials of the parent tuning jobs seed the strategy");
   }
 
   int running() const {
@@ -206,6 +296,8 @@ class Run {
         db ? db->find_job(t.name) : job::Result<job::JobRecord>::failure("no job database");
     if (record.ok()) {
       t.status = record.value().status;
+      if (const std::vector<double> s = series(*db, t.name); !s.empty()) ended_series_.push_back(s);
+      if (t.early_stopped) note = t.note;
       for (const job::MetricPoint& p : db->final_metrics(record.value().id))
         if (p.name == spec_.objective_metric && std::isfinite(p.value)) t.objective = p.value;
       if (!t.objective && t.status == "Completed") {
@@ -268,6 +360,7 @@ class Run {
       json hp = json::object();
       for (const auto& [k, v] : t.config) hp[k] = value_text(v);
       trials.push_back({{"name", t.name}, {"status", t.status}, {"hyperparameters", hp},
+                        {"early_stopped", t.early_stopped},
                         {"objective", t.objective ? json(*t.objective) : json(nullptr)}});
     }
     json doc = {{"name", spec_.name},
@@ -293,6 +386,8 @@ class Run {
   std::string dir_, template_;
   std::unique_ptr<Strategy> strategy_;
   std::vector<Trial> trials_;
+  std::vector<std::vector<double>> ended_series_;  // for the median rule
+  uint64_t polls_ = 0;
   std::string status_ = "InProgress";
   double started_at_ = 0, ended_at_ = 0;
 };

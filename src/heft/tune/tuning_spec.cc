@@ -17,8 +17,8 @@ using job::SpecReader;
 namespace {
 
 const std::vector<std::string> kTopKeys = {"name", "objective", "strategy", "max_jobs",
-                                           "max_parallel_jobs", "random_seed",
-                                           "hyperparameter_ranges", "training_job"};
+                                           "max_parallel_jobs", "random_seed", "early_stopping",
+                                           "warm_start", "hyperparameter_ranges", "training_job"};
 
 bool get_number(SpecReader& r, const YAML::Node& n, const std::string& path, double* out) {
   if (!job::present(n)) return false;
@@ -138,6 +138,33 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
   if (r.get_int(root["random_seed"], "random_seed", 0, std::numeric_limits<int>::max(), &seed))
     spec.random_seed = static_cast<uint64_t>(seed);
 
+  if (job::present(root["early_stopping"])) {
+    std::string es;
+    if (r.get_string(root["early_stopping"], "early_stopping", &es)) {
+      if (es == "Auto") spec.early_stopping = true;
+      else if (es != "Off")
+        r.error("early_stopping", root["early_stopping"], "expected Off or Auto, found '" + es + "'");
+    }
+  }
+  const YAML::Node warm = root["warm_start"];
+  if (job::present(warm) && r.expect_map(warm, "warm_start")) {
+    r.check_keys(warm, "warm_start", {"parents", "type"});
+    std::string type = "IdenticalDataAndAlgorithm";
+    if (job::present(warm["type"]) && r.get_string(warm["type"], "warm_start.type", &type) &&
+        type != "IdenticalDataAndAlgorithm")
+      r.error("warm_start.type", warm["type"],
+              "expected IdenticalDataAndAlgorithm (the only type heft has), found '" + type + "'");
+    const YAML::Node parents = warm["parents"];
+    if (!parents.IsSequence() || parents.size() == 0) {
+      r.error("warm_start.parents", parents, "expected a list of tuning job names, found " + job::found(parents));
+    } else {
+      for (size_t i = 0; i < parents.size(); ++i) {
+        std::string p;
+        if (r.get_string(parents[i], "warm_start.parents[" + std::to_string(i) + "]", &p))
+          spec.warm_start_parents.push_back(p);
+      }
+    }
+  }
   const YAML::Node ranges = root["hyperparameter_ranges"];
   if (!job::present(ranges)) {
     r.error("hyperparameter_ranges", root, "required: continuous, integer or categorical ranges");

@@ -4,8 +4,7 @@
 // maximise or minimise. Validated as job specs are: every problem is reported at once, each
 // naming its field, what was expected and what was found; unknown keys get a suggestion.
 //
-// Deliberately left out (next steps of the same work): early stopping, Hyperband, warm
-// start from parent tuning jobs.
+// Deliberately left out (next step of the same work): Hyperband.
 #pragma once
 
 #include <string>
@@ -25,6 +24,11 @@ struct TuningSpec {
   int max_jobs = 10;
   int max_parallel_jobs = 1;  // <= max_jobs
   uint64_t random_seed = 0;
+  // early_stopping: Auto stops trials by the median rule (early_stopping.h); Off (default).
+  bool early_stopping = false;
+  // warm_start: {parents: [tuning jobs], type: IdenticalDataAndAlgorithm}: the parents'
+  // trials seed the strategy (checked against the home when the tuning starts).
+  std::vector<std::string> warm_start_parents;
   SearchSpace ranges;
   // The training job: a spec file (training_job.template, relative to the tuning spec's
   // folder) or the inline spec written out as YAML; trials override its hyperparameters.
