@@ -166,6 +166,27 @@ TEST(TuneCli, EarlyStoppingStopsWorseTrialsAndNeverTheBest) {
   EXPECT_NE(out.text.find("early stopped"), std::string::npos) << out.text;
 }
 
+TEST(TuneCli, HyperbandStopsTrialsAtItsRungsAndNeverTheBest) {
+  test::TempDir home("heft-tune");
+  std::string text = tuning_spec("Hyperband", 8, 1, ", steps: 9, step_sleep: 0.12");
+  text += "hyperband: {min_resource: 1, max_resource: 9, reduction_factor: 3}\n";
+  const std::string spec = write(home, "tune.yaml", text);
+  const test::CommandOutput out =
+      test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/quad/tuning.json"));
+  int stopped = 0;
+  for (const auto& trial : t["trials"])
+    if (trial["early_stopped"].get<bool>()) {
+      ++stopped;
+      EXPECT_EQ(trial["status"], "Stopped") << trial.dump();
+      EXPECT_NE(trial["name"], t["best_trial"]["name"]);
+    }
+  EXPECT_GT(stopped, 0) << out.text;
+  EXPECT_NE(out.text.find("stopped at rung"), std::string::npos) << out.text;
+}
+
 TEST(TuneCli, WarmStartSeedsTheStrategyWithTheParentsTrials) {
   test::TempDir home("heft-tune");
   const std::string env = "HEFT_HOME=" + home.path() + " ";
@@ -207,7 +228,7 @@ TEST(TuneCli, BadSpecsExit2NamingTheField) {
       {with("max_parallel_jobs: 2", "max_parallel_jobs: 9"),
        "max_parallel_jobs: must be at most max_jobs (4), found 9"},
       {with("strategy: Bayesian", "strategy: Bayes"),
-       "strategy: expected Grid, Random or Bayesian, found 'Bayes'"},
+       "strategy: expected Grid, Random, Bayesian or Hyperband, found 'Bayes'"},
       {with("random_seed: 3", "random_sed: 3"), "random_sed"},
   };
   for (const Case& c : cases) {

@@ -10,9 +10,11 @@ namespace heft::tune {
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const SearchSpace& space,
                                         uint64_t seed) {
   if (name == "grid" || name == "Grid") return std::make_unique<GridSearch>(space);
-  if (name == "random" || name == "Random") return std::make_unique<RandomSearch>(space, seed);
+  // Hyperband draws its configurations at random; its stopping is the tuner's (hyperband.h).
+  if (name == "random" || name == "Random" || name == "Hyperband")
+    return std::make_unique<RandomSearch>(space, seed);
   if (name == "bayesian" || name == "Bayesian") return std::make_unique<BayesianSearch>(space, seed);
-  throw InvalidArgument("strategy: expected Grid, Random or Bayesian, found '" + name + "'");
+  throw InvalidArgument("strategy: expected Grid, Random, Bayesian or Hyperband, found '" + name + "'");
 }
 
 }  // namespace heft::tune

@@ -23,6 +23,7 @@
 #include "heft/job/process.h"
 #include "heft/job/supervisor.h"
 #include "heft/tune/early_stopping.h"
+#include "heft/tune/hyperband.h"
 #include "heft/tune/strategy.h"
 #include "heft/tune/tuning_record.h"
 
@@ -97,6 +98,10 @@ class Run {
       write_atomically(template_, spec_.training_job_yaml);
     }
     strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    if (spec_.strategy == "Hyperband")
+      hyperband_ = std::make_unique<Hyperband>(spec_.hyperband_min_resource,
+                                               spec_.hyperband_max_resource,
+                                               spec_.hyperband_reduction_factor);
     started_at_ = job::unix_now();
     header();
     warm_start(seeds);
@@ -144,7 +149,7 @@ class Run {
           drain(t);
           if (t.process->try_reap()) finish(t);
         }
-      if (spec_.early_stopping && !stopped && ++polls_ % 5 == 0) early_stop();
+      if ((spec_.early_stopping || hyperband_) && !stopped && ++polls_ % 2 == 0) early_stop();
       if (running() == 0 && (stopped || static_cast<int>(trials_.size()) >= max_jobs)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
     }
@@ -185,10 +190,14 @@ class Run {
     for (Trial& t : trials_) {
       if (!t.process || t.process->reaped() || t.early_stopped) continue;
       const std::vector<double> s = series(*db, t.name);
-      if (!median_stop(s, ended_series_)) continue;
+      if (hyperband_) {
+        if (!hyperband_->should_stop(t.name, s, &t.note)) continue;
+      } else {
+        if (!median_stop(s, ended_series_)) continue;
+        t.note = "early stopped: its best after " + std::to_string(s.size()) +
+                 " values is worse than the median of the earlier trials at that point";
+      }
       t.early_stopped = true;
-      t.note = "early stopped: its best after " + std::to_string(s.size()) +
-               " values is worse than the median of the earlier trials at that point";
       (void)db->request_stop(t.name);
     }
   }
@@ -297,6 +306,8 @@ class Run {
     if (record.ok()) {
       t.status = record.value().status;
       if (const std::vector<double> s = series(*db, t.name); !s.empty()) ended_series_.push_back(s);
+      // A stop that came after the trial finished does not count.
+      if (t.early_stopped && t.status == "Completed") t.early_stopped = false;
       if (t.early_stopped) note = t.note;
       for (const job::MetricPoint& p : db->final_metrics(record.value().id))
         if (p.name == spec_.objective_metric && std::isfinite(p.value)) t.objective = p.value;
@@ -388,6 +399,7 @@ class Run {
   std::vector<Trial> trials_;
   std::vector<std::vector<double>> ended_series_;  // for the median rule
   uint64_t polls_ = 0;
+  std::unique_ptr<Hyperband> hyperband_;
   std::string status_ = "InProgress";
   double started_at_ = 0, ended_at_ = 0;
 };

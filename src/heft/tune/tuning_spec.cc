@@ -18,6 +18,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"name", "objective", "strategy", "max_jobs",
                                            "max_parallel_jobs", "random_seed", "early_stopping",
+                                           "hyperband",
                                            "warm_start", "hyperparameter_ranges", "training_job"};
 
 bool get_number(SpecReader& r, const YAML::Node& n, const std::string& path, double* out) {
@@ -124,9 +125,25 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
   }
   if (job::present(root["strategy"])) {
     r.get_string(root["strategy"], "strategy", &spec.strategy);
-    if (spec.strategy != "Grid" && spec.strategy != "Random" && spec.strategy != "Bayesian")
+    if (spec.strategy != "Grid" && spec.strategy != "Random" && spec.strategy != "Bayesian" &&
+        spec.strategy != "Hyperband")
       r.error("strategy", root["strategy"],
-              "expected Grid, Random or Bayesian, found '" + spec.strategy + "'");
+              "expected Grid, Random, Bayesian or Hyperband, found '" + spec.strategy + "'");
+  }
+  const YAML::Node hb = root["hyperband"];
+  if (job::present(hb)) {
+    if (spec.strategy != "Hyperband") r.error("hyperband", hb, "only with strategy: Hyperband");
+    if (r.expect_map(hb, "hyperband")) {
+      r.check_keys(hb, "hyperband", {"min_resource", "max_resource", "reduction_factor"});
+      r.get_int(hb["min_resource"], "hyperband.min_resource", 1, 1000000, &spec.hyperband_min_resource);
+      r.get_int(hb["max_resource"], "hyperband.max_resource", 1, 1000000, &spec.hyperband_max_resource);
+      r.get_int(hb["reduction_factor"], "hyperband.reduction_factor", 2, 100,
+                &spec.hyperband_reduction_factor);
+      if (spec.hyperband_max_resource < spec.hyperband_min_resource)
+        r.error("hyperband.max_resource", hb["max_resource"],
+                "must be at least min_resource (" + std::to_string(spec.hyperband_min_resource) +
+                    "), found " + std::to_string(spec.hyperband_max_resource));
+    }
   }
   r.get_int(root["max_jobs"], "max_jobs", 1, 10000, &spec.max_jobs);
   r.get_int(root["max_parallel_jobs"], "max_parallel_jobs", 1, 100, &spec.max_parallel_jobs);
@@ -144,6 +161,9 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
       if (es == "Auto") spec.early_stopping = true;
       else if (es != "Off")
         r.error("early_stopping", root["early_stopping"], "expected Off or Auto, found '" + es + "'");
+      if (spec.early_stopping && spec.strategy == "Hyperband")
+        r.error("early_stopping", root["early_stopping"],
+                "Hyperband stops trials itself: leave early_stopping Off with it");
     }
   }
   const YAML::Node warm = root["warm_start"];

@@ -4,7 +4,8 @@
 // maximise or minimise. Validated as job specs are: every problem is reported at once, each
 // naming its field, what was expected and what was found; unknown keys get a suggestion.
 //
-// Deliberately left out (next step of the same work): Hyperband.
+// Deliberately left out: Hyperband's brackets (one bracket of asynchronous successive
+// halving stops trials; hyperband.h).
 #pragma once
 
 #include <string>
@@ -20,7 +21,9 @@ struct TuningSpec {
   std::string name;
   std::string objective_metric;  // one of the training job's metric_definitions
   bool maximize = false;         // objective type Maximize (else Minimize)
-  std::string strategy = "Bayesian";
+  std::string strategy = "Bayesian";  // Grid, Random, Bayesian or Hyperband
+  // Hyperband's resource, in objective values reported (hyperband.h).
+  int hyperband_min_resource = 1, hyperband_max_resource = 9, hyperband_reduction_factor = 3;
   int max_jobs = 10;
   int max_parallel_jobs = 1;  // <= max_jobs
   uint64_t random_seed = 0;
