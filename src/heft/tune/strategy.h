@@ -5,7 +5,8 @@
 // negates it. Warm start is observe() of earlier trials before the first suggest().
 //
 // Strategies: "grid" (grid_search.h), "random" (random_search.h), "bayesian"
-// (bayesian_search.h). Not thread-safe: one tuner drives a strategy.
+// (bayesian_search.h); "Hyperband" suggests as random does and stops trials in the tuner
+// (hyperband.h). Not thread-safe: one tuner drives a strategy.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,7 @@ class Strategy {
   virtual std::string name() const = 0;
 };
 
-// "grid", "random" or "bayesian" over `space`, seeded. Throws heft::InvalidArgument for
+// "grid", "random", "bayesian" (or capitalised) or "Hyperband" over `space`, seeded. Throws heft::InvalidArgument for
 // another name, or a space the strategy cannot search (a grid over a continuous range).
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const SearchSpace& space,
                                         uint64_t seed);
