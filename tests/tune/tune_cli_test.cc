@@ -147,7 +147,7 @@ TEST(TuneCli, StopEndsTheTuningAndLeavesNoTrialRunning) {
 
 TEST(TuneCli, EarlyStoppingStopsWorseTrialsAndNeverTheBest) {
   test::TempDir home("heft-tune");
-  std::string text = tuning_spec("Random", 8, 1, ", steps: 6, step_sleep: 0.25");
+  std::string text = tuning_spec("Random", 8, 1, ", steps: 6, step_sleep: 0.4");
   text += "early_stopping: Auto\n";
   const std::string spec = write(home, "tune.yaml", text);
   const test::CommandOutput out =
@@ -168,7 +168,9 @@ TEST(TuneCli, EarlyStoppingStopsWorseTrialsAndNeverTheBest) {
 
 TEST(TuneCli, HyperbandStopsTrialsAtItsRungsAndNeverTheBest) {
   test::TempDir home("heft-tune");
-  std::string text = tuning_spec("Hyperband", 8, 1, ", steps: 9, step_sleep: 0.12");
+  // Trials long enough (9 reports, 0.4 s apart) that a stop decided at an early rung lands
+  // before they end: metrics reach the database every 0.5 s, the stop takes a tick more.
+  std::string text = tuning_spec("Hyperband", 8, 2, ", steps: 9, step_sleep: 0.4");
   text += "hyperband: {min_resource: 1, max_resource: 9, reduction_factor: 3}\n";
   const std::string spec = write(home, "tune.yaml", text);
   const test::CommandOutput out =
