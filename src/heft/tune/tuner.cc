@@ -53,19 +53,6 @@ std::string config_text(const Config& c) {
   return s;
 }
 
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw IoError("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-}
-
 // Moves what a trial's `heft train` printed since the last call into its log.
 void drain(Trial& t) {
   char buf[65536];
@@ -95,7 +82,7 @@ class Run {
     template_ = spec_.template_path;
     if (template_.empty()) {  // inline: write it out for the trials
       template_ = dir_ + "/training-job.yaml";
-      write_atomically(template_, spec_.training_job_yaml);
+      write_file_atomically(template_, spec_.training_job_yaml);
     }
     strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
     if (spec_.strategy == "Hyperband")
@@ -389,7 +376,7 @@ class Run {
     if (const Trial* b = best())
       doc["best_trial"] = {{"name", b->name}, {"objective", *b->objective},
                            {"hyperparameters", trials[static_cast<size_t>(b - trials_.data())]["hyperparameters"]}};
-    write_atomically(dir_ + "/tuning.json", doc.dump(2) + "\n");
+    write_file_atomically(dir_ + "/tuning.json", doc.dump(2) + "\n");
   }
 
   const TuningSpec& spec_;

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "heft/error.h"
 #include "heft/job/job_db.h"
 
 namespace heft::tune {
@@ -31,14 +32,20 @@ std::string objective_text(const json& v) {
   return os.str();
 }
 
-void write_json(const std::string& path, const json& doc) {
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp, std::ios::trunc) << doc.dump(2) << "\n";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw IoError("cannot write '" + tmp + "'");
+  }
   std::error_code ec;
   fs::rename(tmp, path, ec);
+  if (ec) throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
-
-}  // namespace
 
 std::string tuning_dir(const std::string& home, const std::string& name) {
   return (fs::path(home) / "tunings" / name).string();
@@ -125,7 +132,7 @@ std::optional<TuningStop> request_tuning_stop(const std::string& home, const std
     json raw = json::parse(in, nullptr, false);
     raw["status"] = "Stopped";
     raw["end_time"] = job::unix_now();
-    write_json(dir + "/tuning.json", raw);
+    write_file_atomically(dir + "/tuning.json", raw.dump(2) + "\n");
     return TuningStop::kOrphanStopped;
   }
   if (ended(t->value("status", ""))) return TuningStop::kAlreadyEnded;

@@ -15,6 +15,9 @@ namespace heft::tune {
 std::string tuning_dir(const std::string& home, const std::string& name);
 // <dir>/stop-requested: present once `heft stop` asked the tuning to stop.
 std::string stop_file(const std::string& dir);
+// Writes `text` to `path` through a temporary file renamed over it, so a reader (or a crash)
+// never sees half a record. Throws heft::IoError naming the file.
+void write_file_atomically(const std::string& path, const std::string& text);
 
 // tuning.json of `name`, with "trial_counts" (by status) added; a tuning InProgress whose
 // `heft tune` process is gone reads as Failed ("failure_reason" says so). nullopt when there
