@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 namespace heft::cli {
 
@@ -39,9 +41,9 @@ Command add_logs_command(CLI::App& app);
 Command add_metrics_command(CLI::App& app);
 // `heft tunings [--json]` (tunings.cc)
 Command add_tunings_command(CLI::App& app);
-// A tuning job named `name` when there is one and no training job of that name: what
-// describe and stop act on instead of a job (describe.cc).
-bool is_tuning_not_job(const std::string& name);
+// The record of the tuning job named `name` when there is one and no training job of that
+// name: what describe and stop act on instead of a job (describe.cc).
+std::optional<nlohmann::json> find_tuning_not_job(const std::string& name);
 // `heft tune SPEC [--name N] [--set key.path=value ...]` (tune.cc)
 Command add_tune_command(CLI::App& app);
 // `heft stop JOB [--wait]` (stop.cc)

@@ -21,11 +21,13 @@ struct DescribeArgs {
 
 }  // namespace
 
-bool is_tuning_not_job(const std::string& name) {
+std::optional<nlohmann::json> find_tuning_not_job(const std::string& name) {
   const std::string home = job::heft_home();
-  if (!tune::read_tuning(home, name)) return false;
+  std::optional<nlohmann::json> t = tune::read_tuning(home, name);
+  if (!t) return std::nullopt;
   std::unique_ptr<job::JobDb> db = job::open_job_db(home, false);
-  return !db || !db->find_job(name).ok();
+  if (db && db->find_job(name).ok()) return std::nullopt;
+  return t;
 }
 
 Command add_describe_command(CLI::App& app) {
@@ -34,8 +36,7 @@ Command add_describe_command(CLI::App& app) {
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_flag("--json", args->json, "Print JSON instead of text");
   return [args]() -> int {
-    if (is_tuning_not_job(args->job)) {
-      const auto t = tune::read_tuning(job::heft_home(), args->job);
+    if (const auto t = find_tuning_not_job(args->job)) {
       if (args->json)
         std::cout << t->dump(2) << std::endl;
       else

@@ -37,9 +37,9 @@ int stop_tuning(const StopArgs& args) {
   std::cerr << "heft stop: stopping tuning job '" << args.job << "' and its running trials" << std::endl;
   while (args.wait) {
     const auto t = tune::read_tuning(home, args.job);
-    const std::string status = t ? t->value("status", "") : "";
-    if (!t || status == "Completed" || status == "Failed" || status == "Stopped") {
-      std::cerr << "heft stop: tuning job '" << args.job << "' " << status << "\n";
+    if (!t || tune::tuning_ended(*t)) {
+      std::cerr << "heft stop: tuning job '" << args.job << "' " << (t ? t->value("status", "") : "")
+                << "\n";
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -48,7 +48,7 @@ int stop_tuning(const StopArgs& args) {
 }
 
 int stop_job(const StopArgs& args) {
-  if (is_tuning_not_job(args.job)) return stop_tuning(args);
+  if (find_tuning_not_job(args.job)) return stop_tuning(args);
   std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
   if (!db) {
     std::cerr << "heft stop: no job named '" << args.job << "' (no job has run yet)\n";

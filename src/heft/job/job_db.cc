@@ -2,12 +2,10 @@
 // documents; keep the two in step. Every write is one SqliteTransaction (BEGIN IMMEDIATE).
 #include "heft/job/job_db.h"
 
-#include <chrono>
-#include <thread>
-
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <cmath>
 
 #include "heft/error.h"
@@ -115,16 +113,10 @@ std::unique_ptr<JobDb> JobDb::open(const std::string& path) {
   // once, without its busy handler, while another process does the same (two `heft train`
   // started together on a fresh home, as `heft tune` does): retry within the busy timeout.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
-  for (int attempt = 0;; ++attempt) {
-    try {
-      db->exec("PRAGMA journal_mode=WAL");
-      break;
-    } catch (const IoError& e) {
-      const std::string what = e.what();
-      const bool busy = what.find("locked") != std::string::npos || what.find("busy") != std::string::npos;
-      if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 5 * std::min(attempt, 10)));
-    }
+  for (int attempt = 0; !db->exec_unless_busy("PRAGMA journal_mode=WAL"); ++attempt) {
+    // Past the deadline, exec() names the lock in its error.
+    if (std::chrono::steady_clock::now() >= deadline) db->exec("PRAGMA journal_mode=WAL");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + 5 * std::min(attempt, 10)));
   }
   db->exec("PRAGMA synchronous=NORMAL");
   db->exec("PRAGMA foreign_keys=ON");

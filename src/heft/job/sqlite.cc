@@ -33,12 +33,16 @@ void SqliteDb::fail(const std::string& while_doing, int code) const {
 }
 
 void SqliteDb::exec(const std::string& sql) {
+  if (!exec_unless_busy(sql)) fail(sql.substr(0, 60), SQLITE_BUSY);
+}
+
+bool SqliteDb::exec_unless_busy(const std::string& sql) {
   char* err = nullptr;
   const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
-  if (rc != SQLITE_OK) {
-    sqlite3_free(err);
-    fail(sql.substr(0, 60), rc);
-  }
+  sqlite3_free(err);
+  if (rc == SQLITE_OK) return true;
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return false;
+  fail(sql.substr(0, 60), rc);
 }
 
 SqliteStatement SqliteDb::prepare(const std::string& sql) { return SqliteStatement(*this, sql); }

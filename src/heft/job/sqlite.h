@@ -28,6 +28,9 @@ class SqliteDb {
 
   // Runs statements that return no rows.
   void exec(const std::string& sql);
+  // As exec, but returns false instead of throwing when SQLite answers SQLITE_BUSY or
+  // SQLITE_LOCKED (another connection holds a lock the statement needs).
+  bool exec_unless_busy(const std::string& sql);
   SqliteStatement prepare(const std::string& sql);
   int64_t last_insert_rowid() const;
   int changes() const;

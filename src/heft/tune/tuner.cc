@@ -285,7 +285,6 @@ class Run {
     drain(t);
     if (t.log_fd >= 0) ::close(t.log_fd);
     t.log_fd = -1;
-    const int code = job::shell_exit_code(t.process->wait_status());
     std::string note;
     std::unique_ptr<job::JobDb> db = job::open_job_db(options_.home, false);
     job::Result<job::JobRecord> record =
@@ -308,7 +307,6 @@ class Run {
       note = "heft train " + job::describe_wait_status(t.process->wait_status()) +
              " before the job was recorded (" + dir_ + "/" + t.name + ".log)";
     }
-    (void)code;
     if (t.objective)
       strategy_->observe(t.config, spec_.maximize ? -*t.objective : *t.objective);
     else

@@ -21,10 +21,6 @@ namespace {
 
 bool alive(int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
-bool ended(const std::string& status) {
-  return status == "Completed" || status == "Failed" || status == "Stopped";
-}
-
 std::string objective_text(const json& v) {
   if (!v.is_number()) return "-";
   std::ostringstream os;
@@ -33,6 +29,11 @@ std::string objective_text(const json& v) {
 }
 
 }  // namespace
+
+bool tuning_ended(const json& t) {
+  const std::string status = t.value("status", "");
+  return status == "Completed" || status == "Failed" || status == "Stopped";
+}
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -59,7 +60,7 @@ std::optional<json> read_tuning(const std::string& home, const std::string& name
   if (!in) return std::nullopt;
   json t = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!t.is_object()) return std::nullopt;
-  if (!ended(t.value("status", "")) && !alive(t.value("pid", int64_t{0}))) {
+  if (!tuning_ended(t) && !alive(t.value("pid", int64_t{0}))) {
     t["status"] = "Failed";
     t["failure_reason"] = "its heft tune process is gone (killed, or the machine restarted)";
   }
@@ -135,7 +136,7 @@ std::optional<TuningStop> request_tuning_stop(const std::string& home, const std
     write_file_atomically(dir + "/tuning.json", raw.dump(2) + "\n");
     return TuningStop::kOrphanStopped;
   }
-  if (ended(t->value("status", ""))) return TuningStop::kAlreadyEnded;
+  if (tuning_ended(*t)) return TuningStop::kAlreadyEnded;
   std::ofstream(stop_file(dir)) << "stop\n";
   return TuningStop::kRequested;
 }

@@ -23,6 +23,8 @@ void write_file_atomically(const std::string& path, const std::string& text);
 // `heft tune` process is gone reads as Failed ("failure_reason" says so). nullopt when there
 // is no tuning of that name (or its record cannot be read).
 std::optional<nlohmann::json> read_tuning(const std::string& home, const std::string& name);
+// Completed, Failed or Stopped.
+bool tuning_ended(const nlohmann::json& tuning);
 // Every tuning of `home`, newest first.
 std::vector<nlohmann::json> list_tunings(const std::string& home);
 

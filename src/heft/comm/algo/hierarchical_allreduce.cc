@@ -24,10 +24,10 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
   // Partial steps sum; the division for avg happens once, over the whole world.
   const ReduceOp partial = op == ReduceOp::avg ? ReduceOp::sum : op;
   const int world = static_cast<int>(topo.host_of_rank.size());
+  const CallSignature call = call_signature(Call::allreduce, count, t, op);
   if (topo.uniform() && shm) {
-    ShmLinks local{*shm, deadline, name, call_signature(Call::allreduce, count, t, op)};
-    Links column(tcp, deadline, name, topo.column(topo.local_rank),
-                 call_signature(Call::allreduce, count, t, op));
+    ShmLinks local{*shm, deadline, name, call};
+    Links column(tcp, deadline, name, topo.column(topo.local_rank), call);
     shm_allreduce(local, buf, count, t, partial, /*small=*/false, 1,
                   [&](uint8_t* slice, size_t n) {
                     cross_host(column, slice, n, t, partial, small_bytes);
@@ -41,7 +41,7 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
     shm_reduce(local, buf, buf, count, t, partial, 0, 1);
   }
   if (topo.local_rank == 0 && topo.hosts() > 1) {
-    Links leaders(tcp, deadline, name, topo.leaders(), call_signature(Call::allreduce, count, t, op));
+    Links leaders(tcp, deadline, name, topo.leaders(), call);
     cross_host(leaders, buf, count, t, partial, small_bytes);
   }
   if (shm) {
