@@ -210,6 +210,12 @@ std::exception_ptr backend_error(const std::exception& e) {
 // wait(), or the group's completion thread, to which the communicator hands the operation
 // when it finishes with no waiter (on a busy machine every hand-off costs a wake-up, so a
 // waiter's operation takes none).
+// Which completer completed a group's operations (tests read it: the waiter's path ran).
+struct Completions {
+  std::atomic<int64_t> by_waiter{0};
+  std::atomic<int64_t> by_thread{0};
+};
+
 struct Operation {
   std::vector<std::shared_ptr<comm::Work>> works;
   std::function<void()> finish;
@@ -219,15 +225,16 @@ struct Operation {
   std::atomic<bool> claimed{false};  // someone completes it
 
   // Blocks until the works finished; completes the future unless the other completer has
-  // claimed it (then the future completes there, soon after). Never throws.
-  void complete() {
+  // claimed it (then the future completes there, soon after). Returns whether this call
+  // completed it. Never throws.
+  bool complete() {
     std::exception_ptr error;
     try {
       for (auto& w : works) w->wait();
     } catch (const std::exception& e) {
       error = backend_error(e);
     }
-    if (claimed.exchange(true)) return;
+    if (claimed.exchange(true)) return false;
     if (!error) {
       try {
         finish();
@@ -239,13 +246,15 @@ struct Operation {
       future->setError(error);
     else
       future->markCompleted(c10::IValue(outputs));
+    return true;
   }
 };
 
 class HeftWork : public c10d::Work {
  public:
-  HeftWork(std::shared_ptr<Operation> op, c10d::OpType type)
-      : c10d::Work(-1, type), op_(std::move(op)) {}
+  HeftWork(std::shared_ptr<Operation> op, c10d::OpType type,
+           std::shared_ptr<Completions> completions)
+      : c10d::Work(-1, type), op_(std::move(op)), completions_(std::move(completions)) {}
   bool isCompleted() override { return op_->future->completed(); }
   bool isSuccess() const override { return op_->future->completed() && !op_->future->hasError(); }
   std::exception_ptr exception() const override {
@@ -254,7 +263,7 @@ class HeftWork : public c10d::Work {
   }
   bool wait(std::chrono::milliseconds /*timeout: every operation has the group's deadline*/) override {
     op_->waiter = true;
-    op_->complete();
+    if (op_->complete()) ++completions_->by_waiter;
     op_->future->wait();
     if (op_->future->hasError()) std::rethrow_exception(op_->future->exception_ptr());
     return true;
@@ -265,6 +274,7 @@ class HeftWork : public c10d::Work {
 
  private:
   std::shared_ptr<Operation> op_;
+  std::shared_ptr<Completions> completions_;
 };
 
 class ProcessGroupHeft : public c10d::ProcessGroup {
@@ -314,6 +324,10 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
 
   comm::Communicator& communicator() { return *comm_; }
   int64_t operations() const { return operations_.load(); }
+  // Operations completed by a caller in wait() / by the completion thread.
+  std::pair<int64_t, int64_t> completions() const {
+    return {completions_->by_waiter.load(), completions_->by_thread.load()};
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -669,7 +683,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
       }
       if (wake) cv_.notify_one();
     });
-    return c10::make_intrusive<HeftWork>(std::move(op), type);
+    return c10::make_intrusive<HeftWork>(std::move(op), type, completions_);
   }
 
   // Completes the operations the communicator hands over (those with no waiter when they
@@ -693,7 +707,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
         pending_.pop_front();
       }
       retired.clear();
-      op->complete();
+      if (op->complete()) ++completions_->by_thread;
     }
   }
 
@@ -707,6 +721,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   static constexpr size_t kRetiredBatch = 64;
   bool stopping_ = false;        // guarded by mu_
   std::atomic<int64_t> operations_{0};
+  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
   std::thread thread_;
 };
 
@@ -726,6 +741,8 @@ PYBIND11_MODULE(_c10d, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::call_guard<py::gil_scoped_release>())
+      .def("completions", &ProcessGroupHeft::completions,
+           "(by a waiter, by the completion thread): which path completed the operations")
       .def("operations", &ProcessGroupHeft::operations,
            "operations issued through this group (for tests: the heft path ran)")
       .def("last_allreduce_path",

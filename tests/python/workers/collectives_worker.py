@@ -272,7 +272,17 @@ def main():
         fail(f"the default group is {type(heft_group).__name__}, not heft's")
     gloo_group = dist.new_group(backend="gloo")
     before = heft_group.operations()
+    by_waiter_before, _ = heft_group.completions()
     check_all_reduce(heft_group, gloo_group, world, rank, ranks)
+    # Synchronous calls: a caller already in wait() when its operation finishes completes it
+    # itself (no hand-off to the completion thread); one that finished before its wait() was
+    # handed off. On a busy machine either happens, so: the waiter's path ran.
+    by_waiter = heft_group.completions()[0] - by_waiter_before
+    if world > 1 and by_waiter == 0:
+        fail(f"none of {heft_group.operations() - before} synchronous all_reduces was completed "
+             "by its waiter")
+    if rank == 0:
+        print(f"completed by the waiter: {by_waiter} of {heft_group.operations() - before}", flush=True)
     path = heft_group.last_allreduce_path()
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)

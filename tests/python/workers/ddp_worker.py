@@ -85,9 +85,15 @@ def main():
     gloo_params = train(nn.parallel.DistributedDataParallel(model(), process_group=gloo,
                                                             bucket_cap_mb=0.01), rank)
     before = heft_group.operations()
+    by_thread_before = heft_group.completions()[1]
     heft_params = train(DistributedDataParallel(model(), bucket_cap_mb=0.01), rank)
     if heft_group.operations() - before < STEPS:
         fail(f"{heft_group.operations() - before} operations through heft in {STEPS} steps")
+    # DDP waits on futures, not on the Work: its gradient all_reduces are completed by the
+    # group's completion thread.
+    if heft_group.completions()[1] - by_thread_before < STEPS:
+        fail(f"only {heft_group.completions()[1] - by_thread_before} operations completed by the "
+             f"completion thread in {STEPS} DDP steps")
     d1 = compare(heft_params, gloo_params, TOLERANCE, "heft DDP against gloo DDP")
 
     hooked = DistributedDataParallel(model(), bucket_cap_mb=0.01)
