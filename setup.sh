@@ -19,6 +19,8 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py python3-optuna
   # real data for the built-in trainer
   dataset-fashion-mnist fortunes
+  # observability: the web console (server, plots) and its browser test
+  libcpp-httplib-dev libjs-chart.js chromium chromium-driver python3-selenium
 )
 
 missing_packages() {

@@ -116,7 +116,7 @@ TEST(LocalLauncher, TickHookStopsTheGroupAndRestartHookStartsItAgain) {
   o.hooks.tick = std::chrono::milliseconds(20);
   int started = 0;
   auto begin = std::chrono::steady_clock::now();
-  o.hooks.on_start = [&](int restart_count) {
+  o.hooks.on_start = [&](int restart_count, const std::vector<int>&) {
     EXPECT_EQ(restart_count, started++);
     begin = std::chrono::steady_clock::now();
   };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "heft/cli/commands.h"
+#include "heft/profile/job_profiler.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec.h"
@@ -82,6 +83,8 @@ int train(const TrainArgs& args) {
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
   options.python_path = heft_python_dir();
+  profile::JobProfiler profiler(*db, record.value().id, spec.value(), paths, kName);
+  options.observer = &profiler;
   job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
                              options);
   return supervisor.run();

@@ -107,6 +107,13 @@ Communicator::Communicator(std::shared_ptr<Store> store, std::string group, int 
       transport_->check_link(topology_.local()[local_peer], op);
     });
   }
+  try {
+    const char* world_rank = std::getenv("RANK");
+    trace_ = CollectiveTrace::open(CollectiveTrace::dir_from_env(), group_, rank_, size_,
+                                   world_rank && *world_rank ? std::atoi(world_rank) : rank_);
+  } catch (const Error& e) {
+    spdlog::warn("rank {}: no collective trace: {}", rank_, e.what());
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -157,17 +164,19 @@ thread_local bool t_blocking_call = false;
 
 std::shared_ptr<Work> Communicator::enqueue(std::string op, std::function<void(Deadline)> fn) {
   auto work = std::make_shared<Work>();
+  uint64_t seq = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (trace_) seq = trace_->queued(op);
     if (!(t_blocking_call && queue_.empty() && !busy_)) {
-      queue_.push_back(Op{std::move(op), std::move(fn), work});
+      queue_.push_back(Op{std::move(op), std::move(fn), work, seq});
       lock.unlock();
       cv_.notify_all();
       return work;
     }
     busy_ = true;  // the communicator thread starts nothing until this is cleared
   }
-  run_one(op, fn, *work);
+  run_one(op, fn, *work, seq);
   inline_ops_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -201,7 +210,7 @@ void Communicator::loop() {
       queue_.pop_front();
       busy_ = true;
     }
-    run_one(op.name, op.fn, *op.work);
+    run_one(op.name, op.fn, *op.work, op.seq);
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
@@ -210,20 +219,35 @@ void Communicator::loop() {
 }
 
 void Communicator::run_one(const std::string& op, const std::function<void(Deadline)>& fn,
-                           Work& work) {
+                           Work& work, uint64_t seq) {
   std::exception_ptr earlier;
   {
     std::lock_guard<std::mutex> lock(mu_);
     earlier = broken_;
   }
   if (earlier) {
+    if (trace_) trace_->ended(seq, false);
     work.finish(earlier);
     return;
   }
+  if (trace_) trace_->started(seq);
   try {
     fn(std::chrono::steady_clock::now() + options_.timeout);
+    if (trace_) trace_->ended(seq, true);
     work.finish(nullptr);
   } catch (...) {
+    if (trace_) {
+      int peer = -1;
+      try {
+        throw;
+      } catch (const Timeout& e) {
+        peer = e.peer();
+      } catch (const PeerLost& e) {
+        peer = e.peer();
+      } catch (...) {
+      }
+      trace_->ended(seq, false, peer);
+    }
     std::exception_ptr error = on_failure(op, std::current_exception());
     {
       std::lock_guard<std::mutex> lock(mu_);

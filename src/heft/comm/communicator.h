@@ -36,6 +36,7 @@
 #include "heft/comm/dtype.h"
 #include "heft/comm/options.h"
 #include "heft/comm/topology.h"
+#include "heft/comm/trace.h"
 #include "heft/comm/store/store.h"
 #include "heft/comm/transport/shm/context.h"
 #include "heft/comm/transport/transport.h"
@@ -186,7 +187,8 @@ class Communicator {
   // Calls submit (an `_async` call) asking enqueue to run inline, then waits for its Work.
   void blocking(const std::function<std::shared_ptr<Work>()>& submit);
   void loop();
-  void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work);
+  void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work,
+               uint64_t seq);
   // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
   void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
                      const std::string& name);
@@ -209,6 +211,7 @@ class Communicator {
     std::string name;
     std::function<void(Deadline)> fn;
     std::shared_ptr<Work> work;
+    uint64_t seq = 0;  // in the collective trace; 0 without one
   };
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -218,6 +221,9 @@ class Communicator {
   std::atomic<uint64_t> inline_ops_{0};
   std::exception_ptr broken_;       // guarded by mu_
   std::string last_path_;           // guarded by mu_
+  // This rank's flight recorder (trace.h), when HEFT_TRACE_DIR is set; written under mu_ or
+  // by the thread running the operation.
+  std::unique_ptr<CollectiveTrace> trace_;
   std::thread thread_;
 };
 

@@ -61,6 +61,17 @@ CREATE TABLE IF NOT EXISTS metrics (
   value     REAL
 );
 CREATE INDEX IF NOT EXISTS metrics_by_job_name ON metrics(job_id, name, id);
+CREATE TABLE IF NOT EXISTS findings (
+  id        INTEGER PRIMARY KEY,
+  job_id    INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  rule      TEXT    NOT NULL,
+  rank      INTEGER NOT NULL,
+  timestamp REAL    NOT NULL,
+  message   TEXT    NOT NULL,
+  evidence  TEXT    NOT NULL DEFAULT '{}',
+  action    TEXT    NOT NULL DEFAULT 'none'
+);
+CREATE INDEX IF NOT EXISTS findings_by_job ON findings(job_id, id);
 )sql";
 
 const char* const kJobColumns =
@@ -376,6 +387,40 @@ std::vector<MetricPoint> JobDb::metrics(int64_t job_id, const std::string& name)
   while (s.step())
     out.push_back({s.text(0), static_cast<int>(s.int64(1)), s.real(2), s.optional_int64(3),
                    s.real(4)});
+  return out;
+}
+
+void JobDb::add_finding(int64_t job_id, const Finding& f) {
+  SqliteTransaction tx(*db_);
+  db_->prepare("INSERT INTO findings (job_id, rule, rank, timestamp, message, evidence, action) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+      .bind(1, job_id)
+      .bind(2, f.rule)
+      .bind(3, f.rank)
+      .bind(4, f.timestamp)
+      .bind(5, f.message)
+      .bind(6, f.evidence.dump())
+      .bind(7, f.action)
+      .run();
+  tx.commit();
+}
+
+std::vector<Finding> JobDb::findings(int64_t job_id) {
+  SqliteStatement s = db_->prepare(
+      "SELECT rule, rank, timestamp, message, evidence, action FROM findings WHERE job_id = ?1 "
+      "ORDER BY id");
+  s.bind(1, job_id);
+  std::vector<Finding> out;
+  while (s.step()) {
+    Finding f;
+    f.rule = s.text(0);
+    f.rank = static_cast<int>(s.int64(1));
+    f.timestamp = s.real(2);
+    f.message = s.text(3);
+    f.evidence = nlohmann::json::parse(s.text(4), nullptr, false);
+    f.action = s.text(5);
+    out.push_back(std::move(f));
+  }
   return out;
 }
 

@@ -67,6 +67,16 @@ struct MetricPoint {
   double value = 0;             // NaN is stored as NULL and read back as NaN
 };
 
+// What a profiler rule found (profile/rules.h): when, about which rank (-1: the job), why.
+struct Finding {
+  std::string rule;
+  int rank = -1;
+  double timestamp = 0;
+  std::string message;
+  nlohmann::json evidence = nlohmann::json::object();
+  std::string action = "none";  // "stop" when the finding stopped the job
+};
+
 struct JobRecord {
   int64_t id = 0;
   std::string name;
@@ -158,6 +168,9 @@ class JobDb {
   void add_metrics(int64_t job_id, const std::vector<MetricPoint>& points);
   // In the order they were stored; only `name`'s when not empty.
   std::vector<MetricPoint> metrics(int64_t job_id, const std::string& name = "");
+  // Profiler findings, in the order they were recorded.
+  void add_finding(int64_t job_id, const Finding& finding);
+  std::vector<Finding> findings(int64_t job_id);
   // The last value of each metric name, from the lowest rank that reported it.
   std::vector<MetricPoint> final_metrics(int64_t job_id);
   std::vector<Transition> transitions(int64_t job_id);

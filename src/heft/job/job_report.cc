@@ -3,6 +3,7 @@
 
 #include "heft/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -99,13 +100,17 @@ double live_training_seconds(const JobRecord& job) {
   return std::max(job.training_seconds, unix_now() - *job.training_start);
 }
 
+double billable_instance_seconds(const JobRecord& job) {
+  return job.billable_seconds * std::max(1, job.instance_count);
+}
+
 std::string jobs_table(const std::vector<JobRecord>& jobs) {
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "STATUS", "SECONDARY", "CREATED", "TRAINING_S", "BILLABLE_S", "ATTEMPTS",
        "INTERRUPTIONS"}};
   for (const JobRecord& j : jobs)
     rows.push_back({j.name, j.status, j.secondary_status, local_time_text(j.created_at),
-                    fixed(live_training_seconds(j), 1), fixed(j.billable_seconds, 1),
+                    fixed(live_training_seconds(j), 1), fixed(billable_instance_seconds(j), 1),
                     std::to_string(j.attempts), std::to_string(j.interruptions)});
   return table(rows);
 }
@@ -122,7 +127,9 @@ nlohmann::json jobs_json(const std::vector<JobRecord>& jobs) {
                    {"attempts", j.attempts},
                    {"interruptions", j.interruptions},
                    {"training_seconds", live_training_seconds(j)},
-                   {"billable_seconds", j.billable_seconds},
+                   {"billable_seconds", billable_instance_seconds(j)},
+                   {"running_seconds", j.billable_seconds},
+                   {"instance_count", j.instance_count},
                    {"world_size", j.world_size},
                    {"job_dir", j.job_dir}});
   return out;
@@ -150,7 +157,8 @@ nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>
           {"attempts", job.attempts},
           {"interruptions", job.interruptions},
           {"training_seconds", live_training_seconds(job)},
-          {"billable_seconds", job.billable_seconds},
+          {"billable_seconds", billable_instance_seconds(job)},
+          {"running_seconds", job.billable_seconds},
           {"created_at", job.created_at},
           {"training_start", optional_json(job.training_start)},
           {"end_time", optional_json(job.end_time)},
@@ -176,7 +184,8 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
   field("Created:", local_time_text(job.created_at));
   if (job.end_time) field("Ended:", local_time_text(*job.end_time));
   field("Training time:", fixed(live_training_seconds(job), 1) + " s");
-  field("Billable time:", fixed(job.billable_seconds, 1) + " s (x " +
+  field("Billable time:", fixed(billable_instance_seconds(job), 1) + " s (" +
+                              fixed(job.billable_seconds, 1) + " s running x " +
                               std::to_string(job.instance_count) +
                               (job.instance_count == 1 ? " instance)" : " instances)"));
   field("Attempts:", std::to_string(job.attempts));

@@ -23,6 +23,10 @@ std::unique_ptr<JobDb> open_job_db(const std::string& home, bool create);
 // its training start.
 double live_training_seconds(const JobRecord& job);
 
+// Billable seconds as the cloud service counts them: the time the group ran (the record's
+// billable_seconds, summed over its starts) times the instances it ran on.
+double billable_instance_seconds(const JobRecord& job);
+
 // `heft jobs`: one row per job, newest first.
 std::string jobs_table(const std::vector<JobRecord>& jobs);
 nlohmann::json jobs_json(const std::vector<JobRecord>& jobs);

@@ -530,7 +530,11 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     w.out.emplace(prefix, STDOUT_FILENO, out);
     w.err.emplace(prefix, STDERR_FILENO, err);
   }
-  if (hooks.on_start) hooks.on_start(restart_count);
+  if (hooks.on_start) {
+    std::vector<int> pids;
+    for (const Worker& w : workers) pids.push_back(static_cast<int>(w.process->pid()));
+    hooks.on_start(restart_count, pids);
+  }
   // comm::init() names the world group after HEFT_JOB ("heft" when unset or empty).
   const std::string job_name = worker_variable(options, parent, "HEFT_JOB");
   const std::string group = (job_name.empty() ? "heft" : job_name) + "/world";

@@ -53,8 +53,8 @@ struct LocalLauncherHooks {
   // Every complete line a worker writes, without its '\n' (a line over 64 KiB comes in
   // 64 KiB pieces). When set, lines go here instead of to this process's stdout/stderr.
   std::function<void(int rank, bool is_stderr, std::string_view line)> on_line;
-  // Once every worker of a start runs.
-  std::function<void(int restart_count)> on_start;
+  // Once every worker of a start runs; pids by rank.
+  std::function<void(int restart_count, const std::vector<int>& pids)> on_start;
   // About every `tick` while the group runs and while it is being stopped. Returning true
   // stops the group as a failure would: SIGTERM to every worker's process group, SIGKILL
   // after `grace`. Ignored once the group is stopping.

@@ -33,7 +33,10 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kTopKeys = {
     "name",     "entry_point", "hyperparameters", "inputs", "cluster", "distribution",
-    "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment"};
+    "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment",
+    "rules", "profiler"};
+const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
+const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
                                                "launcher"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
@@ -100,6 +103,8 @@ class Validator {
     retry(root["retry"]);
     spot(root["spot"]);
     environment(root["environment"]);
+    rules(root["rules"]);
+    profiler(root["profiler"]);
   }
 
  private:
@@ -402,6 +407,75 @@ class Validator {
     }
   }
 
+  void rules(const YAML::Node& n) {
+    if (!present(n)) return;
+    spec_.rules.clear();
+    if (!n.IsSequence()) {
+      r_.error("rules", n, "expected a list of {rule, parameters, action}, found " + found(n));
+      return;
+    }
+    std::vector<std::string> names;
+    for (const RuleInfo& info : rule_catalogue()) names.push_back(info.name);
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string path = "rules[" + std::to_string(i) + "]";
+      const YAML::Node r = n[i];
+      if (!r.IsMap()) {
+        r_.error(path, r, "expected {rule, parameters, action}, found " + found(r));
+        continue;
+      }
+      r_.check_keys(r, path, kRuleKeys);
+      std::string name;
+      if (!r_.get_string(r["rule"], path + ".rule", &name)) continue;
+      const RuleInfo* info = find_rule(name);
+      if (!info) {
+        std::string all;
+        for (const std::string& x : names) all += (all.empty() ? "" : ", ") + x;
+        const std::string near = nearest(name, names);
+        r_.error(path + ".rule", r["rule"], "expected one of " + all + ", found '" + name + "'" +
+                                              (near.empty() ? "" : " (did you mean " + near + "?)"));
+        continue;
+      }
+      RuleSpec rule = rule_with_defaults(*info);
+      const YAML::Node params = r["parameters"];
+      if (present(params) && r_.expect_map(params, path + ".parameters")) {
+        std::vector<std::string> known;
+        for (const RuleParameter& p : info->parameters) known.push_back(p.name);
+        r_.check_keys(params, path + ".parameters", known);
+        for (const RuleParameter& p : info->parameters) {
+          const YAML::Node v = params[p.name];
+          if (!present(v)) continue;
+          const std::string vpath = path + ".parameters." + p.name;
+          const nlohmann::json value = v.IsScalar() ? scalar_json(v) : nlohmann::json();
+          if (p.default_value.is_number()) {
+            if (!value.is_number() || value.get<double>() < 0) {
+              r_.error(vpath, v, "expected a non-negative number, found " + found(v));
+              continue;
+            }
+          } else if (!v.IsScalar() || v.Scalar().empty()) {
+            r_.error(vpath, v, "expected a metric name, found " + found(v));
+            continue;
+          }
+          rule.parameters[p.name] = p.default_value.is_number() ? value : nlohmann::json(v.Scalar());
+        }
+      }
+      std::string action = "none";
+      if (present(r["action"]) && r_.get_string(r["action"], path + ".action", &action) &&
+          action != "none" && action != "stop") {
+        r_.error(path + ".action", r["action"], "expected stop or none, found " + found(r["action"]));
+        continue;
+      }
+      rule.stop = action == "stop";
+      spec_.rules.push_back(std::move(rule));
+    }
+  }
+
+  void profiler(const YAML::Node& n) {
+    if (!r_.expect_map(n, "profiler")) return;
+    r_.check_keys(n, "profiler", kProfilerKeys);
+    r_.get_bool(n["enabled"], "profiler.enabled", &spec_.profiler.enabled);
+    r_.get_seconds(n["interval_s"], "profiler.interval_s", false, &spec_.profiler.interval_s);
+  }
+
   SpecReader& r_;
   JobSpec& spec_;
 };
@@ -546,7 +620,15 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
         {"max_wait_s", spec.spot.max_wait_s},
         {"simulate",
          {{"every_s", spec.spot.simulate_every_s}, {"count", spec.spot.simulate_count}}}}},
-      {"environment", spec.environment}};
+      {"environment", spec.environment},
+      {"profiler",
+       {{"enabled", spec.profiler.enabled}, {"interval_s", spec.profiler.interval_s}}}};
+  json rules = json::array();
+  for (const RuleSpec& r : spec.rules)
+    rules.push_back({{"rule", r.rule},
+                     {"parameters", r.parameters},
+                     {"action", r.stop ? "stop" : "none"}});
+  j["rules"] = rules;
   return j;
 }
 

@@ -15,6 +15,7 @@
 #include "heft/config/distribution.h"
 #include "heft/config/nearest.h"
 #include "heft/job/result.h"
+#include "heft/job/rule_spec.h"
 
 namespace heft::job {
 
@@ -81,6 +82,9 @@ struct JobSpec {
   RetrySpec retry;
   SpotSpec spot;
   std::map<std::string, std::string> environment;  // extra variables for every worker
+  // Profiler rules (rule_spec.h); default_rules() when the spec has no `rules` field.
+  std::vector<RuleSpec> rules = default_rules();
+  ProfilerSpec profiler;
 
   bool builtin_trainer() const {
     return entry_point.size() == 1 && entry_point[0] == kBuiltinTrainer;

@@ -32,7 +32,7 @@ constexpr size_t kFailureFileBytes = 1024;
 constexpr double kMetricFlushSeconds = 0.5;
 constexpr double kProgressWriteSeconds = 0.2;  // each write is one small transaction
 
-enum class StopReason { kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted };
+enum class StopReason { kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted, kRule };
 
 std::string seconds_text(double s) { return number_text(std::round(s * 10) / 10) + " s"; }
 
@@ -105,13 +105,18 @@ class Supervisor::Impl {
     o.command = command_;
     o.grace = std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
     o.extra_env = training_environment(spec_, paths_);
+    if (options_.observer)
+      for (const auto& [k, v] : options_.observer->environment()) o.extra_env[k] = v;
     o.log_name = options_.log_name;
     o.worker_umask = options_.worker_umask;
     o.python_path = options_.python_path;
     o.hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
       output_.line(rank, is_stderr, line, elapsed(job_start_));
     };
-    o.hooks.on_start = [this](int restart_count) { on_start(restart_count); };
+    o.hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
+      on_start(restart_count);
+      if (options_.observer) options_.observer->on_start(restart_count, pids);
+    };
     o.hooks.on_tick = [this] { return on_tick(); };
     o.hooks.restart = [this](const GroupEnd& end) { return restart(end); };
     return o;
@@ -159,6 +164,16 @@ class Supervisor::Impl {
       last_progress_write_ = Clock::now();
     }
     if (stop_reason_ != StopReason::kNone) return false;
+    if (options_.observer) {
+      const std::string why = options_.observer->on_tick();
+      if (!why.empty()) {
+        rule_message_ = why;
+        const std::string where = options_.observer->diagnosis();
+        if (!where.empty()) rule_message_ += "\n" + where;
+        return stop(StopReason::kRule, secondary::kStopping, "Stopping: " + why,
+                    status::kStopping);
+      }
+    }
     if (db_.stop_requested(job_.id)) {
       return stop(StopReason::kStopRequested, secondary::kStopping,
                   "Stopping: requested by heft stop", status::kStopping);
@@ -217,6 +232,7 @@ class Supervisor::Impl {
 
   bool start_again(const GroupEnd& end) {
     end_start(end);
+    if (options_.observer) options_.observer->on_end(end.exit_code != 0);
     if (!end.spawn_error.empty()) return false;
     if (stop_reason_ == StopReason::kInterrupted) {
       if (spot_wait_exceeded()) {
@@ -250,11 +266,14 @@ class Supervisor::Impl {
 
   std::string failure_reason(const GroupEnd& end) const {
     if (!end.spawn_error.empty()) return end.spawn_error;
-    if (end.hung_rank >= 0)
-      return "rank " + std::to_string(end.hung_rank) + " stopped responding in " +
-             end.hung_operation + ": the other ranks timed out waiting for it (rank " +
-             std::to_string(end.failed_rank) + " " +
-             describe_wait_status(end.failed_wait_status) + ")";
+    if (end.hung_rank >= 0) {
+      std::string reason = "rank " + std::to_string(end.hung_rank) + " stopped responding in " +
+                           end.hung_operation + ": the other ranks timed out waiting for it (rank " +
+                           std::to_string(end.failed_rank) + " " +
+                           describe_wait_status(end.failed_wait_status) + ")";
+      const std::string where = options_.observer ? options_.observer->diagnosis() : "";
+      return where.empty() ? reason : reason + "\n" + where;
+    }
     std::string head = end.failed_rank >= 0
                            ? "rank " + std::to_string(end.failed_rank) + " " +
                                  describe_wait_status(end.failed_wait_status)
@@ -273,6 +292,8 @@ class Supervisor::Impl {
 
   int finish(const GroupEnd& end) {
     end_start(end);
+    // Last samples, step records and rule evaluations (a no-op when restart() saw the end).
+    if (options_.observer) options_.observer->on_end(end.exit_code != 0);
     output_.flush_metrics(db_, job_.id);
     output_.clear_progress();
     JobEnd result;
@@ -284,6 +305,9 @@ class Supervisor::Impl {
     } else if (stop_reason_ == StopReason::kStopRequested) {
       result.secondary = secondary::kStopped;
       result.message = "Stopped by heft stop";
+    } else if (stop_reason_ == StopReason::kRule) {
+      result.secondary = secondary::kStopped;
+      result.message = "Stopped by " + rule_message_;
     } else if (stop_reason_ == StopReason::kMaxRuntime) {
       result.secondary = secondary::kMaxRuntimeExceeded;
       result.message = "Stopped: max_runtime_s (" + number_text(spec_.stopping.max_runtime_s) +
@@ -350,6 +374,7 @@ class Supervisor::Impl {
   int interruptions_ = 0;
   int failures_ = 0;
   StopReason stop_reason_ = StopReason::kNone;
+  std::string rule_message_;  // why a rule stopped the job, and the diagnosis then
 };
 
 Supervisor::Supervisor(JobDb& db, JobRecord job, JobSpec spec, JobPaths paths,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "heft/job/job_db.h"
+#include "heft/job/job_observer.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec.h"
 
@@ -44,6 +45,8 @@ struct SupervisorOptions {
   int worker_umask = -1;
   // Put first on every worker's PYTHONPATH (LocalLauncherOptions::python_path).
   std::string python_path;
+  // Watches the job (the profiler); may stop it. Not owned; null: none.
+  JobObserver* observer = nullptr;
 };
 
 class Supervisor {

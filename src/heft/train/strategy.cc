@@ -14,6 +14,7 @@
 #include "heft/parallel/recompute.h"
 #include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/parallel/sharded/sharded_data_parallel.h"
+#include "heft/profile/step_profiler.h"
 
 namespace heft::train {
 
@@ -255,8 +256,12 @@ class DataParallel : public MeshStrategy {
     torch::Tensor total = torch::zeros({}, torch::kDouble);
     const std::vector<MicroBatch> micro = split(batch, hp_.gradient_accumulation);
     for (size_t m = 0; m < micro.size(); ++m) {
-      torch::Tensor loss_sum = loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
+      torch::Tensor loss_sum = [&] {
+        auto timed = profile::phase(profile::Phase::kForward);
+        return loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
+      }();
       total += loss_sum.detach().to(torch::kDouble);
+      auto timed = profile::phase(profile::Phase::kBackward);
       if (m + 1 < micro.size()) {
         auto no_sync = ddp_.no_sync();
         (loss_sum * scale).backward();
@@ -264,6 +269,7 @@ class DataParallel : public MeshStrategy {
         (loss_sum * scale).backward();
       }
     }
+    auto timed = profile::phase(profile::Phase::kOptimizer);
     if (hp_.grad_clip > 0) clip_replica(hp_.grad_clip, nullptr);
     optimizer_->step();
     return total;
@@ -351,9 +357,13 @@ class Sharded : public MeshStrategy {
     torch::Tensor total = torch::zeros({}, torch::kDouble);
     const std::vector<MicroBatch> micro = split(batch, hp_.gradient_accumulation);
     for (size_t m = 0; m < micro.size(); ++m) {
-      sdp_->begin_forward();
-      torch::Tensor loss_sum = loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
+      torch::Tensor loss_sum = [&] {
+        auto timed = profile::phase(profile::Phase::kForward);
+        sdp_->begin_forward();
+        return loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
+      }();
       total += loss_sum.detach().to(torch::kDouble);
+      auto timed = profile::phase(profile::Phase::kBackward);
       if (m + 1 < micro.size()) {
         auto no_sync = sdp_->no_sync();
         (loss_sum * scale).backward();
@@ -361,6 +371,7 @@ class Sharded : public MeshStrategy {
         (loss_sum * scale).backward();
       }
     }
+    auto timed = profile::phase(profile::Phase::kOptimizer);
     if (hp_.grad_clip > 0) clip_shards(*sdp_, hp_.grad_clip, nullptr);
     optimizer_->step();
     return total;

@@ -14,6 +14,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/checkpoint_collective.h"
 #include "heft/parallel/mesh.h"
+#include "heft/profile/step_profiler.h"
 #include "heft/train/gpt.h"
 #include "heft/train/models.h"
 #include "heft/train/optimizer.h"
@@ -105,7 +106,11 @@ class Training {
       task_->set_epoch(epoch - 1);
       const Clock::time_point t0 = Clock::now();
       for (int64_t i = next_batch_; i < steps_per_epoch && !done; ++i) {
-        const Batch batch = task_->batch(i);
+        profiler_.begin_step(step_ + 1);
+        const Batch batch = [&] {
+          auto data = profiler_.phase(profile::Phase::kData);
+          return task_->batch(i);
+        }();
         const double lr = learning_rate(optimizer_config_, step_);
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
@@ -116,6 +121,7 @@ class Training {
         if (step_ % hp_.log_every == 0 || last)
           log_step(epoch, lr, loss_sum, batch.global_count,
                    seconds_ + seconds_since(t0) - eval_seconds_);
+        profiler_.end_step();
         if (hp_.eval && hp_.eval_every > 0 && step_ % hp_.eval_every == 0) {
           const Clock::time_point e0 = Clock::now();
           log_evaluation("step", step_);
@@ -308,6 +314,13 @@ class Training {
   double eval_seconds_ = 0;                  // evaluation inside the current epoch
   bool memory_printed_ = false;
   int64_t evaluated_step_ = -1;              // the step of the last evaluation
+  // Step timings for the supervisor (profile/step_profiler.h); active while run() runs.
+  profile::StepProfiler profiler_ = profile::StepProfiler::from_env();
+  struct Activation {
+    explicit Activation(profile::StepProfiler* p) { profile::StepProfiler::activate(p); }
+    ~Activation() { profile::StepProfiler::activate(nullptr); }
+  };
+  Activation activation_{&profiler_};
 };
 
 }  // namespace

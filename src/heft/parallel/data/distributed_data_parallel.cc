@@ -12,6 +12,7 @@
 #include "heft/check.h"
 #include "heft/error.h"
 #include "heft/parallel/grad_buffer.h"
+#include "heft/profile/step_profiler.h"
 
 namespace heft::parallel::data {
 
@@ -248,7 +249,8 @@ void DistributedDataParallel::finish_backward() {
     error = std::current_exception();
   }
   // Wait for everything launched, even after an error: the buffers must stay untouched
-  // until the communicator is done with them.
+  // until the communicator is done with them. The wait is the step's communication phase.
+  auto timed = profile::phase(profile::Phase::kCommunication);
   for (int k = 0; k < next_bucket_; ++k) {
     try {
       buckets_[k].work->wait();

@@ -1,0 +1,202 @@
+// Terms: a rank's *pending* collective is its oldest entry not done (queued, running or
+// failed); the group's *frontier* is the smallest pending sequence number over its ranks:
+// the collective every later one waits behind. A rank whose trace has issued fewer
+// collectives than the frontier *never entered* it.
+#include "heft/profile/diagnosis.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "heft/comm/trace.h"
+
+namespace heft::profile {
+
+namespace {
+
+namespace fs = std::filesystem;
+using comm::TraceEntry;
+using comm::TraceFile;
+using comm::TraceState;
+
+struct RankTrace {
+  int rank = 0, world_rank = 0, pid = 0;
+  uint64_t issued = 0;
+  std::vector<TraceEntry> entries;  // by sequence number
+  const TraceEntry* find(uint64_t seq) const {
+    for (const TraceEntry& e : entries)
+      if (e.seq == seq) return &e;
+    return nullptr;
+  }
+};
+
+std::string op_kind(const std::string& op) { return op.substr(0, op.find('(')); }
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::max(0.0, s));
+  return buf;
+}
+
+bool alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, RankTrace>& ranks,
+                              double now) {
+  GroupDiagnosis g;
+  g.group = group;
+  for (const auto& [r, t] : ranks) g.size = std::max(g.size, r + 1);
+  uint64_t frontier = 0;
+  uint64_t last_issued = 0;
+  for (const auto& [r, t] : ranks) {
+    last_issued = std::max(last_issued, t.issued);
+    for (const TraceEntry& e : t.entries)
+      if (e.state != static_cast<int32_t>(TraceState::kDone) && (!frontier || e.seq < frontier))
+        frontier = e.seq;
+  }
+  if (!frontier) {
+    g.lines.push_back("group " + group + ": every rank finished collective #" +
+                      std::to_string(last_issued) + "; none in flight");
+    return g;
+  }
+  g.stuck = true;
+  g.seq = frontier;
+  const TraceEntry* sample = nullptr;
+  std::map<std::string, std::vector<int>> kinds;  // what each entered as #frontier
+  double waiting_since = now;
+  for (const auto& [r, t] : ranks) {
+    const TraceEntry* e = t.find(frontier);
+    if (t.issued < frontier || !e) {
+      g.behind.push_back(r);
+      continue;
+    }
+    if (!sample) sample = e;
+    kinds[op_kind(e->op)].push_back(r);
+    if (e->state != static_cast<int32_t>(TraceState::kDone)) {
+      g.waiting.push_back(r);
+      const double since = e->started_at > 0 ? e->started_at : e->queued_at;
+      waiting_since = std::min(waiting_since, since);
+      if (e->peer >= 0) g.waited_for.push_back(e->peer);
+    }
+  }
+  g.op = sample ? sample->op : "?";
+  const std::string name = op_kind(g.op) + " #" + std::to_string(frontier);
+  std::string line = name + " in group " + group + ":";
+  std::vector<std::string> parts;
+  for (int r : g.behind) {
+    const RankTrace& t = ranks.at(r);
+    std::string what = "rank " + std::to_string(r) + " never entered it";
+    const TraceEntry* last = t.issued ? t.find(t.issued) : nullptr;
+    if (last) {
+      const std::string state = last->state == static_cast<int32_t>(TraceState::kDone)
+                                    ? "done " + seconds(now - last->ended_at) + " ago"
+                                    : "not finished";
+      what += " (last: " + op_kind(last->op) + " #" + std::to_string(last->seq) + ", " + state + ")";
+    } else {
+      what += " (no collective yet)";
+    }
+    if (!alive(t.pid)) what += "; its process " + std::to_string(t.pid) + " is gone";
+    parts.push_back(what);
+  }
+  if (kinds.size() > 1) {
+    std::string mismatch = "the ranks disagree on what #" + std::to_string(frontier) + " is:";
+    for (const auto& [kind, rs] : kinds) mismatch += " " + ranks_text(rs) + " in " + kind + ";";
+    mismatch.pop_back();
+    parts.push_back(mismatch);
+  }
+  if (!g.waiting.empty()) {
+    std::string w = ranks_text(g.waiting) + (g.waiting.size() == 1 ? " waits" : " wait") + " in it";
+    std::vector<int> on = g.behind;
+    if (on.empty()) {
+      std::set<int> peers(g.waited_for.begin(), g.waited_for.end());
+      on.assign(peers.begin(), peers.end());
+    }
+    if (on.empty())
+      for (const auto& [r, t] : ranks)
+        if (!alive(t.pid)) on.push_back(r);
+    if (!on.empty()) w += " for " + ranks_text(on);
+    w += " (for " + seconds(now - waiting_since) + ")";
+    parts.push_back(w);
+    g.waited_for = on;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) line += (i ? "; " : " ") + parts[i];
+  g.lines.push_back(line);
+  return g;
+}
+
+}  // namespace
+
+std::string ranks_text(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  const bool contiguous = !ranks.empty() && ranks.back() - ranks.front() + 1 ==
+                                                static_cast<int>(ranks.size());
+  if (contiguous && ranks.size() > 2)
+    return "ranks " + std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  std::string out = "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+bool Diagnosis::stuck() const {
+  return std::any_of(groups.begin(), groups.end(), [](const GroupDiagnosis& g) { return g.stuck; });
+}
+
+std::string Diagnosis::text() const {
+  if (traces == 0) return "no collective traces (the job ran no collective, or ran without the profiler)";
+  std::string out;
+  for (const GroupDiagnosis& g : groups)
+    if (g.stuck || !stuck())
+      for (const std::string& l : g.lines) out += l + "\n";
+  return out;
+}
+
+nlohmann::json Diagnosis::json() const {
+  nlohmann::json gs = nlohmann::json::array();
+  for (const GroupDiagnosis& g : groups)
+    gs.push_back({{"group", g.group}, {"size", g.size}, {"stuck", g.stuck}, {"seq", g.seq},
+                  {"op", g.op}, {"waiting", g.waiting}, {"behind", g.behind},
+                  {"waited_for", g.waited_for}, {"lines", g.lines}});
+  return {{"traces", traces}, {"stuck", stuck()}, {"groups", gs}};
+}
+
+Diagnosis diagnose(const std::string& dir, double now) {
+  Diagnosis d;
+  std::map<std::string, std::map<int, RankTrace>> groups;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (it->path().extension() != ".trace") continue;
+    TraceFile f;
+    std::ifstream in(it->path(), std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(&f), sizeof(f))) continue;
+    if (std::memcmp(f.magic, comm::kTraceMagic, sizeof(f.magic)) != 0) continue;
+    f.group[sizeof(f.group) - 1] = '\0';
+    RankTrace t;
+    t.rank = f.rank;
+    t.world_rank = f.world_rank;
+    t.pid = f.pid;
+    t.issued = f.issued;
+    for (TraceEntry& e : f.entries) {
+      if (e.seq == 0 || e.state == static_cast<int32_t>(TraceState::kEmpty)) continue;
+      e.op[sizeof(e.op) - 1] = '\0';
+      t.entries.push_back(e);
+    }
+    std::sort(t.entries.begin(), t.entries.end(),
+              [](const TraceEntry& a, const TraceEntry& b) { return a.seq < b.seq; });
+    ++d.traces;
+    groups[f.group][f.rank] = std::move(t);
+  }
+  for (const auto& [group, ranks] : groups) d.groups.push_back(diagnose_group(group, ranks, now));
+  return d;
+}
+
+}  // namespace heft::profile

@@ -1,0 +1,48 @@
+// Hang diagnosis from the ranks' collective traces (comm/trace.h): for each communicator
+// group, the oldest collective not finished everywhere, which ranks wait in it, which never
+// entered it (and what they did last), and which peer the waiters wait on:
+//
+//   allreduce #1207 in group fashion/world: rank 3 never entered it (last: allreduce #1206,
+//   done 31.0 s ago); ranks 0-2 wait in it for rank 3 (for 30.9 s)
+//
+// `heft diagnose JOB` prints it for a running or ended job; the supervisor adds it to the
+// failure reason of a hang and to a stalled-training stop.
+//
+// Deliberately left out: traces of other machines (each host's job directory has its own).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace heft::profile {
+
+struct GroupDiagnosis {
+  std::string group;
+  int size = 0;
+  bool stuck = false;          // a collective is not finished on every rank
+  uint64_t seq = 0;            // that collective's sequence number (1-based)
+  std::string op;              // its operation text ("allreduce(shm, 4096 B)")
+  std::vector<int> waiting;    // ranks in it, not done
+  std::vector<int> behind;     // ranks that never entered it
+  std::vector<int> waited_for; // whom the waiting ranks wait on
+  std::vector<std::string> lines;
+};
+
+struct Diagnosis {
+  int traces = 0;  // files read
+  std::vector<GroupDiagnosis> groups;
+  bool stuck() const;
+  // Every group's lines; "no collective traces in DIR" or "every rank finished ..." when
+  // nothing is stuck.
+  std::string text() const;
+  nlohmann::json json() const;
+};
+
+// Reads every *.trace file under `dir`; `now` in Unix seconds (for ages).
+Diagnosis diagnose(const std::string& dir, double now);
+
+// "rank 3", "ranks 0-2", "ranks 0, 2, 5".
+std::string ranks_text(std::vector<int> ranks);
+
+}  // namespace heft::profile

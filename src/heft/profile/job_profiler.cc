@@ -1,0 +1,199 @@
+#include "heft/profile/job_profiler.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "heft/profile/diagnosis.h"
+#include "heft/profile/rules.h"
+
+namespace heft::profile {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_profile_metric(const std::string& name) {
+  return name.rfind("system:", 0) == 0 || name.rfind("step:", 0) == 0;
+}
+
+}  // namespace
+
+std::string profile_dir(const job::JobPaths& paths) { return paths.root + "/profile"; }
+std::string trace_dir(const job::JobPaths& paths) { return paths.root + "/traces"; }
+
+JobProfiler::JobProfiler(job::JobDb& db, int64_t job_id, const job::JobSpec& spec,
+                         job::JobPaths paths, std::string log_name)
+    : db_(db), job_id_(job_id), spec_(spec), paths_(std::move(paths)),
+      log_name_(std::move(log_name)) {
+  obs_.world = spec_.world_size();
+  obs_.cores = SystemSampler::cores();
+  obs_.workers_here = spec_.world_size();  // the local launcher runs every worker here
+  std::error_code ec;
+  fs::create_directories(profile_dir(paths_), ec);
+  fs::create_directories(trace_dir(paths_), ec);
+  for (int r = 0; r < obs_.world; ++r) {
+    step_files_.emplace_back(profile_dir(paths_) + "/rank-" + std::to_string(r) + ".steps", 0);
+    partial_.emplace_back();
+  }
+}
+
+job::Environment JobProfiler::environment() {
+  if (!spec_.profiler.enabled) return {};
+  return {{"HEFT_PROFILE_DIR", profile_dir(paths_)}, {"HEFT_TRACE_DIR", trace_dir(paths_)}};
+}
+
+void JobProfiler::on_start(int, const std::vector<int>& pids) {
+  // Traces describe the start that wrote them: a restarted group begins afresh.
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(trace_dir(paths_), ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->path().extension() == ".trace") fs::remove(it->path(), ec);
+  sampler_.set_workers(pids);
+  obs_.started_at = unix_now();
+  obs_.last_activity = obs_.started_at;
+  running_ = true;
+  if (spec_.profiler.enabled) sampler_.sample();  // the baseline
+  last_collect_ = obs_.started_at;
+}
+
+std::string JobProfiler::on_tick() {
+  const double now = unix_now();
+  if (!running_ || now - last_collect_ < spec_.profiler.interval_s) return "";
+  last_collect_ = now;
+  collect(now);
+  return evaluate(false);
+}
+
+void JobProfiler::on_end(bool) {
+  if (!running_) return;
+  running_ = false;
+  collect(unix_now());
+  evaluate(true);
+}
+
+std::string JobProfiler::diagnosis() {
+  if (!spec_.profiler.enabled) return "";
+  const Diagnosis d = diagnose(trace_dir(paths_), unix_now());
+  return d.stuck() ? d.text() : "";
+}
+
+void JobProfiler::collect(double now) {
+  obs_.now = now;
+  std::vector<job::MetricPoint> points;
+  if (spec_.profiler.enabled) {
+    if (running_) {
+      SystemSample s = sampler_.sample();
+      if (!s.ranks.empty()) {
+        for (const RankSample& r : s.ranks) {
+          auto add = [&](const char* name, double v) {
+            points.push_back({name, r.rank, s.timestamp, std::nullopt, v});
+          };
+          add("system:cpu_percent", r.cpu_percent);
+          add("system:user_percent", r.user_percent);
+          add("system:system_percent", r.system_percent);
+          add("system:rss_mb", r.rss_mb);
+          add("system:read_mb_s", r.read_mb_s);
+          add("system:write_mb_s", r.write_mb_s);
+          add("system:threads", r.threads);
+        }
+        for (size_t c = 0; c < s.core_busy_percent.size(); ++c)
+          points.push_back({"system:core" + std::to_string(c) + "_busy_percent", -1, s.timestamp,
+                            std::nullopt, s.core_busy_percent[c]});
+        obs_.system.push_back(std::move(s));
+      }
+    }
+    read_steps(&points);
+  }
+  db_.add_metrics(job_id_, points);
+  read_metrics();
+}
+
+void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {
+  for (size_t r = 0; r < step_files_.size(); ++r) {
+    auto& [path, offset] = step_files_[r];
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    in.seekg(offset);
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    offset += static_cast<int64_t>(chunk.size());
+    std::string text = partial_[r] + chunk;
+    size_t start = 0;
+    for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+      StepRecord s;
+      if (!parse_step_line(text.substr(start, nl - start), static_cast<int>(r), &s)) continue;
+      obs_.steps.push_back(s);
+      obs_.last_activity = std::max(obs_.last_activity, s.timestamp);
+      const int rank = static_cast<int>(r);
+      auto add = [&](const char* name, double v) {
+        points->push_back({name, rank, s.timestamp, s.step, v});
+      };
+      add("step:total_ms", s.total_ms);
+      add("step:data_ms", s.data_ms);
+      add("step:forward_ms", s.forward_ms);
+      add("step:backward_ms", s.backward_ms);
+      add("step:communication_ms", s.communication_ms);
+      add("step:optimizer_ms", s.optimizer_ms);
+    }
+    partial_[r] = text.substr(start);
+  }
+}
+
+// The metric series the rules read (the lowest rank's points of each name), and the newest
+// metric point as activity.
+void JobProfiler::read_metrics() {
+  std::set<std::string> wanted;
+  for (const job::RuleSpec& r : spec_.rules)
+    for (const auto& [k, v] : r.parameters)
+      if (v.is_string()) wanted.insert(v.get<std::string>());
+  obs_.metrics.clear();
+  for (const job::MetricPoint& p : db_.final_metrics(job_id_))
+    if (!is_profile_metric(p.name))
+      obs_.last_activity = std::max(obs_.last_activity, p.timestamp);
+  for (const std::string& name : wanted) {
+    std::vector<job::MetricPoint> all = db_.metrics(job_id_, name);
+    int lowest = 1 << 30;
+    for (const job::MetricPoint& p : all) lowest = std::min(lowest, p.rank);
+    std::vector<job::MetricPoint>& mine = obs_.metrics[name];
+    for (job::MetricPoint& p : all)
+      if (p.rank == lowest) mine.push_back(std::move(p));
+  }
+}
+
+std::string JobProfiler::evaluate(bool final) {
+  std::string stop;
+  for (const job::RuleSpec& rule : spec_.rules) {
+    if (final && rule.rule == "StalledTrainingRule") continue;  // the job ended: not stalled
+    for (const RuleFinding& f : evaluate_rule(rule, obs_)) {
+      if (!recorded_.insert({f.rule, f.rank}).second) continue;
+      job::Finding row;
+      row.rule = f.rule;
+      row.rank = f.rank;
+      row.timestamp = obs_.now;
+      row.message = f.message;
+      row.evidence = f.evidence;
+      row.evidence["recommendation"] = f.recommendation;
+      const bool stops = rule.stop && !final && stop.empty();
+      if (stops) {
+        row.action = "stop";
+        const std::string where = diagnosis();
+        if (!where.empty()) row.evidence["diagnosis"] = where;
+        stop = "rule " + f.rule + ": " + f.message;
+      }
+      db_.add_finding(job_id_, row);
+      std::cerr << log_name_ << ": rule " << f.rule << ": " << f.message << std::endl;
+    }
+  }
+  return stop;
+}
+
+}  // namespace heft::profile

@@ -1,0 +1,24 @@
+#include "heft/profile/observations.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace heft::profile {
+
+bool parse_step_line(const std::string& line, int rank, StepRecord* out) {
+  std::istringstream in(line);
+  StepRecord r;
+  r.rank = rank;
+  if (!(in >> r.step >> r.timestamp >> r.total_ms >> r.data_ms >> r.forward_ms >> r.backward_ms >>
+        r.communication_ms >> r.optimizer_ms))
+    return false;
+  *out = r;
+  return true;
+}
+
+double Observations::worker_utilisation(double cpu_percent) const {
+  const double share = static_cast<double>(std::max(1, cores)) / std::max(1, workers_here);
+  return cpu_percent / share;
+}
+
+}  // namespace heft::profile

@@ -1,0 +1,46 @@
+// What the rules look at: a job's step records, system samples and metric series so far,
+// gathered by the job profiler (job_profiler.h) or rebuilt from the job database (report.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "heft/job/job_db.h"
+#include "heft/profile/system_sampler.h"
+
+namespace heft::profile {
+
+// One line of a rank's step file (step_profiler.h); times in milliseconds.
+struct StepRecord {
+  int rank = 0;
+  int64_t step = 0;
+  double timestamp = 0;  // when the step ended, Unix seconds
+  double total_ms = 0, data_ms = 0, forward_ms = 0, backward_ms = 0, communication_ms = 0,
+         optimizer_ms = 0;
+  // The step's own work: its time less the wait for other ranks' data.
+  double busy_ms() const { return total_ms - communication_ms; }
+};
+
+// Parses one step line; false when it is not one (a torn last line).
+bool parse_step_line(const std::string& line, int rank, StepRecord* out);
+
+struct Observations {
+  int world = 1;
+  // The cores the workers share on this machine and how many workers share them: a worker
+  // may use cores / workers_here of them.
+  int cores = 1;
+  int workers_here = 1;
+  double started_at = 0;      // the current start of the group, Unix seconds
+  double now = 0;
+  double last_activity = 0;   // newest step record or metric point (or the start)
+  std::vector<StepRecord> steps;      // every rank's, in the order read
+  std::vector<SystemSample> system;   // in time order
+  std::map<std::string, std::vector<job::MetricPoint>> metrics;  // by name, lowest rank's
+
+  // A worker's CPU use in % of the cores it may use (100 = all of its share busy).
+  double worker_utilisation(double cpu_percent) const;
+};
+
+}  // namespace heft::profile

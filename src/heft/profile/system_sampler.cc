@@ -1,0 +1,154 @@
+// Terms: a worker's *group* is its process group (the launcher starts every worker as the
+// leader of its own), so the children a worker starts (data loaders, a shell) count for
+// its rank. One pass over /proc finds every process and its group.
+#include "heft/profile/system_sampler.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace heft::profile {
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct ProcInfo {
+  int pgrp = 0;
+  double utime_s = 0, stime_s = 0;
+  double rss_mb = 0;
+  int threads = 0;
+};
+
+// /proc/PID/stat: fields after the command (which may hold spaces and parentheses).
+bool read_stat(int pid, ProcInfo* out) {
+  const std::string text = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream in(text.substr(close + 2));
+  std::string f[50];
+  for (int i = 0; i < 22 && in >> f[i]; ++i) {
+  }
+  // f[0] state (field 3), f[2] pgrp (5), f[11] utime (14), f[12] stime (15), f[17]
+  // num_threads (20), f[21] rss pages (24).
+  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  static const double page_mb = static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+  out->pgrp = std::atoi(f[2].c_str());
+  out->utime_s = std::atof(f[11].c_str()) / tick;
+  out->stime_s = std::atof(f[12].c_str()) / tick;
+  out->threads = std::atoi(f[17].c_str());
+  out->rss_mb = std::atof(f[21].c_str()) * page_mb;
+  return !f[21].empty();
+}
+
+void read_io(int pid, double* read_bytes, double* write_bytes) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/io");
+  std::string key;
+  double v;
+  while (in >> key >> v) {
+    if (key == "read_bytes:") *read_bytes += v;
+    if (key == "write_bytes:") *write_bytes += v;
+  }
+}
+
+}  // namespace
+
+int SystemSampler::cores() {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+void SystemSampler::set_workers(const std::vector<int>& pids) {
+  pids_ = pids;
+  last_.clear();
+  last_time_ = 0;
+}
+
+SystemSample SystemSampler::sample() {
+  SystemSample s;
+  s.timestamp = unix_now();
+  std::map<int, int> rank_of_group;
+  for (size_t r = 0; r < pids_.size(); ++r) rank_of_group[pids_[r]] = static_cast<int>(r);
+  std::map<int, Counters> now;
+  std::map<int, RankSample> samples;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      const int pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      ProcInfo p;
+      if (!read_stat(pid, &p)) continue;
+      auto it = rank_of_group.find(p.pgrp);
+      if (it == rank_of_group.end()) continue;
+      const int rank = it->second;
+      Counters& c = now[rank];
+      c.cpu_user_s += p.utime_s;
+      c.cpu_system_s += p.stime_s;
+      read_io(pid, &c.read_bytes, &c.write_bytes);
+      RankSample& rs = samples[rank];
+      rs.rank = rank;
+      rs.rss_mb += p.rss_mb;
+      rs.threads += p.threads;
+      rs.processes += 1;
+    }
+    ::closedir(d);
+  }
+  const double dt = last_time_ > 0 ? s.timestamp - last_time_ : 0;
+  for (auto& [rank, rs] : samples) {
+    const Counters& c = now[rank];
+    auto prev = last_.find(rank);
+    if (dt <= 0 || prev == last_.end()) continue;
+    const Counters& p = prev->second;
+    rs.user_percent = std::max(0.0, (c.cpu_user_s - p.cpu_user_s) / dt * 100);
+    rs.system_percent = std::max(0.0, (c.cpu_system_s - p.cpu_system_s) / dt * 100);
+    rs.cpu_percent = rs.user_percent + rs.system_percent;
+    rs.read_mb_s = std::max(0.0, (c.read_bytes - p.read_bytes) / dt / (1 << 20));
+    rs.write_mb_s = std::max(0.0, (c.write_bytes - p.write_bytes) / dt / (1 << 20));
+    s.ranks.push_back(rs);
+  }
+  last_ = std::move(now);
+  last_time_ = s.timestamp;
+
+  // /proc/stat: "cpuN user nice system idle iowait irq softirq steal ..."
+  std::ifstream stat("/proc/stat");
+  std::string line;
+  std::vector<CoreTimes> cores;
+  while (std::getline(stat, line)) {
+    if (line.compare(0, 3, "cpu") != 0 || line.size() < 4 || !std::isdigit(line[3])) continue;
+    std::istringstream in(line);
+    std::string name;
+    uint64_t v[8] = {0};
+    in >> name;
+    for (uint64_t& x : v) in >> x;
+    CoreTimes t;
+    for (uint64_t x : v) t.total += x;
+    t.busy = t.total - v[3] - v[4];
+    cores.push_back(t);
+  }
+  if (last_cores_.size() == cores.size()) {
+    for (size_t i = 0; i < cores.size(); ++i) {
+      const double total = static_cast<double>(cores[i].total - last_cores_[i].total);
+      const double busy = static_cast<double>(cores[i].busy - last_cores_[i].busy);
+      s.core_busy_percent.push_back(total > 0 ? 100.0 * busy / total : 0.0);
+    }
+  }
+  last_cores_ = std::move(cores);
+  return s;
+}
+
+}  // namespace heft::profile

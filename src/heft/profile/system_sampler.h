@@ -1,0 +1,61 @@
+// System metrics of a job's workers from /proc, sampled by the supervisor (about once a
+// second): per rank, the CPU its process group used (the worker and every child it started:
+// they share its process group), split into user and system time, its resident memory, its
+// I/O and threads; per core of this machine, the share of time busy.
+//
+// A sample is a difference between two reads: the first sample() after set_workers() only
+// records the baseline and returns nothing for the ranks.
+//
+// Deliberately left out: GPUs, network counters, processes outside the workers' groups.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace heft::profile {
+
+struct RankSample {
+  int rank = 0;
+  double cpu_percent = 0;     // user + system, 100 = one core busy
+  double user_percent = 0;
+  double system_percent = 0;
+  double rss_mb = 0;          // summed over the process group
+  double read_mb_s = 0;       // storage I/O (/proc/PID/io read_bytes, write_bytes)
+  double write_mb_s = 0;
+  int threads = 0;
+  int processes = 0;
+};
+
+struct SystemSample {
+  double timestamp = 0;  // Unix seconds
+  std::vector<RankSample> ranks;
+  std::vector<double> core_busy_percent;  // per core of the machine, 0-100
+};
+
+class SystemSampler {
+ public:
+  // The workers of a new start: pids by rank (each leads its own process group).
+  void set_workers(const std::vector<int>& pids);
+  // Reads /proc now. Ranks whose process group has no process left are omitted.
+  SystemSample sample();
+  // Cores of this machine (online CPUs).
+  static int cores();
+
+ private:
+  struct Counters {
+    double cpu_user_s = 0, cpu_system_s = 0;
+    double read_bytes = 0, write_bytes = 0;
+  };
+  struct CoreTimes {
+    uint64_t busy = 0, total = 0;
+  };
+  std::vector<int> pids_;
+  std::map<int, Counters> last_;  // by rank
+  std::vector<CoreTimes> last_cores_;
+  double last_time_ = 0;
+};
+
+}  // namespace heft::profile
