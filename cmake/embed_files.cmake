@@ -1,5 +1,6 @@
-# Writes OUT: a C++ source defining heft::profile::console_asset(name) over FILES, each
+# Writes OUT: a C++ source defining heft::profile::console_asset(name) over the files of DIR, each
 # file's bytes as a raw string (the console's page, script and style; docs/observability.md).
+file(GLOB FILES ${DIR}/*)
 set(body "")
 foreach(f ${FILES})
   get_filename_component(name ${f} NAME)

@@ -48,5 +48,11 @@ std::optional<nlohmann::json> find_tuning_not_job(const std::string& name);
 Command add_tune_command(CLI::App& app);
 // `heft stop JOB [--wait]` (stop.cc)
 Command add_stop_command(CLI::App& app);
+// `heft diagnose JOB [--json]` (diagnose.cc)
+Command add_diagnose_command(CLI::App& app);
+// `heft report JOB [-o FILE]` (report.cc)
+Command add_report_command(CLI::App& app);
+// `heft console [--port P] [--host H] [--token T]` (console.cc)
+Command add_console_command(CLI::App& app);
 
 }  // namespace heft::cli

@@ -49,10 +49,12 @@ Command add_describe_command(CLI::App& app) {
     const job::JobRecord& j = found->job;
     const auto transitions = db->transitions(j.id);
     const auto final_metrics = db->final_metrics(j.id);
+    const auto findings = db->findings(j.id);
     if (args->json)
-      std::cout << job::describe_json(j, transitions, final_metrics).dump(2) << std::endl;
+      std::cout << job::describe_json(j, transitions, final_metrics, findings).dump(2)
+                << std::endl;
     else
-      std::cout << job::describe_text(j, transitions, final_metrics) << std::flush;
+      std::cout << job::describe_text(j, transitions, final_metrics, findings) << std::flush;
     return 0;
   };
 }

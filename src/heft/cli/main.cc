@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   add(heft::cli::add_logs_command);
   add(heft::cli::add_metrics_command);
   add(heft::cli::add_stop_command);
+  add(heft::cli::add_diagnose_command);
+  add(heft::cli::add_report_command);
+  add(heft::cli::add_console_command);
   add(heft::cli::add_tune_command);
   add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);

@@ -100,6 +100,18 @@ double live_training_seconds(const JobRecord& job) {
   return std::max(job.training_seconds, unix_now() - *job.training_start);
 }
 
+nlohmann::json findings_json(const std::vector<Finding>& findings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Finding& f : findings)
+    out.push_back({{"rule", f.rule},
+                   {"rank", f.rank},
+                   {"timestamp", f.timestamp},
+                   {"message", f.message},
+                   {"evidence", f.evidence},
+                   {"action", f.action}});
+  return out;
+}
+
 double billable_instance_seconds(const JobRecord& job) {
   return job.billable_seconds * std::max(1, job.instance_count);
 }
@@ -135,8 +147,13 @@ nlohmann::json jobs_json(const std::vector<JobRecord>& jobs) {
   return out;
 }
 
+bool is_profile_metric(const std::string& name) {
+  return name.rfind("system:", 0) == 0 || name.rfind("step:", 0) == 0;
+}
+
 nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>& transitions,
-                             const std::vector<MetricPoint>& final_metrics) {
+                             const std::vector<MetricPoint>& final_metrics,
+                             const std::vector<Finding>& findings) {
   nlohmann::json t = nlohmann::json::array();
   for (const Transition& x : transitions)
     t.push_back({{"status", x.status},
@@ -145,6 +162,7 @@ nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>
                  {"message", x.message}});
   nlohmann::json m = nlohmann::json::array();
   for (const MetricPoint& p : final_metrics)
+    if (!is_profile_metric(p.name))
     m.push_back({{"name", p.name},
                  {"value", value_json(p.value)},
                  {"step", p.step ? nlohmann::json(*p.step) : nlohmann::json(nullptr)},
@@ -169,11 +187,13 @@ nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>
           {"job_dir", job.job_dir},
           {"transitions", t},
           {"final_metrics", m},
+          {"findings", findings_json(findings)},
           {"spec", job.spec}};
 }
 
 std::string describe_text(const JobRecord& job, const std::vector<Transition>& transitions,
-                          const std::vector<MetricPoint>& final_metrics) {
+                          const std::vector<MetricPoint>& final_metrics,
+                          const std::vector<Finding>& findings) {
   std::ostringstream os;
   auto field = [&](const std::string& name, const std::string& value) {
     os << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ') << value << "\n";
@@ -206,13 +226,18 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
                     t.message.substr(0, t.message.find('\n'))});
   }
   os << table(rows);
-  os << "Final metrics:" << (final_metrics.empty() ? " none\n" : "\n");
   rows.clear();
   for (const MetricPoint& p : final_metrics)
+    if (!is_profile_metric(p.name))
     rows.push_back({"  " + p.name, value_text(p.value),
                     (p.step ? "step " + std::to_string(*p.step) + ", " : "") + "rank " +
                         std::to_string(p.rank)});
+  os << "Final metrics:" << (rows.empty() ? " none\n" : "\n");
   os << table(rows);
+  os << "Findings:" << (findings.empty() ? " none\n" : "\n");
+  for (const Finding& f : findings)
+    os << "  " << f.rule << (f.rank >= 0 ? " (rank " + std::to_string(f.rank) + ")" : "")
+       << (f.action == "stop" ? " [stopped the job]" : "") << ": " << f.message << "\n";
   return os.str();
 }
 

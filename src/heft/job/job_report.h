@@ -32,10 +32,17 @@ std::string jobs_table(const std::vector<JobRecord>& jobs);
 nlohmann::json jobs_json(const std::vector<JobRecord>& jobs);
 
 // `heft describe`: every field, the transitions and the final metrics.
+// The profiler's series ("system:...", "step:...") are left out of the final metrics; the
+// findings come last.
 nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>& transitions,
-                             const std::vector<MetricPoint>& final_metrics);
+                             const std::vector<MetricPoint>& final_metrics,
+                             const std::vector<Finding>& findings = {});
 std::string describe_text(const JobRecord& job, const std::vector<Transition>& transitions,
-                          const std::vector<MetricPoint>& final_metrics);
+                          const std::vector<MetricPoint>& final_metrics,
+                          const std::vector<Finding>& findings = {});
+nlohmann::json findings_json(const std::vector<Finding>& findings);
+// True for the profiler's series: "system:..." and "step:...".
+bool is_profile_metric(const std::string& name);
 
 // `heft metrics`: elapsed seconds in the table are counted from `since` (the job's creation).
 std::string metrics_table(const std::vector<MetricPoint>& points, double since);

@@ -432,7 +432,7 @@ class Validator {
         for (const std::string& x : names) all += (all.empty() ? "" : ", ") + x;
         const std::string near = nearest(name, names);
         r_.error(path + ".rule", r["rule"], "expected one of " + all + ", found '" + name + "'" +
-                                              (near.empty() ? "" : " (did you mean " + near + "?)"));
+                                              (near.empty() ? "" : "; did you mean '" + near + "'?"));
         continue;
       }
       RuleSpec rule = rule_with_defaults(*info);

@@ -62,6 +62,7 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
         frontier = e.seq;
   }
   if (!frontier) {
+    if (last_issued == 0) return g;  // a group that ran nothing: not worth a line
     g.lines.push_back("group " + group + ": every rank finished collective #" +
                       std::to_string(last_issued) + "; none in flight");
     return g;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "heft/job/job_report.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/rules.h"
 
@@ -20,10 +21,6 @@ namespace fs = std::filesystem;
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-bool is_profile_metric(const std::string& name) {
-  return name.rfind("system:", 0) == 0 || name.rfind("step:", 0) == 0;
 }
 
 }  // namespace
@@ -157,7 +154,7 @@ void JobProfiler::read_metrics() {
       if (v.is_string()) wanted.insert(v.get<std::string>());
   obs_.metrics.clear();
   for (const job::MetricPoint& p : db_.final_metrics(job_id_))
-    if (!is_profile_metric(p.name))
+    if (!job::is_profile_metric(p.name))
       obs_.last_activity = std::max(obs_.last_activity, p.timestamp);
   for (const std::string& name : wanted) {
     std::vector<job::MetricPoint> all = db_.metrics(job_id_, name);
@@ -191,6 +188,9 @@ std::string JobProfiler::evaluate(bool final) {
       }
       db_.add_finding(job_id_, row);
       std::cerr << log_name_ << ": rule " << f.rule << ": " << f.message << std::endl;
+      if (row.evidence.contains("diagnosis"))
+        std::cerr << log_name_ << ": collectives: "
+                  << row.evidence["diagnosis"].get<std::string>() << std::flush;
     }
   }
   return stop;
