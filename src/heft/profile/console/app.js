@@ -31,7 +31,8 @@ function time(t) { return t ? new Date(t * 1000).toLocaleString() : ""; }
 function canvasId(name) { return "chart-" + name.replace(/[^A-Za-z0-9_-]/g, "_"); }
 
 function table(headers, rows) {
-  const t = el("table", {}, el("tr", {}, ...headers.map(h => el("th", {}, h))));
+  const t = el("table", {});
+  if (headers.some(h => h)) t.append(el("tr", {}, ...headers.map(h => el("th", {}, h))));
   for (const r of rows) t.append(el("tr", {}, ...r.map(c => el("td", {}, c))));
   return t;
 }

@@ -1,0 +1,148 @@
+# ctest-labels: multiproc
+"""The web console in Debian's Chromium (headless, driven by selenium): while a job runs it
+opens the console, sees the job InProgress in the jobs table, opens the job's page and finds
+the loss plot drawn with data points (Chart.js has the points, and the canvas has drawn
+pixels: not an empty canvas); the screenshot is kept in build/test-artifacts/console.png.
+The console is read-only without a token. Skipped (exit 77) where Chromium, chromedriver or
+selenium are missing."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import support
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WORKER = os.path.join(support.BINARY_DIR, "test-workers", "step_worker")
+ARTIFACTS = os.path.join(support.BINARY_DIR, "test-artifacts")
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pragma: no cover
+    webdriver = None
+
+
+def skip_reason():
+    if webdriver is None:
+        return "python3-selenium is not installed"
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.path.exists(path):
+            return f"{path} is missing (setup.sh installs chromium and chromium-driver)"
+    return ""
+
+
+class Console(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="heft-console-")
+        self.env = support.clean_env(HEFT_HOME=os.path.join(self.dir, "home"))
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, args, out):
+        p = subprocess.Popen([support.HEFT] + args, env=self.env, stdout=open(out, "w"),
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def console(self):
+        out = os.path.join(self.dir, "console.out")
+        self.start(["console", "--port", "0"], out)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            m = re.search(r"http://127\.0\.0\.1:(\d+)/", open(out).read())
+            if m:
+                return f"http://127.0.0.1:{m.group(1)}"
+            time.sleep(0.1)
+        self.fail("heft console did not start: " + open(out).read())
+
+    def test_running_job_in_the_browser(self):
+        spec = os.path.join(self.dir, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write("name: console-job\n"
+                    f"entry_point: [{WORKER}, --steps, 600, --phase-ms, 20]\n"
+                    "cluster: {processes_per_host: 2}\n"
+                    "metric_definitions: [{name: 'train:loss', regex: 'loss=([0-9.]+)'}]\n")
+        job = self.start(["train", spec], os.path.join(self.dir, "job.out"))
+        url = self.console()
+        # The API first: the job is there and has loss points.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                metrics = json.load(urllib.request.urlopen(url + "/api/jobs/console-job/metrics"))
+                if len(metrics.get("train:loss", {}).get("0", [])) >= 5:
+                    break
+            except urllib.error.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            self.fail("no loss points reached the console: " + open(os.path.join(self.dir, "job.out")).read())
+        # Read-only without a token.
+        req = urllib.request.Request(url + "/api/jobs/console-job/stop", data=b"", method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        self.assertEqual(e.exception.code, 403)
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                  "--window-size=1400,1000"):
+            options.add_argument(a)
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        try:
+            wait = WebDriverWait(driver, 30)
+            driver.get(url + "/")
+            link = wait.until(lambda d: d.find_element(By.LINK_TEXT, "console-job"))
+            row = link.find_element(By.XPATH, "./ancestor::tr")
+            self.assertIn("InProgress", row.text)
+            self.assertIsNone(job.poll(), "the job ended before the browser saw it running")
+            link.click()
+            points = wait.until(lambda d: d.execute_script(
+                "const c = document.getElementById('chart-train_loss');"
+                "const ch = c && Chart.getChart(c);"
+                "return ch && ch.data.datasets.length && ch.data.datasets[0].data.length;"))
+            self.assertGreaterEqual(points, 5)
+            drawn = driver.execute_script(
+                "const c = document.getElementById('chart-train_loss');"
+                "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+                "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n;")
+            self.assertGreater(drawn, 500, "the loss canvas is empty")
+            # It updates while the job runs: more points a few seconds later.
+            time.sleep(4.5)
+            later = driver.execute_script(
+                "return Chart.getChart(document.getElementById('chart-train_loss')).data.datasets[0].data.length;")
+            self.assertGreater(later, points)
+            log = wait.until(lambda d: d.find_element(By.ID, "log").text)
+            self.assertIn("step=", log)
+            os.makedirs(ARTIFACTS, exist_ok=True)
+            shot = os.path.join(ARTIFACTS, "console.png")
+            driver.save_screenshot(shot)
+            self.assertGreater(os.path.getsize(shot), 10000)
+            print(f"screenshot: {shot}; {later} loss points, {drawn} drawn pixels")
+        finally:
+            driver.quit()
+
+
+if __name__ == "__main__":
+    support.main_guard()
+    reason = skip_reason()
+    if reason:
+        print("SKIPPED:", reason)
+        sys.exit(77)
+    unittest.main()
