@@ -63,6 +63,10 @@ TEST(JobProfiler, SlowRankGetsLoadBalancingAndStepOutlierFindingsNamingIt) {
   EXPECT_EQ(rank_of["LoadBalancing"], 3);
   EXPECT_EQ(rank_of["StepOutlier"], 3);
   EXPECT_FALSE(rank_of.count("StalledTrainingRule"));
+  // Billable time counts both instances (issue: it said "x 2 instances" without multiplying).
+  EXPECT_EQ(j["instance_count"], 2);
+  EXPECT_NEAR(j["billable_seconds"].get<double>(), 2 * j["running_seconds"].get<double>(), 1e-6);
+  EXPECT_GT(j["running_seconds"].get<double>(), 0.5);
   // Profile metrics are series in the database, not final metrics.
   for (const auto& m : j["final_metrics"])
     EXPECT_EQ(m["name"].get<std::string>().find("step:"), std::string::npos) << m.dump();

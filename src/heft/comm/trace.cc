@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -49,7 +48,6 @@ std::unique_ptr<CollectiveTrace> CollectiveTrace::open(const std::string& dir,
   file->world_rank = world_rank;
   file->pid = static_cast<int32_t>(::getpid());
   std::strncpy(file->group, group.c_str(), sizeof(file->group) - 1);
-  std::atomic_thread_fence(std::memory_order_release);
   std::memcpy(file->magic, kTraceMagic, sizeof(kTraceMagic));  // last: the file is complete
   return std::unique_ptr<CollectiveTrace>(new CollectiveTrace(path, file));
 }
