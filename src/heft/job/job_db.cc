@@ -390,6 +390,20 @@ std::vector<MetricPoint> JobDb::metrics(int64_t job_id, const std::string& name)
   return out;
 }
 
+std::optional<double> JobDb::newest_metric_time(int64_t job_id, int64_t* after_id) {
+  SqliteStatement s = db_->prepare(
+      "SELECT MAX(id), MAX(CASE WHEN name NOT LIKE 'system:%' AND name NOT LIKE 'step:%' "
+      "THEN timestamp END) FROM metrics WHERE id > ?2 AND job_id = ?1");
+  s.bind(1, job_id).bind(2, *after_id);
+  std::optional<double> newest;
+  if (s.step()) {
+    if (const std::optional<int64_t> last = s.optional_int64(0)) *after_id = *last;
+    const double t = s.real(1);
+    if (std::isfinite(t)) newest = t;
+  }
+  return newest;
+}
+
 void JobDb::add_finding(int64_t job_id, const Finding& f) {
   SqliteTransaction tx(*db_);
   db_->prepare("INSERT INTO findings (job_id, rule, rank, timestamp, message, evidence, action) "
@@ -425,13 +439,14 @@ std::vector<Finding> JobDb::findings(int64_t job_id) {
 }
 
 std::vector<MetricPoint> JobDb::final_metrics(int64_t job_id) {
-  // For each name: its lowest reporting rank, then that rank's newest row.
+  // For each name: its lowest reporting rank, then that rank's newest row (one pass: the
+  // profiler's series make a correlated subquery per row far too slow).
   SqliteStatement s = db_->prepare(
-      "SELECT m.name, m.rank, m.timestamp, m.step, m.value FROM metrics m "
-      "WHERE m.job_id = ?1 AND m.id = ("
-      "  SELECT id FROM metrics x WHERE x.job_id = m.job_id AND x.name = m.name "
-      "  ORDER BY x.rank ASC, x.id DESC LIMIT 1) "
-      "ORDER BY m.name");
+      "SELECT name, rank, timestamp, step, value FROM ("
+      "  SELECT name, rank, timestamp, step, value, ROW_NUMBER() OVER ("
+      "    PARTITION BY name ORDER BY rank ASC, id DESC) AS nth "
+      "  FROM metrics WHERE job_id = ?1) "
+      "WHERE nth = 1 ORDER BY name");
   s.bind(1, job_id);
   std::vector<MetricPoint> out;
   while (s.step())

@@ -168,6 +168,10 @@ class JobDb {
   void add_metrics(int64_t job_id, const std::vector<MetricPoint>& points);
   // In the order they were stored; only `name`'s when not empty.
   std::vector<MetricPoint> metrics(int64_t job_id, const std::string& name = "");
+  // The newest timestamp among the metric points stored after row *after_id that are not
+  // the profiler's own ("system:...", "step:..."); *after_id moves to the last row stored.
+  // nullopt when there is none. Cheap to poll: it reads only the new rows.
+  std::optional<double> newest_metric_time(int64_t job_id, int64_t* after_id);
   // Profiler findings, in the order they were recorded.
   void add_finding(int64_t job_id, const Finding& finding);
   std::vector<Finding> findings(int64_t job_id);

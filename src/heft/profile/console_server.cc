@@ -131,13 +131,26 @@ class ConsoleServer::Impl {
                   auto j = find(d.get(), req.matches[1], res);
                   if (!j) return;
                   const double t0 = j->training_start ? *j->training_start : j->created_at;
+                  std::map<std::string, std::map<int, std::vector<const job::MetricPoint*>>> series;
+                  const std::vector<job::MetricPoint> points = d->metrics(j->id);
+                  for (const job::MetricPoint& p : points)
+                    if (std::isfinite(p.value)) series[p.name][p.rank].push_back(&p);
+                  // At most kMaxPoints a series (every k-th point and the last): a plot has
+                  // no more pixels, and a long job's step series would be megabytes a poll.
+                  constexpr size_t kMaxPoints = 1500;
                   nlohmann::json out = nlohmann::json::object();
-                  for (const job::MetricPoint& p : d->metrics(j->id)) {
-                    if (!std::isfinite(p.value)) continue;
-                    out[p.name][std::to_string(p.rank)].push_back(
-                        {std::round((p.timestamp - t0) * 1000) / 1000,
-                         p.step ? nlohmann::json(*p.step) : nlohmann::json(nullptr), p.value});
-                  }
+                  for (const auto& [name, ranks] : series)
+                    for (const auto& [rank, ps] : ranks) {
+                      const size_t stride = (ps.size() + kMaxPoints - 1) / kMaxPoints;
+                      nlohmann::json& v = out[name][std::to_string(rank)];
+                      for (size_t i = 0; i < ps.size(); ++i) {
+                        if (i % stride != 0 && i + 1 != ps.size()) continue;
+                        const job::MetricPoint& p = *ps[i];
+                        v.push_back({std::round((p.timestamp - t0) * 1000) / 1000,
+                                     p.step ? nlohmann::json(*p.step) : nlohmann::json(nullptr),
+                                     p.value});
+                      }
+                    }
                   send_json(res, out);
                 });
     server_.Get(R"(/api/jobs/([^/]+)/logs)",

@@ -3,7 +3,8 @@
 //
 //   GET  /api/jobs                          jobs table (heft jobs --json) + tunings
 //   GET  /api/jobs/NAME                     heft describe --json, findings included
-//   GET  /api/jobs/NAME/metrics             {name: {rank: [[seconds, value], ...]}}
+//   GET  /api/jobs/NAME/metrics             {name: {rank: [[seconds, step, value], ...]}},
+//                                           at most 1500 points a series (evenly thinned)
 //   GET  /api/jobs/NAME/logs?rank=R&offset=N   {text, offset, size}; offset -1: the tail
 //   GET  /api/jobs/NAME/diagnosis           profile/diagnosis.h as JSON
 //   GET  /api/tunings/NAME                  the tuning record, each trial with its end time

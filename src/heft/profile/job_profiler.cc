@@ -8,7 +8,6 @@
 #include <fstream>
 #include <iostream>
 
-#include "heft/job/job_report.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/rules.h"
 
@@ -153,9 +152,8 @@ void JobProfiler::read_metrics() {
     for (const auto& [k, v] : r.parameters)
       if (v.is_string()) wanted.insert(v.get<std::string>());
   obs_.metrics.clear();
-  for (const job::MetricPoint& p : db_.final_metrics(job_id_))
-    if (!job::is_profile_metric(p.name))
-      obs_.last_activity = std::max(obs_.last_activity, p.timestamp);
+  if (const std::optional<double> t = db_.newest_metric_time(job_id_, &metrics_seen_))
+    obs_.last_activity = std::max(obs_.last_activity, *t);
   for (const std::string& name : wanted) {
     std::vector<job::MetricPoint> all = db_.metrics(job_id_, name);
     int lowest = 1 << 30;

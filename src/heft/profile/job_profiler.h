@@ -59,6 +59,7 @@ class JobProfiler : public job::JobObserver {
   std::vector<std::pair<std::string, int64_t>> step_files_;  // path, bytes read
   std::vector<std::string> partial_;                          // a torn last line per file
   std::set<std::pair<std::string, int>> recorded_;            // (rule, rank) found
+  int64_t metrics_seen_ = 0;  // the last metrics row read for activity
   double last_collect_ = 0;
   bool running_ = false;
 };
