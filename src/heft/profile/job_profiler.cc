@@ -17,6 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr size_t kStepWindow = 1000;
+constexpr size_t kSampleWindow = 600;
+
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -112,6 +115,13 @@ void JobProfiler::collect(double now) {
   }
   db_.add_metrics(job_id_, points);
   read_metrics();
+  // The rules look at a window: the last kStepWindow steps of each rank and the last
+  // kSampleWindow system samples, so a long job costs no more a second than a short one.
+  const size_t max_steps = kStepWindow * static_cast<size_t>(std::max(1, obs_.world));
+  if (obs_.steps.size() > max_steps)
+    obs_.steps.erase(obs_.steps.begin(), obs_.steps.end() - static_cast<long>(max_steps));
+  if (obs_.system.size() > kSampleWindow)
+    obs_.system.erase(obs_.system.begin(), obs_.system.end() - static_cast<long>(kSampleWindow));
 }
 
 void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {

@@ -5,6 +5,7 @@
 #include "heft/profile/rules.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -45,10 +46,14 @@ double percentile(std::vector<double> v, double p) {
 
 // The utilisation of `rank` in the system sample nearest to `t`; -1 when none.
 double utilisation_at(const Observations& obs, int rank, double t) {
-  const SystemSample* best = nullptr;
-  for (const SystemSample& s : obs.system)
-    if (!best || std::abs(s.timestamp - t) < std::abs(best->timestamp - t)) best = &s;
-  if (!best) return -1;
+  if (obs.system.empty()) return -1;
+  // Samples are in time order: the first at or after t, or the one before it.
+  auto it = std::lower_bound(obs.system.begin(), obs.system.end(), t,
+                             [](const SystemSample& s, double x) { return s.timestamp < x; });
+  if (it == obs.system.end() ||
+      (it != obs.system.begin() && t - std::prev(it)->timestamp < it->timestamp - t))
+    --it;
+  const SystemSample* best = &*it;
   for (const RankSample& r : best->ranks)
     if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent);
   return -1;
