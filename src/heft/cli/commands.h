@@ -54,5 +54,7 @@ Command add_diagnose_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 // `heft console [--port P] [--host H] [--token T]` (console.cc)
 Command add_console_command(CLI::App& app);
+// `heft mpi-worker -- CMD` (hidden; mpi_worker.cc)
+Command add_mpi_worker_command(CLI::App& app);
 
 }  // namespace heft::cli

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_diagnose_command);
   add(heft::cli::add_report_command);
   add(heft::cli::add_console_command);
+  add(heft::cli::add_mpi_worker_command);
   add(heft::cli::add_tune_command);
   add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     bool found = false;
     for (CLI::App* sub : app.get_subcommands({})) {
       found = found || sub->get_name() == argv[1];
-      known += (known.empty() ? "" : ", ") + sub->get_name();
+      if (!sub->get_group().empty()) known += (known.empty() ? "" : ", ") + sub->get_name();
     }
     if (!found) {
       std::cerr << "heft: unknown command '" << argv[1] << "'; the commands are " << known

@@ -1,6 +1,8 @@
 // `heft run [--hosts H] [-n P] [--timeout S] [--grace S] [--no-prefix] -- CMD ARGS...`:
-// the command line over job::LocalLauncher (docs/run.md). Parses and checks the options;
-// everything else (store, workers, signals, exit code) is the launcher's.
+// the command line over job::LocalLauncher (docs/run.md); with `--launcher mpirun
+// --hostfile F [--mpi-options "..."] [--store-address A]` over job::run_mpirun
+// (docs/clusters.md). Parses and checks the options; everything else (store, workers,
+// signals, exit code) is the launcher's.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "heft/cli/commands.h"
+#include "heft/error.h"
 #include "heft/job/local_launcher.h"
+#include "heft/job/mpirun_launcher.h"
 
 namespace heft::cli {
 
@@ -21,6 +25,10 @@ struct RunArgs {
   int timeout_s = 300;
   double grace_s = 5.0;
   bool no_prefix = false;
+  std::string launcher = "local";
+  std::string hostfile;
+  std::string mpi_options;
+  std::string store_address;
   std::vector<std::string> command;
 };
 
@@ -51,6 +59,10 @@ void validate(const RunArgs& args) {
     throw CLI::ValidationError("heft run: --hosts x --nproc-per-host must be at most " +
                                std::to_string(job::kMaxWorkers) + " workers, got " +
                                std::to_string(workers));
+  if (args.launcher == "mpirun" && args.hostfile.empty())
+    throw CLI::ValidationError("heft run: --launcher mpirun needs --hostfile F (one host a line)");
+  if (args.launcher != "mpirun" && (!args.hostfile.empty() || !args.mpi_options.empty()))
+    throw CLI::ValidationError("heft run: --hostfile and --mpi-options need --launcher mpirun");
   if (args.command.empty())
     throw CLI::RequiredError(
         "heft run: no command given; usage: heft run [OPTIONS] -- CMD [ARGS...]",
@@ -88,6 +100,17 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   run->add_flag("--no-prefix", args->no_prefix,
                 "Do not prefix output lines with [rank N]; workers write straight through");
+  run->add_option("--launcher", args->launcher, "local (processes here) or mpirun (OpenMPI)")
+      ->check(CLI::IsMember({"local", "mpirun"}))
+      ->capture_default_str();
+  run->add_option("--hostfile", args->hostfile,
+                  "mpirun: the hosts, one a line (NAME [slots=N]); -n workers on each")
+      ->type_name("FILE");
+  run->add_option("--mpi-options", args->mpi_options,
+                  "mpirun: options appended to mpirun's own (e.g. \"--mca plm_rsh_agent ssh\")");
+  run->add_option("--store-address", args->store_address,
+                  "mpirun: the address the store listens on (default: this machine's address "
+                  "toward the first host)");
   run->add_option("command", args->command, "The command to run, after --")
       ->type_name("CMD");
   run->footer(
@@ -95,7 +118,23 @@ Command add_run_command(CLI::App& app) {
       "  heft run --hosts 2 -n 2 -- python3 train.py --epochs 3\n"
       "Workers' environment, exit codes and signals: docs/run.md");
   run->callback([args] { validate(*args); });
-  return [args]() -> int { return job::LocalLauncher(launcher_options(*args)).run(); };
+  return [args]() -> int {
+    if (args->launcher == "mpirun") {
+      job::Result<std::vector<job::MpiHost>> hosts = job::read_hostfile(args->hostfile);
+      if (!hosts.ok()) throw InvalidArgument(hosts.error());
+      job::MpirunOptions o;
+      o.hosts = hosts.value();
+      o.processes_per_host = args->nproc_per_host;
+      o.command = args->command;
+      o.custom_mpi_options = args->mpi_options;
+      o.store_bind_address = args->store_address;
+      o.timeout_s = args->timeout_s;
+      o.python_path = heft_python_dir();
+      o.heft_binary = heft_binary_dir() + "/heft";
+      return job::run_mpirun(o);
+    }
+    return job::LocalLauncher(launcher_options(*args)).run();
+  };
 }
 
 }  // namespace heft::cli

@@ -1,0 +1,276 @@
+#include "heft/job/mpirun_launcher.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "heft/comm/auth.h"
+#include "heft/comm/store/tcp_store.h"
+#include "heft/error.h"
+#include "heft/job/process.h"
+
+namespace heft::job {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env_of(const Environment& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty())
+    throw InvalidArgument(std::string(name) +
+                          " is not set: heft mpi-worker runs under `heft run --launcher mpirun` "
+                          "(docs/clusters.md)");
+  return it->second;
+}
+
+int env_int(const Environment& env, const char* name) {
+  const std::string v = env_of(env, name);
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || x < 0)
+    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
+  return static_cast<int>(x);
+}
+
+std::string json_string_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\"" : "\"") + items[i] + "\"";
+  return out + "]";
+}
+
+}  // namespace
+
+Result<std::vector<MpiHost>> read_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Result<std::vector<MpiHost>>::failure("cannot read the hostfile '" + path + "'");
+  std::vector<MpiHost> hosts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name, word;
+    if (!(words >> name)) continue;
+    MpiHost h{name, 0};
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      if (eq == std::string::npos || (key != "slots" && key != "max_slots" && key != "max-slots"))
+        return Result<std::vector<MpiHost>>::failure(
+            path + ":" + std::to_string(n) + ": expected 'NAME [slots=N]', found '" + word + "'");
+      char* end = nullptr;
+      const long v = std::strtol(word.c_str() + eq + 1, &end, 10);
+      if (*end != '\0' || v < 1)
+        return Result<std::vector<MpiHost>>::failure(
+            path + ":" + std::to_string(n) + ": " + key + " must be a positive integer, found '" +
+            word.substr(eq + 1) + "'");
+      if (key == "slots") h.slots = static_cast<int>(v);
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty())
+    return Result<std::vector<MpiHost>>::failure("the hostfile '" + path + "' names no host");
+  return Result<std::vector<MpiHost>>::success(std::move(hosts));
+}
+
+std::string local_address_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found)
+    throw IoError("host '" + host + "' does not resolve to an IPv4 address");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {  // sends nothing
+    sockaddr_in me{};
+    socklen_t len = sizeof(me);
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+        ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf)))
+      out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (out.empty()) throw IoError("no route from this machine to host '" + host + "'");
+  return out;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (char c : text) {
+    if (quote) {
+      if (c == quote) quote = 0;
+      else word += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote) throw InvalidArgument("unclosed " + std::string(1, quote) + " in '" + text + "'");
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+std::vector<std::string> mpirun_argv(const MpirunOptions& o, const std::string& hostfile,
+                                     const Environment& forward) {
+  const int world = static_cast<int>(o.hosts.size()) * o.processes_per_host;
+  std::vector<std::string> argv = {o.mpirun, "--hostfile", hostfile, "-np", std::to_string(world),
+                                   "--map-by", "ppr:" + std::to_string(o.processes_per_host) + ":node",
+                                   "--bind-to", "none"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const auto& [k, v] : forward) {
+    argv.push_back("-x");
+    argv.push_back(k);  // the value travels in mpirun's environment
+  }
+  for (std::string& w : split_words(o.custom_mpi_options)) argv.push_back(std::move(w));
+  argv.push_back(o.heft_binary);
+  argv.push_back("mpi-worker");
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+Environment mpi_worker_environment(const Environment& parent) {
+  Environment env = parent;
+  const int rank = env_int(parent, "OMPI_COMM_WORLD_RANK");
+  const int size = env_int(parent, "OMPI_COMM_WORLD_SIZE");
+  const int local_rank = env_int(parent, "OMPI_COMM_WORLD_LOCAL_RANK");
+  const int local_size = env_int(parent, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  std::vector<std::string> hosts;
+  for (std::string h : split_words([&] {
+         std::string s = env_of(parent, "HEFT_MPI_HOSTS");
+         for (char& c : s) c = c == ',' ? ' ' : c;
+         return s;
+       }()))
+    hosts.push_back(h);
+  if (local_size < 1 || size % local_size != 0)
+    throw InvalidArgument("OMPI_COMM_WORLD_LOCAL_SIZE " + std::to_string(local_size) +
+                          " does not divide OMPI_COMM_WORLD_SIZE " + std::to_string(size) +
+                          ": run the same number of processes on every host");
+  const int host = rank / local_size;  // --map-by ppr:P:node places ranks host-major
+  if (host >= static_cast<int>(hosts.size()))
+    throw InvalidArgument("rank " + std::to_string(rank) + " is on host " + std::to_string(host) +
+                          " but HEFT_MPI_HOSTS names " + std::to_string(hosts.size()));
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(size);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  env["GROUP_RANK"] = std::to_string(host);
+  env["HEFT_HOST"] = hosts[static_cast<size_t>(host)];
+  env["SM_HOSTS"] = json_string_list(hosts);
+  env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(host)];
+  if (!env.count("TORCHELASTIC_RESTART_COUNT")) env["TORCHELASTIC_RESTART_COUNT"] = "0";
+  const int cpus = available_cpus();
+  env["SM_NUM_CPUS"] = std::to_string(cpus);
+  env["SM_NUM_GPUS"] = "0";
+  if (!env.count("OMP_NUM_THREADS"))
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / local_size));
+  return env;
+}
+
+namespace {
+volatile sig_atomic_t g_signal = 0;
+void note_signal(int sig) { g_signal = sig; }
+}  // namespace
+
+int run_mpirun(const MpirunOptions& o) {
+  if (o.hosts.empty()) throw InvalidArgument("--hostfile: no host to run on");
+  if (o.processes_per_host < 1) throw InvalidArgument("-n: expected at least 1 process a host");
+  for (const MpiHost& h : o.hosts)
+    if (h.slots > 0 && o.processes_per_host > h.slots)
+      throw InvalidArgument("processes_per_host " + std::to_string(o.processes_per_host) +
+                            " is more than the " + std::to_string(h.slots) + " slots of host " +
+                            h.name + " in the hostfile");
+  if (o.command.empty()) throw InvalidArgument("no command given");
+  const std::string bind =
+      o.store_bind_address.empty() ? local_address_toward(o.hosts[0].name) : o.store_bind_address;
+  const std::string token = comm::random_token();
+  comm::TcpStoreServer store(comm::TcpStoreServerOptions{bind, 0, token});
+  // A private folder for the hostfile mpirun reads: each host with the slots asked for.
+  char dir_template[] = "/tmp/heft-mpirun-XXXXXX";
+  if (!::mkdtemp(dir_template)) throw IoError("cannot make a temporary folder for the hostfile");
+  const std::string dir = dir_template;
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
+  const std::string hostfile = dir + "/hostfile";
+  {
+    std::ofstream f(hostfile);
+    for (const MpiHost& h : o.hosts) f << h.name << " slots=" << o.processes_per_host << "\n";
+  }
+  // Values travel in mpirun's environment and `-x NAME` forwards them: the token never
+  // appears on a command line (ps shows those to every user).
+  Environment vars = o.extra_env;
+  std::string hosts;
+  for (const MpiHost& h : o.hosts) hosts += (hosts.empty() ? "" : ",") + h.name;
+  vars["HEFT_MPI_HOSTS"] = hosts;
+  vars["HEFT_STORE"] = bind + ":" + std::to_string(store.port());
+  vars["HEFT_TOKEN"] = token;
+  vars["HEFT_JOB"] = o.job_name;
+  vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+  vars["MASTER_ADDR"] = o.hosts[0].name;
+  vars["MASTER_PORT"] = std::to_string(20000 + store.port() % 20000);
+  if (!o.python_path.empty()) {
+    const auto it = o.extra_env.find("PYTHONPATH");
+    vars["PYTHONPATH"] = o.python_path + (it != o.extra_env.end() && !it->second.empty()
+                                              ? ":" + it->second : "");
+  }
+  Environment env = current_environment();
+  for (const auto& [k, v] : vars) env[k] = v;
+  SpawnOptions spawn;
+  spawn.argv = mpirun_argv(o, hostfile, vars);
+  spawn.env = env;
+  spawn.capture_output = false;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = note_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  std::unique_ptr<Process> mpirun;
+  try {
+    mpirun = Process::spawn(spawn);
+  } catch (const SpawnError& e) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    std::cerr << o.log_name << ": " << e.what() << " (install openmpi-bin)" << std::endl;
+    return e.exit_code();
+  }
+  int forwarded = 0;
+  while (!mpirun->try_reap()) {
+    if (g_signal && g_signal != forwarded) {
+      forwarded = g_signal;
+      mpirun->signal_group(forwarded);  // mpirun stops its ranks on every host
+    }
+    ::usleep(20000);
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  g_signal = 0;
+  return shell_exit_code(mpirun->wait_status());
+}
+
+}  // namespace heft::job
