@@ -15,6 +15,8 @@
 #include "support/files.h"
 #include "support/heft_process.h"
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 using std::chrono::seconds;
@@ -120,6 +122,78 @@ TEST_F(NetnsHosts, UnreachableHostIsNamedAndNothingIsLeft) {
   EXPECT_NE(o.exit_code, 0) << heft::test::describe(o);
   EXPECT_NE((o.out + o.err).find("h9"), std::string::npos) << heft::test::describe(o);
   EXPECT_TRUE(no_worker_left(7705));
+}
+
+}  // namespace
+
+namespace {
+
+// A supervised job (`heft train`) with cluster.launcher mpirun over the namespace hosts.
+class MpirunJob : public NetnsHosts {
+ protected:
+  heft::test::Outcome heft(const heft::test::TempDir& dir, const std::vector<std::string>& args,
+                           seconds timeout = seconds(120)) {
+    static int n = 0;
+    heft::test::HeftProcess p(kHeft, args, dir.path() + "/job-" + std::to_string(n++),
+                              {{"HEFT_HOME", dir.path() + "/home"}, {"NETNS_PREFIX", prefix_}});
+    return p.wait(timeout);
+  }
+  std::string spec(const heft::test::TempDir& dir, const std::string& name, const std::string& worker_args,
+                   const std::string& extra = "") {
+    return write(dir, name + ".yaml",
+                 "name: " + name + "\nentry_point: [" + kWorker + worker_args + "]\n"
+                 "cluster: {launcher: mpirun, hosts: [10.78.0.11, 10.78.0.12], processes_per_host: 2,\n"
+                 "          custom_mpi_options: \"" + mpi_options() + "\"}\n"
+                 "metric_definitions: [{name: 'train:loss', regex: 'loss=([0-9.]+)'}]\n" + extra);
+  }
+};
+
+TEST_F(MpirunJob, SupervisedJobRunsAcrossHostsWithLogsMetricsAndStepTimings) {
+  heft::test::TempDir dir;
+  const auto run = heft(dir, {"train", spec(dir, "across", ", --phase-ms, 0, --steps, 773")});
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  EXPECT_NE(run.out.find("[rank 0] step=773 loss="), std::string::npos) << run.out.substr(0, 2000);
+  const auto d = heft(dir, {"describe", "across", "--json"});
+  const nlohmann::json j = d.json();
+  EXPECT_EQ(j["status"], "Completed");
+  EXPECT_EQ(j["instance_count"], 2);
+  EXPECT_EQ(j["world_size"], 4);
+  const auto steps = heft(dir, {"metrics", "across", "--name", "step:total_ms", "--format", "json"});
+  EXPECT_EQ(steps.json().size(), 4u * 773u);  // every rank's step timings, from both hosts
+  const auto loss = heft(dir, {"metrics", "across", "--name", "train:loss", "--format", "json"});
+  EXPECT_EQ(loss.json().size(), 773u);
+  EXPECT_TRUE(no_worker_left(773));
+}
+
+TEST_F(MpirunJob, MaxRuntimeStopsTheGroupOnEveryHost) {
+  heft::test::TempDir dir;
+  const auto run = heft(dir, {"train", spec(dir, "limited", ", --steps, 774000",
+                                            "stopping: {max_runtime_s: 3, grace_s: 2}\n")});
+  EXPECT_EQ(run.exit_code, 3) << heft::test::describe(run);
+  EXPECT_EQ(heft(dir, {"describe", "limited", "--json"}).json()["secondary_status"], "MaxRuntimeExceeded");
+  EXPECT_TRUE(no_worker_left(774000));
+}
+
+TEST_F(MpirunJob, BadClusterFieldsAreClearErrors) {
+  heft::test::TempDir dir;
+  const std::string both = write(dir, "both.yaml",
+                                 "name: both\nentry_point: [true]\n"
+                                 "cluster: {launcher: mpirun, hosts: [a], hostfile: /nope}\n");
+  const auto o = heft(dir, {"train", both});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.err.find("exactly one of cluster.hosts"), std::string::npos) << o.err;
+  const std::string slots = write(dir, "slots.yaml",
+                                  "name: slots\nentry_point: [true]\n"
+                                  "cluster: {launcher: mpirun, hostfile: " + write(dir, "hf", "n1 slots=1\n") +
+                                  ", processes_per_host: 2}\n");
+  const auto s = heft(dir, {"train", slots});
+  EXPECT_EQ(s.exit_code, 2);
+  EXPECT_NE(s.err.find("cluster.processes_per_host: expected at most the 1 slots of host n1"), std::string::npos)
+      << s.err;
+  const std::string local = write(dir, "local.yaml", "name: local\nentry_point: [true]\ncluster: {hosts: [a]}\n");
+  const auto l = heft(dir, {"train", local});
+  EXPECT_EQ(l.exit_code, 2);
+  EXPECT_NE(l.err.find("cluster.hosts"), std::string::npos) << l.err;
 }
 
 }  // namespace

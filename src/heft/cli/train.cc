@@ -83,6 +83,7 @@ int train(const TrainArgs& args) {
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
   options.python_path = heft_python_dir();
+  options.heft_binary = heft_binary_dir() + "/heft";
   profile::JobProfiler profiler(*db, record.value().id, spec.value(), paths, kName);
   options.observer = &profiler;
   job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),

@@ -7,12 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
@@ -190,11 +193,11 @@ Environment mpi_worker_environment(const Environment& parent) {
 }
 
 namespace {
+
 volatile sig_atomic_t g_signal = 0;
 void note_signal(int sig) { g_signal = sig; }
-}  // namespace
 
-int run_mpirun(const MpirunOptions& o) {
+void check_options(const MpirunOptions& o) {
   if (o.hosts.empty()) throw InvalidArgument("--hostfile: no host to run on");
   if (o.processes_per_host < 1) throw InvalidArgument("-n: expected at least 1 process a host");
   for (const MpiHost& h : o.hosts)
@@ -203,56 +206,189 @@ int run_mpirun(const MpirunOptions& o) {
                             " is more than the " + std::to_string(h.slots) + " slots of host " +
                             h.name + " in the hostfile");
   if (o.command.empty()) throw InvalidArgument("no command given");
-  const std::string bind =
-      o.store_bind_address.empty() ? local_address_toward(o.hosts[0].name) : o.store_bind_address;
-  const std::string token = comm::random_token();
-  comm::TcpStoreServer store(comm::TcpStoreServerOptions{bind, 0, token});
-  // A private folder for the hostfile mpirun reads: each host with the slots asked for.
-  char dir_template[] = "/tmp/heft-mpirun-XXXXXX";
-  if (!::mkdtemp(dir_template)) throw IoError("cannot make a temporary folder for the hostfile");
-  const std::string dir = dir_template;
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
+}
+
+// One start of the group: its store (fresh token), its hostfile in a private folder, and
+// mpirun's environment and arguments. Values travel in mpirun's environment and `-x NAME`
+// forwards them: the token never appears on a command line (ps shows those to every user).
+class MpirunStart {
+ public:
+  MpirunStart(const MpirunOptions& o, bool tag_output)
+      : bind_(o.store_bind_address.empty() ? local_address_toward(o.hosts[0].name)
+                                           : o.store_bind_address),
+        token_(comm::random_token()),
+        store_(comm::TcpStoreServerOptions{bind_, 0, token_}) {
+    char dir_template[] = "/tmp/heft-mpirun-XXXXXX";
+    if (!::mkdtemp(dir_template)) throw IoError("cannot make a temporary folder for the hostfile");
+    dir_ = dir_template;
+    const std::string hostfile = dir_ + "/hostfile";
+    {
+      std::ofstream f(hostfile);
+      for (const MpiHost& h : o.hosts) f << h.name << " slots=" << o.processes_per_host << "\n";
     }
-  } remove_dir{dir};
-  const std::string hostfile = dir + "/hostfile";
-  {
-    std::ofstream f(hostfile);
-    for (const MpiHost& h : o.hosts) f << h.name << " slots=" << o.processes_per_host << "\n";
+    Environment vars = o.extra_env;
+    std::string hosts;
+    for (const MpiHost& h : o.hosts) hosts += (hosts.empty() ? "" : ",") + h.name;
+    vars["HEFT_MPI_HOSTS"] = hosts;
+    vars["HEFT_STORE"] = bind_ + ":" + std::to_string(store_.port());
+    vars["HEFT_TOKEN"] = token_;
+    vars["HEFT_JOB"] = o.job_name;
+    vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+    vars["MASTER_ADDR"] = o.hosts[0].name;
+    vars["MASTER_PORT"] = std::to_string(20000 + store_.port() % 20000);
+    if (!o.python_path.empty()) {
+      const auto it = o.extra_env.find("PYTHONPATH");
+      vars["PYTHONPATH"] =
+          o.python_path + (it != o.extra_env.end() && !it->second.empty() ? ":" + it->second : "");
+    }
+    spawn_.env = current_environment();
+    for (const auto& [k, v] : vars) spawn_.env[k] = v;
+    spawn_.argv = mpirun_argv(o, hostfile, vars);
+    if (tag_output) spawn_.argv.insert(spawn_.argv.begin() + 1, "--tag-output");
+    spawn_.capture_output = tag_output;
   }
-  // Values travel in mpirun's environment and `-x NAME` forwards them: the token never
-  // appears on a command line (ps shows those to every user).
-  Environment vars = o.extra_env;
-  std::string hosts;
-  for (const MpiHost& h : o.hosts) hosts += (hosts.empty() ? "" : ",") + h.name;
-  vars["HEFT_MPI_HOSTS"] = hosts;
-  vars["HEFT_STORE"] = bind + ":" + std::to_string(store.port());
-  vars["HEFT_TOKEN"] = token;
-  vars["HEFT_JOB"] = o.job_name;
-  vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
-  vars["MASTER_ADDR"] = o.hosts[0].name;
-  vars["MASTER_PORT"] = std::to_string(20000 + store.port() % 20000);
-  if (!o.python_path.empty()) {
-    const auto it = o.extra_env.find("PYTHONPATH");
-    vars["PYTHONPATH"] = o.python_path + (it != o.extra_env.end() && !it->second.empty()
-                                              ? ":" + it->second : "");
+  ~MpirunStart() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
   }
-  Environment env = current_environment();
-  for (const auto& [k, v] : vars) env[k] = v;
-  SpawnOptions spawn;
-  spawn.argv = mpirun_argv(o, hostfile, vars);
-  spawn.env = env;
-  spawn.capture_output = false;
+  const SpawnOptions& spawn() const { return spawn_; }
+
+ private:
+  std::string bind_;
+  std::string token_;
+  comm::TcpStoreServer store_;
+  std::string dir_;
+  SpawnOptions spawn_;
+};
+
+// Splits mpirun's --tag-output lines ("[1,3]<stdout>:text") into rank, stream and text;
+// mpirun's own lines (no tag) go to this process's stderr.
+class TaggedLines {
+ public:
+  TaggedLines(const LocalLauncherHooks& hooks, int world, std::string log_name)
+      : hooks_(hooks), world_(world), log_name_(std::move(log_name)) {}
+  // Reads what `fd` has now; false at end of file.
+  bool read(int fd, std::string& pending) {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
+        line(std::string_view(pending).substr(start, nl - start));
+      pending.erase(0, start);
+    }
+  }
+  void line(std::string_view l) {
+    const auto close = l.find("]<");
+    const auto colon = l.find(">:");
+    if (!l.empty() && l[0] == '[' && close != std::string_view::npos && colon != std::string_view::npos) {
+      const auto comma = l.find(',');
+      const int rank = std::atoi(std::string(l.substr(comma + 1, close - comma - 1)).c_str());
+      const bool is_stderr = l.substr(close + 2, colon - close - 2) == "stderr";
+      if (rank >= 0 && rank < world_ && hooks_.on_line) {
+        hooks_.on_line(rank, is_stderr, l.substr(colon + 2));
+        return;
+      }
+    }
+    std::cerr << log_name_ << ": mpirun: " << l << "\n";
+  }
+
+ private:
+  const LocalLauncherHooks& hooks_;
+  int world_;
+  std::string log_name_;
+};
+
+}  // namespace
+
+GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hooks,
+                          std::chrono::milliseconds grace) {
+  check_options(o);
+  using Clock = std::chrono::steady_clock;
+  const int world = static_cast<int>(o.hosts.size()) * o.processes_per_host;
+  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
+  sa.sa_handler = note_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  ::sigaction(SIGHUP, &sa, &old_hup);
+  g_signal = 0;
+  struct Restore {
+    struct sigaction i, t, h;
+    ~Restore() {
+      ::sigaction(SIGINT, &i, nullptr);
+      ::sigaction(SIGTERM, &t, nullptr);
+      ::sigaction(SIGHUP, &h, nullptr);
+      g_signal = 0;
+    }
+  } restore{old_int, old_term, old_hup};
+  for (int restart_count = 0;; ++restart_count) {
+    GroupEnd end;
+    end.restart_count = restart_count;
+    MpirunStart start(o, true);
+    SpawnOptions spawn = start.spawn();
+    spawn.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+    std::unique_ptr<Process> mpirun;
+    try {
+      mpirun = Process::spawn(spawn);
+    } catch (const SpawnError& e) {
+      end.exit_code = e.exit_code();
+      end.spawn_error = std::string(e.what()) + " (install openmpi-bin)";
+      return end;
+    }
+    if (hooks.on_start) hooks.on_start(restart_count, {});
+    TaggedLines lines(hooks, world, o.log_name);
+    std::string out_pending, err_pending;
+    bool out_open = true, err_open = true;
+    Clock::time_point next_tick = Clock::now() + hooks.tick;
+    std::optional<Clock::time_point> kill_at;
+    for (;;) {
+      if (out_open && !lines.read(mpirun->stdout_fd(), out_pending)) out_open = false;
+      if (err_open && !lines.read(mpirun->stderr_fd(), err_pending)) err_open = false;
+      if (mpirun->try_reap()) {  // what mpirun wrote last is in the pipes: read it once more
+        if (out_open) lines.read(mpirun->stdout_fd(), out_pending);
+        if (err_open) lines.read(mpirun->stderr_fd(), err_pending);
+        break;
+      }
+      if (g_signal && !end.interrupt_signal) {
+        end.interrupt_signal = g_signal;
+        mpirun->signal_group(g_signal);  // mpirun stops its ranks on every host
+        kill_at = Clock::now() + grace;
+      }
+      if (Clock::now() >= next_tick) {
+        next_tick += hooks.tick;
+        if (hooks.on_tick && hooks.on_tick() && !end.stop_requested && !end.interrupt_signal) {
+          end.stop_requested = true;
+          mpirun->signal_group(SIGTERM);
+          kill_at = Clock::now() + grace;
+        }
+      }
+      if (kill_at && Clock::now() >= *kill_at) {
+        mpirun->signal_group(SIGKILL);
+        kill_at.reset();
+      }
+      ::usleep(10000);
+    }
+    const int code = shell_exit_code(mpirun->wait_status());
+    end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
+    if (code != 0 && !end.stop_requested && !end.interrupt_signal)
+      end.failed_wait_status = mpirun->wait_status();
+    if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
+  }
+}
+
+int run_mpirun(const MpirunOptions& o) {
+  check_options(o);
+  MpirunStart start(o, false);
   struct sigaction sa {}, old_int {}, old_term {};
   sa.sa_handler = note_signal;
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
   std::unique_ptr<Process> mpirun;
   try {
-    mpirun = Process::spawn(spawn);
+    mpirun = Process::spawn(start.spawn());
   } catch (const SpawnError& e) {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGTERM, &old_term, nullptr);

@@ -8,13 +8,16 @@
 //
 //   heft run --launcher mpirun --hostfile F -n P [--mpi-options "..."] -- CMD ARGS...
 //
-// Deliberately left out (docs/clusters.md says what is next): the job supervisor on mpirun
-// (logs per rank, metrics, retries, spot), Slurm.
+// Deliberately left out (docs/clusters.md says what is next): Slurm; naming the failed
+// rank of an mpirun group.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include <chrono>
+
+#include "heft/job/local_launcher.h"
 #include "heft/job/result.h"
 #include "heft/job/worker_env.h"
 
@@ -66,6 +69,14 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& options, const std::st
 // Throws heft::InvalidArgument on bad options (naming them), heft::IoError when the store
 // cannot bind.
 int run_mpirun(const MpirunOptions& options);
+
+// As run_mpirun, for the job supervisor: the same hooks as the local launcher's (every
+// rank's line through --tag-output, ticks that may stop the group: SIGTERM to mpirun, SIGKILL
+// after `grace`; restarts with a fresh store and token). Worker pids are not known here
+// (they run on other hosts): on_start gets none. A failure's rank is not known either: the
+// end has failed_rank -1 and mpirun's exit status.
+GroupEnd run_mpirun_group(const MpirunOptions& options, const LocalLauncherHooks& hooks,
+                          std::chrono::milliseconds grace);
 
 // In a rank started by mpirun: `parent` with the contract's variables set from
 // OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} and HEFT_MPI_HOSTS (the hostfile's

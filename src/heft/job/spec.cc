@@ -23,6 +23,7 @@
 #include "heft/config/distribution.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/metric_regex.h"
+#include "heft/job/mpirun_launcher.h"
 #include "heft/job/spec_yaml.h"
 
 namespace heft::job {
@@ -38,7 +39,8 @@ const std::vector<std::string> kTopKeys = {
 const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
 const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
-                                               "launcher"};
+                                               "launcher", "hosts", "hostfile",
+                                               "custom_mpi_options"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
 const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s"};
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
@@ -211,16 +213,74 @@ class Validator {
     if (present(n["launcher"])) {
       std::string launcher;
       if (r_.get_string(n["launcher"], "cluster.launcher", &launcher)) {
-        if (launcher != "local")
+        if (launcher != "local" && launcher != "mpirun")
           r_.error("cluster.launcher", n["launcher"],
-                   "expected local (the only launcher so far), found " + found(n["launcher"]));
+                   "expected local or mpirun, found " + found(n["launcher"]));
+        else
+          c.launcher = launcher;
       }
     }
+    mpirun_fields(n, c);
     if (static_cast<long>(c.instance_count) * c.processes_per_host > kMaxWorld)
       r_.error("cluster", n, "expected at most " + std::to_string(kMaxWorld) +
                                  " workers (instance_count x processes_per_host), found " +
                                  std::to_string(static_cast<long>(c.instance_count) *
                                                 c.processes_per_host));
+  }
+
+  void mpirun_fields(const YAML::Node& n, ClusterSpec& c) {
+    const bool mpirun = c.launcher == "mpirun";
+    for (const char* key : {"hosts", "hostfile", "custom_mpi_options"})
+      if (present(n[key]) && !mpirun)
+        r_.error(std::string("cluster.") + key, n[key], "needs cluster.launcher: mpirun");
+    if (!mpirun) return;
+    if (present(n["hosts"]) == present(n["hostfile"])) {
+      r_.error("cluster", n, "launcher mpirun needs exactly one of cluster.hosts (a list of host "
+                             "names) and cluster.hostfile (a file, one host a line)");
+      return;
+    }
+    if (present(n["hosts"])) {
+      const YAML::Node h = n["hosts"];
+      if (!h.IsSequence() || h.size() == 0) {
+        r_.error("cluster.hosts", h, "expected a list of host names, found " + found(h));
+        return;
+      }
+      for (size_t i = 0; i < h.size(); ++i) {
+        std::string name;
+        if (r_.get_string(h[i], "cluster.hosts[" + std::to_string(i) + "]", &name))
+          c.hosts.push_back(name);
+      }
+    } else {
+      std::string file;
+      if (!r_.get_string(n["hostfile"], "cluster.hostfile", &file)) return;
+      Result<std::vector<MpiHost>> hosts = read_hostfile(absolute_path(file));
+      if (!hosts.ok()) {
+        r_.error("cluster.hostfile", n["hostfile"], hosts.error());
+        return;
+      }
+      c.hostfile = absolute_path(file);
+      for (const MpiHost& host : hosts.value()) {
+        if (host.slots > 0 && c.processes_per_host > host.slots)
+          r_.error("cluster.processes_per_host", n["processes_per_host"],
+                   "expected at most the " + std::to_string(host.slots) + " slots of host " +
+                       host.name + " in " + file + ", found " +
+                       std::to_string(c.processes_per_host));
+        c.hosts.push_back(host.name);
+      }
+    }
+    if (present(n["instance_count"]) && c.instance_count != static_cast<int>(c.hosts.size()))
+      r_.error("cluster.instance_count", n["instance_count"],
+               "expected the number of hosts (" + std::to_string(c.hosts.size()) + ") or nothing, found " +
+                   std::to_string(c.instance_count));
+    c.instance_count = static_cast<int>(c.hosts.size());
+    if (present(n["custom_mpi_options"]))
+      r_.get_string(n["custom_mpi_options"], "cluster.custom_mpi_options", &c.custom_mpi_options);
+  }
+
+  static std::string absolute_path(const std::string& file) {
+    std::error_code ec;
+    const fs::path p = fs::absolute(file, ec);
+    return ec ? file : p.string();
   }
 
   // The typed block (config/distribution.h) is the one validation; its messages lead with
@@ -623,6 +683,11 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
       {"environment", spec.environment},
       {"profiler",
        {{"enabled", spec.profiler.enabled}, {"interval_s", spec.profiler.interval_s}}}};
+  if (spec.cluster.launcher == "mpirun") {
+    j["cluster"]["hosts"] = spec.cluster.hosts;  // the hostfile as read when the job began
+    if (!spec.cluster.custom_mpi_options.empty())
+      j["cluster"]["custom_mpi_options"] = spec.cluster.custom_mpi_options;
+  }
   json rules = json::array();
   for (const RuleSpec& r : spec.rules)
     rules.push_back({{"rule", r.rule},

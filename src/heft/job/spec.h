@@ -35,9 +35,14 @@ struct MetricDefinition {
 };
 
 struct ClusterSpec {
-  int instance_count = 1;      // simulated hosts
+  int instance_count = 1;      // hosts (simulated ones with the local launcher)
   int processes_per_host = 1;  // workers on each
-  std::string launcher = "local";
+  std::string launcher = "local";  // local | mpirun
+  // mpirun only (docs/clusters.md): the hosts, by name or address, from `hosts` or read from
+  // `hostfile` (instance_count is their number), and options appended to mpirun's.
+  std::vector<std::string> hosts;
+  std::string hostfile;
+  std::string custom_mpi_options;
 };
 
 struct CheckpointSpec {

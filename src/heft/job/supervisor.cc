@@ -18,6 +18,7 @@
 
 #include "heft/job/job_output.h"
 #include "heft/job/local_launcher.h"
+#include "heft/job/mpirun_launcher.h"
 #include "heft/job/process.h"
 #include "heft/job/spec_env.h"
 #include "heft/job/spec_yaml.h"
@@ -90,6 +91,9 @@ class Supervisor::Impl {
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
     remove_failure_files();
+    if (spec_.cluster.launcher == "mpirun") return finish(run_mpirun_group(mpirun_options(),
+                                                                            launcher_options().hooks,
+                                                                            launcher_options().grace));
     LocalLauncher launcher(launcher_options());
     const GroupEnd end = launcher.run_group();
     return finish(end);
@@ -119,6 +123,23 @@ class Supervisor::Impl {
     };
     o.hooks.on_tick = [this] { return on_tick(); };
     o.hooks.restart = [this](const GroupEnd& end) { return restart(end); };
+    return o;
+  }
+
+  // The same workers, environment and hooks over OpenMPI's mpirun (mpirun_launcher.h).
+  MpirunOptions mpirun_options() {
+    const LocalLauncherOptions local = launcher_options();
+    MpirunOptions o;
+    for (const std::string& h : spec_.cluster.hosts) o.hosts.push_back({h, 0});
+    o.processes_per_host = spec_.cluster.processes_per_host;
+    o.command = command_;
+    o.custom_mpi_options = spec_.cluster.custom_mpi_options;
+    o.timeout_s = local.timeout_s;
+    o.job_name = spec_.name;
+    o.python_path = options_.python_path;
+    o.extra_env = local.extra_env;
+    o.heft_binary = options_.heft_binary;
+    o.log_name = options_.log_name;
     return o;
   }
 
