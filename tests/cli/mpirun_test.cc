@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <thread>
 #include <string>
 
 #include "support/command.h"
@@ -44,7 +46,7 @@ std::string write(const heft::test::TempDir& dir, const std::string& name, const
 // No step_worker with this --steps count runs (each case uses its own count; the bracket
 // keeps pgrep's pattern from matching the shell that runs it).
 bool no_worker_left(int steps) {
-  return heft::test::run_command("pgrep -f 'step_worke[r] --steps " + std::to_string(steps) + "$'")
+  return heft::test::run_command("pgrep -f 'step_worke[r] .*--steps " + std::to_string(steps) + "$'")
       .text.empty();
 }
 
@@ -194,6 +196,46 @@ TEST_F(MpirunJob, BadClusterFieldsAreClearErrors) {
   const auto l = heft(dir, {"train", local});
   EXPECT_EQ(l.exit_code, 2);
   EXPECT_NE(l.err.find("cluster.hosts"), std::string::npos) << l.err;
+}
+
+}  // namespace
+
+namespace {
+
+// Kills every process of host `host` that runs a step_worker with `steps` steps (the
+// namespace hosts share this machine's process table; a rank's environment names its host).
+int kill_host_ranks(const std::string& host, int steps) {
+  const auto r = heft::test::run_command(
+      "for p in $(pgrep -f 'step_worke[r] .*--steps " + std::to_string(steps) + "$'); do "
+      "tr '\\0' '\\n' < /proc/$p/environ | grep -qx 'SM_CURRENT_HOST=" + host + "' && "
+      "kill -9 $p && echo killed $p; done; true");
+  return static_cast<int>(std::count(r.text.begin(), r.text.end(), '\n'));
+}
+
+TEST_F(MpirunJob, LostHostEndsTheJobNamingItAndRetryStartsAgain) {
+  heft::test::TempDir dir;
+  const std::string path = spec(dir, "lost", ", --phase-ms, 5, --steps, 775",
+                                "retry: {max_attempts: 2}\n");
+  heft::test::HeftProcess job(kHeft, {"train", path}, dir.path() + "/lost-job",
+                              {{"HEFT_HOME", dir.path() + "/home"}, {"NETNS_PREFIX", prefix_}});
+  // Wait for the first start's steps, then kill host 2's ranks once.
+  int killed = 0;
+  for (int i = 0; i < 200 && killed == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (heft::test::read_file(dir.path() + "/home/jobs/lost/logs/rank-0.log").find("step=20 ") !=
+        std::string::npos)
+      killed = kill_host_ranks("10.78.0.12", 775);
+  }
+  ASSERT_EQ(killed, 2) << "host 2's ranks were not found";
+  const auto o = job.wait(seconds(120));
+  EXPECT_EQ(o.exit_code, 0) << heft::test::describe(o);  // the retry ran to the end
+  const nlohmann::json j = heft(dir, {"describe", "lost", "--json"}).json();
+  EXPECT_EQ(j["attempts"], 2);
+  bool named = false;
+  for (const auto& t : j["transitions"])
+    named = named || t["message"].get<std::string>().find("host 10.78.0.12 was lost") != std::string::npos;
+  EXPECT_TRUE(named) << j["transitions"].dump(1);
+  EXPECT_TRUE(no_worker_left(775));
 }
 
 }  // namespace

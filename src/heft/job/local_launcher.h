@@ -46,6 +46,9 @@ struct GroupEnd {
   bool stop_requested = false;
   // The command could not be started (what() of the SpawnError); nothing ran.
   std::string spawn_error;
+  // Launchers that know more than an exit status say what happened here (the mpirun
+  // launcher: which host was lost); "" otherwise.
+  std::string failure_detail;
 };
 
 // Called on the launcher's thread (never concurrently); each may be left empty.

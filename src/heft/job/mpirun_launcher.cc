@@ -252,6 +252,11 @@ class MpirunStart {
     fs::remove_all(dir_, ec);
   }
   const SpawnOptions& spawn() const { return spawn_; }
+  // What the first rank to see a failure recorded (communicator.cc: "<group>/abort" =
+  // "<peer>\n<what>"), if any.
+  std::optional<std::string> abort_record(const std::string& group) const {
+    return store_.peek(group + "/abort");
+  }
 
  private:
   std::string bind_;
@@ -373,8 +378,21 @@ GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hook
     }
     const int code = shell_exit_code(mpirun->wait_status());
     end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
-    if (code != 0 && !end.stop_requested && !end.interrupt_signal)
+    if (code != 0 && !end.stop_requested && !end.interrupt_signal) {
       end.failed_wait_status = mpirun->wait_status();
+      // Name the host that was lost, from the ranks' own record of whom they lost.
+      if (const std::optional<std::string> why = start.abort_record(o.job_name + "/world")) {
+        const auto nl = why->find('\n');
+        const int peer = std::atoi(why->substr(0, nl).c_str());
+        if (peer >= 0 && peer < world) {
+          const std::string& host = o.hosts[static_cast<size_t>(peer / o.processes_per_host)].name;
+          end.failed_rank = peer;
+          end.failure_detail = "host " + host + " was lost (rank " + std::to_string(peer) +
+                               " on it stopped answering: " +
+                               (nl == std::string::npos ? "" : why->substr(nl + 1)) + ")";
+        }
+      }
+    }
     if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
   }
 }

@@ -295,6 +295,7 @@ class Supervisor::Impl {
       const std::string where = options_.observer ? options_.observer->diagnosis() : "";
       return where.empty() ? reason : reason + "\n" + where;
     }
+    if (!end.failure_detail.empty()) return end.failure_detail;
     std::string head = end.failed_rank >= 0
                            ? "rank " + std::to_string(end.failed_rank) + " " +
                                  describe_wait_status(end.failed_wait_status)
