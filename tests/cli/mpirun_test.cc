@@ -239,3 +239,19 @@ TEST_F(MpirunJob, LostHostEndsTheJobNamingItAndRetryStartsAgain) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(NetnsHosts, TorchrunStyleScriptRunsUnchangedAcrossHosts) {
+  heft::test::TempDir dir;
+  const auto o = heft_run(dir, {"--hostfile", write(dir, "hosts", "10.78.0.11\n10.78.0.12\n"), "-n", "2",
+                                "--mpi-options", mpi_options(), "--", "/usr/bin/python3",
+                                HEFT_SOURCE_DIR "/tests/cli/torchrun_script.py"},
+                          {{"NETNS_PREFIX", prefix_}}, seconds(120));
+  ASSERT_EQ(o.exit_code, 0) << heft::test::describe(o);
+  EXPECT_NE(o.out.find("rank 0/4 on 10.78.0.11: all_reduce=6 all_gather=[0, 10, 20, 30] ok"),
+            std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("rank 3/4 on 10.78.0.12: all_reduce=6"), std::string::npos) << o.out;
+}
+
+}  // namespace

@@ -32,7 +32,9 @@ def check_environment():
           f"RANK {rank} == GROUP_RANK {group_rank} * LOCAL_WORLD_SIZE {local_world} "
           f"+ LOCAL_RANK {local_rank}")
     check(len(hosts) * local_world == world, f"{len(hosts)} hosts x {local_world} == {world}")
-    check(env["SM_CURRENT_HOST"] == hosts[group_rank] == f"algo-{group_rank + 1}",
+    # The local launcher's simulated hosts are algo-1, algo-2, ...; mpirun's are the hostfile's.
+    named = hosts[group_rank] if "HEFT_MPI_HOSTS" in env else f"algo-{group_rank + 1}"
+    check(env["SM_CURRENT_HOST"] == hosts[group_rank] == named,
           f"SM_CURRENT_HOST {env['SM_CURRENT_HOST']} is hosts[{group_rank}] of {hosts}")
     check(env["HEFT_HOST"] == env["SM_CURRENT_HOST"], "HEFT_HOST == SM_CURRENT_HOST")
     check(env["MASTER_PORT"] != env["HEFT_STORE"].rsplit(":", 1)[1],

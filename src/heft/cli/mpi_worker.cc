@@ -1,6 +1,10 @@
 // `heft mpi-worker -- CMD ARGS...` (hidden; what every rank of `heft run --launcher mpirun`
 // runs): maps OpenMPI's OMPI_COMM_WORLD_* variables onto the environment contract
-// (job::mpi_worker_environment) and executes CMD in its place.
+// (job::mpi_worker_environment), points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
+// interface that reaches the store (unless set), and executes CMD in its place.
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,9 +12,46 @@
 #include <iostream>
 
 #include "heft/cli/commands.h"
+#include "heft/error.h"
 #include "heft/job/mpirun_launcher.h"
 
 namespace heft::cli {
+
+namespace {
+
+// The interface that holds `address` on this host, or "".
+std::string interface_of(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) && address == buf) name = a->ifa_name;
+  }
+  ::freeifaddrs(list);
+  return name;
+}
+
+// Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
+// cluster often resolves to loopback: point them at the interface this host reaches the
+// store through, unless the user chose one.
+void choose_socket_interface(job::Environment& env) {
+  const auto store = env.find("HEFT_STORE");
+  if (store == env.end()) return;
+  try {
+    const std::string host = store->second.substr(0, store->second.rfind(':'));
+    const std::string ifname = interface_of(job::local_address_toward(host));
+    if (ifname.empty() || ifname == "lo") return;
+    env.emplace("GLOO_SOCKET_IFNAME", ifname);
+    env.emplace("NCCL_SOCKET_IFNAME", ifname);
+  } catch (const Error&) {
+    // No route to the store: the worker's own connection attempt will say so.
+  }
+}
+
+}  // namespace
 
 Command add_mpi_worker_command(CLI::App& app) {
   auto command = std::make_shared<std::vector<std::string>>();
@@ -18,7 +59,8 @@ Command add_mpi_worker_command(CLI::App& app) {
   cmd->group("");  // hidden from help and from the list of commands
   cmd->add_option("command", *command, "The worker command, after --")->required();
   return [command]() -> int {
-    const job::Environment env = job::mpi_worker_environment(job::current_environment());
+    job::Environment env = job::mpi_worker_environment(job::current_environment());
+    choose_socket_interface(env);
     std::vector<std::string> envp = job::to_envp(env);
     std::vector<char*> argv, envv;
     for (std::string& a : *command) argv.push_back(a.data());
