@@ -21,6 +21,8 @@ PACKAGES=(
   dataset-fashion-mnist fortunes
   # observability: the web console (server, plots) and its browser test
   libcpp-httplib-dev libjs-chart.js chromium chromium-driver python3-selenium
+  # clusters: network-namespace test hosts, a Slurm test cluster
+  iproute2 slurm-wlm munge
 )
 
 missing_packages() {

@@ -56,5 +56,7 @@ Command add_report_command(CLI::App& app);
 Command add_console_command(CLI::App& app);
 // `heft mpi-worker -- CMD` (hidden; mpi_worker.cc)
 Command add_mpi_worker_command(CLI::App& app);
+// `heft slurm-worker -- CMD` (hidden; slurm_worker.cc)
+Command add_slurm_worker_command(CLI::App& app);
 
 }  // namespace heft::cli

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_report_command);
   add(heft::cli::add_console_command);
   add(heft::cli::add_mpi_worker_command);
+  add(heft::cli::add_slurm_worker_command);
   add(heft::cli::add_tune_command);
   add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);

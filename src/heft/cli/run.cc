@@ -14,6 +14,7 @@
 #include "heft/error.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/mpirun_launcher.h"
+#include "heft/job/slurm_launcher.h"
 
 namespace heft::cli {
 
@@ -28,6 +29,7 @@ struct RunArgs {
   std::string launcher = "local";
   std::string hostfile;
   std::string mpi_options;
+  std::string srun_options;
   std::string store_address;
   std::vector<std::string> command;
 };
@@ -63,6 +65,8 @@ void validate(const RunArgs& args) {
     throw CLI::ValidationError("heft run: --launcher mpirun needs --hostfile F (one host a line)");
   if (args.launcher != "mpirun" && (!args.hostfile.empty() || !args.mpi_options.empty()))
     throw CLI::ValidationError("heft run: --hostfile and --mpi-options need --launcher mpirun");
+  if (args.launcher != "slurm" && !args.srun_options.empty())
+    throw CLI::ValidationError("heft run: --srun-options needs --launcher slurm");
   if (args.command.empty())
     throw CLI::RequiredError(
         "heft run: no command given; usage: heft run [OPTIONS] -- CMD [ARGS...]",
@@ -100,14 +104,17 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   run->add_flag("--no-prefix", args->no_prefix,
                 "Do not prefix output lines with [rank N]; workers write straight through");
-  run->add_option("--launcher", args->launcher, "local (processes here) or mpirun (OpenMPI)")
-      ->check(CLI::IsMember({"local", "mpirun"}))
+  run->add_option("--launcher", args->launcher,
+                  "local (processes here), mpirun (OpenMPI) or slurm (srun; --hosts nodes)")
+      ->check(CLI::IsMember({"local", "mpirun", "slurm"}))
       ->capture_default_str();
   run->add_option("--hostfile", args->hostfile,
                   "mpirun: the hosts, one a line (NAME [slots=N]); -n workers on each")
       ->type_name("FILE");
   run->add_option("--mpi-options", args->mpi_options,
                   "mpirun: options appended to mpirun's own (e.g. \"--mca plm_rsh_agent ssh\")");
+  run->add_option("--srun-options", args->srun_options,
+                  "slurm: options appended to srun's own (e.g. \"--partition gpu\")");
   run->add_option("--store-address", args->store_address,
                   "mpirun: the address the store listens on (default: this machine's address "
                   "toward the first host)");
@@ -132,6 +139,18 @@ Command add_run_command(CLI::App& app) {
       o.python_path = heft_python_dir();
       o.heft_binary = heft_binary_dir() + "/heft";
       return job::run_mpirun(o);
+    }
+    if (args->launcher == "slurm") {
+      job::SlurmOptions o;
+      o.nodes = args->hosts;
+      o.processes_per_host = args->nproc_per_host;
+      o.command = args->command;
+      o.custom_srun_options = args->srun_options;
+      o.store_bind_address = args->store_address;
+      o.timeout_s = args->timeout_s;
+      o.python_path = heft_python_dir();
+      o.heft_binary = heft_binary_dir() + "/heft";
+      return job::run_srun(o);
     }
     return job::LocalLauncher(launcher_options(*args)).run();
   };

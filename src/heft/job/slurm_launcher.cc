@@ -1,0 +1,190 @@
+#include "heft/job/slurm_launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdio>
+#include <iostream>
+
+#include "heft/comm/auth.h"
+#include "heft/comm/store/tcp_store.h"
+#include "heft/error.h"
+#include "heft/job/mpirun_launcher.h"
+#include "heft/job/process.h"
+
+namespace heft::job {
+
+namespace {
+
+std::string need(const Environment& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty())
+    throw InvalidArgument(std::string(name) +
+                          " is not set: heft slurm-worker runs under `heft run --launcher slurm` "
+                          "(docs/clusters.md)");
+  return it->second;
+}
+
+int need_int(const Environment& env, const char* name) {
+  const std::string v = need(env, name);
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || x < 0)
+    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
+  return static_cast<int>(x);
+}
+
+volatile sig_atomic_t g_signal = 0;
+void note_signal(int sig) { g_signal = sig; }
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(const std::string& list) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  auto bad = [&] { return InvalidArgument("malformed Slurm host list '" + list + "'"); };
+  while (i < list.size()) {
+    std::string prefix;
+    while (i < list.size() && list[i] != ',' && list[i] != '[') prefix += list[i++];
+    if (i < list.size() && list[i] == '[') {
+      const size_t close = list.find(']', i);
+      if (close == std::string::npos) throw bad();
+      const std::string ranges = list.substr(i + 1, close - i - 1);
+      i = close + 1;
+      std::string suffix;
+      while (i < list.size() && list[i] != ',') suffix += list[i++];
+      size_t p = 0;
+      while (p <= ranges.size()) {
+        const size_t comma = std::min(ranges.find(',', p), ranges.size());
+        const std::string r = ranges.substr(p, comma - p);
+        const size_t dash = r.find('-');
+        const std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
+        if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+            hi.find_first_not_of("0123456789") != std::string::npos)
+          throw bad();
+        const long a = std::stol(lo), b = std::stol(hi);
+        if (b < a || b - a > 100000) throw bad();
+        for (long x = a; x <= b; ++x) {
+          std::string n = std::to_string(x);
+          if (n.size() < lo.size()) n = std::string(lo.size() - n.size(), '0') + n;
+          out.push_back(prefix + n + suffix);
+        }
+        p = comma + 1;
+      }
+    } else if (!prefix.empty()) {
+      out.push_back(prefix);
+    }
+    if (i < list.size() && list[i] == ',') ++i;
+  }
+  if (out.empty()) throw bad();
+  return out;
+}
+
+std::vector<std::string> srun_argv(const SlurmOptions& o) {
+  std::vector<std::string> argv = {o.srun,
+                                   "--nodes=" + std::to_string(o.nodes),
+                                   "--ntasks-per-node=" + std::to_string(o.processes_per_host),
+                                   "--ntasks=" + std::to_string(o.nodes * o.processes_per_host),
+                                   "--kill-on-bad-exit=1", "--unbuffered", "--export=ALL"};
+  for (std::string& w : split_words(o.custom_srun_options)) argv.push_back(std::move(w));
+  argv.push_back(o.heft_binary);
+  argv.push_back("slurm-worker");
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+Environment slurm_worker_environment(const Environment& parent) {
+  Environment env = parent;
+  const int rank = need_int(parent, "SLURM_PROCID");
+  const int size = need_int(parent, "SLURM_NTASKS");
+  const int local_rank = need_int(parent, "SLURM_LOCALID");
+  const int node = need_int(parent, "SLURM_NODEID");
+  const std::vector<std::string> hosts = expand_hostlist(need(parent, "SLURM_JOB_NODELIST"));
+  int local_size = 0;
+  if (parent.count("SLURM_NTASKS_PER_NODE")) local_size = need_int(parent, "SLURM_NTASKS_PER_NODE");
+  if (local_size < 1) local_size = std::max(1, size / static_cast<int>(hosts.size()));
+  if (node >= static_cast<int>(hosts.size()))
+    throw InvalidArgument("SLURM_NODEID " + std::to_string(node) + " is beyond SLURM_JOB_NODELIST's " +
+                          std::to_string(hosts.size()) + " nodes");
+  std::string hosts_json = "[";
+  for (size_t i = 0; i < hosts.size(); ++i) hosts_json += (i ? ",\"" : "\"") + hosts[i] + "\"";
+  hosts_json += "]";
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(size);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  env["GROUP_RANK"] = std::to_string(node);
+  env["SM_HOSTS"] = hosts_json;
+  env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(node)];
+  env["HEFT_HOST"] = hosts[static_cast<size_t>(node)];
+  if (!env.count("TORCHELASTIC_RESTART_COUNT")) env["TORCHELASTIC_RESTART_COUNT"] = "0";
+  const int cpus = available_cpus();
+  env["SM_NUM_CPUS"] = std::to_string(cpus);
+  env["SM_NUM_GPUS"] = "0";
+  if (!env.count("OMP_NUM_THREADS"))
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / local_size));
+  if (!env.count("MASTER_ADDR")) env["MASTER_ADDR"] = hosts[0];
+  return env;
+}
+
+int run_srun(const SlurmOptions& o) {
+  if (o.nodes < 1) throw InvalidArgument("--hosts: expected at least 1 node");
+  if (o.processes_per_host < 1) throw InvalidArgument("-n: expected at least 1 task a node");
+  if (o.command.empty()) throw InvalidArgument("no command given");
+  std::string bind = o.store_bind_address;
+  if (bind.empty()) {
+    const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+    char self[256] = {0};
+    ::gethostname(self, sizeof(self) - 1);
+    bind = local_address_toward(nodelist && *nodelist ? expand_hostlist(nodelist)[0] : self);
+  }
+  const std::string token = comm::random_token();
+  comm::TcpStoreServer store(comm::TcpStoreServerOptions{bind, 0, token});
+  SpawnOptions spawn;
+  spawn.env = current_environment();
+  for (const auto& [k, v] : o.extra_env) spawn.env[k] = v;
+  spawn.env["HEFT_STORE"] = bind + ":" + std::to_string(store.port());
+  spawn.env["HEFT_TOKEN"] = token;
+  spawn.env["HEFT_JOB"] = o.job_name;
+  spawn.env["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+  spawn.env["MASTER_PORT"] = std::to_string(20000 + store.port() % 20000);
+  spawn.env.erase("MASTER_ADDR");  // the first node, set by slurm-worker
+  if (!o.python_path.empty()) {
+    const auto it = spawn.env.find("PYTHONPATH");
+    spawn.env["PYTHONPATH"] =
+        o.python_path + (it != spawn.env.end() && !it->second.empty() ? ":" + it->second : "");
+  }
+  spawn.argv = srun_argv(o);
+  spawn.capture_output = false;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = note_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  g_signal = 0;
+  std::unique_ptr<Process> srun;
+  try {
+    srun = Process::spawn(spawn);
+  } catch (const SpawnError& e) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    std::cerr << o.log_name << ": " << e.what() << " (install slurm-client)" << std::endl;
+    return e.exit_code();
+  }
+  int forwarded = 0;
+  while (!srun->try_reap()) {
+    if (g_signal && g_signal != forwarded) {
+      forwarded = g_signal;
+      srun->signal_group(forwarded);  // srun cancels the step on every node
+    }
+    ::usleep(20000);
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  g_signal = 0;
+  return shell_exit_code(srun->wait_status());
+}
+
+}  // namespace heft::job

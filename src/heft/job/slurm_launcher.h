@@ -1,0 +1,55 @@
+// The Slurm launcher: runs a group of workers with `srun` (inside an allocation, on its
+// nodes; outside one, srun asks for the nodes itself). As with mpirun, heft keeps the
+// rendezvous store on this machine (fresh token, bound to the address the nodes reach it by)
+// and every task runs `heft slurm-worker -- CMD`, which maps SLURM_PROCID, SLURM_LOCALID,
+// SLURM_NTASKS, SLURM_NODEID and SLURM_JOB_NODELIST onto the environment contract and
+// executes CMD.
+//
+//   heft run --launcher slurm --hosts N -n P [--srun-options "..."] -- CMD ARGS...
+//
+// Deliberately left out (docs/clusters.md): `heft train` with launcher slurm (sbatch outside
+// an allocation, the supervisor over srun).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "heft/job/worker_env.h"
+
+namespace heft::job {
+
+struct SlurmOptions {
+  int nodes = 1;
+  int processes_per_host = 1;
+  std::vector<std::string> command;
+  std::string custom_srun_options;  // appended to srun's own (split like a shell's words)
+  // Where the store listens; "": this machine's address toward the allocation's first node
+  // (SLURM_JOB_NODELIST), else toward this machine's own name.
+  std::string store_bind_address;
+  int timeout_s = 300;
+  std::string job_name = "heft";
+  std::string python_path;
+  Environment extra_env;
+  std::string heft_binary;
+  std::string srun = "srun";
+  std::string log_name = "heft run";
+};
+
+// Slurm's compact host lists: "n[1-3,7],gpu01,x[08-10]" -> n1 n2 n3 n7 gpu01 x08 x09 x10
+// (zero padding kept). Throws heft::InvalidArgument on a malformed list.
+std::vector<std::string> expand_hostlist(const std::string& list);
+
+// srun's argument vector: nodes, tasks a node, no output buffering, labels, kill the step
+// when a task fails, the custom options, then `HEFT slurm-worker -- CMD...`. Values reach
+// the tasks through srun's environment (never on the command line).
+std::vector<std::string> srun_argv(const SlurmOptions& options);
+
+// Runs the group; returns srun's exit code (128 + signal if killed). SIGINT/SIGTERM go to srun.
+int run_srun(const SlurmOptions& options);
+
+// In a task started by srun: `parent` with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, SM_HOSTS, SM_CURRENT_HOST, HEFT_HOST, ... from SLURM_*. Throws
+// heft::InvalidArgument naming a missing variable.
+Environment slurm_worker_environment(const Environment& parent);
+
+}  // namespace heft::job

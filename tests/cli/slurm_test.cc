@@ -1,0 +1,86 @@
+// ctest-labels: multiproc
+// `heft run --launcher slurm` against a real Slurm (slurmctld + two slurmd on this machine,
+// started by tests/support/slurm_cluster.sh with munge): the tasks get the contract from
+// SLURM_*, run collectives between the two nodes (distinct HEFT_HOST: the hierarchical
+// path), and a failing task ends the step, named by srun, with nothing left running. Skipped, saying
+// why, where Slurm cannot start (not root, slurm-wlm or munge missing).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "support/command.h"
+#include "support/files.h"
+#include "support/heft_process.h"
+
+namespace {
+
+using std::chrono::seconds;
+const std::string kHeft = HEFT_BINARY_DIR "/heft";
+const std::string kWorker = HEFT_BINARY_DIR "/test-workers/step_worker";
+const std::string kCluster = HEFT_SOURCE_DIR "/tests/support/slurm_cluster.sh";
+
+class Slurm : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const auto check = heft::test::run_command(kCluster + " check");
+    if (check.code != 0) {
+      skip_ = check.text;
+      return;
+    }
+    dir_ = "/tmp/heft-slurm-test-" + std::to_string(::getpid());
+    const auto up = heft::test::run_command(kCluster + " up " + dir_ + " 2 2>&1");
+    if (up.code != 0) {
+      skip_ = "Slurm did not start here: " + up.text;
+      heft::test::run_command(kCluster + " down " + dir_);
+      dir_.clear();
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) heft::test::run_command(kCluster + " down " + dir_);
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+  heft::test::Outcome run(const std::vector<std::string>& args, seconds timeout = seconds(90)) {
+    static int n = 0;
+    std::vector<std::string> all = {"run", "--launcher", "slurm"};
+    all.insert(all.end(), args.begin(), args.end());
+    heft::test::HeftProcess p(kHeft, all, tmp_.path() + "/out-" + std::to_string(n++),
+                              {{"SLURM_CONF", dir_ + "/slurm.conf"}});
+    return p.wait(timeout);
+  }
+  heft::test::TempDir tmp_;
+  static std::string dir_;
+  static std::string skip_;
+};
+std::string Slurm::dir_;
+std::string Slurm::skip_;
+
+TEST_F(Slurm, TasksGetTheContractFromSlurm) {
+  const auto o = run({"--hosts", "2", "-n", "2", "--", "/bin/sh", "-c",
+                      "echo rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE "
+                      "group=$GROUP_RANK host=$SM_CURRENT_HOST hosts=$SM_HOSTS token=${#HEFT_TOKEN}"});
+  ASSERT_EQ(o.exit_code, 0) << heft::test::describe(o);
+  EXPECT_NE(o.out.find(R"(rank=0/4 local=0/2 group=0 host=n1 hosts=["n1","n2"])"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(R"(rank=3/4 local=1/2 group=1 host=n2 hosts=["n1","n2"])"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("token=0"), std::string::npos) << o.out;
+}
+
+TEST_F(Slurm, CollectivesRunBetweenTheNodes) {
+  const auto o = run({"--hosts", "2", "-n", "2", "--", kWorker, "--phase-ms", "0", "--steps", "7750"});
+  ASSERT_EQ(o.exit_code, 0) << heft::test::describe(o);
+  EXPECT_NE(o.out.find("step=7750 loss="), std::string::npos) << o.out.substr(o.out.size() > 500 ? o.out.size() - 500 : 0);
+}
+
+TEST_F(Slurm, AFailingTaskEndsTheStepNamingIt) {
+  const auto o = run({"--hosts", "2", "-n", "2", "--", "/bin/sh", "-c",
+                      "if [ $RANK = 2 ]; then exit 5; fi; exec " + kWorker + " --steps 7751"});
+  // srun's code is its tasks' highest (the others were terminated: 143); it names the task.
+  EXPECT_NE(o.exit_code, 0) << heft::test::describe(o);
+  EXPECT_NE(o.err.find("task 2: Exited with exit code 5"), std::string::npos) << heft::test::describe(o);
+  EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 7751$'").text.empty());
+}
+
+}  // namespace
