@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "support/command.h"
@@ -81,6 +83,48 @@ TEST_F(Slurm, AFailingTaskEndsTheStepNamingIt) {
   EXPECT_NE(o.exit_code, 0) << heft::test::describe(o);
   EXPECT_NE(o.err.find("task 2: Exited with exit code 5"), std::string::npos) << heft::test::describe(o);
   EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 7751$'").text.empty());
+}
+
+}  // namespace
+
+namespace {
+
+// `heft train` with cluster.launcher slurm: the supervisor over srun --label.
+class SlurmJob : public Slurm {
+ protected:
+  heft::test::Outcome heft(const std::vector<std::string>& args, seconds timeout = seconds(90)) {
+    static int n = 0;
+    heft::test::HeftProcess p(kHeft, args, tmp_.path() + "/job-" + std::to_string(n++),
+                              {{"SLURM_CONF", dir_ + "/slurm.conf"}, {"HEFT_HOME", tmp_.path() + "/home"}});
+    return p.wait(timeout);
+  }
+  std::string spec(const std::string& name, const std::string& args, const std::string& extra = "") {
+    const std::string path = tmp_.path() + "/" + name + ".yaml";
+    std::ofstream(path) << "name: " << name << "\nentry_point: [" << kWorker << args << "]\n"
+                        << "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2}\n"
+                        << "metric_definitions: [{name: 'train:loss', regex: 'loss=([0-9.]+)'}]\n"
+                        << extra;
+    return path;
+  }
+};
+
+TEST_F(SlurmJob, SupervisedJobRunsOnTheNodesWithLogsMetricsAndStepTimings) {
+  const auto run = heft({"train", spec("on-slurm", ", --phase-ms, 0, --steps, 7760")});
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  const nlohmann::json j = heft({"describe", "on-slurm", "--json"}).json();
+  EXPECT_EQ(j["status"], "Completed");
+  EXPECT_EQ(heft({"metrics", "on-slurm", "--name", "step:total_ms", "--format", "json"}).json().size(),
+            4u * 7760u);
+  EXPECT_EQ(heft({"metrics", "on-slurm", "--name", "train:loss", "--format", "json"}).json().size(), 7760u);
+  EXPECT_NE(heft::test::read_file(tmp_.path() + "/home/jobs/on-slurm/logs/rank-0.log").find("step=7760 "),
+            std::string::npos);
+}
+
+TEST_F(SlurmJob, MaxRuntimeStopsTheStep) {
+  const auto run = heft({"train", spec("limited", ", --steps, 776100", "stopping: {max_runtime_s: 2, grace_s: 2}\n")});
+  EXPECT_EQ(run.exit_code, 3) << heft::test::describe(run);
+  EXPECT_EQ(heft({"describe", "limited", "--json"}).json()["secondary_status"], "MaxRuntimeExceeded");
+  EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 776100$'").text.empty());
 }
 
 }  // namespace

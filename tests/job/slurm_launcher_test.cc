@@ -28,7 +28,7 @@ TEST(SlurmLauncher, SrunArgv) {
   o.heft_binary = "/opt/heft";
   const auto argv = srun_argv(o);
   EXPECT_EQ(argv, (std::vector<std::string>{"srun", "--nodes=2", "--ntasks-per-node=3", "--ntasks=6",
-                                            "--kill-on-bad-exit=1", "--unbuffered", "--export=ALL",
+                                            "--kill-on-bad-exit=1", "--export=ALL",
                                             "--partition", "big one", "/opt/heft", "slurm-worker", "--",
                                             "python3", "train.py"}));
 }

@@ -242,12 +242,6 @@ std::string store_address(const std::string& bind, int port) {
   return host + ":" + std::to_string(port);
 }
 
-// A port nothing listens on now, for torch's own store (MASTER_PORT).
-int free_port(const std::string& host) {
-  comm::tcp::Socket probe = comm::tcp::listen_on(host, 0);
-  return comm::tcp::local_port(probe);
-}
-
 // Watches the running workers of one start until all are reaped; see the file comment for
 // the terms.
 // Who hung, from the votes the workers' communicators record when they time out
@@ -544,6 +538,11 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
 }
 
 }  // namespace
+
+int free_port(const std::string& address) {
+  comm::tcp::Socket probe = comm::tcp::listen_on(address, 0);
+  return comm::tcp::local_port(probe);
+}
 
 LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {
   auto require = [](bool ok, const std::string& what) {

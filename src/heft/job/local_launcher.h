@@ -104,6 +104,10 @@ struct LocalLauncherOptions {
   LocalLauncherHooks hooks;
 };
 
+// A port nothing listens on at `address` now: torch's own store (MASTER_PORT), which rank 0
+// starts; for the mpirun and Slurm launchers free here and so most likely on the first host.
+int free_port(const std::string& address);
+
 class LocalLauncher {
  public:
   // Checks the options (at most kMaxWorkers workers); throws heft::InvalidArgument naming

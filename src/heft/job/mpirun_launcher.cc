@@ -20,6 +20,7 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/error.h"
+#include "heft/job/external_group.h"
 #include "heft/job/process.h"
 
 namespace heft::job {
@@ -211,7 +212,7 @@ void check_options(const MpirunOptions& o) {
 // One start of the group: its store (fresh token), its hostfile in a private folder, and
 // mpirun's environment and arguments. Values travel in mpirun's environment and `-x NAME`
 // forwards them: the token never appears on a command line (ps shows those to every user).
-class MpirunStart {
+class MpirunStart : public ExternalStart {
  public:
   MpirunStart(const MpirunOptions& o, bool tag_output)
       : bind_(o.store_bind_address.empty() ? local_address_toward(o.hosts[0].name)
@@ -235,7 +236,7 @@ class MpirunStart {
     vars["HEFT_JOB"] = o.job_name;
     vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
     vars["MASTER_ADDR"] = o.hosts[0].name;
-    vars["MASTER_PORT"] = std::to_string(20000 + store_.port() % 20000);
+    vars["MASTER_PORT"] = std::to_string(free_port(bind_));
     if (!o.python_path.empty()) {
       const auto it = o.extra_env.find("PYTHONPATH");
       vars["PYTHONPATH"] =
@@ -247,14 +248,12 @@ class MpirunStart {
     if (tag_output) spawn_.argv.insert(spawn_.argv.begin() + 1, "--tag-output");
     spawn_.capture_output = tag_output;
   }
-  ~MpirunStart() {
+  ~MpirunStart() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
-  const SpawnOptions& spawn() const { return spawn_; }
-  // What the first rank to see a failure recorded (communicator.cc: "<group>/abort" =
-  // "<peer>\n<what>"), if any.
-  std::optional<std::string> abort_record(const std::string& group) const {
+  SpawnOptions spawn() const override { return spawn_; }
+  std::optional<std::string> abort_record(const std::string& group) const override {
     return store_.peek(group + "/abort");
   }
 
@@ -266,135 +265,39 @@ class MpirunStart {
   SpawnOptions spawn_;
 };
 
-// Splits mpirun's --tag-output lines ("[1,3]<stdout>:text") into rank, stream and text;
-// mpirun's own lines (no tag) go to this process's stderr.
-class TaggedLines {
- public:
-  TaggedLines(const LocalLauncherHooks& hooks, int world, std::string log_name)
-      : hooks_(hooks), world_(world), log_name_(std::move(log_name)) {}
-  // Reads what `fd` has now; false at end of file.
-  bool read(int fd, std::string& pending) {
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n == 0) return false;
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      pending.append(buf, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
-        line(std::string_view(pending).substr(start, nl - start));
-      pending.erase(0, start);
-    }
-  }
-  void line(std::string_view l) {
-    const auto close = l.find("]<");
-    const auto colon = l.find(">:");
-    if (!l.empty() && l[0] == '[' && close != std::string_view::npos && colon != std::string_view::npos) {
-      const auto comma = l.find(',');
-      const int rank = std::atoi(std::string(l.substr(comma + 1, close - comma - 1)).c_str());
-      const bool is_stderr = l.substr(close + 2, colon - close - 2) == "stderr";
-      if (rank >= 0 && rank < world_ && hooks_.on_line) {
-        hooks_.on_line(rank, is_stderr, l.substr(colon + 2));
-        return;
-      }
-    }
-    std::cerr << log_name_ << ": mpirun: " << l << "\n";
-  }
-
- private:
-  const LocalLauncherHooks& hooks_;
-  int world_;
-  std::string log_name_;
-};
+// mpirun's --tag-output lines: "[1,3]<stdout>:text".
+bool parse_tagged(std::string_view l, ExternalLine* out) {
+  const auto close = l.find("]<");
+  const auto colon = l.find(">:");
+  if (l.empty() || l[0] != '[' || close == std::string_view::npos || colon == std::string_view::npos)
+    return false;
+  const auto comma = l.find(',');
+  if (comma == std::string_view::npos || comma > close) return false;
+  out->rank = std::atoi(std::string(l.substr(comma + 1, close - comma - 1)).c_str());
+  out->is_stderr = l.substr(close + 2, colon - close - 2) == "stderr";
+  out->text = l.substr(colon + 2);
+  return true;
+}
 
 }  // namespace
 
 GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hooks,
                           std::chrono::milliseconds grace) {
   check_options(o);
-  using Clock = std::chrono::steady_clock;
-  const int world = static_cast<int>(o.hosts.size()) * o.processes_per_host;
-  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
-  sa.sa_handler = note_signal;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  ::sigaction(SIGHUP, &sa, &old_hup);
-  g_signal = 0;
-  struct Restore {
-    struct sigaction i, t, h;
-    ~Restore() {
-      ::sigaction(SIGINT, &i, nullptr);
-      ::sigaction(SIGTERM, &t, nullptr);
-      ::sigaction(SIGHUP, &h, nullptr);
-      g_signal = 0;
-    }
-  } restore{old_int, old_term, old_hup};
-  for (int restart_count = 0;; ++restart_count) {
-    GroupEnd end;
-    end.restart_count = restart_count;
-    MpirunStart start(o, true);
-    SpawnOptions spawn = start.spawn();
-    spawn.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
-    std::unique_ptr<Process> mpirun;
-    try {
-      mpirun = Process::spawn(spawn);
-    } catch (const SpawnError& e) {
-      end.exit_code = e.exit_code();
-      end.spawn_error = std::string(e.what()) + " (install openmpi-bin)";
-      return end;
-    }
-    if (hooks.on_start) hooks.on_start(restart_count, {});
-    TaggedLines lines(hooks, world, o.log_name);
-    std::string out_pending, err_pending;
-    bool out_open = true, err_open = true;
-    Clock::time_point next_tick = Clock::now() + hooks.tick;
-    std::optional<Clock::time_point> kill_at;
-    for (;;) {
-      if (out_open && !lines.read(mpirun->stdout_fd(), out_pending)) out_open = false;
-      if (err_open && !lines.read(mpirun->stderr_fd(), err_pending)) err_open = false;
-      if (mpirun->try_reap()) {  // what mpirun wrote last is in the pipes: read it once more
-        if (out_open) lines.read(mpirun->stdout_fd(), out_pending);
-        if (err_open) lines.read(mpirun->stderr_fd(), err_pending);
-        break;
-      }
-      if (g_signal && !end.interrupt_signal) {
-        end.interrupt_signal = g_signal;
-        mpirun->signal_group(g_signal);  // mpirun stops its ranks on every host
-        kill_at = Clock::now() + grace;
-      }
-      if (Clock::now() >= next_tick) {
-        next_tick += hooks.tick;
-        if (hooks.on_tick && hooks.on_tick() && !end.stop_requested && !end.interrupt_signal) {
-          end.stop_requested = true;
-          mpirun->signal_group(SIGTERM);
-          kill_at = Clock::now() + grace;
-        }
-      }
-      if (kill_at && Clock::now() >= *kill_at) {
-        mpirun->signal_group(SIGKILL);
-        kill_at.reset();
-      }
-      ::usleep(10000);
-    }
-    const int code = shell_exit_code(mpirun->wait_status());
-    end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
-    if (code != 0 && !end.stop_requested && !end.interrupt_signal) {
-      end.failed_wait_status = mpirun->wait_status();
-      // Name the host that was lost, from the ranks' own record of whom they lost.
-      if (const std::optional<std::string> why = start.abort_record(o.job_name + "/world")) {
-        const auto nl = why->find('\n');
-        const int peer = std::atoi(why->substr(0, nl).c_str());
-        if (peer >= 0 && peer < world) {
-          const std::string& host = o.hosts[static_cast<size_t>(peer / o.processes_per_host)].name;
-          end.failed_rank = peer;
-          end.failure_detail = "host " + host + " was lost (rank " + std::to_string(peer) +
-                               " on it stopped answering: " +
-                               (nl == std::string::npos ? "" : why->substr(nl + 1)) + ")";
-        }
-      }
-    }
-    if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
-  }
+  ExternalGroup g;
+  g.world = static_cast<int>(o.hosts.size()) * o.processes_per_host;
+  g.group = o.job_name + "/world";
+  g.engine = "mpirun";
+  g.log_name = o.log_name;
+  g.host_of_rank = [&o](int rank) {
+    return o.hosts[static_cast<size_t>(rank / o.processes_per_host)].name;
+  };
+  g.parse = parse_tagged;
+  g.start = [&o]() -> std::unique_ptr<ExternalStart> {
+    auto start = std::make_unique<MpirunStart>(o, true);
+    return start;
+  };
+  return run_external_group(g, hooks, grace);
 }
 
 int run_mpirun(const MpirunOptions& o) {

@@ -11,6 +11,7 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/error.h"
+#include "heft/job/external_group.h"
 #include "heft/job/mpirun_launcher.h"
 #include "heft/job/process.h"
 
@@ -87,7 +88,7 @@ std::vector<std::string> srun_argv(const SlurmOptions& o) {
                                    "--nodes=" + std::to_string(o.nodes),
                                    "--ntasks-per-node=" + std::to_string(o.processes_per_host),
                                    "--ntasks=" + std::to_string(o.nodes * o.processes_per_host),
-                                   "--kill-on-bad-exit=1", "--unbuffered", "--export=ALL"};
+                                   "--kill-on-bad-exit=1", "--export=ALL"};
   for (std::string& w : split_words(o.custom_srun_options)) argv.push_back(std::move(w));
   argv.push_back(o.heft_binary);
   argv.push_back("slurm-worker");
@@ -130,35 +131,89 @@ Environment slurm_worker_environment(const Environment& parent) {
   return env;
 }
 
-int run_srun(const SlurmOptions& o) {
+namespace {
+
+void check_options(const SlurmOptions& o) {
   if (o.nodes < 1) throw InvalidArgument("--hosts: expected at least 1 node");
   if (o.processes_per_host < 1) throw InvalidArgument("-n: expected at least 1 task a node");
   if (o.command.empty()) throw InvalidArgument("no command given");
-  std::string bind = o.store_bind_address;
-  if (bind.empty()) {
-    const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
-    char self[256] = {0};
-    ::gethostname(self, sizeof(self) - 1);
-    bind = local_address_toward(nodelist && *nodelist ? expand_hostlist(nodelist)[0] : self);
+}
+
+// One start: the store (fresh token) and srun's environment and arguments.
+class SlurmStart : public ExternalStart {
+ public:
+  SlurmStart(const SlurmOptions& o, bool label) {
+    std::string bind = o.store_bind_address;
+    if (bind.empty()) {
+      const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+      char self[256] = {0};
+      ::gethostname(self, sizeof(self) - 1);
+      bind = local_address_toward(nodelist && *nodelist ? expand_hostlist(nodelist)[0] : self);
+    }
+    const std::string token = comm::random_token();
+    store_ = std::make_unique<comm::TcpStoreServer>(comm::TcpStoreServerOptions{bind, 0, token});
+    spawn_.env = current_environment();
+    for (const auto& [k, v] : o.extra_env) spawn_.env[k] = v;
+    spawn_.env["HEFT_STORE"] = bind + ":" + std::to_string(store_->port());
+    spawn_.env["HEFT_TOKEN"] = token;
+    spawn_.env["HEFT_JOB"] = o.job_name;
+    spawn_.env["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+    spawn_.env["MASTER_PORT"] = std::to_string(free_port(bind));
+    spawn_.env.erase("MASTER_ADDR");  // the first node, set by slurm-worker
+    if (!o.python_path.empty()) {
+      const auto it = spawn_.env.find("PYTHONPATH");
+      spawn_.env["PYTHONPATH"] =
+          o.python_path + (it != spawn_.env.end() && !it->second.empty() ? ":" + it->second : "");
+    }
+    spawn_.argv = srun_argv(o);
+    if (label) spawn_.argv.insert(spawn_.argv.begin() + 1, "--label");
+    spawn_.capture_output = label;
   }
-  const std::string token = comm::random_token();
-  comm::TcpStoreServer store(comm::TcpStoreServerOptions{bind, 0, token});
-  SpawnOptions spawn;
-  spawn.env = current_environment();
-  for (const auto& [k, v] : o.extra_env) spawn.env[k] = v;
-  spawn.env["HEFT_STORE"] = bind + ":" + std::to_string(store.port());
-  spawn.env["HEFT_TOKEN"] = token;
-  spawn.env["HEFT_JOB"] = o.job_name;
-  spawn.env["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
-  spawn.env["MASTER_PORT"] = std::to_string(20000 + store.port() % 20000);
-  spawn.env.erase("MASTER_ADDR");  // the first node, set by slurm-worker
-  if (!o.python_path.empty()) {
-    const auto it = spawn.env.find("PYTHONPATH");
-    spawn.env["PYTHONPATH"] =
-        o.python_path + (it != spawn.env.end() && !it->second.empty() ? ":" + it->second : "");
+  SpawnOptions spawn() const override { return spawn_; }
+  std::optional<std::string> abort_record(const std::string& group) const override {
+    return store_->peek(group + "/abort");
   }
-  spawn.argv = srun_argv(o);
-  spawn.capture_output = false;
+
+ private:
+  std::unique_ptr<comm::TcpStoreServer> store_;
+  SpawnOptions spawn_;
+};
+
+// srun --label lines: "3: text" (the task number, a colon, a space).
+bool parse_labelled(std::string_view l, ExternalLine* out) {
+  const auto colon = l.find(": ");
+  if (colon == std::string_view::npos || colon == 0 || colon > 7) return false;
+  size_t first = 0;
+  while (first < colon && l[first] == ' ') ++first;
+  const std::string n(l.substr(first, colon - first));
+  if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return false;
+  out->rank = std::atoi(n.c_str());
+  out->is_stderr = false;
+  out->text = l.substr(colon + 2);
+  return true;
+}
+
+}  // namespace
+
+GroupEnd run_srun_group(const SlurmOptions& o, const LocalLauncherHooks& hooks,
+                        std::chrono::milliseconds grace) {
+  check_options(o);
+  ExternalGroup g;
+  g.world = o.nodes * o.processes_per_host;
+  g.group = o.job_name + "/world";
+  g.engine = "srun";
+  g.log_name = o.log_name;
+  g.host_of_rank = [&o](int rank) {
+    return "node " + std::to_string(rank / o.processes_per_host) + " of the allocation";
+  };
+  g.parse = parse_labelled;
+  g.start = [&o]() -> std::unique_ptr<ExternalStart> { return std::make_unique<SlurmStart>(o, true); };
+  return run_external_group(g, hooks, grace);
+}
+
+int run_srun(const SlurmOptions& o) {
+  check_options(o);
+  SlurmStart start(o, false);
   struct sigaction sa {}, old_int {}, old_term {};
   sa.sa_handler = note_signal;
   ::sigaction(SIGINT, &sa, &old_int);
@@ -166,7 +221,7 @@ int run_srun(const SlurmOptions& o) {
   g_signal = 0;
   std::unique_ptr<Process> srun;
   try {
-    srun = Process::spawn(spawn);
+    srun = Process::spawn(start.spawn());
   } catch (const SpawnError& e) {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGTERM, &old_term, nullptr);

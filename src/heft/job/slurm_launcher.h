@@ -7,13 +7,18 @@
 //
 //   heft run --launcher slurm --hosts N -n P [--srun-options "..."] -- CMD ARGS...
 //
-// Deliberately left out (docs/clusters.md): `heft train` with launcher slurm (sbatch outside
-// an allocation, the supervisor over srun).
+// `heft train` with cluster.launcher slurm runs the group through run_srun_group: outside an
+// allocation srun itself waits for the nodes (heft does not sbatch the supervisor).
+//
+// Deliberately left out (docs/clusters.md): submitting the supervisor with sbatch.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include <chrono>
+
+#include "heft/job/local_launcher.h"
 #include "heft/job/worker_env.h"
 
 namespace heft::job {
@@ -39,10 +44,15 @@ struct SlurmOptions {
 // (zero padding kept). Throws heft::InvalidArgument on a malformed list.
 std::vector<std::string> expand_hostlist(const std::string& list);
 
-// srun's argument vector: nodes, tasks a node, no output buffering, labels, kill the step
+// srun's argument vector: nodes, tasks a node, kill the step
 // when a task fails, the custom options, then `HEFT slurm-worker -- CMD...`. Values reach
 // the tasks through srun's environment (never on the command line).
 std::vector<std::string> srun_argv(const SlurmOptions& options);
+
+// For the job supervisor: the group under the local launcher's hooks (srun --label tells
+// each line's task), restarts with a fresh store and token (external_group.h).
+GroupEnd run_srun_group(const SlurmOptions& options, const LocalLauncherHooks& hooks,
+                        std::chrono::milliseconds grace);
 
 // Runs the group; returns srun's exit code (128 + signal if killed). SIGINT/SIGTERM go to srun.
 int run_srun(const SlurmOptions& options);

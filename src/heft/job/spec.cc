@@ -40,7 +40,7 @@ const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
 const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
                                                "launcher", "hosts", "hostfile",
-                                               "custom_mpi_options"};
+                                               "custom_mpi_options", "srun_options"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
 const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s"};
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
@@ -213,14 +213,20 @@ class Validator {
     if (present(n["launcher"])) {
       std::string launcher;
       if (r_.get_string(n["launcher"], "cluster.launcher", &launcher)) {
-        if (launcher != "local" && launcher != "mpirun")
+        if (launcher != "local" && launcher != "mpirun" && launcher != "slurm")
           r_.error("cluster.launcher", n["launcher"],
-                   "expected local or mpirun, found " + found(n["launcher"]));
+                   "expected local, mpirun or slurm, found " + found(n["launcher"]));
         else
           c.launcher = launcher;
       }
     }
     mpirun_fields(n, c);
+    if (present(n["srun_options"])) {
+      if (c.launcher != "slurm")
+        r_.error("cluster.srun_options", n["srun_options"], "needs cluster.launcher: slurm");
+      else
+        r_.get_string(n["srun_options"], "cluster.srun_options", &c.srun_options);
+    }
     if (static_cast<long>(c.instance_count) * c.processes_per_host > kMaxWorld)
       r_.error("cluster", n, "expected at most " + std::to_string(kMaxWorld) +
                                  " workers (instance_count x processes_per_host), found " +
@@ -683,6 +689,8 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
       {"environment", spec.environment},
       {"profiler",
        {{"enabled", spec.profiler.enabled}, {"interval_s", spec.profiler.interval_s}}}};
+  if (spec.cluster.launcher == "slurm" && !spec.cluster.srun_options.empty())
+    j["cluster"]["srun_options"] = spec.cluster.srun_options;
   if (spec.cluster.launcher == "mpirun") {
     j["cluster"]["hosts"] = spec.cluster.hosts;  // the hostfile as read when the job began
     if (!spec.cluster.custom_mpi_options.empty())

@@ -37,12 +37,13 @@ struct MetricDefinition {
 struct ClusterSpec {
   int instance_count = 1;      // hosts (simulated ones with the local launcher)
   int processes_per_host = 1;  // workers on each
-  std::string launcher = "local";  // local | mpirun
+  std::string launcher = "local";  // local | mpirun | slurm
   // mpirun only (docs/clusters.md): the hosts, by name or address, from `hosts` or read from
   // `hostfile` (instance_count is their number), and options appended to mpirun's.
   std::vector<std::string> hosts;
   std::string hostfile;
   std::string custom_mpi_options;
+  std::string srun_options;  // slurm only: appended to srun's own
 };
 
 struct CheckpointSpec {

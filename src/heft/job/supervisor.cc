@@ -19,6 +19,7 @@
 #include "heft/job/job_output.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/mpirun_launcher.h"
+#include "heft/job/slurm_launcher.h"
 #include "heft/job/process.h"
 #include "heft/job/spec_env.h"
 #include "heft/job/spec_yaml.h"
@@ -91,9 +92,12 @@ class Supervisor::Impl {
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
     remove_failure_files();
-    if (spec_.cluster.launcher == "mpirun") return finish(run_mpirun_group(mpirun_options(),
-                                                                            launcher_options().hooks,
-                                                                            launcher_options().grace));
+    if (spec_.cluster.launcher == "mpirun")
+      return finish(run_mpirun_group(mpirun_options(), launcher_options().hooks,
+                                     launcher_options().grace));
+    if (spec_.cluster.launcher == "slurm")
+      return finish(run_srun_group(slurm_options(), launcher_options().hooks,
+                                   launcher_options().grace));
     LocalLauncher launcher(launcher_options());
     const GroupEnd end = launcher.run_group();
     return finish(end);
@@ -134,6 +138,22 @@ class Supervisor::Impl {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
     o.custom_mpi_options = spec_.cluster.custom_mpi_options;
+    o.timeout_s = local.timeout_s;
+    o.job_name = spec_.name;
+    o.python_path = options_.python_path;
+    o.extra_env = local.extra_env;
+    o.heft_binary = options_.heft_binary;
+    o.log_name = options_.log_name;
+    return o;
+  }
+
+  SlurmOptions slurm_options() {
+    const LocalLauncherOptions local = launcher_options();
+    SlurmOptions o;
+    o.nodes = spec_.cluster.instance_count;
+    o.processes_per_host = spec_.cluster.processes_per_host;
+    o.command = command_;
+    o.custom_srun_options = spec_.cluster.srun_options;
     o.timeout_s = local.timeout_s;
     o.job_name = spec_.name;
     o.python_path = options_.python_path;

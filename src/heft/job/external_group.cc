@@ -1,0 +1,137 @@
+#include "heft/job/external_group.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <iostream>
+
+namespace heft::job {
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void note_signal(int sig) { g_signal = sig; }
+
+// Splits what a pipe has into lines and hands each to the hooks (or our stderr).
+class Lines {
+ public:
+  Lines(const ExternalGroup& g, const LocalLauncherHooks& hooks) : g_(g), hooks_(hooks) {}
+  // Reads what `fd` has now; false at end of file.
+  bool read(int fd, std::string& pending) {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
+        line(std::string_view(pending).substr(start, nl - start));
+      pending.erase(0, start);
+    }
+  }
+
+ private:
+  void line(std::string_view l) {
+    ExternalLine x;
+    if (g_.parse(l, &x) && x.rank >= 0 && x.rank < g_.world && hooks_.on_line) {
+      hooks_.on_line(x.rank, x.is_stderr, x.text);
+      return;
+    }
+    std::cerr << g_.log_name << ": " << g_.engine << ": " << l << "\n";
+  }
+  const ExternalGroup& g_;
+  const LocalLauncherHooks& hooks_;
+};
+
+}  // namespace
+
+GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
+                            std::chrono::milliseconds grace) {
+  using Clock = std::chrono::steady_clock;
+  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
+  sa.sa_handler = note_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  ::sigaction(SIGHUP, &sa, &old_hup);
+  g_signal = 0;
+  struct Restore {
+    struct sigaction i, t, h;
+    ~Restore() {
+      ::sigaction(SIGINT, &i, nullptr);
+      ::sigaction(SIGTERM, &t, nullptr);
+      ::sigaction(SIGHUP, &h, nullptr);
+      g_signal = 0;
+    }
+  } restore{old_int, old_term, old_hup};
+  for (int restart_count = 0;; ++restart_count) {
+    GroupEnd end;
+    end.restart_count = restart_count;
+    std::unique_ptr<ExternalStart> start = g.start();
+    SpawnOptions spawn = start->spawn();
+    spawn.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+    spawn.capture_output = true;
+    std::unique_ptr<Process> engine;
+    try {
+      engine = Process::spawn(spawn);
+    } catch (const SpawnError& e) {
+      end.exit_code = e.exit_code();
+      end.spawn_error = e.what();
+      return end;
+    }
+    if (hooks.on_start) hooks.on_start(restart_count, {});
+    Lines lines(g, hooks);
+    std::string out_pending, err_pending;
+    bool out_open = true, err_open = true;
+    Clock::time_point next_tick = Clock::now() + hooks.tick;
+    std::optional<Clock::time_point> kill_at;
+    for (;;) {
+      if (out_open && !lines.read(engine->stdout_fd(), out_pending)) out_open = false;
+      if (err_open && !lines.read(engine->stderr_fd(), err_pending)) err_open = false;
+      if (engine->try_reap()) {  // what it wrote last is in the pipes: read it once more
+        if (out_open) lines.read(engine->stdout_fd(), out_pending);
+        if (err_open) lines.read(engine->stderr_fd(), err_pending);
+        break;
+      }
+      if (g_signal && !end.interrupt_signal) {
+        end.interrupt_signal = g_signal;
+        engine->signal_group(g_signal);  // the engine stops its ranks on every host
+        kill_at = Clock::now() + grace;
+      }
+      if (Clock::now() >= next_tick) {
+        next_tick += hooks.tick;
+        if (hooks.on_tick && hooks.on_tick() && !end.stop_requested && !end.interrupt_signal) {
+          end.stop_requested = true;
+          engine->signal_group(SIGTERM);
+          kill_at = Clock::now() + grace;
+        }
+      }
+      if (kill_at && Clock::now() >= *kill_at) {
+        engine->signal_group(SIGKILL);
+        kill_at.reset();
+      }
+      ::usleep(10000);
+    }
+    const int code = shell_exit_code(engine->wait_status());
+    end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
+    if (code != 0 && !end.stop_requested && !end.interrupt_signal) {
+      end.failed_wait_status = engine->wait_status();
+      // Name the host that was lost, from the ranks' own record of whom they lost.
+      if (const std::optional<std::string> why = start->abort_record(g.group)) {
+        const auto nl = why->find('\n');
+        const int peer = std::atoi(why->substr(0, nl).c_str());
+        if (peer >= 0 && peer < g.world) {
+          end.failed_rank = peer;
+          end.failure_detail = "host " + g.host_of_rank(peer) + " was lost (rank " +
+                               std::to_string(peer) + " on it stopped answering: " +
+                               (nl == std::string::npos ? "" : why->substr(nl + 1)) + ")";
+        }
+      }
+    }
+    if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
+  }
+}
+
+}  // namespace heft::job
