@@ -134,4 +134,39 @@ GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& ho
   }
 }
 
+int run_external_passthrough(const ExternalStart& start, const std::string& log_name,
+                             const std::string& install_hint) {
+  SpawnOptions spawn = start.spawn();
+  spawn.capture_output = false;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = note_signal;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  g_signal = 0;
+  struct Restore {
+    struct sigaction i, t;
+    ~Restore() {
+      ::sigaction(SIGINT, &i, nullptr);
+      ::sigaction(SIGTERM, &t, nullptr);
+      g_signal = 0;
+    }
+  } restore{old_int, old_term};
+  std::unique_ptr<Process> engine;
+  try {
+    engine = Process::spawn(spawn);
+  } catch (const SpawnError& e) {
+    std::cerr << log_name << ": " << e.what() << " (install " << install_hint << ")" << std::endl;
+    return e.exit_code();
+  }
+  int forwarded = 0;
+  while (!engine->try_reap()) {
+    if (g_signal && g_signal != forwarded) {
+      forwarded = g_signal;
+      engine->signal_group(forwarded);  // the engine stops its ranks on every host
+    }
+    ::usleep(20000);
+  }
+  return shell_exit_code(engine->wait_status());
+}
+
 }  // namespace heft::job

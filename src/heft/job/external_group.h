@@ -51,4 +51,10 @@ struct ExternalGroup {
 GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
                             std::chrono::milliseconds grace);
 
+// `heft run`'s form: one start, the engine writing straight to our stdout and stderr;
+// SIGINT and SIGTERM are passed on to it. Returns its exit code (128 + signal if killed); a
+// missing engine is one line on stderr naming `install_hint` and 127.
+int run_external_passthrough(const ExternalStart& start, const std::string& log_name,
+                             const std::string& install_hint);
+
 }  // namespace heft::job

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,9 +194,6 @@ Environment mpi_worker_environment(const Environment& parent) {
 
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
-void note_signal(int sig) { g_signal = sig; }
-
 void check_options(const MpirunOptions& o) {
   if (o.hosts.empty()) throw InvalidArgument("--hostfile: no host to run on");
   if (o.processes_per_host < 1) throw InvalidArgument("-n: expected at least 1 process a host");
@@ -303,31 +299,7 @@ GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hook
 int run_mpirun(const MpirunOptions& o) {
   check_options(o);
   MpirunStart start(o, false);
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = note_signal;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  std::unique_ptr<Process> mpirun;
-  try {
-    mpirun = Process::spawn(start.spawn());
-  } catch (const SpawnError& e) {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-    std::cerr << o.log_name << ": " << e.what() << " (install openmpi-bin)" << std::endl;
-    return e.exit_code();
-  }
-  int forwarded = 0;
-  while (!mpirun->try_reap()) {
-    if (g_signal && g_signal != forwarded) {
-      forwarded = g_signal;
-      mpirun->signal_group(forwarded);  // mpirun stops its ranks on every host
-    }
-    ::usleep(20000);
-  }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
-  g_signal = 0;
-  return shell_exit_code(mpirun->wait_status());
+  return run_external_passthrough(start, o.log_name, "openmpi-bin");
 }
 
 }  // namespace heft::job

@@ -1,6 +1,5 @@
 #include "heft/job/slurm_launcher.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,9 +35,6 @@ int need_int(const Environment& env, const char* name) {
     throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
   return static_cast<int>(x);
 }
-
-volatile sig_atomic_t g_signal = 0;
-void note_signal(int sig) { g_signal = sig; }
 
 }  // namespace
 
@@ -214,32 +210,7 @@ GroupEnd run_srun_group(const SlurmOptions& o, const LocalLauncherHooks& hooks,
 int run_srun(const SlurmOptions& o) {
   check_options(o);
   SlurmStart start(o, false);
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = note_signal;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  g_signal = 0;
-  std::unique_ptr<Process> srun;
-  try {
-    srun = Process::spawn(start.spawn());
-  } catch (const SpawnError& e) {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-    std::cerr << o.log_name << ": " << e.what() << " (install slurm-client)" << std::endl;
-    return e.exit_code();
-  }
-  int forwarded = 0;
-  while (!srun->try_reap()) {
-    if (g_signal && g_signal != forwarded) {
-      forwarded = g_signal;
-      srun->signal_group(forwarded);  // srun cancels the step on every node
-    }
-    ::usleep(20000);
-  }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
-  g_signal = 0;
-  return shell_exit_code(srun->wait_status());
+  return run_external_passthrough(start, o.log_name, "slurm-client");
 }
 
 }  // namespace heft::job
