@@ -112,6 +112,25 @@ TEST(JobProfiler, StalledRankIsFoundAndTheRuleStopsTheJob) {
   EXPECT_NE(run.err.find("rank 1 never entered it"), std::string::npos) << run.err;
 }
 
+TEST(JobProfiler, CollectiveTimeoutFailsTheJobWithTheHangDiagnosis) {
+  Home h;
+  // No stall rule: the ranks' own timeout (stopping.timeout_s) ends the job.
+  const std::string path = h.spec(worker_spec(
+      "hung", ", --steps, 1000, --stall-rank, 2, --stall-step, 7",
+      "rules: []\nstopping: {timeout_s: 3, grace_s: 1}\n"));
+  const auto run = h.heft({"train", path}, seconds(60));
+  EXPECT_EQ(run.exit_code, 1) << heft::test::describe(run);
+  const nlohmann::json j = h.heft({"describe", "hung", "--json"}).json();
+  EXPECT_EQ(j["status"], "Failed");
+  const std::string reason = j["failure_reason"];
+  EXPECT_NE(reason.find("rank 2 stopped responding in allreduce"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("allreduce #7 in group hung/world: rank 2 never entered it"), std::string::npos)
+      << reason;
+  const auto diag = h.heft({"diagnose", "hung"});
+  EXPECT_EQ(diag.exit_code, 3) << heft::test::describe(diag);
+  EXPECT_NE(diag.out.find("ranks 0, 1, 3 wait in it for rank 2"), std::string::npos) << diag.out;
+}
+
 TEST(JobProfiler, BadRulesAreClearErrors) {
   Home h;
   const auto bad_name = h.heft({"train", h.spec(worker_spec("bad", "", "rules: [{rule: StepOutlyer}]\n"))});

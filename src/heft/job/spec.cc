@@ -42,7 +42,7 @@ const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_
                                                "launcher", "hosts", "hostfile",
                                                "custom_mpi_options", "srun_options"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
-const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s"};
+const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s"};
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
@@ -418,6 +418,7 @@ class Validator {
     r_.get_seconds(n["max_runtime_s"], "stopping.max_runtime_s", false,
                    &spec_.stopping.max_runtime_s);
     r_.get_seconds(n["grace_s"], "stopping.grace_s", true, &spec_.stopping.grace_s);
+    r_.get_int(n["timeout_s"], "stopping.timeout_s", 1, 86400, &spec_.stopping.timeout_s);
   }
 
   void retry(const YAML::Node& n) {
@@ -679,7 +680,9 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
       {"checkpoint",
        {{"every_steps", spec.checkpoint.every_steps}, {"keep", spec.checkpoint.keep}}},
       {"stopping",
-       {{"max_runtime_s", spec.stopping.max_runtime_s}, {"grace_s", spec.stopping.grace_s}}},
+       {{"max_runtime_s", spec.stopping.max_runtime_s},
+        {"grace_s", spec.stopping.grace_s},
+        {"timeout_s", spec.stopping.timeout_s}}},
       {"retry", {{"max_attempts", spec.retry.max_attempts}}},
       {"spot",
        {{"enabled", spec.spot.enabled},

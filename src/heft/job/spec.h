@@ -54,6 +54,9 @@ struct CheckpointSpec {
 struct StoppingSpec {
   double max_runtime_s = 86400;  // of the group's running time, over all attempts
   double grace_s = 30;           // between SIGTERM and SIGKILL when stopping the group
+  // How long a collective (or the rendezvous) waits for a peer before the ranks give up and
+  // name it (HEFT_TIMEOUT); a hung rank ends the job after this long.
+  int timeout_s = 300;
 };
 
 struct RetrySpec {

@@ -112,6 +112,7 @@ class Supervisor::Impl {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
     o.grace = std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
+    o.timeout_s = spec_.stopping.timeout_s;
     o.extra_env = training_environment(spec_, paths_);
     if (options_.observer)
       for (const auto& [k, v] : options_.observer->environment()) o.extra_env[k] = v;
