@@ -255,3 +255,33 @@ TEST_F(NetnsHosts, TorchrunStyleScriptRunsUnchangedAcrossHosts) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(MpirunJob, LinkDownEndsTheJobWithinTheTimeoutNamingTheHost) {
+  heft::test::TempDir dir;
+  const std::string path = spec(dir, "cut", ", --phase-ms, 5, --steps, 779000",
+                                "rules: []\nstopping: {timeout_s: 4, grace_s: 2}\n");
+  heft::test::HeftProcess job(kHeft, {"train", path}, dir.path() + "/cut-job",
+                              {{"HEFT_HOME", dir.path() + "/home"}, {"NETNS_PREFIX", prefix_}});
+  bool cut = false;
+  for (int i = 0; i < 200 && !cut; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (heft::test::read_file(dir.path() + "/home/jobs/cut/logs/rank-0.log").find("step=20 ") !=
+        std::string::npos)
+      cut = heft::test::run_command("ip -n " + prefix_ + "-h2 link set eth0 down").code == 0;
+  }
+  ASSERT_TRUE(cut);
+  const auto start = std::chrono::steady_clock::now();
+  const auto o = job.wait(seconds(60));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(o.exit_code, 1) << heft::test::describe(o);
+  // timeout 4 s, then mpirun's abort hangs on the unreachable host: stopped 2 + 5 s later.
+  EXPECT_LT(took, 25) << heft::test::describe(o);
+  const nlohmann::json j = heft(dir, {"describe", "cut", "--json"}).json();
+  EXPECT_NE(j["failure_reason"].get<std::string>().find("host 10.78.0.12 was lost"), std::string::npos)
+      << j["failure_reason"];
+  EXPECT_TRUE(no_worker_left(779000));
+}
+
+}  // namespace

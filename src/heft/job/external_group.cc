@@ -11,6 +11,8 @@ namespace heft::job {
 
 namespace {
 
+constexpr std::chrono::seconds kAbortWait{5};
+
 volatile sig_atomic_t g_signal = 0;
 void note_signal(int sig) { g_signal = sig; }
 
@@ -87,6 +89,8 @@ GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& ho
     bool out_open = true, err_open = true;
     Clock::time_point next_tick = Clock::now() + hooks.tick;
     std::optional<Clock::time_point> kill_at;
+    bool abort_seen = false, abort_pending = false;
+    Clock::time_point abort_deadline = Clock::now();
     for (;;) {
       if (out_open && !lines.read(engine->stdout_fd(), out_pending)) out_open = false;
       if (err_open && !lines.read(engine->stderr_fd(), err_pending)) err_open = false;
@@ -102,6 +106,21 @@ GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& ho
       }
       if (Clock::now() >= next_tick) {
         next_tick += hooks.tick;
+        // A rank recorded a failure: the engine should end the group by itself, but one that
+        // cannot reach a lost host may hang in its own abort (mpirun does): after `grace`
+        // and kAbortWait more it is stopped as if asked to.
+        if (!abort_seen && start->abort_record(g.group)) {
+          abort_seen = abort_pending = true;
+          abort_deadline = Clock::now() + grace + kAbortWait;
+        }
+        if (abort_pending && Clock::now() >= abort_deadline && !kill_at) {
+          std::cerr << g.log_name << ": " << g.engine << " did not end the group " 
+                    << std::chrono::duration_cast<std::chrono::seconds>(grace + kAbortWait).count()
+                    << " s after a rank failed; stopping it" << std::endl;
+          engine->signal_group(SIGTERM);
+          kill_at = Clock::now() + grace;
+          abort_pending = false;
+        }
         if (hooks.on_tick && hooks.on_tick() && !end.stop_requested && !end.interrupt_signal) {
           end.stop_requested = true;
           engine->signal_group(SIGTERM);

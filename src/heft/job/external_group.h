@@ -47,7 +47,9 @@ struct ExternalGroup {
 
 // Runs starts until one ends and hooks.restart declines (or a signal came). SIGINT, SIGTERM
 // and SIGHUP go to the engine (which stops the ranks on every host), SIGKILL after `grace`.
-// A failed start whose ranks recorded a lost peer names its host in failure_detail.
+// A failed start whose ranks recorded a lost peer names its host in failure_detail. Once a
+// rank recorded a failure, an engine still running `grace` + 5 s later is stopped (mpirun
+// hangs in its own abort when a host is unreachable).
 GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
                             std::chrono::milliseconds grace);
 
