@@ -115,6 +115,12 @@ def main():
                   f"seconds={time.perf_counter() - start:.1f} backend={args.backend}", flush=True)
     if rank == 0 and os.environ.get("SM_MODEL_DIR"):
         torch.save(model.module.state_dict(), os.path.join(os.environ["SM_MODEL_DIR"], "model.pt"))
+    # Let every rank's last collective finish, and drop the DDP model while the group is still
+    # alive: with torch 1.13's Gloo, a DDP model whose destruction ends its process group can
+    # deadlock at exit (the group's worker thread frees a tensor and needs the GIL that the
+    # destructor holds).
+    dist.barrier()
+    del model, opt
     dist.destroy_process_group()
 
 
