@@ -25,6 +25,8 @@ const std::vector<RuleInfo>& rule_catalogue() {
       {"StepOutlier",
        "steps much slower than the others (median + stddev x sigma)",
        {{"stddev", 3, "how many standard deviations above the median a step must be"},
+        {"min_ratio", 3, "and at least this many times the median (scheduling noise on a "
+                         "busy machine makes a few 2x steps with a small sigma)"},
         {"n_outliers", 10, "outlier steps a rank needs for the rule to fire"},
         {"patience", 20, "steps per rank seen before the rule is evaluated"}}},
       {"StalledTrainingRule",

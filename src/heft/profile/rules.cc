@@ -145,7 +145,7 @@ std::vector<RuleFinding> step_outlier(const job::RuleSpec& r, const Observations
   mean /= static_cast<double>(busy.size());
   for (double b : busy) var += (b - mean) * (b - mean);
   const double sigma = std::sqrt(var / static_cast<double>(busy.size()));
-  const double limit = med + r.number("stddev") * sigma;
+  const double limit = std::max(med + r.number("stddev") * sigma, r.number("min_ratio") * med);
   std::vector<RuleFinding> out;
   for (const auto& [rank, steps] : steps_by_rank(obs)) {
     int n = 0;
@@ -165,8 +165,9 @@ std::vector<RuleFinding> step_outlier(const job::RuleSpec& r, const Observations
     f.rank = rank;
     f.message = "rank " + std::to_string(rank) + ": " + std::to_string(n) + " steps slower than " +
                 fmt(limit) + " ms (median " + fmt(med) + " + " + fmt(r.number("stddev"), 0) +
-                " x sigma " + fmt(sigma) + "); the slowest, step " + std::to_string(worst_step) +
-                ", took " + fmt(worst) + " ms";
+                " x sigma " + fmt(sigma) + ", at least " + fmt(r.number("min_ratio"), 1) +
+                " x the median); the slowest, step " + std::to_string(worst_step) + ", took " +
+                fmt(worst) + " ms";
     f.evidence = {{"outliers", n}, {"limit_ms", limit}, {"median_ms", med}, {"sigma_ms", sigma},
                   {"slowest_step", worst_step}, {"slowest_ms", worst}};
     out.push_back(f);
