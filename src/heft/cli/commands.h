@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "heft/job/worker_env.h"
+
 namespace heft::cli {
 
 using Command = std::function<int()>;
@@ -56,6 +58,11 @@ Command add_report_command(CLI::App& app);
 Command add_console_command(CLI::App& app);
 // `heft mpi-worker -- CMD` (hidden; mpi_worker.cc)
 Command add_mpi_worker_command(CLI::App& app);
+// Executes `command` with `env` in place of this process (PATH from `env`); returns only on
+// failure: 127 not found, 126 not executable, after one line on stderr led by `name`
+// (mpi_worker.cc; the mpi-worker and slurm-worker commands).
+int exec_worker(const job::Environment& env, std::vector<std::string> command,
+                const std::string& name);
 // `heft slurm-worker -- CMD` (hidden; slurm_worker.cc)
 Command add_slurm_worker_command(CLI::App& app);
 

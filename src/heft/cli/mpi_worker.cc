@@ -53,6 +53,22 @@ void choose_socket_interface(job::Environment& env) {
 
 }  // namespace
 
+int exec_worker(const job::Environment& env, std::vector<std::string> command,
+                const std::string& name) {
+  std::vector<std::string> envp = job::to_envp(env);
+  std::vector<char*> argv, envv;
+  for (std::string& a : command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : envp) envv.push_back(e.data());
+  envv.push_back(nullptr);
+  // PATH lookup with the worker's environment.
+  const auto path = env.find("PATH");
+  if (path != env.end()) ::setenv("PATH", path->second.c_str(), 1);
+  ::execvpe(argv[0], argv.data(), envv.data());
+  std::cerr << name << ": cannot execute '" << command[0] << "': " << std::strerror(errno) << "\n";
+  return errno == ENOENT ? 127 : 126;
+}
+
 Command add_mpi_worker_command(CLI::App& app) {
   auto command = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("mpi-worker", "Run CMD as a rank of an mpirun group");
@@ -61,19 +77,7 @@ Command add_mpi_worker_command(CLI::App& app) {
   return [command]() -> int {
     job::Environment env = job::mpi_worker_environment(job::current_environment());
     choose_socket_interface(env);
-    std::vector<std::string> envp = job::to_envp(env);
-    std::vector<char*> argv, envv;
-    for (std::string& a : *command) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : envp) envv.push_back(e.data());
-    envv.push_back(nullptr);
-    // PATH lookup with the worker's environment.
-    const auto path = env.find("PATH");
-    if (path != env.end()) ::setenv("PATH", path->second.c_str(), 1);
-    ::execvpe(argv[0], argv.data(), envv.data());
-    std::cerr << "heft mpi-worker: cannot execute '" << (*command)[0] << "': "
-              << std::strerror(errno) << "\n";
-    return errno == ENOENT ? 127 : 126;
+    return exec_worker(env, *command, "heft mpi-worker");
   };
 }
 

@@ -4,8 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "heft/error.h"
 
 namespace heft::job {
 
@@ -49,6 +54,44 @@ class Lines {
 };
 
 }  // namespace
+
+std::string engine_variable(const Environment& env, const char* name, const char* worker,
+                            const char* launcher) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty())
+    throw InvalidArgument(std::string(name) + " is not set: heft " + worker +
+                          " runs under `heft run --launcher " + launcher + "` (docs/clusters.md)");
+  return it->second;
+}
+
+int engine_int(const Environment& env, const char* name, const char* worker,
+               const char* launcher) {
+  const std::string v = engine_variable(env, name, worker, launcher);
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || x < 0)
+    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
+  return static_cast<int>(x);
+}
+
+Environment engine_worker_environment(Environment env, int rank, int size, int local_rank,
+                                      int local_size, int host,
+                                      const std::vector<std::string>& hosts) {
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(size);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  env["GROUP_RANK"] = std::to_string(host);
+  env["SM_HOSTS"] = nlohmann::json(hosts).dump();
+  env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(host)];
+  env["HEFT_HOST"] = hosts[static_cast<size_t>(host)];
+  env.emplace("TORCHELASTIC_RESTART_COUNT", "0");
+  const int cpus = available_cpus();
+  env["SM_NUM_CPUS"] = std::to_string(cpus);
+  env["SM_NUM_GPUS"] = "0";
+  env.emplace("OMP_NUM_THREADS", std::to_string(std::max(1, cpus / std::max(1, local_size))));
+  return env;
+}
 
 GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
                             std::chrono::milliseconds grace) {

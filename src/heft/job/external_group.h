@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "heft/job/local_launcher.h"
 #include "heft/job/process.h"
@@ -52,6 +53,22 @@ struct ExternalGroup {
 // hangs in its own abort when a host is unreachable).
 GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
                             std::chrono::milliseconds grace);
+
+// A variable an engine sets for each rank: its value, or heft::InvalidArgument "<NAME> is not
+// set: heft <worker> runs under `heft run --launcher <launcher>`". engine_int: a non-negative
+// integer, else an error naming the variable and its value.
+std::string engine_variable(const Environment& env, const char* name, const char* worker,
+                            const char* launcher);
+int engine_int(const Environment& env, const char* name, const char* worker,
+               const char* launcher);
+
+// `parent` with the environment contract of a rank an engine placed: RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (= host), SM_HOSTS (JSON list), SM_CURRENT_HOST and
+// HEFT_HOST (hosts[host]), SM_NUM_CPUS, SM_NUM_GPUS, and unless set TORCHELASTIC_RESTART_COUNT
+// (0) and OMP_NUM_THREADS (cores / local_size). `host` < hosts.size(), local_size >= 1.
+Environment engine_worker_environment(Environment parent, int rank, int size, int local_rank,
+                                      int local_size, int host,
+                                      const std::vector<std::string>& hosts);
 
 // `heft run`'s form: one start, the engine writing straight to our stdout and stderr;
 // SIGINT and SIGTERM are passed on to it. Returns its exit code (128 + signal if killed); a

@@ -29,27 +29,11 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string env_of(const Environment& env, const char* name) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty())
-    throw InvalidArgument(std::string(name) +
-                          " is not set: heft mpi-worker runs under `heft run --launcher mpirun` "
-                          "(docs/clusters.md)");
-  return it->second;
+  return engine_variable(env, name, "mpi-worker", "mpirun");
 }
 
 int env_int(const Environment& env, const char* name) {
-  const std::string v = env_of(env, name);
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (*end != '\0' || x < 0)
-    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
-  return static_cast<int>(x);
-}
-
-std::string json_string_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\"" : "\"") + items[i] + "\"";
-  return out + "]";
+  return engine_int(env, name, "mpi-worker", "mpirun");
 }
 
 }  // namespace
@@ -155,7 +139,6 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& o, const std::string& 
 }
 
 Environment mpi_worker_environment(const Environment& parent) {
-  Environment env = parent;
   const int rank = env_int(parent, "OMPI_COMM_WORLD_RANK");
   const int size = env_int(parent, "OMPI_COMM_WORLD_SIZE");
   const int local_rank = env_int(parent, "OMPI_COMM_WORLD_LOCAL_RANK");
@@ -175,21 +158,7 @@ Environment mpi_worker_environment(const Environment& parent) {
   if (host >= static_cast<int>(hosts.size()))
     throw InvalidArgument("rank " + std::to_string(rank) + " is on host " + std::to_string(host) +
                           " but HEFT_MPI_HOSTS names " + std::to_string(hosts.size()));
-  env["RANK"] = std::to_string(rank);
-  env["WORLD_SIZE"] = std::to_string(size);
-  env["LOCAL_RANK"] = std::to_string(local_rank);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
-  env["GROUP_RANK"] = std::to_string(host);
-  env["HEFT_HOST"] = hosts[static_cast<size_t>(host)];
-  env["SM_HOSTS"] = json_string_list(hosts);
-  env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(host)];
-  if (!env.count("TORCHELASTIC_RESTART_COUNT")) env["TORCHELASTIC_RESTART_COUNT"] = "0";
-  const int cpus = available_cpus();
-  env["SM_NUM_CPUS"] = std::to_string(cpus);
-  env["SM_NUM_GPUS"] = "0";
-  if (!env.count("OMP_NUM_THREADS"))
-    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / local_size));
-  return env;
+  return engine_worker_environment(parent, rank, size, local_rank, local_size, host, hosts);
 }
 
 namespace {

@@ -19,21 +19,11 @@ namespace heft::job {
 namespace {
 
 std::string need(const Environment& env, const char* name) {
-  auto it = env.find(name);
-  if (it == env.end() || it->second.empty())
-    throw InvalidArgument(std::string(name) +
-                          " is not set: heft slurm-worker runs under `heft run --launcher slurm` "
-                          "(docs/clusters.md)");
-  return it->second;
+  return engine_variable(env, name, "slurm-worker", "slurm");
 }
 
 int need_int(const Environment& env, const char* name) {
-  const std::string v = need(env, name);
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (*end != '\0' || x < 0)
-    throw InvalidArgument(std::string(name) + ": expected a non-negative integer, found '" + v + "'");
-  return static_cast<int>(x);
+  return engine_int(env, name, "slurm-worker", "slurm");
 }
 
 }  // namespace
@@ -94,7 +84,6 @@ std::vector<std::string> srun_argv(const SlurmOptions& o) {
 }
 
 Environment slurm_worker_environment(const Environment& parent) {
-  Environment env = parent;
   const int rank = need_int(parent, "SLURM_PROCID");
   const int size = need_int(parent, "SLURM_NTASKS");
   const int local_rank = need_int(parent, "SLURM_LOCALID");
@@ -106,24 +95,9 @@ Environment slurm_worker_environment(const Environment& parent) {
   if (node >= static_cast<int>(hosts.size()))
     throw InvalidArgument("SLURM_NODEID " + std::to_string(node) + " is beyond SLURM_JOB_NODELIST's " +
                           std::to_string(hosts.size()) + " nodes");
-  std::string hosts_json = "[";
-  for (size_t i = 0; i < hosts.size(); ++i) hosts_json += (i ? ",\"" : "\"") + hosts[i] + "\"";
-  hosts_json += "]";
-  env["RANK"] = std::to_string(rank);
-  env["WORLD_SIZE"] = std::to_string(size);
-  env["LOCAL_RANK"] = std::to_string(local_rank);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
-  env["GROUP_RANK"] = std::to_string(node);
-  env["SM_HOSTS"] = hosts_json;
-  env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(node)];
-  env["HEFT_HOST"] = hosts[static_cast<size_t>(node)];
-  if (!env.count("TORCHELASTIC_RESTART_COUNT")) env["TORCHELASTIC_RESTART_COUNT"] = "0";
-  const int cpus = available_cpus();
-  env["SM_NUM_CPUS"] = std::to_string(cpus);
-  env["SM_NUM_GPUS"] = "0";
-  if (!env.count("OMP_NUM_THREADS"))
-    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / local_size));
-  if (!env.count("MASTER_ADDR")) env["MASTER_ADDR"] = hosts[0];
+  Environment env =
+      engine_worker_environment(parent, rank, size, local_rank, local_size, node, hosts);
+  env.emplace("MASTER_ADDR", hosts[0]);
   return env;
 }
 
