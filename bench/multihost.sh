@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Allreduce across real (namespace) hosts: tests/support/netns_hosts.sh makes 2 hosts whose
 # links are shaped to each rate, and with 2 ranks a host this prints, side by side in one run,
-# heft's hierarchical allreduce, heft's flat TCP ring (both through `heft run --launcher
-# mpirun` and `heft bench --worker`) and OpenMPI's own MPI_Allreduce (../shared/peers/
+# heft's automatic choice (which measures the hierarchical form against the flat ring per
+# size on these links; the form it ran is shown), heft's hierarchical allreduce, heft's flat
+# TCP ring (all through `heft run --launcher mpirun` and `heft bench --worker`) and OpenMPI's own MPI_Allreduce (../shared/peers/
 # allreduce_mpi.py) launched by the same mpirun over the same hosts. With --main-job, also the
 # main job's samples/s on the 2 namespace hosts (launcher mpirun) against 2 simulated hosts.
 # Needs root. Prints the machine (CPU, memcpy GB/s) first.
@@ -35,7 +36,7 @@ export NETNS_PREFIX=hbench
 for rate in $RATES; do
   $HOSTS up 2 --net 79 --prefix hbench --rate "$rate" >/dev/null 2>&1
   out=$(mktemp -d)
-  for algo in hierarchical ring; do
+  for algo in auto hierarchical ring; do
     build/heft run --launcher mpirun --hostfile "$HF" -n 2 --mpi-options "$OPTS" -- \
       build/heft bench allreduce --worker --min "$MIN" --max "$MAX" --factor 4 --iters "$ITERS" --algo "$algo" \
       | grep -v '^#' > "$out/$algo"
@@ -46,13 +47,15 @@ for rate in $RATES; do
   # allreduce_mpi.py doubles the size each row; keep heft's rows (x4).
   echo
   echo "### $rate links: busbw GB/s (time us)"
-  echo "| bytes | heft hierarchical | heft flat ring | OpenMPI | hierarchical/ring | hierarchical/OpenMPI |"
-  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "| bytes | heft auto (form it ran) | heft hierarchical | heft flat ring | OpenMPI | hierarchical/ring | hierarchical/OpenMPI | auto/best form |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
   while read -r bytes t_h _ b_h _; do
     read -r _ t_r _ b_r _ < <(grep "^$bytes " "$out/ring")
+    read -r _ t_a _ b_a p_a < <(grep "^$bytes " "$out/auto")
     read -r _ t_m _ b_m < <(grep "^$bytes " "$out/mpi.all" || echo "x 0 0 0")
     awk -v n="$bytes" -v th="$t_h" -v bh="$b_h" -v tr="$t_r" -v br="$b_r" -v tm="$t_m" -v bm="$b_m" \
-      'BEGIN{printf "| %d | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %.2f | %s |\n", n, bh, th, br, tr, bm, tm, bh/br, (bm>0 ? sprintf("%.2f", bh/bm) : "-")}'
+      -v ta="$t_a" -v ba="$b_a" -v pa="${p_a%%(*}" \
+      'BEGIN{printf "| %d | %.3f (%.0f) %s | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %.2f | %s | %.2f |\n", n, ba, ta, pa, bh, th, br, tr, bm, tm, bh/br, (bm>0 ? sprintf("%.2f", bh/bm) : "-"), ba/(bh>br ? bh : br)}'
   done < "$out/hierarchical"
   rm -rf "$out"
   if (( MAIN )) && [[ $rate == "${RATES%% *}" ]]; then

@@ -240,6 +240,7 @@ TEST_P(Collectives, AllreduceShmFormsRunAndAgree) {
       CommunicatorOptions o;
       o.shm_small_bytes = small;
       o.shm_single_copy = mode;
+      o.measure_allreduce = false;  // across hosts: hierarchical at every size (tested below)
       run([=](Communicator& c) {
         check_allreduce(c, false);
         const shm::PathCounts k = c.shm_path_counts();
@@ -272,6 +273,64 @@ TEST_P(Collectives, AllreduceShmFormsRunAndAgree) {
         if (mode == SingleCopy::kAuto) expect(k.slots + k.single_copy > 0, "auto: " + counts);
       }, o);
     }
+  }
+}
+
+// Across hosts, auto measures the hierarchical form against the flat ring once per
+// power-of-two size above small_message_bytes, every rank keeps the same choice, and the
+// calls after it run the chosen form; small messages and measure_allreduce=false stay
+// hierarchical without measuring.
+TEST_P(Collectives, AllreduceAcrossHostsChoosesByMeasurement) {
+  if (std::get<1>(GetParam()) != Layout::kTwoHosts || world() < 3)
+    GTEST_SKIP() << "needs several hosts, one with several ranks";
+  for (bool measure : {true, false}) {
+    CommunicatorOptions o;
+    o.measure_allreduce = measure;
+    run([=](Communicator& c) {
+      const int n = c.size(), r = c.rank();
+      std::vector<float> small(100, static_cast<float>(r));
+      c.allreduce(small.data(), small.size(), DataType::f32, ReduceOp::sum);
+      expect(c.allreduce_measurements() == 0, "a small allreduce was measured");
+      expect(c.last_allreduce_path().rfind("hierarchical", 0) == 0,
+             "small allreduce across hosts: " + c.last_allreduce_path());
+      const size_t count = (256 << 10) + 7;  // floats: ~1 MiB, above small_message_bytes
+      std::vector<std::string> paths;
+      for (int call = 0; call < 3; ++call) {
+        std::vector<float> x(count);
+        for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(contribution(r, i));
+        c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i)
+          wrong += x[i] != static_cast<float>(expected(ReduceOp::sum, DataType::f32, n, i));
+        expect(wrong == 0, std::to_string(wrong) + " wrong elements, call " +
+                               std::to_string(call) + ", path " + c.last_allreduce_path());
+        paths.push_back(c.last_allreduce_path());
+      }
+      const size_t bytes = count * sizeof(float);
+      if (!measure) {
+        expect(c.allreduce_measurements() == 0, "measured with measure_allreduce=false");
+        expect(c.measured_allreduce(bytes) == Algorithm::kAuto, "a choice without measuring");
+        for (const auto& p : paths)
+          expect(p.rfind("hierarchical", 0) == 0, "measure off: " + p);
+        return;
+      }
+      expect(c.allreduce_measurements() == 1,
+             "measurements: " + std::to_string(c.allreduce_measurements()) + ", expected 1");
+      const Algorithm chosen = c.measured_allreduce(bytes);
+      expect(chosen == Algorithm::kHierarchical || chosen == Algorithm::kRing,
+             std::string("measured choice: ") + name(chosen));
+      expect(c.allreduce_algorithm(bytes) == chosen, "allreduce_algorithm ignores the measurement");
+      // The first call ran hierarchical (then measured); the next ones the choice.
+      expect(paths[0].rfind("hierarchical", 0) == 0, "first call: " + paths[0]);
+      const std::string want = chosen == Algorithm::kRing ? "ring" : "hierarchical";
+      for (int call = 1; call < 3; ++call)
+        expect(paths[call].rfind(want, 0) == 0, "call " + std::to_string(call) + " ran " +
+                                                    paths[call] + ", measured " + want);
+      // Every rank chose the same form.
+      int choice[2] = {static_cast<int>(chosen), -static_cast<int>(chosen)};
+      c.allreduce(choice, 2, DataType::i32, ReduceOp::max);
+      expect(choice[0] == -choice[1], "ranks measured different forms");
+    }, o);
   }
 }
 

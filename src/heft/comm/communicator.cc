@@ -100,6 +100,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, std::string group, int 
       transport_(std::move(transport)),
       topology_(std::move(topology)),
       shm_(std::move(shm)) {
+  for (auto& m : measured_) m.store(-1, std::memory_order_relaxed);
   if (shm_) {
     // A peer blocked in shared memory cannot see a socket close; look at its TCP link
     // while waiting for it.
@@ -141,9 +142,62 @@ Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
     a = Algorithm::kAuto;  // not possible on this topology: fall back
   if (a != Algorithm::kAuto) return a;
   if (single_shm_host()) return Algorithm::kShm;
-  if (shared && topology_.hosts() > 1) return Algorithm::kHierarchical;
+  if (shared && topology_.hosts() > 1) {
+    if (bytes <= options_.small_message_bytes || !options_.measure_allreduce)
+      return Algorithm::kHierarchical;
+    return measured_allreduce(bytes);  // kAuto until measured: run_allreduce measures
+  }
   return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
                                                : Algorithm::kRing;
+}
+
+namespace {
+int size_bucket(size_t bytes) { return bytes ? 63 - __builtin_clzll(bytes) : 0; }
+}  // namespace
+
+Algorithm Communicator::measured_allreduce(size_t bytes) const {
+  const int m = measured_[size_bucket(bytes)].load(std::memory_order_acquire);
+  return m < 0 ? Algorithm::kAuto : static_cast<Algorithm>(m);
+}
+
+void Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                     const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
+  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
+  double best[2] = {1e300, 1e300};  // seconds: hierarchical, ring
+  for (int round = 0; round < 2; ++round) {
+    for (int form = 0; form < 2; ++form) {
+      const auto start = std::chrono::steady_clock::now();
+      if (form == 0) {
+        algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count,
+                                     t, op, options_.small_message_bytes, deadline, name);
+      } else {
+        algo::Links links{*transport_, deadline, name, call};
+        algo::ring_allreduce(links, scratch.data(), count, t, op);
+      }
+      best[form] = std::min(
+          best[form],
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  // Every rank must choose the same: decide on the slowest rank's times.
+  algo::Links links{*transport_, deadline, name,
+                    algo::call_signature(algo::Call::allreduce, 2, DataType::f64, ReduceOp::max)};
+  algo::recursive_doubling_allreduce(links, best, 2, DataType::f64, ReduceOp::max);
+  const Algorithm choice = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
+  measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
+  measurements_.fetch_add(1, std::memory_order_release);
+  const auto busbw = [&](double s) {  // nccl-tests' bus bandwidth, GB/s
+    return s > 0 ? 2.0 * (size_ - 1) / size_ * static_cast<double>(bytes) / s / 1e9 : 0.0;
+  };
+  const std::string line = fmt::format(
+      "allreduce of {} B over {} hosts: hierarchical {:.3f} ms ({:.2f} GB/s busbw), flat ring "
+      "{:.3f} ms ({:.2f} GB/s): {} for this size",
+      bytes, topology_.hosts(), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
+      comm::name(choice));
+  if (rank_ == 0) spdlog::info("{}", line);
+  else spdlog::debug("rank {}: {}", rank_, line);
 }
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
@@ -338,7 +392,10 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
     return "shm/none";
   };
   std::string path;
-  switch (allreduce_algorithm(bytes)) {
+  Algorithm algorithm = allreduce_algorithm(bytes);
+  const bool measure = algorithm == Algorithm::kAuto;
+  if (measure) algorithm = Algorithm::kHierarchical;  // this call's own result; then measure
+  switch (algorithm) {
     case Algorithm::kShm: {
       algo::ShmLinks local{*shm_, deadline, name,
                            algo::call_signature(algo::Call::allreduce, count, t, op)};
@@ -366,7 +423,8 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
       path = "ring";
     }
   }
-  std::string& logged = logged_paths_[bytes ? 63 - __builtin_clzll(bytes) : 0];
+  if (measure) measure_allreduce(count, t, op, deadline, name);
+  std::string& logged = logged_paths_[size_bucket(bytes)];
   if (logged != path) {
     spdlog::debug("rank {}: {} took {}", rank_, name, path);
     logged = path;

@@ -23,6 +23,7 @@
 // Deliberately left out: tags on collectives, cancellation, non-contiguous buffers.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -172,6 +173,11 @@ class Communicator {
   std::string last_allreduce_path() const;
   // How this rank's shared-memory allreduces went so far (all zero without shared memory).
   shm::PathCounts shm_path_counts() const;
+  // How many allreduce sizes this rank measured the hierarchical form against the flat ring
+  // for (CommunicatorOptions::measure_allreduce), and what the measurement chose for
+  // allreduces of `bytes` (kAuto: not measured).
+  int allreduce_measurements() const { return measurements_.load(std::memory_order_acquire); }
+  Algorithm measured_allreduce(size_t bytes) const;
   // Operations that ran on their caller's thread (blocking calls on an idle communicator).
   uint64_t inline_operations() const { return inline_ops_.load(std::memory_order_relaxed); }
 
@@ -192,6 +198,10 @@ class Communicator {
   // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
   void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
                      const std::string& name);
+  // Times the hierarchical and flat-ring allreduce of count elements and records the faster
+  // for this size on every rank (comm thread; collective: every rank calls it together).
+  void measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                         const std::string& name);
   std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
   void check_peer(int peer, const char* what) const;
 
@@ -206,6 +216,10 @@ class Communicator {
   int split_count_ = 0;  // only touched by split(), which is collective and ordered
   // Paths already logged, by power-of-two size bucket (communicator thread only).
   std::string logged_paths_[64];
+  // The measured allreduce choice by power-of-two size bucket (an Algorithm, -1 not yet):
+  // written by the comm thread, read by callers naming an operation.
+  std::array<std::atomic<int>, 64> measured_;
+  std::atomic<int> measurements_{0};
 
   struct Op {
     std::string name;

@@ -73,6 +73,10 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.shm_single_copy = single_copy == "auto" ? CommunicatorOptions::SingleCopy::kAuto
                       : single_copy == "1"  ? CommunicatorOptions::SingleCopy::kOn
                                             : CommunicatorOptions::SingleCopy::kOff;
+  const std::string measure = env_or("HEFT_ALLREDUCE_MEASURE", "1");
+  if (measure != "1" && measure != "0")
+    throw InvalidArgument("HEFT_ALLREDUCE_MEASURE: expected 1 or 0, found '" + measure + "'");
+  o.measure_allreduce = measure == "1";
   const std::string compression = env_or("HEFT_COMPRESSION", "none");
   if (compression != "none" && compression != "bf16")
     throw InvalidArgument("HEFT_COMPRESSION: expected none or bf16, found '" + compression + "'");

@@ -31,9 +31,17 @@ struct CommunicatorOptions {
   // Deadline of each operation, from when it starts running; also bounds set-up.
   Millis timeout{std::chrono::seconds(300)};
   // Allreduce algorithm. kAuto: one host with shared memory -> kShm; several hosts, some
-  // with several ranks -> kHierarchical; otherwise recursive doubling up to
-  // small_message_bytes and the ring above.
+  // with several ranks -> kHierarchical up to small_message_bytes and, above, whichever of
+  // kHierarchical and the flat kRing measured faster on these links (measure_allreduce);
+  // otherwise recursive doubling up to small_message_bytes and the ring above.
   Algorithm allreduce_algorithm = Algorithm::kAuto;
+  // Under kAuto over several hosts: at the first allreduce above small_message_bytes of each
+  // power-of-two size, time the hierarchical and the flat ring forms (twice each, on a
+  // scratch buffer of that size), take the slowest rank's time of each and keep the faster
+  // form for that size on every rank. Fast links make the ring win (the hierarchical form's
+  // extra shared-memory passes cost more than the link time it saves), slow links the
+  // hierarchical form. false: hierarchical at every size.
+  bool measure_allreduce = true;
   // Broadcast algorithm. kAuto: kShm on one shared host, else tree up to
   // small_message_bytes and chain above.
   Algorithm broadcast_algorithm = Algorithm::kAuto;
@@ -66,7 +74,8 @@ struct CommunicatorOptions {
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN_US, HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16).
+  // HEFT_SHM_SPIN_US, HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
+  // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();
 };
