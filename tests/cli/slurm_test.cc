@@ -89,7 +89,8 @@ TEST_F(Slurm, AFailingTaskEndsTheStepNamingIt) {
 
 namespace {
 
-// `heft train` with cluster.launcher slurm: the supervisor over srun --label.
+// `heft train` with cluster.launcher slurm: outside an allocation the supervisor submits a
+// batch job (sbatch) running srun --label and follows it; inside one, srun directly.
 class SlurmJob : public Slurm {
  protected:
   heft::test::Outcome heft(const std::vector<std::string>& args, seconds timeout = seconds(90)) {
@@ -101,16 +102,30 @@ class SlurmJob : public Slurm {
   std::string spec(const std::string& name, const std::string& args, const std::string& extra = "") {
     const std::string path = tmp_.path() + "/" + name + ".yaml";
     std::ofstream(path) << "name: " << name << "\nentry_point: [" << kWorker << args << "]\n"
-                        << "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2}\n"
+                        << (extra.rfind("cluster:", 0) == 0
+                                ? std::string()
+                                : "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2}\n")
                         << "metric_definitions: [{name: 'train:loss', regex: 'loss=([0-9.]+)'}]\n"
                         << extra;
     return path;
+  }
+  // squeue's lines (jobs still queued or running), "" when none.
+  std::string queue() {
+    return heft::test::run_command("SLURM_CONF=" + dir_ + "/slurm.conf timeout 10 squeue -h").text;
   }
 };
 
 TEST_F(SlurmJob, SupervisedJobRunsOnTheNodesWithLogsMetricsAndStepTimings) {
   const auto run = heft({"train", spec("on-slurm", ", --phase-ms, 0, --steps, 7760")});
   ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  // Submitted as a batch job, followed to its end; the token travels in the environment only.
+  EXPECT_NE(run.err.find("submitted Slurm batch job"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("ended: COMPLETED, exit code 0:0"), std::string::npos) << run.err;
+  const std::string slurm_dir = tmp_.path() + "/home/jobs/on-slurm/slurm";
+  const std::string script = heft::test::read_file(slurm_dir + "/batch.sh");
+  EXPECT_NE(script.find("'srun' '--label'"), std::string::npos) << script;
+  EXPECT_EQ(script.find("TOKEN"), std::string::npos) << script;
+  EXPECT_FALSE(heft::test::run_command("ls " + slurm_dir + "/slurm-*.out").text.empty());
   const nlohmann::json j = heft({"describe", "on-slurm", "--json"}).json();
   EXPECT_EQ(j["status"], "Completed");
   EXPECT_EQ(heft({"metrics", "on-slurm", "--name", "step:total_ms", "--format", "json"}).json().size(),
@@ -125,6 +140,39 @@ TEST_F(SlurmJob, MaxRuntimeStopsTheStep) {
   EXPECT_EQ(run.exit_code, 3) << heft::test::describe(run);
   EXPECT_EQ(heft({"describe", "limited", "--json"}).json()["secondary_status"], "MaxRuntimeExceeded");
   EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 776100$'").text.empty());
+  // The batch job was cancelled, not left to run.
+  EXPECT_NE(run.err.find("cancelling Slurm batch job"), std::string::npos) << run.err;
+  EXPECT_EQ(queue(), "");
+}
+
+TEST_F(SlurmJob, AFailingTaskFailsTheBatchJobAndTheJob) {
+  const std::string path = tmp_.path() + "/failing.yaml";
+  std::ofstream(path) << "name: failing\nentry_point: [/bin/sh, -c, 'if [ $RANK = 2 ]; then exit 5; fi; exec "
+                      << kWorker << " --steps 776200']\n"
+                      << "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2}\n";
+  const auto run = heft({"train", path});
+  EXPECT_EQ(run.exit_code, 1) << heft::test::describe(run);
+  EXPECT_NE(run.err.find("task 2: Exited with exit code 5"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("ended: FAILED"), std::string::npos) << run.err;
+  EXPECT_EQ(heft({"describe", "failing", "--json"}).json()["status"], "Failed");
+  EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 776200$'").text.empty());
+  EXPECT_EQ(queue(), "");
+}
+
+// Inside an allocation (salloc), heft train runs srun on its nodes: no batch job.
+TEST_F(SlurmJob, InsideAnAllocationTheWorkersRunThroughSrun) {
+  // The test's nodes are names for 127.0.0.1 that do not resolve: the store address is given.
+  const std::string path = spec("allocated", ", --phase-ms, 0, --steps, 7763",
+                                "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2, "
+                                "store_address: 127.0.0.1}\n");
+  const auto o = heft::test::run_command(
+      "SLURM_CONF=" + dir_ + "/slurm.conf HEFT_HOME=" + tmp_.path() + "/home timeout 90 salloc "
+      "--nodes=2 --ntasks=4 " + kHeft + " train " + path + " 2>&1");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_EQ(o.text.find("submitted Slurm batch job"), std::string::npos) << o.text;
+  EXPECT_EQ(heft({"describe", "allocated", "--json"}).json()["status"], "Completed");
+  EXPECT_NE(heft::test::read_file(tmp_.path() + "/home/jobs/allocated/logs/rank-0.log").find("step=7763 "),
+            std::string::npos);
 }
 
 }  // namespace

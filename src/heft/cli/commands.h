@@ -65,5 +65,7 @@ int exec_worker(const job::Environment& env, std::vector<std::string> command,
                 const std::string& name);
 // `heft slurm-worker -- CMD` (hidden; slurm_worker.cc)
 Command add_slurm_worker_command(CLI::App& app);
+// `heft slurm-batch --dir D ... -- SRUN...` (hidden; slurm_batch.cc)
+Command add_slurm_batch_command(CLI::App& app);
 
 }  // namespace heft::cli

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_console_command);
   add(heft::cli::add_mpi_worker_command);
   add(heft::cli::add_slurm_worker_command);
+  add(heft::cli::add_slurm_batch_command);
   add(heft::cli::add_tune_command);
   add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);

@@ -166,7 +166,7 @@ void Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op, Dead
   std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
   const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
   double best[2] = {1e300, 1e300};  // seconds: hierarchical, ring
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     for (int form = 0; form < 2; ++form) {
       const auto start = std::chrono::steady_clock::now();
       if (form == 0) {
@@ -393,8 +393,10 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
   };
   std::string path;
   Algorithm algorithm = allreduce_algorithm(bytes);
-  const bool measure = algorithm == Algorithm::kAuto;
-  if (measure) algorithm = Algorithm::kHierarchical;  // this call's own result; then measure
+  // Not measured yet: hierarchical; the second call of this size (the first warmed the
+  // hierarchical form's buffers) then measures. The count is the same on every rank.
+  const bool measure = algorithm == Algorithm::kAuto && ++unmeasured_calls_[size_bucket(bytes)] >= 2;
+  if (algorithm == Algorithm::kAuto) algorithm = Algorithm::kHierarchical;
   switch (algorithm) {
     case Algorithm::kShm: {
       algo::ShmLinks local{*shm_, deadline, name,

@@ -220,6 +220,7 @@ class Communicator {
   // written by the comm thread, read by callers naming an operation.
   std::array<std::atomic<int>, 64> measured_;
   std::atomic<int> measurements_{0};
+  int unmeasured_calls_[64] = {};  // calls before the measurement, by bucket (comm thread)
 
   struct Op {
     std::string name;

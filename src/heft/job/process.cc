@@ -225,6 +225,32 @@ void Process::mark_reaped(int status) {
   ::kill(-pid_, SIGKILL);
 }
 
+CommandOutput run_command(SpawnOptions options, std::chrono::milliseconds timeout) {
+  options.capture_output = true;
+  std::unique_ptr<Process> p = Process::spawn(options);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  CommandOutput r;
+  auto drain = [](int fd, std::string& into) {
+    char buf[8192];
+    for (ssize_t n; fd >= 0 && (n = ::read(fd, buf, sizeof(buf))) > 0;)
+      into.append(buf, static_cast<size_t>(n));
+  };
+  bool timed_out = false;
+  while (!p->try_reap()) {
+    drain(p->stdout_fd(), r.out);
+    drain(p->stderr_fd(), r.err);
+    if (std::chrono::steady_clock::now() > deadline) {
+      timed_out = true;
+      p->signal_group(SIGKILL);
+    }
+    ::usleep(2000);
+  }
+  drain(p->stdout_fd(), r.out);
+  drain(p->stderr_fd(), r.err);
+  r.exit_code = timed_out ? 124 : shell_exit_code(p->wait_status());
+  return r;
+}
+
 int shell_exit_code(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,6 +92,16 @@ class Process {
   bool reaped_ = false;
   int wait_status_ = 0;
 };
+
+// What a short command printed and how it ended (run_command).
+struct CommandOutput {
+  int exit_code = 0;  // shell_exit_code; 124 when the timeout stopped it (as timeout(1))
+  std::string out, err;
+};
+
+// Runs a short command (a client such as squeue) to its end and collects its output; one
+// that outlives `timeout` is SIGKILLed with its group. Throws SpawnError when it cannot start.
+CommandOutput run_command(SpawnOptions options, std::chrono::milliseconds timeout);
 
 // The exit code a shell reports for a waitpid() status: the code of a normal exit,
 // 128 + the signal number for a child killed by a signal.

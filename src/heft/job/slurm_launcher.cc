@@ -1,6 +1,14 @@
 #include "heft/job/slurm_launcher.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <sys/stat.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
 
 #include <algorithm>
 #include <cstdlib>
@@ -138,6 +146,14 @@ class SlurmStart : public ExternalStart {
     spawn_.argv = srun_argv(o);
     if (label) spawn_.argv.insert(spawn_.argv.begin() + 1, "--label");
     spawn_.capture_output = label;
+    if (!o.batch_dir.empty()) {  // sbatch the srun above and follow it
+      std::vector<std::string> follow = {
+          o.heft_binary, "slurm-batch", "--dir", o.batch_dir, "--name", o.job_name,
+          "--nodes", std::to_string(o.nodes), "--tasks-per-node",
+          std::to_string(o.processes_per_host), "--sbatch-options", o.custom_sbatch_options, "--"};
+      follow.insert(follow.end(), spawn_.argv.begin(), spawn_.argv.end());
+      spawn_.argv = std::move(follow);
+    }
   }
   SpawnOptions spawn() const override { return spawn_; }
   std::optional<std::string> abort_record(const std::string& group) const override {
@@ -171,7 +187,7 @@ GroupEnd run_srun_group(const SlurmOptions& o, const LocalLauncherHooks& hooks,
   ExternalGroup g;
   g.world = o.nodes * o.processes_per_host;
   g.group = o.job_name + "/world";
-  g.engine = "srun";
+  g.engine = o.batch_dir.empty() ? "srun" : "sbatch";
   g.log_name = o.log_name;
   g.host_of_rank = [&o](int rank) {
     return "node " + std::to_string(rank / o.processes_per_host) + " of the allocation";
@@ -185,6 +201,153 @@ int run_srun(const SlurmOptions& o) {
   check_options(o);
   SlurmStart start(o, false);
   return run_external_passthrough(start, o.log_name, "slurm-client");
+}
+
+namespace {
+
+volatile sig_atomic_t g_batch_signal = 0;
+void note_batch_signal(int sig) { g_batch_signal = sig; }
+
+std::string shell_quote(const std::string& w) {
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// Runs a Slurm client (bounded: a client hangs while the controller is down).
+CommandOutput client(const std::vector<std::string>& argv) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = current_environment();
+  return run_command(so, std::chrono::seconds(30));
+}
+
+// "KEY=value" out of `scontrol show job -o` (one line, fields separated by blanks).
+std::string field(const std::string& line, const std::string& key) {
+  const std::string k = key + "=";
+  for (size_t p = 0; (p = line.find(k, p)) != std::string::npos; p += k.size()) {
+    if (p != 0 && line[p - 1] != ' ') continue;
+    const size_t end = line.find(' ', p);
+    return line.substr(p + k.size(), end == std::string::npos ? std::string::npos : end - p - k.size());
+  }
+  return "";
+}
+
+bool terminal_state(const std::string& state) {
+  return state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" &&
+         state != "COMPLETING" && state != "SUSPENDED" && state != "REQUEUED" &&
+         state != "RESIZING" && state != "SIGNALING" && state != "STAGE_OUT" && !state.empty();
+}
+
+}  // namespace
+
+int submit_and_follow(const BatchOptions& o) {
+  if (o.srun_argv.empty()) throw InvalidArgument("heft slurm-batch: no srun command given");
+  if (o.nodes < 1 || o.processes_per_host < 1)
+    throw InvalidArgument("heft slurm-batch: --nodes and --tasks-per-node must be at least 1");
+  std::error_code ec;
+  std::filesystem::create_directories(o.dir, ec);
+  if (ec) throw IoError("heft slurm-batch: cannot create " + o.dir + ": " + ec.message());
+  const std::string script = o.dir + "/batch.sh";
+  {
+    std::string text = "#!/bin/sh\n# Written by heft for job " + o.job_name +
+                       ": its workers, started by srun inside this allocation.\nexec";
+    for (const std::string& w : o.srun_argv) text += " " + shell_quote(w);
+    text += "\n";
+    std::ofstream f(script, std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f || ::chmod(script.c_str(), 0755) != 0)
+      throw IoError("heft slurm-batch: cannot write " + script);
+  }
+  std::vector<std::string> argv = {o.sbatch, "--parsable", "--job-name=" + o.job_name,
+                                   "--nodes=" + std::to_string(o.nodes),
+                                   "--ntasks-per-node=" + std::to_string(o.processes_per_host),
+                                   "--ntasks=" + std::to_string(o.nodes * o.processes_per_host),
+                                   "--output=" + o.dir + "/slurm-%j.out", "--export=ALL"};
+  for (std::string& w : split_words(o.custom_sbatch_options)) argv.push_back(std::move(w));
+  argv.push_back(script);
+  const CommandOutput submitted = client(argv);
+  const std::string id = trim(submitted.out.substr(0, submitted.out.find(';')));
+  if (submitted.exit_code != 0 || id.empty() ||
+      id.find_first_not_of("0123456789") != std::string::npos) {
+    std::cerr << "heft slurm-batch: sbatch failed (exit " << submitted.exit_code
+              << "): " << trim(submitted.err + submitted.out) << "\n";
+    return submitted.exit_code ? submitted.exit_code : 1;
+  }
+  const std::string output = o.dir + "/slurm-" + id + ".out";
+  std::cerr << "submitted Slurm batch job " << id << " (output " << output << ")" << std::endl;
+
+  struct sigaction sa {};
+  sa.sa_handler = note_batch_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  int cancelled_by = 0;
+  int fd = -1;
+  off_t offset = 0;
+  auto copy_output = [&] {
+    if (fd < 0) fd = ::open(output.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[65536];
+    for (ssize_t n; (n = ::pread(fd, buf, sizeof(buf), offset)) > 0; offset += n)
+      std::cout.write(buf, n);
+    std::cout.flush();
+  };
+  std::string state, reason;
+  for (;;) {
+    if (g_batch_signal && !cancelled_by) {
+      cancelled_by = g_batch_signal;
+      const CommandOutput c = client({o.scancel, id});
+      std::cerr << "cancelling Slurm batch job " << id << " (" << signal_name(cancelled_by) << ")"
+                << (c.exit_code ? ": scancel: " + trim(c.err) : std::string()) << std::endl;
+    }
+    copy_output();
+    const CommandOutput q = client({o.squeue, "-h", "-j", id, "-o", "%T %r"});
+    const std::string line = trim(q.out);
+    if (q.exit_code == 0 && line.empty()) break;  // left the queue
+    if (q.exit_code != 0) {
+      if (q.err.find("Invalid job id") != std::string::npos) break;
+      std::cerr << "squeue: " << trim(q.err) << " (retrying)" << std::endl;
+    } else {
+      const std::string now = line.substr(0, line.find(' '));
+      const std::string why = line.find(' ') == std::string::npos ? "" : line.substr(line.find(' ') + 1);
+      if (now != state || (now == "PENDING" && why != reason))
+        std::cerr << "Slurm batch job " << id << ": " << now
+                  << (now == "PENDING" && !why.empty() ? " (" + why + ")" : "") << std::endl;
+      state = now;
+      reason = why;
+      if (terminal_state(now)) break;
+    }
+    ::usleep(static_cast<useconds_t>(o.poll.count() * 1000));
+  }
+  // The batch host may flush its last lines just after the job left the queue.
+  const CommandOutput shown = client({o.scontrol, "show", "job", "-o", id});
+  for (int i = 0; i < 4; ++i) {
+    copy_output();
+    ::usleep(100000);
+  }
+  copy_output();
+  if (fd >= 0) ::close(fd);
+  if (cancelled_by) return 128 + cancelled_by;
+  const std::string job_state = field(shown.out, "JobState");
+  const std::string code = field(shown.out, "ExitCode");
+  const size_t colon = code.find(':');
+  const int exit = colon == std::string::npos ? -1 : std::atoi(code.substr(0, colon).c_str());
+  const int sig = colon == std::string::npos ? 0 : std::atoi(code.substr(colon + 1).c_str());
+  std::cerr << "Slurm batch job " << id << " ended: "
+            << (job_state.empty() ? state.empty() ? "state unknown" : state : job_state)
+            << (code.empty() ? "" : ", exit code " + code) << std::endl;
+  if (exit > 0) return exit;
+  if (sig > 0) return 128 + sig;
+  if (exit == 0 && (job_state == "COMPLETED" || job_state.empty())) return 0;
+  return exit == 0 && job_state != "COMPLETED" ? 1 : exit < 0 ? 1 : 0;
 }
 
 }  // namespace heft::job

@@ -40,7 +40,8 @@ const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
 const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
                                                "launcher", "hosts", "hostfile",
-                                               "custom_mpi_options", "srun_options"};
+                                               "custom_mpi_options", "srun_options",
+                                               "sbatch_options", "store_address"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
 const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s"};
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
@@ -221,11 +222,20 @@ class Validator {
       }
     }
     mpirun_fields(n, c);
-    if (present(n["srun_options"])) {
-      if (c.launcher != "slurm")
-        r_.error("cluster.srun_options", n["srun_options"], "needs cluster.launcher: slurm");
+    for (const auto& [key, into] : {std::pair{"srun_options", &c.srun_options},
+                                    std::pair{"sbatch_options", &c.sbatch_options}}) {
+      if (!present(n[key])) continue;
+      const std::string path = std::string("cluster.") + key;
+      if (c.launcher != "slurm") r_.error(path, n[key], "needs cluster.launcher: slurm");
+      else r_.get_string(n[key], path, into);
+    }
+    if (present(n["store_address"])) {
+      if (c.launcher == "local")
+        r_.error("cluster.store_address", n["store_address"],
+                 "needs cluster.launcher: mpirun or slurm (the local launcher's store binds "
+                 "127.0.0.1)");
       else
-        r_.get_string(n["srun_options"], "cluster.srun_options", &c.srun_options);
+        r_.get_string(n["store_address"], "cluster.store_address", &c.store_address);
     }
     if (static_cast<long>(c.instance_count) * c.processes_per_host > kMaxWorld)
       r_.error("cluster", n, "expected at most " + std::to_string(kMaxWorld) +
@@ -694,6 +704,10 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
        {{"enabled", spec.profiler.enabled}, {"interval_s", spec.profiler.interval_s}}}};
   if (spec.cluster.launcher == "slurm" && !spec.cluster.srun_options.empty())
     j["cluster"]["srun_options"] = spec.cluster.srun_options;
+  if (spec.cluster.launcher == "slurm" && !spec.cluster.sbatch_options.empty())
+    j["cluster"]["sbatch_options"] = spec.cluster.sbatch_options;
+  if (!spec.cluster.store_address.empty())
+    j["cluster"]["store_address"] = spec.cluster.store_address;
   if (spec.cluster.launcher == "mpirun") {
     j["cluster"]["hosts"] = spec.cluster.hosts;  // the hostfile as read when the job began
     if (!spec.cluster.custom_mpi_options.empty())

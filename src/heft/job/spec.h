@@ -44,6 +44,13 @@ struct ClusterSpec {
   std::string hostfile;
   std::string custom_mpi_options;
   std::string srun_options;  // slurm only: appended to srun's own
+  // slurm only: appended to sbatch's own when heft train, outside an allocation, submits
+  // the workers as a batch job (e.g. "--partition=gpu --time=2:00:00").
+  std::string sbatch_options;
+  // mpirun and slurm: the address the rendezvous store binds, which every host must reach;
+  // empty: this machine's address toward the first host (or, outside a Slurm allocation,
+  // toward its own name).
+  std::string store_address;
 };
 
 struct CheckpointSpec {

@@ -139,6 +139,7 @@ class Supervisor::Impl {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
     o.custom_mpi_options = spec_.cluster.custom_mpi_options;
+    o.store_bind_address = spec_.cluster.store_address;
     o.timeout_s = local.timeout_s;
     o.job_name = spec_.name;
     o.python_path = options_.python_path;
@@ -155,6 +156,12 @@ class Supervisor::Impl {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
     o.custom_srun_options = spec_.cluster.srun_options;
+    o.store_bind_address = spec_.cluster.store_address;
+    const char* allocation = std::getenv("SLURM_JOB_ID");
+    if (!allocation || !*allocation) {  // not inside an allocation: sbatch and follow
+      o.batch_dir = paths_.root + "/slurm";
+      o.custom_sbatch_options = spec_.cluster.sbatch_options;
+    }
     o.timeout_s = local.timeout_s;
     o.job_name = spec_.name;
     o.python_path = options_.python_path;
