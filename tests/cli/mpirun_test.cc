@@ -1,4 +1,5 @@
 // ctest-labels: multiproc
+// ctest-resource-lock: netns
 // `heft run --launcher mpirun` with Debian's OpenMPI: on this machine (a localhost hostfile),
 // and across two network-namespace hosts (tests/support/netns_hosts.sh, 1 Gbit/s links)
 // reached through mpirun's rsh agent (tests/support/netns_rsh.sh), with real collectives

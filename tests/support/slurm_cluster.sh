@@ -2,9 +2,12 @@
 # A one-machine Slurm cluster for tests: munged, slurmctld and slurmd (Debian's slurm-wlm and
 # munge) with every file in a private folder, as root; NODES slurmd daemons on this machine
 # (node names n1..nN, ports of their own, 2 CPUs each). Prints `export SLURM_CONF=...` to
-# evaluate. Facts it relies on: ../shared/notes/clusters-on-this-machine.md.
+# evaluate. With --netns, each slurmd runs in a namespace host of its own
+# (tests/support/netns_hosts.sh, prefix hslurm, 10.76.0.1N, 1 Gbit/s links) and its tasks
+# with it; the controller listens on the bridge (10.76.0.1). Facts it relies on:
+# ../shared/notes/clusters-on-this-machine.md.
 #
-#   eval "$(tests/support/slurm_cluster.sh up DIR [NODES])"   # starts; the node(s) idle
+#   eval "$(tests/support/slurm_cluster.sh up DIR [NODES] [--netns])"   # starts; nodes idle
 #   tests/support/slurm_cluster.sh down DIR                  # stops every daemon, removes DIR
 #   tests/support/slurm_cluster.sh check                     # exit 0 when it can run here
 set -euo pipefail
@@ -30,14 +33,30 @@ down() {
     [[ -e $pidfile ]] || continue
     kill -9 "$(cat "$pidfile")" 2>/dev/null || true
   done
+  if [[ -e $dir/netns ]]; then
+    "$(dirname "$0")/netns_hosts.sh" down --prefix "$(cat "$dir/netns")" >/dev/null 2>&1 || true
+  fi
   rm -rf "$dir"
 }
 
 up() {
   [[ -n $dir ]] || { echo "usage: slurm_cluster.sh up DIR [NODES]" >&2; exit 2; }
-  local nodes=${3:-1}
+  local nodes=1 netns=""
+  for a in "${@:3}"; do
+    case "$a" in
+      --netns) netns=hslurm ;;
+      *) nodes=$a ;;
+    esac
+  done
   check >&2 || exit 1
+  local hosts_sh
+  hosts_sh="$(dirname "$0")/netns_hosts.sh"
+  if [[ -n $netns ]]; then
+    "$hosts_sh" check >&2 || exit 1
+    "$hosts_sh" up "$nodes" --prefix "$netns" --net 76 >&2 || exit 1
+  fi
   mkdir -p "$dir/munge" "$dir/spool" "$dir/state"
+  [[ -z $netns ]] || echo "$netns" > "$dir/netns"
   chmod 755 "$dir" "$dir/munge"
   mungekey --create --keyfile="$dir/munge.key" >/dev/null 2>&1
   munged --key-file="$dir/munge.key" --socket="$dir/munge/sock" --pid-file="$dir/munged.pid" \
@@ -47,7 +66,7 @@ up() {
   ctl_port=$((20000 + RANDOM % 20000))
   {
     echo "ClusterName=heft"
-    echo "SlurmctldHost=$host"
+    if [[ -n $netns ]]; then echo "SlurmctldHost=$host(10.76.0.1)"; else echo "SlurmctldHost=$host"; fi
     echo "SlurmctldPort=$ctl_port"
     echo "SlurmUser=root"
     echo "SlurmdUser=root"
@@ -69,7 +88,9 @@ up() {
     echo "MpiDefault=none"
     echo "ReturnToService=2"
     for i in $(seq "$nodes"); do
-      echo "NodeName=n$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((ctl_port + i)) CPUs=2 State=UNKNOWN"
+      local addr=127.0.0.1
+      [[ -z $netns ]] || addr=10.76.0.$((10 + i))
+      echo "NodeName=n$i NodeHostname=$host NodeAddr=$addr Port=$((ctl_port + i)) CPUs=2 State=UNKNOWN"
     done
     echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
   } > "$dir/slurm.conf"
@@ -78,7 +99,11 @@ up() {
   echo $! > "$dir/slurmctld.pid"
   for i in $(seq "$nodes"); do
     mkdir -p "$dir/spool/n$i"
-    slurmd -D -N "n$i" > "$dir/slurmd-n$i.out" 2>&1 &
+    if [[ -n $netns ]]; then  # nsenter, not ip netns exec: slurmd wants /sys/fs/cgroup
+      nsenter --net="/run/netns/$netns-h$i" slurmd -D -N "n$i" > "$dir/slurmd-n$i.out" 2>&1 &
+    else
+      slurmd -D -N "n$i" > "$dir/slurmd-n$i.out" 2>&1 &
+    fi
     echo $! > "$dir/slurmd-n$i.pid"
   done
   for _ in $(seq 100); do
@@ -97,5 +122,5 @@ case "$cmd" in
   up) up "$@" ;;
   down) down ;;
   check) check ;;
-  *) echo "usage: slurm_cluster.sh up DIR [NODES] | down DIR | check" >&2; exit 2 ;;
+  *) echo "usage: slurm_cluster.sh up DIR [NODES] [--netns] | down DIR | check" >&2; exit 2 ;;
 esac

@@ -63,6 +63,10 @@ Command add_mpi_worker_command(CLI::App& app);
 // (mpi_worker.cc; the mpi-worker and slurm-worker commands).
 int exec_worker(const job::Environment& env, std::vector<std::string> command,
                 const std::string& name);
+// Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
+// cluster often resolves to loopback: points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
+// interface this host reaches the store (HEFT_STORE) through, unless set (mpi_worker.cc).
+void choose_socket_interface(job::Environment& env);
 // `heft slurm-worker -- CMD` (hidden; slurm_worker.cc)
 Command add_slurm_worker_command(CLI::App& app);
 // `heft slurm-batch --dir D ... -- SRUN...` (hidden; slurm_batch.cc)

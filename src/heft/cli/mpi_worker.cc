@@ -34,9 +34,8 @@ std::string interface_of(const std::string& address) {
   return name;
 }
 
-// Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
-// cluster often resolves to loopback: point them at the interface this host reaches the
-// store through, unless the user chose one.
+}  // namespace
+
 void choose_socket_interface(job::Environment& env) {
   const auto store = env.find("HEFT_STORE");
   if (store == env.end()) return;
@@ -50,8 +49,6 @@ void choose_socket_interface(job::Environment& env) {
     // No route to the store: the worker's own connection attempt will say so.
   }
 }
-
-}  // namespace
 
 int exec_worker(const job::Environment& env, std::vector<std::string> command,
                 const std::string& name) {

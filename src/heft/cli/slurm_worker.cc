@@ -1,6 +1,6 @@
 // `heft slurm-worker -- CMD ARGS...` (hidden; what every task of `heft run --launcher slurm`
 // runs): maps SLURM_* onto the environment contract (job::slurm_worker_environment) and
-// executes CMD in its place.
+// executes CMD in its place (Gloo's interface chosen as for mpi-worker).
 #include "heft/cli/commands.h"
 #include "heft/job/slurm_launcher.h"
 
@@ -12,7 +12,8 @@ Command add_slurm_worker_command(CLI::App& app) {
   cmd->group("");  // hidden from help and from the list of commands
   cmd->add_option("command", *command, "The worker command, after --")->required();
   return [command]() -> int {
-    const job::Environment env = job::slurm_worker_environment(job::current_environment());
+    job::Environment env = job::slurm_worker_environment(job::current_environment());
+    choose_socket_interface(env);
     return exec_worker(env, *command, "heft slurm-worker");
   };
 }

@@ -117,6 +117,19 @@ void check_options(const SlurmOptions& o) {
   if (o.command.empty()) throw InvalidArgument("no command given");
 }
 
+CommandOutput client(const std::vector<std::string>& argv);
+std::string field(const std::string& line, const std::string& key);
+
+// NodeAddr of a Slurm node (scontrol show node), "" when Slurm does not say.
+std::string node_address(const std::string& node) {
+  try {
+    const CommandOutput o = client({"scontrol", "show", "node", "-o", node});
+    return o.exit_code == 0 ? field(o.out, "NodeAddr") : "";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 // One start: the store (fresh token) and srun's environment and arguments.
 class SlurmStart : public ExternalStart {
  public:
@@ -126,7 +139,15 @@ class SlurmStart : public ExternalStart {
       const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
       char self[256] = {0};
       ::gethostname(self, sizeof(self) - 1);
-      bind = local_address_toward(nodelist && *nodelist ? expand_hostlist(nodelist)[0] : self);
+      const std::string toward = nodelist && *nodelist ? expand_hostlist(nodelist)[0] : self;
+      try {
+        bind = local_address_toward(toward);
+      } catch (const IoError&) {
+        // A node name that does not resolve here: Slurm's own address for it (NodeAddr).
+        const std::string addr = node_address(toward);
+        if (addr.empty()) throw;
+        bind = local_address_toward(addr);
+      }
     }
     const std::string token = comm::random_token();
     store_ = std::make_unique<comm::TcpStoreServer>(comm::TcpStoreServerOptions{bind, 0, token});
