@@ -153,6 +153,8 @@ Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
 
 namespace {
 int size_bucket(size_t bytes) { return bytes ? 63 - __builtin_clzll(bytes) : 0; }
+// Timed runs of each form: the best of several is robust to a rank descheduled once.
+constexpr int kMeasureRounds = 4;
 }  // namespace
 
 Algorithm Communicator::measured_allreduce(size_t bytes) const {
@@ -166,8 +168,10 @@ void Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op, Dead
   std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
   const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
   double best[2] = {1e300, 1e300};  // seconds: hierarchical, ring
-  for (int round = 0; round < 3; ++round) {
+  algo::Links sync{*transport_, deadline, name, algo::call_signature(algo::Call::barrier, 0)};
+  for (int round = 0; round < kMeasureRounds; ++round) {
     for (int form = 0; form < 2; ++form) {
+      algo::dissemination_barrier(sync);  // start together: a rank's time is not its wait
       const auto start = std::chrono::steady_clock::now();
       if (form == 0) {
         algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count,

@@ -36,7 +36,7 @@ struct CommunicatorOptions {
   // otherwise recursive doubling up to small_message_bytes and the ring above.
   Algorithm allreduce_algorithm = Algorithm::kAuto;
   // Under kAuto over several hosts: after the second allreduce above small_message_bytes of
-  // each power-of-two size, time the hierarchical and the flat ring forms (3 times each, on a
+  // each power-of-two size, time the hierarchical and the flat ring forms (4 times each, on a
   // scratch buffer of that size), take the slowest rank's time of each and keep the faster
   // form for that size on every rank. Fast links make the ring win (the hierarchical form's
   // extra shared-memory passes cost more than the link time it saves), slow links the
