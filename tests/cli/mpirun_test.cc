@@ -172,6 +172,23 @@ TEST_F(MpirunJob, SupervisedJobRunsAcrossHostsWithLogsMetricsAndStepTimings) {
   EXPECT_TRUE(no_worker_left(773));
 }
 
+// A rank that exits with an error is named with its code (from mpirun's report), not taken
+// for a lost host, and its log's last lines are in the reason.
+TEST_F(MpirunJob, AFailingRankIsNamedWithItsExitCode) {
+  heft::test::TempDir dir;
+  const std::string path = write(dir, "failing.yaml",
+      "name: failing\nentry_point: [/bin/sh, -c, 'if [ $RANK = 3 ]; then echo giving up; exit 7; fi; exec " +
+      kWorker + " --steps 774500']\n"
+      "cluster: {launcher: mpirun, hosts: [10.78.0.11, 10.78.0.12], processes_per_host: 2,\n"
+      "          custom_mpi_options: \"" + mpi_options() + "\"}\nstopping: {timeout_s: 10}\n");
+  const auto run = heft(dir, {"train", path});
+  EXPECT_EQ(run.exit_code, 1) << heft::test::describe(run);
+  const std::string reason = heft(dir, {"describe", "failing", "--json"}).json()["failure_reason"];
+  EXPECT_NE(reason.find("rank 3 exited with code 7"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("giving up"), std::string::npos) << reason;
+  EXPECT_TRUE(no_worker_left(774500));
+}
+
 TEST_F(MpirunJob, MaxRuntimeStopsTheGroupOnEveryHost) {
   heft::test::TempDir dir;
   const auto run = heft(dir, {"train", spec(dir, "limited", ", --steps, 774000",

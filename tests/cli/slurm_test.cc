@@ -154,7 +154,11 @@ TEST_F(SlurmJob, AFailingTaskFailsTheBatchJobAndTheJob) {
   EXPECT_EQ(run.exit_code, 1) << heft::test::describe(run);
   EXPECT_NE(run.err.find("task 2: Exited with exit code 5"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("ended: FAILED"), std::string::npos) << run.err;
-  EXPECT_EQ(heft({"describe", "failing", "--json"}).json()["status"], "Failed");
+  const nlohmann::json j = heft({"describe", "failing", "--json"}).json();
+  EXPECT_EQ(j["status"], "Failed");
+  // The reason names the task that failed first, as the local launcher names a rank.
+  EXPECT_NE(j["failure_reason"].get<std::string>().find("rank 2 exited with code 5"), std::string::npos)
+      << j["failure_reason"];
   EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 776200$'").text.empty());
   EXPECT_EQ(queue(), "");
 }

@@ -3,7 +3,8 @@
 opens the console, sees the job InProgress in the jobs table, opens the job's page and finds
 the loss plot drawn with data points (Chart.js has the points, and the canvas has drawn
 pixels: not an empty canvas); the screenshot is kept in build/test-artifacts/console.png.
-The console is read-only without a token. Skipped (exit 77) where Chromium, chromedriver or
+The console is read-only without a token. A finished grid tuning's page shows every trial
+in its table, one objective point per trial in its plot, and the best trial. Skipped (exit 77) where Chromium, chromedriver or
 selenium are missing."""
 import json
 import os
@@ -72,6 +73,60 @@ class Console(unittest.TestCase):
             time.sleep(0.1)
         self.fail("heft console did not start: " + open(out).read())
 
+    def browser(self):
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                  "--window-size=1400,1000"):
+            options.add_argument(a)
+        return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+    def test_tuning_page_in_the_browser(self):
+        spec = os.path.join(self.dir, "tune.yaml")
+        job = os.path.join(support.SOURCE_DIR, "tests", "tune", "quadratic_job.py")
+        with open(spec, "w") as f:
+            f.write("name: grid\nobjective: {metric: loss, type: Minimize}\nstrategy: Grid\n"
+                    "max_jobs: 100\nmax_parallel_jobs: 2\n"
+                    "hyperparameter_ranges:\n  integer: [{name: layers, min: 2, max: 4}]\n"
+                    "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
+                    f"training_job:\n  entry_point: [/usr/bin/python3, {job}]\n"
+                    "  hyperparameters: {x: 0.3}\n"
+                    "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n")
+        tune = subprocess.run([support.HEFT, "tune", spec], env=self.env, capture_output=True,
+                              text=True, timeout=300)
+        self.assertEqual(tune.returncode, 0, tune.stdout + tune.stderr)
+        url = self.console()
+        api = json.load(urllib.request.urlopen(url + "/api/tunings/grid"))
+        self.assertEqual(len(api["trials"]), 6)
+        best = api["best_trial"]
+        self.assertEqual(best["objective"], 0.0)  # layers 3, adam: the minimum
+        driver = self.browser()
+        try:
+            wait = WebDriverWait(driver, 30)
+            driver.get(url + "/")
+            wait.until(lambda d: d.find_element(By.LINK_TEXT, "grid")).click()
+            trial_rows = "//div[@id='trials']//tr[td]"
+            rows = wait.until(lambda d: len(d.find_elements(By.XPATH, trial_rows)) == 6
+                              and d.find_elements(By.XPATH, trial_rows))
+            self.assertEqual(len(rows), 6)
+            self.assertTrue(all("Completed" in r.text for r in rows), [r.text for r in rows])
+            points = wait.until(lambda d: d.execute_script(
+                "const c = document.getElementById('chart-tuning-objective');"
+                "const ch = c && Chart.getChart(c);"
+                "return ch && ch.data.datasets.length && ch.data.datasets[0].data.length;"))
+            self.assertEqual(points, 6)
+            summary = driver.find_element(By.ID, "tsummary").text
+            self.assertIn(best["name"], summary)
+            self.assertIn("Minimize loss", summary)
+            os.makedirs(ARTIFACTS, exist_ok=True)
+            driver.save_screenshot(os.path.join(ARTIFACTS, "console-tuning.png"))
+            # A trial links to its job's page.
+            rows[0].find_element(By.TAG_NAME, "a").click()
+            wait.until(lambda d: "#/job/" in d.current_url)
+            wait.until(lambda d: d.find_element(By.ID, "chart-loss"))
+        finally:
+            driver.quit()
+
     def test_running_job_in_the_browser(self):
         spec = os.path.join(self.dir, "spec.yaml")
         with open(spec, "w") as f:
@@ -99,12 +154,7 @@ class Console(unittest.TestCase):
             urllib.request.urlopen(req)
         self.assertEqual(e.exception.code, 403)
 
-        options = webdriver.ChromeOptions()
-        options.binary_location = CHROMIUM
-        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                  "--window-size=1400,1000"):
-            options.add_argument(a)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        driver = self.browser()
         try:
             wait = WebDriverWait(driver, 30)
             driver.get(url + "/")

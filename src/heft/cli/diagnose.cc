@@ -6,6 +6,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
+#include "heft/job/job_db.h"
 #include "heft/job/paths.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/job_profiler.h"
@@ -26,9 +27,7 @@ Command add_diagnose_command(CLI::App& app) {
     std::optional<FoundJob> found = find_job_or_report("heft diagnose", args->job);
     if (!found) return 1;
     const job::JobPaths paths = job::job_paths(job::heft_home(), found->job.name);
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+    const double now = job::unix_now();
     const profile::Diagnosis d = profile::diagnose(profile::trace_dir(paths), now);
     if (args->json) {
       nlohmann::json j = d.json();

@@ -6,6 +6,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
+#include "heft/job/job_db.h"
 #include "heft/job/paths.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/job_profiler.h"
@@ -33,9 +34,7 @@ Command add_report_command(CLI::App& app) {
     in.metrics = found->db->metrics(in.job.id);
     in.findings = found->db->findings(in.job.id);
     const job::JobPaths paths = job::job_paths(job::heft_home(), in.job.name);
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+    const double now = job::unix_now();
     const profile::Diagnosis d = profile::diagnose(profile::trace_dir(paths), now);
     if (d.stuck()) in.diagnosis = d.text();
     const std::string out = args->out.empty() ? paths.root + "/report.html" : args->out;

@@ -25,6 +25,8 @@ void note_signal(int sig) { g_signal = sig; }
 class Lines {
  public:
   Lines(const ExternalGroup& g, const LocalLauncherHooks& hooks) : g_(g), hooks_(hooks) {}
+  // The first rank the engine said failed, and its exit code (-1 if none).
+  int failed_rank = -1, failed_code = 0;
   // Reads what `fd` has now; false at end of file.
   bool read(int fd, std::string& pending) {
     char buf[65536];
@@ -48,6 +50,12 @@ class Lines {
       return;
     }
     std::cerr << g_.log_name << ": " << g_.engine << ": " << l << "\n";
+    int rank = -1, code = 0;
+    if (failed_rank < 0 && g_.rank_exit && g_.rank_exit(l, &rank, &code) && rank >= 0 &&
+        rank < g_.world) {
+      failed_rank = rank;
+      failed_code = code;
+    }
   }
   const ExternalGroup& g_;
   const LocalLauncherHooks& hooks_;
@@ -180,8 +188,13 @@ GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& ho
     end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
     if (code != 0 && !end.stop_requested && !end.interrupt_signal) {
       end.failed_wait_status = engine->wait_status();
-      // Name the host that was lost, from the ranks' own record of whom they lost.
-      if (const std::optional<std::string> why = start->abort_record(g.group)) {
+      // A rank the engine saw exit with a code failed by itself (its peers then record it
+      // as lost); otherwise name the host that was lost, from the ranks' record of whom
+      // they lost.
+      if (lines.failed_rank >= 0) {
+        end.failed_rank = lines.failed_rank;
+        end.failed_wait_status = (lines.failed_code & 0xff) << 8;  // as waitpid's exit
+      } else if (const std::optional<std::string> why = start->abort_record(g.group)) {
         const auto nl = why->find('\n');
         const int peer = std::atoi(why->substr(0, nl).c_str());
         if (peer >= 0 && peer < g.world) {

@@ -44,6 +44,10 @@ struct ExternalGroup {
   // A rank's line from the engine's output, or false for the engine's own lines.
   std::function<bool(std::string_view line, ExternalLine* out)> parse;
   std::function<std::string(int rank)> host_of_rank;
+  // One of the engine's own lines naming the first rank that failed and its exit code
+  // ("srun: error: n2: task 2: Exited with exit code 5"); may keep state across lines.
+  // Empty, or false for other lines.
+  std::function<bool(std::string_view line, int* rank, int* exit_code)> rank_exit;
 };
 
 // Runs starts until one ends and hooks.restart declines (or a signal came). SIGINT, SIGTERM

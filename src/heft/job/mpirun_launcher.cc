@@ -258,6 +258,23 @@ GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hook
     return o.hosts[static_cast<size_t>(rank / o.processes_per_host)].name;
   };
   g.parse = parse_tagged;
+  // mpirun's report of the first rank to fail: "  Process name: [[62513,1],2]" then
+  // "  Exit code:    5".
+  g.rank_exit = [named = -1](std::string_view l, int* rank, int* code) mutable {
+    const size_t name = l.find("Process name: [[");
+    if (name != std::string_view::npos) {
+      const size_t comma = l.rfind(','), close = l.rfind(']');
+      named = comma != std::string_view::npos && close != std::string_view::npos && close > comma
+                  ? std::atoi(std::string(l.substr(comma + 1, close - comma - 1)).c_str())
+                  : -1;
+      return false;
+    }
+    const size_t exit = l.find("Exit code:");
+    if (exit == std::string_view::npos || named < 0) return false;
+    *rank = named;
+    *code = std::atoi(std::string(l.substr(exit + 10)).c_str());
+    return *code != 0;
+  };
   g.start = [&o]() -> std::unique_ptr<ExternalStart> {
     auto start = std::make_unique<MpirunStart>(o, true);
     return start;

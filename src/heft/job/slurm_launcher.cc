@@ -200,6 +200,19 @@ bool parse_labelled(std::string_view l, ExternalLine* out) {
   return true;
 }
 
+// srun's "srun: error: n2: task 2: Exited with exit code 5".
+bool srun_task_exit(std::string_view l, int* rank, int* code) {
+  const std::string_view kExited = ": Exited with exit code ";
+  const size_t exited = l.find(kExited);
+  const size_t task = l.rfind("task ", exited);
+  if (exited == std::string_view::npos || task == std::string_view::npos) return false;
+  const std::string n(l.substr(task + 5, exited - task - 5));
+  if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return false;
+  *rank = std::atoi(n.c_str());
+  *code = std::atoi(std::string(l.substr(exited + kExited.size())).c_str());
+  return *code != 0;
+}
+
 }  // namespace
 
 GroupEnd run_srun_group(const SlurmOptions& o, const LocalLauncherHooks& hooks,
@@ -214,6 +227,7 @@ GroupEnd run_srun_group(const SlurmOptions& o, const LocalLauncherHooks& hooks,
     return "node " + std::to_string(rank / o.processes_per_host) + " of the allocation";
   };
   g.parse = parse_labelled;
+  g.rank_exit = srun_task_exit;
   g.start = [&o]() -> std::unique_ptr<ExternalStart> { return std::make_unique<SlurmStart>(o, true); };
   return run_external_group(g, hooks, grace);
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "heft/error.h"
+#include "heft/job/job_db.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/profile/diagnosis.h"
@@ -18,10 +19,7 @@ namespace heft::profile {
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using job::unix_now;
 
 void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
   res.status = status;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "heft/job/job_db.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/rules.h"
 
@@ -20,10 +21,7 @@ namespace fs = std::filesystem;
 constexpr size_t kStepWindow = 1000;
 constexpr size_t kSampleWindow = 600;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using job::unix_now;
 
 }  // namespace
 

@@ -13,14 +13,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "heft/job/job_db.h"
+
 namespace heft::profile {
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using job::unix_now;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -69,6 +69,9 @@ function lineChart(parent, name, title, xLabel, datasets) {
     });
     charts[id] = c;
   }
+  // Points are hidden on lines; a series of a few points would otherwise not show at all.
+  for (const d of datasets)
+    if (d.pointRadius === undefined && d.data.length < 3) d.pointRadius = 3;
   c.data.datasets = datasets;
   c.update("none");
   return c;
