@@ -12,6 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -83,6 +86,42 @@ TEST(HeftTrainRun, TwoRanksUnderHeftRunMatchOneProcessAndPrintTheMetricLines) {
                                << joined(alone) << joined(two);
   EXPECT_TRUE(fs::exists(model_dir / "model.pt"));
   fs::remove_all(model_dir);
+}
+
+// Every model-parallel strategy reports its waits for collectives as the step's communication
+// phase (any wait on a ProcessGroup's Work), for every rank: the profiler's LoadBalancing
+// rule takes it out of a rank's busy time.
+TEST(HeftTrainRun, EveryStrategyReportsItsCommunicationPhase) {
+  const std::string text = "/usr/share/games/fortunes";
+  if (!fs::exists(text)) GTEST_SKIP() << "no fortunes text (setup.sh installs fortunes)";
+  const fs::path home = fs::temp_directory_path() / ("heft-train-phase-" + std::to_string(getpid()));
+  fs::create_directories(home);
+  const std::map<std::string, std::string> strategies = {
+      {"sharded", "sharded_data_parallel_degree: 2"},
+      {"tensor", "tensor_parallel_degree: 2"},
+      {"pipeline", "partitions: 2, microbatches: 2"}};
+  for (const auto& [name, parameters] : strategies) {
+    const std::string spec = (home / (name + ".yaml")).string();
+    std::ofstream(spec) << "name: " << name << "\nentry_point: heft-train\n"
+                        << "hyperparameters: {model: gpt, max_steps: 6, batch_size: 4, log_every: 1,"
+                           " generate: 0, n_layer: 2, n_embd: 32, n_head: 2}\n"
+                        << "inputs: {train: " << text << "}\n"
+                        << "cluster: {processes_per_host: 2}\n"
+                        << "distribution: {modelparallel: {enabled: true, parameters: {" << parameters
+                        << "}}}\n";
+    const std::string env = "HEFT_HOME=" + (home / "home").string() + " ";
+    const Output run = run_command(env + kBin + "/heft train " + spec + " 2>&1");
+    ASSERT_EQ(run.code, 0) << name << ":\n" << joined(run);
+    const Output m = run_command(env + kBin + "/heft metrics " + name +
+                                 " --name step:communication_ms --format json");
+    ASSERT_EQ(m.code, 0) << joined(m);
+    std::map<int, double> by_rank;
+    for (const auto& p : nlohmann::json::parse(joined(m))) by_rank[p["rank"].get<int>()] += p["value"].get<double>();
+    ASSERT_EQ(by_rank.size(), 2u) << name << ": " << joined(m);
+    for (const auto& [rank, ms] : by_rank)
+      EXPECT_GT(ms, 0.0) << name << ": rank " << rank << " reported no communication";
+  }
+  fs::remove_all(home);
 }
 
 // Every bad input is exit 2 with the variable named, OMP_NUM_THREADS included.

@@ -4,13 +4,19 @@
 #include <string>
 
 #include "heft/error.h"
+#include "heft/profile/step_profiler.h"
 
 namespace heft::parallel {
 
 Work::Work(std::shared_ptr<comm::Work> work, std::vector<torch::Tensor> tensors)
     : work_(std::move(work)), tensors_(std::move(tensors)) {}
 
-void Work::wait() { work_->wait(); }
+void Work::wait() {
+  // Waiting for the communicator is the step's communication phase, whichever strategy
+  // waits (taken out of the forward or backward it happens in).
+  auto timed = profile::phase(profile::Phase::kCommunication);
+  work_->wait();
+}
 
 bool Work::test() { return work_->test(); }
 
