@@ -2,17 +2,15 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <sys/stat.h>
-
-#include <cctype>
-#include <filesystem>
-#include <fstream>
-
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "heft/comm/auth.h"
@@ -302,6 +300,10 @@ int submit_and_follow(const BatchOptions& o) {
     if (!f || ::chmod(script.c_str(), 0755) != 0)
       throw IoError("heft slurm-batch: cannot write " + script);
   }
+  // From here a stop must cancel the batch job, even one that arrives while sbatch runs.
+  struct sigaction sa {};
+  sa.sa_handler = note_batch_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
   std::vector<std::string> argv = {o.sbatch, "--parsable", "--job-name=" + o.job_name,
                                    "--nodes=" + std::to_string(o.nodes),
                                    "--ntasks-per-node=" + std::to_string(o.processes_per_host),
@@ -320,10 +322,6 @@ int submit_and_follow(const BatchOptions& o) {
   const std::string output = o.dir + "/slurm-" + id + ".out";
   std::cerr << "submitted Slurm batch job " << id << " (output " << output << ")" << std::endl;
 
-  struct sigaction sa {};
-  sa.sa_handler = note_batch_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
   int cancelled_by = 0;
   int fd = -1;
   off_t offset = 0;
@@ -381,8 +379,8 @@ int submit_and_follow(const BatchOptions& o) {
             << (code.empty() ? "" : ", exit code " + code) << std::endl;
   if (exit > 0) return exit;
   if (sig > 0) return 128 + sig;
-  if (exit == 0 && (job_state == "COMPLETED" || job_state.empty())) return 0;
-  return exit == 0 && job_state != "COMPLETED" ? 1 : exit < 0 ? 1 : 0;
+  if (exit == 0 && job_state == "COMPLETED") return 0;
+  return 1;  // ended otherwise (cancelled, timed out, a node failed) or Slurm forgot it
 }
 
 }  // namespace heft::job
