@@ -200,8 +200,7 @@ void Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op, Dead
       "{:.3f} ms ({:.2f} GB/s): {} for this size",
       bytes, topology_.hosts(), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
       comm::name(choice));
-  if (rank_ == 0) spdlog::info("{}", line);
-  else spdlog::debug("rank {}: {}", rank_, line);
+  spdlog::debug("rank {}: {}", rank_, line);  // as the single-copy measurement
 }
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
