@@ -311,6 +311,11 @@ TEST(HeftTrain, LogsAndMetricsShowWhatTheWorkersWrote) {
   const Outcome csv = heft(dir.path(), {"metrics", "talk", "--format", "csv"});
   EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')), "name,rank,step,value,timestamp");
   EXPECT_NE(csv.out.find("\ntrain:loss,1,1,0.25,"), std::string::npos) << csv.out;
+  // Without --all, only the job's own metrics: the profiler's series are left out.
+  EXPECT_EQ(csv.out.find("\nsystem:"), std::string::npos) << csv.out;
+  EXPECT_EQ(csv.out.find("\nstep:"), std::string::npos) << csv.out;
+  const Outcome all_csv = heft(dir.path(), {"metrics", "talk", "--all", "--format", "csv"});
+  EXPECT_NE(all_csv.out.find("\ntrain:loss,1,1,0.25,"), std::string::npos) << all_csv.out;
   // --name: a job that outlives the profiler's first second also has system:... series.
   const Outcome table = heft(dir.path(), {"metrics", "talk", "--name", "train:loss"});
   EXPECT_EQ(table.out.rfind("NAME        RANK  STEP  VALUE  ELAPSED_S\n", 0), 0u) << table.out;

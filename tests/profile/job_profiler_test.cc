@@ -153,7 +153,7 @@ TEST(JobProfiler, ProfilerOffLeavesNoSeries) {
                                   "profiler: {enabled: false}\n");
   const auto run = h.heft({"train", path});
   ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
-  const auto m = h.heft({"metrics", "quiet", "--format", "json"});
+  const auto m = h.heft({"metrics", "quiet", "--all", "--format", "json"});
   EXPECT_EQ(m.json().size(), 0u) << m.out;
 }
 

@@ -1,5 +1,7 @@
-// `heft metrics JOB [--name M] [--format table|csv|json]`: the metric series the job's
-// output gave, in the order they were stored (docs/jobs.md).
+// `heft metrics JOB [--name M] [--all] [--format table|csv|json]`: the metric series the
+// job's output gave, in the order they were stored; the profiler's series (system:*, step:*)
+// only with --all or by --name (docs/jobs.md).
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -17,6 +19,7 @@ struct MetricsArgs {
   std::string job;
   std::string name;
   std::string format = "table";
+  bool all = false;
 };
 
 int show_metrics(const MetricsArgs& args) {
@@ -24,7 +27,8 @@ int show_metrics(const MetricsArgs& args) {
   if (!found) return 1;
   job::JobDb* db = found->db.get();
   const job::JobRecord& j = found->job;
-  const std::vector<job::MetricPoint> points = db->metrics(j.id, args.name);
+  std::vector<job::MetricPoint> points = db->metrics(j.id, args.name);
+  size_t hidden = 0;  // the profiler's points left out
   if (points.empty() && !args.name.empty()) {
     std::set<std::string> names;
     for (const job::MetricPoint& p : db->final_metrics(j.id)) names.insert(p.name);
@@ -34,12 +38,22 @@ int show_metrics(const MetricsArgs& args) {
               << "'" << (known.empty() ? " (it has none yet)" : "; it has: " + known) << "\n";
     return 1;
   }
+  if (args.name.empty() && !args.all) {
+    const auto profile = std::remove_if(points.begin(), points.end(), [](const job::MetricPoint& p) {
+      return job::is_profile_metric(p.name);
+    });
+    hidden = static_cast<size_t>(points.end() - profile);
+    points.erase(profile, points.end());
+  }
   if (args.format == "json")
     std::cout << job::metrics_json(points).dump(2) << std::endl;
   else if (args.format == "csv")
     std::cout << job::metrics_csv(points) << std::flush;
   else
     std::cout << job::metrics_table(points, j.created_at) << std::flush;
+  if (hidden > 0 && args.format == "table")
+    std::cerr << "(" << hidden << " points of the profiler's system:* and step:* series not "
+              << "shown: --all, or --name one of them)" << std::endl;
   return 0;
 }
 
@@ -50,6 +64,8 @@ Command add_metrics_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("metrics", "Show the metric series of a training job");
   cmd->add_option("job", args->job, "The job's name")->required()->type_name("JOB");
   cmd->add_option("--name", args->name, "Only this metric (e.g. train:loss)");
+  cmd->add_flag("--all", args->all,
+                "Also the profiler's series (system:*, step:*; docs/observability.md)");
   cmd->add_option("--format", args->format, "table, csv or json")
       ->check(CLI::IsMember({"table", "csv", "json"}))
       ->capture_default_str();
