@@ -116,8 +116,8 @@ Command add_run_command(CLI::App& app) {
   run->add_option("--srun-options", args->srun_options,
                   "slurm: options appended to srun's own (e.g. \"--partition gpu\")");
   run->add_option("--store-address", args->store_address,
-                  "mpirun: the address the store listens on (default: this machine's address "
-                  "toward the first host)");
+                  "mpirun, slurm: the address the store listens on (default: this machine's "
+                  "address toward the first host)");
   run->add_option("command", args->command, "The command to run, after --")
       ->type_name("CMD");
   run->footer(
@@ -126,30 +126,28 @@ Command add_run_command(CLI::App& app) {
       "Workers' environment, exit codes and signals: docs/run.md");
   run->callback([args] { validate(*args); });
   return [args]() -> int {
+    auto engine = [&](job::EngineOptions& o) {
+      o.processes_per_host = args->nproc_per_host;
+      o.command = args->command;
+      o.store_bind_address = args->store_address;
+      o.timeout_s = args->timeout_s;
+      o.python_path = heft_python_dir();
+      o.heft_binary = heft_binary_dir() + "/heft";
+    };
     if (args->launcher == "mpirun") {
       job::Result<std::vector<job::MpiHost>> hosts = job::read_hostfile(args->hostfile);
       if (!hosts.ok()) throw InvalidArgument(hosts.error());
       job::MpirunOptions o;
+      engine(o);
       o.hosts = hosts.value();
-      o.processes_per_host = args->nproc_per_host;
-      o.command = args->command;
       o.custom_mpi_options = args->mpi_options;
-      o.store_bind_address = args->store_address;
-      o.timeout_s = args->timeout_s;
-      o.python_path = heft_python_dir();
-      o.heft_binary = heft_binary_dir() + "/heft";
       return job::run_mpirun(o);
     }
     if (args->launcher == "slurm") {
       job::SlurmOptions o;
+      engine(o);
       o.nodes = args->hosts;
-      o.processes_per_host = args->nproc_per_host;
-      o.command = args->command;
       o.custom_srun_options = args->srun_options;
-      o.store_bind_address = args->store_address;
-      o.timeout_s = args->timeout_s;
-      o.python_path = heft_python_dir();
-      o.heft_binary = heft_binary_dir() + "/heft";
       return job::run_srun(o);
     }
     return job::LocalLauncher(launcher_options(*args)).run();

@@ -101,6 +101,20 @@ Environment engine_worker_environment(Environment env, int rank, int size, int l
   return env;
 }
 
+Environment engine_start_variables(const EngineOptions& o, const std::string& bind,
+                                   int store_port, const std::string& token,
+                                   const std::string& pythonpath) {
+  Environment vars;
+  vars["HEFT_STORE"] = bind + ":" + std::to_string(store_port);
+  vars["HEFT_TOKEN"] = token;
+  vars["HEFT_JOB"] = o.job_name;
+  vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+  vars["MASTER_PORT"] = std::to_string(free_port(bind));
+  if (!o.python_path.empty())
+    vars["PYTHONPATH"] = o.python_path + (pythonpath.empty() ? "" : ":" + pythonpath);
+  return vars;
+}
+
 GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
                             std::chrono::milliseconds grace) {
   using Clock = std::chrono::steady_clock;

@@ -1,7 +1,7 @@
 // A group of workers started by an outside engine (mpirun, srun) and supervised like the
 // local launcher's: the same hooks (every rank's line, ticks that may stop the group, restarts
 // with a fresh store and token), the engine's own output tags telling which rank wrote a line.
-// Internal to the job layer; mpirun_launcher.h and slurm_launcher.h are its users.
+// Internal to the job layer; mpirun_launcher.h and slurm_launcher.h build on it.
 //
 // Deliberately left out: worker pids (they run on other hosts: on_start gets none).
 #pragma once
@@ -18,6 +18,28 @@
 #include "heft/job/process.h"
 
 namespace heft::job {
+
+// What a group needs whichever engine starts it (MpirunOptions and SlurmOptions add their
+// engine's own).
+struct EngineOptions {
+  int processes_per_host = 1;
+  std::vector<std::string> command;
+  // Where the store listens; "": this machine's address toward the first host.
+  std::string store_bind_address;
+  int timeout_s = 300;       // HEFT_TIMEOUT of every rank
+  std::string job_name = "heft";
+  std::string python_path;   // first on the workers' PYTHONPATH
+  Environment extra_env;     // given to every worker
+  std::string heft_binary;   // the heft every rank runs the worker shim of (same path everywhere)
+  std::string log_name = "heft run";
+};
+
+// The variables every rank of a start gets besides extra_env: HEFT_STORE (bind:port),
+// HEFT_TOKEN, HEFT_JOB, HEFT_TIMEOUT, MASTER_PORT (free at `bind`) and, with a python_path,
+// PYTHONPATH = python_path before `pythonpath` (what the workers would have otherwise).
+Environment engine_start_variables(const EngineOptions& o, const std::string& bind,
+                                   int store_port, const std::string& token,
+                                   const std::string& pythonpath);
 
 // One start of the group: what to run (the engine and its arguments and environment), and,
 // after it ended, what the first rank to see a failure recorded in the store

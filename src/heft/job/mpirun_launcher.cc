@@ -143,13 +143,10 @@ Environment mpi_worker_environment(const Environment& parent) {
   const int size = env_int(parent, "OMPI_COMM_WORLD_SIZE");
   const int local_rank = env_int(parent, "OMPI_COMM_WORLD_LOCAL_RANK");
   const int local_size = env_int(parent, "OMPI_COMM_WORLD_LOCAL_SIZE");
-  std::vector<std::string> hosts;
-  for (std::string h : split_words([&] {
-         std::string s = env_of(parent, "HEFT_MPI_HOSTS");
-         for (char& c : s) c = c == ',' ? ' ' : c;
-         return s;
-       }()))
-    hosts.push_back(h);
+  std::vector<std::string> hosts;  // HEFT_MPI_HOSTS: the launcher's comma-separated list
+  std::istringstream list(env_of(parent, "HEFT_MPI_HOSTS"));
+  for (std::string h; std::getline(list, h, ',');)
+    if (!h.empty()) hosts.push_back(h);
   if (local_size < 1 || size % local_size != 0)
     throw InvalidArgument("OMPI_COMM_WORLD_LOCAL_SIZE " + std::to_string(local_size) +
                           " does not divide OMPI_COMM_WORLD_SIZE " + std::to_string(size) +
@@ -196,17 +193,13 @@ class MpirunStart : public ExternalStart {
     std::string hosts;
     for (const MpiHost& h : o.hosts) hosts += (hosts.empty() ? "" : ",") + h.name;
     vars["HEFT_MPI_HOSTS"] = hosts;
-    vars["HEFT_STORE"] = bind_ + ":" + std::to_string(store_.port());
-    vars["HEFT_TOKEN"] = token_;
-    vars["HEFT_JOB"] = o.job_name;
-    vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
     vars["MASTER_ADDR"] = o.hosts[0].name;
-    vars["MASTER_PORT"] = std::to_string(free_port(bind_));
-    if (!o.python_path.empty()) {
-      const auto it = o.extra_env.find("PYTHONPATH");
-      vars["PYTHONPATH"] =
-          o.python_path + (it != o.extra_env.end() && !it->second.empty() ? ":" + it->second : "");
-    }
+    // Only the forwarded variables reach the ranks: their PYTHONPATH is extra_env's.
+    const auto pythonpath = o.extra_env.find("PYTHONPATH");
+    for (auto& [k, v] : engine_start_variables(
+             o, bind_, store_.port(), token_,
+             pythonpath == o.extra_env.end() ? "" : pythonpath->second))
+      vars[k] = std::move(v);
     spawn_.env = current_environment();
     for (const auto& [k, v] : vars) spawn_.env[k] = v;
     spawn_.argv = mpirun_argv(o, hostfile, vars);
@@ -275,10 +268,7 @@ GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hook
     *code = std::atoi(std::string(l.substr(exit + 10)).c_str());
     return *code != 0;
   };
-  g.start = [&o]() -> std::unique_ptr<ExternalStart> {
-    auto start = std::make_unique<MpirunStart>(o, true);
-    return start;
-  };
+  g.start = [&o]() -> std::unique_ptr<ExternalStart> { return std::make_unique<MpirunStart>(o, true); };
   return run_external_group(g, hooks, grace);
 }
 

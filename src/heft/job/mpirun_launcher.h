@@ -17,6 +17,7 @@
 
 #include <chrono>
 
+#include "heft/job/external_group.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/result.h"
 #include "heft/job/worker_env.h"
@@ -32,21 +33,11 @@ struct MpiHost {
 // error names the file and line.
 Result<std::vector<MpiHost>> read_hostfile(const std::string& path);
 
-struct MpirunOptions {
+struct MpirunOptions : EngineOptions {
   std::vector<MpiHost> hosts;
-  int processes_per_host = 1;
-  std::vector<std::string> command;
   // Appended to mpirun's own options (split on blanks; quotes group words).
   std::string custom_mpi_options;
-  // Where the store listens; "": this machine's address toward the first host.
-  std::string store_bind_address;
-  int timeout_s = 300;
-  std::string job_name = "heft";
-  std::string python_path;  // first on the workers' PYTHONPATH
-  Environment extra_env;    // forwarded to every worker
-  std::string heft_binary;  // the heft every rank runs `mpi-worker` of (same path on every host)
   std::string mpirun = "mpirun";
-  std::string log_name = "heft run";
 };
 
 // This machine's address that traffic to `host` leaves from (a route lookup, nothing is

@@ -151,17 +151,13 @@ class SlurmStart : public ExternalStart {
     store_ = std::make_unique<comm::TcpStoreServer>(comm::TcpStoreServerOptions{bind, 0, token});
     spawn_.env = current_environment();
     for (const auto& [k, v] : o.extra_env) spawn_.env[k] = v;
-    spawn_.env["HEFT_STORE"] = bind + ":" + std::to_string(store_->port());
-    spawn_.env["HEFT_TOKEN"] = token;
-    spawn_.env["HEFT_JOB"] = o.job_name;
-    spawn_.env["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
-    spawn_.env["MASTER_PORT"] = std::to_string(free_port(bind));
+    // srun exports this whole environment: the workers' PYTHONPATH is what it has.
+    const auto pythonpath = spawn_.env.find("PYTHONPATH");
+    for (auto& [k, v] : engine_start_variables(
+             o, bind, store_->port(), token,
+             pythonpath == spawn_.env.end() ? "" : pythonpath->second))
+      spawn_.env[k] = std::move(v);
     spawn_.env.erase("MASTER_ADDR");  // the first node, set by slurm-worker
-    if (!o.python_path.empty()) {
-      const auto it = spawn_.env.find("PYTHONPATH");
-      spawn_.env["PYTHONPATH"] =
-          o.python_path + (it != spawn_.env.end() && !it->second.empty() ? ":" + it->second : "");
-    }
     spawn_.argv = srun_argv(o);
     if (label) spawn_.argv.insert(spawn_.argv.begin() + 1, "--label");
     spawn_.capture_output = label;

@@ -22,26 +22,18 @@
 
 #include <chrono>
 
+#include "heft/job/external_group.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/worker_env.h"
 
 namespace heft::job {
 
-struct SlurmOptions {
+// store_bind_address "": toward the allocation's first node (SLURM_JOB_NODELIST; its
+// NodeAddr when the name does not resolve here), else toward this machine's own name.
+struct SlurmOptions : EngineOptions {
   int nodes = 1;
-  int processes_per_host = 1;
-  std::vector<std::string> command;
   std::string custom_srun_options;  // appended to srun's own (split like a shell's words)
-  // Where the store listens; "": this machine's address toward the allocation's first node
-  // (SLURM_JOB_NODELIST), else toward this machine's own name.
-  std::string store_bind_address;
-  int timeout_s = 300;
-  std::string job_name = "heft";
-  std::string python_path;
-  Environment extra_env;
-  std::string heft_binary;
   std::string srun = "srun";
-  std::string log_name = "heft run";
   // Non-empty: submit with sbatch and follow (run_srun_group only); the batch script and
   // its output go to this folder.
   std::string batch_dir;

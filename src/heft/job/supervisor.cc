@@ -92,12 +92,14 @@ class Supervisor::Impl {
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
     remove_failure_files();
-    if (spec_.cluster.launcher == "mpirun")
-      return finish(run_mpirun_group(mpirun_options(), launcher_options().hooks,
-                                     launcher_options().grace));
-    if (spec_.cluster.launcher == "slurm")
-      return finish(run_srun_group(slurm_options(), launcher_options().hooks,
-                                   launcher_options().grace));
+    if (spec_.cluster.launcher == "mpirun") {
+      const LocalLauncherOptions local = launcher_options();
+      return finish(run_mpirun_group(mpirun_options(local), local.hooks, local.grace));
+    }
+    if (spec_.cluster.launcher == "slurm") {
+      const LocalLauncherOptions local = launcher_options();
+      return finish(run_srun_group(slurm_options(local), local.hooks, local.grace));
+    }
     LocalLauncher launcher(launcher_options());
     const GroupEnd end = launcher.run_group();
     return finish(end);
@@ -131,14 +133,10 @@ class Supervisor::Impl {
     return o;
   }
 
-  // The same workers, environment and hooks over OpenMPI's mpirun (mpirun_launcher.h).
-  MpirunOptions mpirun_options() {
-    const LocalLauncherOptions local = launcher_options();
-    MpirunOptions o;
-    for (const std::string& h : spec_.cluster.hosts) o.hosts.push_back({h, 0});
+  // The same workers and environment as `local` for an outside engine (external_group.h).
+  void engine_options(const LocalLauncherOptions& local, EngineOptions& o) const {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
-    o.custom_mpi_options = spec_.cluster.custom_mpi_options;
     o.store_bind_address = spec_.cluster.store_address;
     o.timeout_s = local.timeout_s;
     o.job_name = spec_.name;
@@ -146,28 +144,28 @@ class Supervisor::Impl {
     o.extra_env = local.extra_env;
     o.heft_binary = options_.heft_binary;
     o.log_name = options_.log_name;
+  }
+
+  // Over OpenMPI's mpirun (mpirun_launcher.h).
+  MpirunOptions mpirun_options(const LocalLauncherOptions& local) const {
+    MpirunOptions o;
+    engine_options(local, o);
+    for (const std::string& h : spec_.cluster.hosts) o.hosts.push_back({h, 0});
+    o.custom_mpi_options = spec_.cluster.custom_mpi_options;
     return o;
   }
 
-  SlurmOptions slurm_options() {
-    const LocalLauncherOptions local = launcher_options();
+  // Over Slurm (slurm_launcher.h): srun inside an allocation, else sbatch and follow.
+  SlurmOptions slurm_options(const LocalLauncherOptions& local) const {
     SlurmOptions o;
+    engine_options(local, o);
     o.nodes = spec_.cluster.instance_count;
-    o.processes_per_host = spec_.cluster.processes_per_host;
-    o.command = command_;
     o.custom_srun_options = spec_.cluster.srun_options;
-    o.store_bind_address = spec_.cluster.store_address;
     const char* allocation = std::getenv("SLURM_JOB_ID");
-    if (!allocation || !*allocation) {  // not inside an allocation: sbatch and follow
+    if (!allocation || !*allocation) {
       o.batch_dir = paths_.root + "/slurm";
       o.custom_sbatch_options = spec_.cluster.sbatch_options;
     }
-    o.timeout_s = local.timeout_s;
-    o.job_name = spec_.name;
-    o.python_path = options_.python_path;
-    o.extra_env = local.extra_env;
-    o.heft_binary = options_.heft_binary;
-    o.log_name = options_.log_name;
     return o;
   }
 

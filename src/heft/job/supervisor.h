@@ -14,9 +14,10 @@
 // worker's failure file (SM_OUTPUT_DIR/failure or SM_OUTPUT_DATA_DIR/failure, first 1024
 // bytes) or else the last lines of its log. Statuses and exit codes: docs/jobs.md.
 //
-// With cluster.launcher mpirun the group runs through mpirun_launcher.h under the same hooks.
+// With cluster.launcher mpirun or slurm the group runs through mpirun_launcher.h or
+// slurm_launcher.h under the same hooks.
 //
-// Deliberately left out: parsing the spec (spec.h), creating the job (job_db.h), Slurm.
+// Deliberately left out: parsing the spec (spec.h), creating the job (job_db.h).
 #pragma once
 
 #include <string>
@@ -46,7 +47,7 @@ struct SupervisorOptions {
   int worker_umask = -1;
   // Put first on every worker's PYTHONPATH (LocalLauncherOptions::python_path).
   std::string python_path;
-  // The heft binary every rank runs `mpi-worker` of (cluster.launcher: mpirun).
+  // The heft binary every rank runs `mpi-worker` / `slurm-worker` of (launchers mpirun, slurm).
   std::string heft_binary;
   // Watches the job (the profiler); may stop it. Not owned; null: none.
   JobObserver* observer = nullptr;
