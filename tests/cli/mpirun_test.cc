@@ -227,10 +227,13 @@ namespace {
 // Kills every process of host `host` that runs a step_worker with `steps` steps (the
 // namespace hosts share this machine's process table; a rank's environment names its host).
 int kill_host_ranks(const std::string& host, int steps) {
+  // Every rank of the host is found first and all are killed at once: killed one by one, the
+  // host's other rank could see its neighbour die and exit before its turn came.
   const auto r = heft::test::run_command(
-      "for p in $(pgrep -f 'step_worke[r] .*--steps " + std::to_string(steps) + "$'); do "
+      "pids=; for p in $(pgrep -f 'step_worke[r] .*--steps " + std::to_string(steps) + "$'); do "
       "tr '\\0' '\\n' < /proc/$p/environ | grep -qx 'SM_CURRENT_HOST=" + host + "' && "
-      "kill -9 $p && echo killed $p; done; true");
+      "pids=\"$pids $p\"; done; [ -n \"$pids\" ] && kill -9 $pids && for p in $pids; do "
+      "echo killed $p; done; true");
   return static_cast<int>(std::count(r.text.begin(), r.text.end(), '\n'));
 }
 
