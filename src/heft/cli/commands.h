@@ -33,8 +33,10 @@ std::string heft_binary_dir();
 // on their PYTHONPATH: `<bin>/python` in a build tree, `<bin>/../HEFT_PYTHON_INSTALL_DIR`
 // in an installed copy; "" when there is none (built without Python) (train.cc).
 std::string heft_python_dir();
-// `heft jobs [--json]` (jobs.cc)
+// `heft jobs [--status S] [--tuning NAME] [--since WHEN] [--limit N] [--json]` (jobs.cc)
 Command add_jobs_command(CLI::App& app);
+// `heft delete JOB... | --tuning NAME` (delete.cc)
+Command add_delete_command(CLI::App& app);
 // `heft describe JOB [--json]` (describe.cc)
 Command add_describe_command(CLI::App& app);
 // `heft logs JOB [--rank R] [--follow]` (logs.cc)

@@ -1,3 +1,4 @@
+// Finding the job a command names (job_lookup.h).
 #include "heft/cli/job_lookup.h"
 
 #include <iostream>
@@ -18,6 +19,12 @@ std::optional<FoundJob> find_job_or_report(const std::string& command, const std
   if (!found.ok()) {
     std::cerr << command << ": " << found.error() << "\n";
     return std::nullopt;
+  }
+  if (found.value().name != name) {
+    const int n = db->count_base_name(name);
+    if (n > 1)
+      std::cerr << command << ": " << name << ": the newest of " << n << " jobs named " << name
+                << "-*: " << found.value().name << "\n";
   }
   return FoundJob{std::move(db), std::move(found).value()};
 }

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_logs_command);
   add(heft::cli::add_metrics_command);
   add(heft::cli::add_stop_command);
+  add(heft::cli::add_delete_command);
   add(heft::cli::add_diagnose_command);
   add(heft::cli::add_report_command);
   add(heft::cli::add_console_command);

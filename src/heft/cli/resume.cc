@@ -23,11 +23,12 @@ namespace {
 
 constexpr const char* kName = "heft resume";
 
-int resume(const std::string& name) {
+int resume(const std::string& job_arg) {
   const std::string home = job::heft_home();
   // A job whose heft train was killed is Failed from here on (the lookup marks it).
-  std::optional<FoundJob> found = find_job_or_report(kName, name);
+  std::optional<FoundJob> found = find_job_or_report(kName, job_arg);
   if (!found) return 1;
+  const std::string name = found->job.name;  // a base name resolves to its newest job
   std::unique_ptr<job::JobDb> db = std::move(found->db);
   const job::Result<job::JobSpec> spec =
       job::spec_from_json(found->job.spec, "job '" + name + "'");
@@ -66,7 +67,9 @@ Command add_resume_command(CLI::App& app) {
   auto name = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "resume", "Start a Failed or Stopped job again from its last checkpoint, same name");
-  cmd->add_option("job", *name, "The job's name")->required()->type_name("JOB");
+  cmd->add_option("job", *name, "The job's name, or a base name (its newest job)")
+      ->required()
+      ->type_name("JOB");
   cmd->footer("Exit codes: 0 Completed, 1 Failed or no such job, 2 not resumable, "
               "3 Stopped.");
   return [name]() -> int { return resume(*name); };

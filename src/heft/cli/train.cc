@@ -1,5 +1,6 @@
 // `heft train SPEC [--name N] [--set key.path=value ...]`: validates the spec, records the
-// job in the database, makes its directory and supervises it to the end (job::Supervisor).
+// job in the database (named by the spec's name, or its base_name and the time), makes its
+// directory and supervises it to the end (job::Supervisor).
 // Exit codes: 0 Completed, 1 Failed, 2 bad spec or usage, 3 Stopped (docs/jobs.md).
 #include <unistd.h>
 
@@ -22,6 +23,8 @@ namespace heft::cli {
 namespace {
 
 constexpr const char* kName = "heft train";
+// Names tried for a base_name within one millisecond (each a counter more) before giving up.
+constexpr int kMaxNameTries = 100;
 
 struct TrainArgs {
   std::string spec_path;
@@ -34,6 +37,44 @@ void report(const std::string& message) {
   std::istringstream lines(message);
   std::string line;
   while (std::getline(lines, line)) std::cerr << kName << ": " << line << "\n";
+}
+
+struct Recorded {
+  job::JobRecord record;
+  job::JobPaths paths;
+};
+
+// Records the job under its name, or under its base_name and the time (spec.name becomes
+// that), and makes its directory. An error for a name taken or a directory refused.
+job::Result<Recorded> record_job(job::JobDb& db, const std::string& home, job::JobSpec& spec) {
+  const bool generated = spec.name.empty();
+  const double now = job::unix_now();
+  std::string error;
+  for (int counter = 1; counter <= kMaxNameTries; ++counter) {
+    if (generated) spec.name = job::timestamped_name(spec.base_name, now, counter);
+    if (db.has_job(spec.name)) {
+      if (generated) continue;
+      const job::JobRecord existing = db.find_job(spec.name).value();
+      return job::Result<Recorded>::failure(
+          "a job named '" + spec.name + "' already exists (" + existing.status + ", created " +
+          job::local_time_text(existing.created_at) +
+          "); job names are unique: choose another with --name, delete it (heft delete " +
+          spec.name + "), or give the spec a base_name instead of a name");
+    }
+    const job::JobPaths paths = job::job_paths(home, spec.name);
+    if (const job::Status made = job::make_job_dirs(paths); !made.ok()) {
+      error = made.error();
+      if (generated) continue;
+      break;
+    }
+    job::Result<job::JobRecord> record =
+        db.create_job(spec.name, job::spec_to_json(spec), paths.root, spec.cluster.instance_count,
+                      spec.world_size(), generated ? spec.base_name : "");
+    if (record.ok()) return job::Result<Recorded>::success({std::move(record).value(), paths});
+    error = record.error();  // another heft train took the name a moment ago
+    if (!generated) break;
+  }
+  return job::Result<Recorded>::failure(error);
 }
 
 int train(const TrainArgs& args) {
@@ -59,34 +100,22 @@ int train(const TrainArgs& args) {
     report("warning: " + warning);
   std::unique_ptr<job::JobDb> db = job::open_job_db(home, true);
   db->fail_orphaned_jobs();
-  const std::string& name = spec.value().name;
-  if (const auto existing = db->find_job(name); existing.ok()) {
-    report("a job named '" + name + "' already exists (" + existing.value().status +
-           ", created " + job::local_time_text(existing.value().created_at) +
-           "); job names are unique: choose another with --name");
+  job::JobSpec job_spec = spec.value();
+  job::Result<Recorded> recorded = record_job(*db, home, job_spec);
+  if (!recorded.ok()) {
+    report(recorded.error());
     return job::kExitBadSpec;
   }
-  const job::JobPaths paths = job::job_paths(home, name);
-  if (const job::Status made = job::make_job_dirs(paths); !made.ok()) {
-    report(made.error());
-    return job::kExitBadSpec;
-  }
-  job::Result<job::JobRecord> record =
-      db->create_job(name, job::spec_to_json(spec.value()), paths.root,
-                     spec.value().cluster.instance_count, spec.value().world_size());
-  if (!record.ok()) {  // another heft train took the name a moment ago
-    report(record.error());
-    return job::kExitBadSpec;
-  }
+  const job::JobPaths& paths = recorded.value().paths;
   job::SupervisorOptions options;
   options.log_name = kName;
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
   options.python_path = heft_python_dir();
   options.heft_binary = heft_binary_dir() + "/heft";
-  profile::JobProfiler profiler(*db, record.value().id, spec.value(), paths, kName);
+  profile::JobProfiler profiler(*db, recorded.value().record.id, job_spec, paths, kName);
   options.observer = &profiler;
-  job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
+  job::Supervisor supervisor(*db, recorded.value().record, job_spec, paths, command.value(),
                              options);
   return supervisor.run();
 }

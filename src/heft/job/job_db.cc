@@ -4,9 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <thread>
 
 #include "heft/error.h"
 #include "heft/job/process.h"
@@ -16,13 +19,15 @@ namespace heft::job {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 1: the first; 2: jobs.base_name.
+constexpr int kSchemaVersion = 2;
 constexpr int kBusyTimeoutMs = 30000;
 
 const char* const kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
   id               INTEGER PRIMARY KEY,
   name             TEXT    NOT NULL UNIQUE,
+  base_name        TEXT    NOT NULL DEFAULT '',
   status           TEXT    NOT NULL,
   secondary_status TEXT    NOT NULL,
   failure_reason   TEXT    NOT NULL DEFAULT '',
@@ -74,10 +79,17 @@ CREATE TABLE IF NOT EXISTS findings (
 CREATE INDEX IF NOT EXISTS findings_by_job ON findings(job_id, id);
 )sql";
 
+// Every version's indexes over columns a migration may have added.
+const char* const kLateIndexes =
+    "CREATE INDEX IF NOT EXISTS jobs_by_base_name ON jobs(base_name, id);";
+
+// The tables holding a job's rows besides `jobs` itself, deleted with it.
+const char* const kJobRowTables[] = {"metrics", "findings", "transitions"};
+
 const char* const kJobColumns =
     "id, name, status, secondary_status, failure_reason, spec, job_dir, instance_count, "
     "world_size, created_at, training_start, end_time, attempts, interruptions, "
-    "training_seconds, billable_seconds, exit_code, supervisor_pid, stop_requested";
+    "training_seconds, billable_seconds, exit_code, supervisor_pid, stop_requested, base_name";
 
 JobRecord read_job(const SqliteStatement& s) {
   JobRecord j;
@@ -100,6 +112,7 @@ JobRecord read_job(const SqliteStatement& s) {
   if (auto code = s.optional_int64(16)) j.exit_code = static_cast<int>(*code);
   j.supervisor_pid = s.int64(17);
   j.stop_requested = s.int64(18) != 0;
+  j.base_name = s.text(19);
   return j;
 }
 
@@ -109,6 +122,16 @@ JobRecord read_job(const SqliteStatement& s) {
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+const std::vector<std::string>& status::all() {
+  static const std::vector<std::string> all = {kInProgress, kCompleted, kFailed, kStopping,
+                                               kStopped};
+  return all;
+}
+
+bool JobRecord::running() const {
+  return status == status::kInProgress || status == status::kStopping;
 }
 
 bool JobRecord::ended() const {
@@ -140,25 +163,36 @@ JobDb::JobDb(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
 JobDb::~JobDb() = default;
 
 void JobDb::create_schema() {
-  int version = 0;
-  {
+  auto read_version = [this] {
     SqliteStatement s = db_->prepare("PRAGMA user_version");
-    if (s.step()) version = static_cast<int>(s.int64(0));
-  }
+    return s.step() ? static_cast<int>(s.int64(0)) : 0;
+  };
+  if (read_version() == kSchemaVersion) return;
+  SqliteTransaction tx(*db_);
+  // Read again under the write lock: another process may have created or migrated it.
+  const int version = read_version();
   if (version == kSchemaVersion) return;
   if (version > kSchemaVersion)
     throw IoError("job database " + db_->path() + ": schema version " +
                   std::to_string(version) + " is newer than this heft's (" +
                   std::to_string(kSchemaVersion) + ")");
-  SqliteTransaction tx(*db_);
-  db_->exec(kSchema);
+  if (version == 0)
+    db_->exec(kSchema);
+  else
+    migrate(version);
+  db_->exec(kLateIndexes);
   db_->exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
   tx.commit();
 }
 
+void JobDb::migrate(int from_version) {
+  if (from_version < 2)
+    db_->exec("ALTER TABLE jobs ADD COLUMN base_name TEXT NOT NULL DEFAULT ''");
+}
+
 Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::json& spec,
                                     const std::string& job_dir, int instance_count,
-                                    int world_size) {
+                                    int world_size, const std::string& base_name) {
   const double now = unix_now();
   SqliteTransaction tx(*db_);
   {
@@ -172,8 +206,8 @@ Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::jso
   const pid_t pid = ::getpid();
   db_->prepare(
          "INSERT INTO jobs (name, status, secondary_status, spec, job_dir, instance_count, "
-         "world_size, created_at, supervisor_pid, supervisor_start) "
-         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+         "world_size, created_at, supervisor_pid, supervisor_start, base_name) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
       .bind(1, name)
       .bind(2, status::kInProgress)
       .bind(3, secondary::kStarting)
@@ -184,6 +218,7 @@ Result<JobRecord> JobDb::create_job(const std::string& name, const nlohmann::jso
       .bind(8, now)
       .bind(9, static_cast<int64_t>(pid))
       .bind(10, static_cast<int64_t>(process_start_ticks(pid)))
+      .bind(11, base_name)
       .run();
   const int64_t id = db_->last_insert_rowid();
   db_->prepare(
@@ -243,12 +278,46 @@ std::vector<JobRecord> JobDb::select_jobs(const std::string& where, const std::s
 
 Result<JobRecord> JobDb::find_job(const std::string& name) {
   std::vector<JobRecord> jobs = select_jobs("WHERE name = ?1", name);
+  if (jobs.empty()) jobs = select_jobs("WHERE base_name = ?1 ORDER BY id DESC LIMIT 1", name);
   if (jobs.empty())
     return Result<JobRecord>::failure("no job named '" + name + "' (heft jobs lists them)");
   return Result<JobRecord>::success(std::move(jobs.front()));
 }
 
+bool JobDb::has_job(const std::string& name) {
+  SqliteStatement s = db_->prepare("SELECT 1 FROM jobs WHERE name = ?1");
+  s.bind(1, name);
+  return s.step();
+}
+
+int JobDb::count_base_name(const std::string& base_name) {
+  SqliteStatement s = db_->prepare("SELECT COUNT(*) FROM jobs WHERE base_name = ?1");
+  s.bind(1, base_name);
+  return s.step() ? static_cast<int>(s.int64(0)) : 0;
+}
+
 std::vector<JobRecord> JobDb::list_jobs() { return select_jobs("ORDER BY id DESC", ""); }
+
+Result<std::vector<JobRecord>> JobDb::delete_jobs(const std::vector<std::string>& names) {
+  SqliteTransaction tx(*db_);
+  std::vector<JobRecord> found;
+  for (const std::string& name : names) {
+    std::vector<JobRecord> j = select_jobs("WHERE name = ?1", name);
+    if (j.empty()) continue;
+    if (j.front().running())
+      return Result<std::vector<JobRecord>>::failure(
+          "job '" + name + "' is " + j.front().status + " (" + j.front().secondary_status +
+          "): a running job is not deleted; stop it first (heft stop " + name + ")");
+    found.push_back(std::move(j.front()));
+  }
+  for (const JobRecord& j : found) {
+    for (const char* table : kJobRowTables)
+      db_->prepare(std::string("DELETE FROM ") + table + " WHERE job_id = ?1").bind(1, j.id).run();
+    db_->prepare("DELETE FROM jobs WHERE id = ?1").bind(1, j.id).run();
+  }
+  tx.commit();
+  return Result<std::vector<JobRecord>>::success(std::move(found));
+}
 
 void JobDb::transition_locked(int64_t job_id, const std::string& secondary_status,
                               const std::string& message, double now) {
@@ -508,6 +577,21 @@ std::string local_time_text(double unix_seconds) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
+}
+
+std::string timestamped_name(const std::string& base_name, double unix_seconds, int counter) {
+  const double whole = std::floor(unix_seconds);
+  const time_t t = static_cast<time_t>(whole);
+  const int ms = std::clamp(static_cast<int>((unix_seconds - whole) * 1000), 0, 999);
+  struct tm tm {};
+  ::gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d-%H-%M-%S", &tm);
+  char millis[16];
+  std::snprintf(millis, sizeof(millis), "-%03d", ms);
+  std::string name = base_name + "-" + buf + millis;
+  if (counter > 1) name += "-" + std::to_string(counter);
+  return name;
 }
 
 }  // namespace heft::job

@@ -9,7 +9,10 @@
 // Runtime failures (an unreadable file, a lock held past the timeout) throw heft::IoError;
 // expected user errors (a taken name, a missing job) are Result values.
 //
-// Deliberately left out: deleting jobs, remote databases, schema migrations (version 1).
+// Schema version 2 (version 1 had no base_name column): open() migrates an older database in
+// place, in one transaction; a newer one is refused.
+//
+// Deliberately left out: remote databases, downgrades.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,8 @@ inline constexpr const char* kCompleted = "Completed";
 inline constexpr const char* kFailed = "Failed";
 inline constexpr const char* kStopping = "Stopping";
 inline constexpr const char* kStopped = "Stopped";
+// The five above, in this order.
+const std::vector<std::string>& all();
 }  // namespace status
 
 // Secondary statuses (the transitions' names).
@@ -80,6 +85,7 @@ struct Finding {
 struct JobRecord {
   int64_t id = 0;
   std::string name;
+  std::string base_name;         // the spec's base_name when it named the job, else empty
   std::string status;            // primary
   std::string secondary_status;  // the current transition's
   std::string failure_reason;    // empty unless Failed
@@ -92,13 +98,18 @@ struct JobRecord {
   std::optional<double> end_time;        // when it reached a final status
   int attempts = 0;                      // starts of the group
   int interruptions = 0;                 // spot interruptions
-  double training_seconds = 0;           // wall clock from training_start to the end
-  double billable_seconds = 0;           // time the group actually ran, summed over attempts
+  // Wall clock from the first start of the group to the end, restarts included, the time
+  // between a Stopped or Failed end and its `heft resume` excluded; written every 0.2 s.
+  double training_seconds = 0;
+  // The *running* seconds: the time the group ran, summed over its starts. What is billed is
+  // this times instance_count (billable_instance_seconds(), job_report.h).
+  double billable_seconds = 0;
   std::optional<int> exit_code;          // of `heft train`, once ended
   int64_t supervisor_pid = 0;
   bool stop_requested = false;
 
-  bool ended() const;  // Completed, Failed or Stopped
+  bool ended() const;    // Completed, Failed or Stopped
+  bool running() const;  // InProgress (Starting, Training, ...) or Stopping
 };
 
 // What the supervisor updates as the job runs.
@@ -137,17 +148,24 @@ class JobDb {
   JobDb& operator=(const JobDb&) = delete;
 
   // Records a new job InProgress/Starting, supervised by this process. A name already taken
-  // is an error naming the existing job's status and creation time.
+  // is an error naming the existing job's status and creation time. `base_name`: the spec's,
+  // when the name was made from it (timestamped_name()), so that commands find the job by it.
   Result<JobRecord> create_job(const std::string& name, const nlohmann::json& spec,
-                               const std::string& job_dir, int instance_count, int world_size);
+                               const std::string& job_dir, int instance_count, int world_size,
+                               const std::string& base_name = "");
 
   // `heft resume`: a Failed or Stopped job becomes InProgress/Starting again, supervised by
   // this process, keeping its record (attempts, interruptions, times, transitions, metrics);
   // its end time, exit code, failure reason and stop request are cleared. An error naming
   // the job's status when it is not Failed or Stopped, or "no job named 'x'".
   Result<JobRecord> resume_job(const std::string& name);
-  // The job with this name; an error "no job named 'x'" when there is none.
+  // The job named `name`; when there is none, the newest job whose base_name is `name`; else
+  // an error "no job named 'x'". What every command that takes a JOB acts on.
   Result<JobRecord> find_job(const std::string& name);
+  // Whether a job is named exactly `name` (base names aside).
+  bool has_job(const std::string& name);
+  // How many jobs have this base_name.
+  int count_base_name(const std::string& base_name);
   // Every job, newest first.
   std::vector<JobRecord> list_jobs();
 
@@ -158,6 +176,13 @@ class JobDb {
   void update_progress(int64_t job_id, const JobProgress& progress);
   // Final status, transition, counters and failure reason, at once.
   void finish(int64_t job_id, const JobEnd& end);
+
+  // `heft delete`: removes the jobs named (exactly) `names` with every row of theirs
+  // (transitions, metrics, findings), in one transaction. A job InProgress or Stopping is
+  // refused with an error naming it and its status, and then nothing is deleted. Names with no
+  // job are skipped. Returns the records deleted, in the order of `names`. Their directories
+  // are the caller's to remove.
+  Result<std::vector<JobRecord>> delete_jobs(const std::vector<std::string>& names);
 
   // `heft stop`: flags the job (primary status Stopping) for its supervisor, which polls
   // stop_requested(). A job whose supervisor no longer runs is marked Stopped at once.
@@ -189,11 +214,17 @@ class JobDb {
   void transition_locked(int64_t job_id, const std::string& secondary_status,
                          const std::string& message, double now);
   std::vector<JobRecord> select_jobs(const std::string& where, const std::string& name);
+  void migrate(int from_version);
 
   std::unique_ptr<SqliteDb> db_;
 };
 
 // "2024-05-01 12:00:03" in local time.
 std::string local_time_text(double unix_seconds);
+
+// A job name made from a base name, as the cloud SDK makes them from base_job_name:
+// "fashion-cnn-2026-11-25-12-00-03-123" (UTC, milliseconds); with counter > 1, "-<counter>"
+// follows (for a name taken within the same millisecond).
+std::string timestamped_name(const std::string& base_name, double unix_seconds, int counter = 1);
 
 }  // namespace heft::job

@@ -4,6 +4,7 @@
 #include "heft/error.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -95,10 +96,7 @@ std::unique_ptr<JobDb> open_job_db(const std::string& home, bool create) {
 }
 
 
-double live_training_seconds(const JobRecord& job) {
-  if (job.ended() || !job.training_start) return job.training_seconds;
-  return std::max(job.training_seconds, unix_now() - *job.training_start);
-}
+double live_training_seconds(const JobRecord& job) { return job.training_seconds; }
 
 nlohmann::json findings_json(const std::vector<Finding>& findings) {
   nlohmann::json out = nlohmann::json::array();
@@ -112,8 +110,24 @@ nlohmann::json findings_json(const std::vector<Finding>& findings) {
   return out;
 }
 
+double billable_instance_seconds(double running_seconds, int instance_count) {
+  return running_seconds * std::max(1, instance_count);
+}
+
 double billable_instance_seconds(const JobRecord& job) {
-  return job.billable_seconds * std::max(1, job.instance_count);
+  return billable_instance_seconds(job.billable_seconds, job.instance_count);
+}
+
+std::string billable_text(double running_seconds, int instance_count) {
+  const int n = std::max(1, instance_count);
+  return fixed(billable_instance_seconds(running_seconds, n), 1) + " s (" +
+         fixed(running_seconds, 1) + " s running x " + std::to_string(n) +
+         (n == 1 ? " instance)" : " instances)");
+}
+
+std::string status_text(const std::string& status, const std::string& secondary) {
+  if (secondary.empty() || secondary == status) return status;
+  return status + " (" + secondary + ")";
 }
 
 std::string jobs_table(const std::vector<JobRecord>& jobs) {
@@ -131,6 +145,7 @@ nlohmann::json jobs_json(const std::vector<JobRecord>& jobs) {
   nlohmann::json out = nlohmann::json::array();
   for (const JobRecord& j : jobs)
     out.push_back({{"name", j.name},
+                   {"base_name", j.base_name},
                    {"status", j.status},
                    {"secondary_status", j.secondary_status},
                    {"failure_reason", j.failure_reason},
@@ -169,6 +184,7 @@ nlohmann::json describe_json(const JobRecord& job, const std::vector<Transition>
                  {"rank", p.rank},
                  {"timestamp", p.timestamp}});
   return {{"name", job.name},
+          {"base_name", job.base_name},
           {"status", job.status},
           {"secondary_status", job.secondary_status},
           {"failure_reason", job.failure_reason},
@@ -199,15 +215,12 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
     os << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ') << value << "\n";
   };
   field("Name:", job.name);
-  field("Status:", job.status + " (" + job.secondary_status + ")");
+  field("Status:", status_text(job.status, job.secondary_status));
   if (!job.failure_reason.empty()) field("Failure reason:", indented(job.failure_reason, 18));
   field("Created:", local_time_text(job.created_at));
   if (job.end_time) field("Ended:", local_time_text(*job.end_time));
   field("Training time:", fixed(live_training_seconds(job), 1) + " s");
-  field("Billable time:", fixed(billable_instance_seconds(job), 1) + " s (" +
-                              fixed(job.billable_seconds, 1) + " s running x " +
-                              std::to_string(job.instance_count) +
-                              (job.instance_count == 1 ? " instance)" : " instances)"));
+  field("Billable time:", billable_text(job.billable_seconds, job.instance_count));
   field("Attempts:", std::to_string(job.attempts));
   field("Interruptions:", std::to_string(job.interruptions));
   field("Entry point:", command_text(job.spec.value("entry_point", nlohmann::json::array())));
@@ -262,6 +275,102 @@ std::string metrics_csv(const std::vector<MetricPoint>& points) {
            "," + value_text(p.value) + "," + fixed(p.timestamp, 6) + "\n";
   }
   return out;
+}
+
+std::vector<JobRecord> filter_jobs(const std::vector<JobRecord>& jobs, const JobFilter& filter) {
+  std::vector<JobRecord> out;
+  for (const JobRecord& j : jobs) {
+    if (filter.limit && out.size() >= *filter.limit) break;
+    const auto& st = filter.statuses;
+    if (!st.empty() && std::find(st.begin(), st.end(), j.status) == st.end()) continue;
+    if (filter.names &&
+        std::find(filter.names->begin(), filter.names->end(), j.name) == filter.names->end())
+      continue;
+    if (filter.since && j.created_at < *filter.since) continue;
+    out.push_back(j);
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> parse_statuses(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const std::string& value : values) {
+    std::istringstream items(value);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      const auto& all = status::all();
+      const auto match = std::find_if(all.begin(), all.end(), [&](const std::string& s) {
+        return s.size() == item.size() &&
+               std::equal(s.begin(), s.end(), item.begin(), [](char a, char b) {
+                 return std::tolower(static_cast<unsigned char>(a)) ==
+                        std::tolower(static_cast<unsigned char>(b));
+               });
+      });
+      if (match == all.end())
+        return Result<std::vector<std::string>>::failure(
+            "--status: expected InProgress, Completed, Failed, Stopping or Stopped (or a comma "
+            "list of them), found '" + item + "'");
+      if (std::find(out.begin(), out.end(), *match) == out.end()) out.push_back(*match);
+    }
+  }
+  return Result<std::vector<std::string>>::success(std::move(out));
+}
+
+namespace {
+
+// "2h" -> 7200; nullopt unless a number >= 0 followed by one of s m h d w.
+std::optional<double> duration_seconds(const std::string& text) {
+  if (text.size() < 2 || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  const std::string units = "smhdw";
+  const double scale[] = {1, 60, 3600, 86400, 604800};
+  const size_t unit = units.find(text.back());
+  if (unit == std::string::npos) return std::nullopt;
+  const std::string number = text.substr(0, text.size() - 1);
+  char* end = nullptr;
+  const double v = std::strtod(number.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v * scale[unit];
+}
+
+// "2026-11-25", "2026-11-25T14:00", "2026-11-25 14:00:05", each with an optional Z (UTC).
+std::optional<double> iso_time(std::string t) {
+  const bool utc = !t.empty() && (t.back() == 'Z' || t.back() == 'z');
+  if (utc) t.pop_back();
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, n = 0;
+  if (t.size() < 10 || std::sscanf(t.c_str(), "%4d-%2d-%2d%n", &year, &month, &day, &n) != 3 ||
+      n != 10)
+    return std::nullopt;
+  if (t.size() > 10) {
+    if ((t[10] != 'T' && t[10] != ' ') ||
+        std::sscanf(t.c_str() + 11, "%2d:%2d%n", &hour, &minute, &n) != 2 || n != 5)
+      return std::nullopt;
+    if (t.size() > 16 &&
+        (std::sscanf(t.c_str() + 16, ":%2d%n", &second, &n) != 1 || n != 3 || t.size() != 19))
+      return std::nullopt;
+  }
+  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60)
+    return std::nullopt;
+  struct tm tm {};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  tm.tm_isdst = -1;
+  const time_t when = utc ? ::timegm(&tm) : std::mktime(&tm);
+  if (when == static_cast<time_t>(-1)) return std::nullopt;
+  return static_cast<double>(when);
+}
+
+}  // namespace
+
+Result<double> parse_since(const std::string& text, double now) {
+  if (const auto d = duration_seconds(text)) return Result<double>::success(now - *d);
+  if (const auto t = iso_time(text)) return Result<double>::success(*t);
+  return Result<double>::failure(
+      "--since: expected a duration back from now (90s, 30m, 2h, 3d, 1w) or a date or time "
+      "(2026-11-25, 2026-11-25T14:00, 2026-11-25T14:00:05Z), found '" + text + "'");
 }
 
 nlohmann::json metrics_json(const std::vector<MetricPoint>& points) {

@@ -33,8 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kTopKeys = {
-    "name",     "entry_point", "hyperparameters", "inputs", "cluster", "distribution",
-    "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment",
+    "name",     "base_name", "entry_point", "hyperparameters", "inputs", "cluster",
+    "distribution", "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment",
     "rules", "profiler"};
 const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
 const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
@@ -61,6 +61,7 @@ constexpr int kMaxMetricDefinitions = 40;
 constexpr size_t kMaxMetricName = 255;
 constexpr size_t kMaxMetricRegex = 500;
 constexpr size_t kMaxName = 63;
+constexpr size_t kMaxBaseName = 32;  // + "-YYYY-MM-DD-HH-MM-SS-mmm" and a counter fit in kMaxName
 constexpr int kMaxWorld = kMaxWorkers;
 
 bool is_identifier(const std::string& s, bool allow_dash) {
@@ -94,7 +95,7 @@ class Validator {
       return;
     }
     r_.check_keys(root, "", kTopKeys);
-    name(root["name"]);
+    name(root["name"], root["base_name"]);
     entry_point(root["entry_point"]);
     hyperparameters(root["hyperparameters"]);
     inputs(root["inputs"]);
@@ -111,9 +112,21 @@ class Validator {
   }
 
  private:
-  void name(const YAML::Node& n) {
+  // `name`, or `base_name` (the job is then named base_name-<UTC time> when recorded).
+  void name(const YAML::Node& n, const YAML::Node& base) {
+    std::string b;
+    if (present(base) && r_.get_string(base, "base_name", &b)) {
+      if (is_job_name(b) && b.size() <= kMaxBaseName)
+        spec_.base_name = b;
+      else
+        r_.error("base_name", base,
+                 "expected letters, digits and '-' (not first or last), at most " +
+                     std::to_string(kMaxBaseName) + " characters, found " + found(base));
+    }
     if (!present(n)) {
-      r_.error("name", n, "required; expected a job name such as fashion-cnn (or give --name)");
+      if (!present(base))
+        r_.error("name", n, "required (or base_name); expected a job name such as fashion-cnn "
+                            "(or give --name)");
       return;
     }
     std::string s;

@@ -82,7 +82,8 @@ struct SpotSpec {
 };
 
 struct JobSpec {
-  std::string name;
+  std::string name;       // empty when only base_name was given, until the job is recorded
+  std::string base_name;  // the spec's base_name: the job is named base_name-<UTC time>
   // {"heft-train"} for the built-in trainer, else the command and its arguments.
   std::vector<std::string> entry_point;
   std::map<std::string, Hyperparameter> hyperparameters;

@@ -3,7 +3,9 @@
 // Terms: a *start* is one run of the whole group (attempts counts them); a *stop reason* is
 // why the supervisor itself asked the launcher to stop a start (heft stop, max runtime, max
 // wait, a simulated interruption); the *running time* is the sum of the starts' durations
-// (billable seconds), the *wall time* runs from the first start (training seconds).
+// (billable seconds are that times the instances: job_report.h), the *wall time* runs from
+// the first start of this run of the supervisor, added to what a resumed job's record had
+// (training seconds: the time a job sat Stopped or Failed before `heft resume` is not in it).
 #include "heft/job/supervisor.h"
 
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <iostream>
 
 #include "heft/job/job_output.h"
+#include "heft/job/job_report.h"
 #include "heft/job/local_launcher.h"
 #include "heft/job/mpirun_launcher.h"
 #include "heft/job/slurm_launcher.h"
@@ -79,6 +82,7 @@ class Supervisor::Impl {
                              numeric_hyperparameter(spec_, {"max_steps", "steps"}))),
         // A resumed job (heft resume) continues its record's counters.
         training_start_(job_.training_start),
+        training_before_(job_.training_seconds),
         billable_(job_.billable_seconds),
         attempts_(job_.attempts),
         interruptions_(job_.interruptions) {}
@@ -182,7 +186,8 @@ class Supervisor::Impl {
     p.attempts = attempts_;
     p.interruptions = interruptions_;
     p.billable_seconds = running_seconds();
-    p.training_seconds = training_start_ ? unix_now() - *training_start_ : 0.0;
+    p.training_seconds =
+        training_before_ + (run_training_start_ ? unix_now() - *run_training_start_ : 0.0);
     p.training_start = training_start_;
     return p;
   }
@@ -191,7 +196,8 @@ class Supervisor::Impl {
     ++attempts_;
     in_start_ = true;
     start_began_ = Clock::now();
-    if (!training_start_) training_start_ = unix_now();
+    if (!run_training_start_) run_training_start_ = unix_now();
+    if (!training_start_) training_start_ = run_training_start_;
     const int world = spec_.world_size();
     db_.transition(job_.id, secondary::kTraining,
                    restart_count == 0
@@ -382,11 +388,13 @@ class Supervisor::Impl {
     }
     result.progress = progress();
     db_.finish(job_.id, result);
-    std::cerr << options_.log_name << ": job " << spec_.name << " " << result.status << " ("
-              << result.secondary << ") after " << seconds_text(result.progress.training_seconds)
-              << "; billable " << seconds_text(result.progress.billable_seconds) << ", "
-              << attempts_ << " start" << (attempts_ == 1 ? "" : "s") << ", " << interruptions_
-              << " interruption" << (interruptions_ == 1 ? "" : "s") << std::endl;
+    std::cerr << options_.log_name << ": job " << spec_.name << " "
+              << heft::job::status_text(result.status, result.secondary) << " after "
+              << seconds_text(result.progress.training_seconds) << "; billable "
+              << billable_text(result.progress.billable_seconds, job_.instance_count)
+              << ", " << attempts_ << " start" << (attempts_ == 1 ? "" : "s") << ", "
+              << interruptions_ << " interruption" << (interruptions_ == 1 ? "" : "s")
+              << std::endl;
     if (!result.failure_reason.empty()) {
       std::string reason;
       for (char c : result.failure_reason) reason += c == '\n' ? "\n  " : std::string(1, c);
@@ -416,7 +424,9 @@ class Supervisor::Impl {
   Clock::time_point start_began_;
   Clock::time_point last_progress_write_ = Clock::now();
   bool in_start_ = false;
-  std::optional<double> training_start_;
+  std::optional<double> training_start_;      // the job's first start (the record's)
+  std::optional<double> run_training_start_;  // this supervisor's first start
+  double training_before_ = 0;                // a resumed job's training seconds
   double billable_ = 0;
   int attempts_ = 0;
   int interruptions_ = 0;
