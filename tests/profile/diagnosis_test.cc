@@ -1,6 +1,7 @@
 // ctest-labels: multiproc
 // Hang diagnosis from real ranks' collective traces: a group where one rank skips a
-// collective is named with the collective and its sequence number.
+// collective is named with the collective and its sequence number; a group the mesh
+// labelled is named by its dimension, with world ranks.
 #include "heft/profile/diagnosis.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <thread>
 
 #include "heft/comm/trace.h"
@@ -69,6 +72,80 @@ TEST(Diagnosis, RankThatSkipsACollectiveIsNamedWithItsSequenceNumber) {
   EXPECT_NE(text.find("rank 2 never entered it (last: broadcast #6"), std::string::npos) << text;
   EXPECT_NE(text.find("ranks 0, 1, 3 wait in it for rank 2"), std::string::npos) << text;
   fs::remove_all(dir);
+}
+
+// The device mesh labels its split groups (parallel/mesh.h: rank-<R>.groups.json beside the
+// traces); the diagnosis then names a group by its dimension and its members, and speaks of
+// world ranks, not ranks in the group. Here the tensor groups {0,1} and {2,3} are split as
+// the mesh splits them (color: the smallest member; key: the index in the group) and the
+// labels written in the mesh's format; world rank 3 skips the second allreduce of {2,3}.
+TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
+  const std::string dir = fresh_dir("dims");
+  ::setenv("HEFT_TRACE_DIR", dir.c_str(), 1);
+  test::StoreProcess store;
+  comm::CommunicatorOptions options;
+  options.token = store.token();
+  options.timeout = std::chrono::seconds(2);
+  test::RunResult res = test::run_world(
+      4, store,
+      [&dir](comm::Communicator& c) {
+        ::setenv("RANK", std::to_string(c.rank()).c_str(), 1);  // as a launcher sets it
+        const int first = c.rank() / 2 * 2;
+        std::unique_ptr<comm::Communicator> tensor = c.split(first, c.rank() - first);
+        std::ofstream(dir + "/rank-" + std::to_string(c.rank()) + ".groups.json")
+            << "{\"world_rank\": " << c.rank() << ", \"groups\": [{\"group\": \"" << tensor->group()
+            << "\", \"dimension\": \"tensor\", \"ranks\": [" << first << ", " << first + 1 << "]}]}";
+        std::vector<float> x(64, 1.0f);
+        tensor->allreduce(x.data(), x.size(), comm::DataType::f32, comm::ReduceOp::sum);  // #1
+        if (c.rank() == 3) {  // skips #2 of the group {2,3}
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          return;
+        }
+        if (c.rank() < 2) return;
+        bool finished = true;
+        try {
+          tensor->allreduce(x.data(), x.size(), comm::DataType::f32, comm::ReduceOp::sum);
+        } catch (const Error&) {
+          finished = false;
+        }
+        test::expect(!finished, "allreduce #2 finished without world rank 3");
+      },
+      options, std::chrono::seconds(60));
+  ::unsetenv("HEFT_TRACE_DIR");
+  ASSERT_TRUE(res.all_ok()) << res.summary();
+  const Diagnosis d = diagnose(dir, comm::trace_clock());
+  ASSERT_TRUE(d.stuck()) << d.text();
+  int tensor_groups = 0;
+  for (const GroupDiagnosis& g : d.groups) {
+    if (g.dimension != "tensor") continue;
+    ++tensor_groups;
+    EXPECT_NE(g.group.find("/split"), std::string::npos) << g.group;
+    if (g.stuck) {
+      EXPECT_EQ(g.label, "tensor group {2,3}");
+      EXPECT_EQ(g.ranks, std::vector<int>({2, 3}));
+      EXPECT_EQ(g.behind, std::vector<int>({3}));  // world ranks, not 1 (its rank in the group)
+      EXPECT_EQ(g.waiting, std::vector<int>({2}));
+      EXPECT_EQ(g.waited_for, std::vector<int>({3}));
+    } else {
+      EXPECT_EQ(g.label, "tensor group {0,1}");
+    }
+  }
+  EXPECT_EQ(tensor_groups, 2);
+  const std::string text = d.text();
+  EXPECT_NE(text.find("allreduce #2 in the tensor group {2,3}: rank 3 never entered it"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("rank 2 waits in it for rank 3"), std::string::npos) << text;
+  EXPECT_EQ(text.find("split"), std::string::npos) << text;
+  EXPECT_EQ(d.json()["groups"][0].count("dimension"), 1u);
+  fs::remove_all(dir);
+}
+
+TEST(Diagnosis, MembersText) {
+  EXPECT_EQ(members_text({2, 3}), "{2,3}");
+  EXPECT_EQ(members_text({0, 1, 2, 3}), "{0-3}");
+  EXPECT_EQ(members_text({0, 4, 8}), "{0,4,8}");
+  EXPECT_EQ(members_text({0, 1, 2, 5, 6}), "{0-2,5,6}");
+  EXPECT_EQ(members_text({}), "{}");
 }
 
 TEST(Diagnosis, FinishedGroupIsNotStuck) {

@@ -1,5 +1,6 @@
 // `heft diagnose JOB [--json]`: who is stuck where, from the ranks' collective traces in the
-// job's directory (profile/diagnosis.h); for a running job or one that ended. Exit 0 when
+// job's directory (profile/diagnosis.h), groups named by their parallel dimension where the
+// device mesh labelled them; for a running job or one that ended. Exit 0 when
 // nothing is stuck, 3 when a collective is not finished on every rank, 1 on errors.
 #include <chrono>
 #include <iostream>
@@ -35,8 +36,11 @@ Command add_diagnose_command(CLI::App& app) {
       j["status"] = found->job.status;
       std::cout << j.dump(2) << std::endl;
     } else {
-      std::cout << "job " << found->job.name << " (" << found->job.status << "/"
-                << found->job.secondary_status << "), " << d.traces << " collective traces\n"
+      const job::JobRecord& j = found->job;
+      const bool same = j.secondary_status.empty() || j.secondary_status == j.status;
+      std::cout << "job " << j.name << " (" << j.status
+                << (same ? "" : ", " + j.secondary_status) << "), " << d.traces
+                << " collective traces\n"
                 << d.text() << std::flush;
     }
     return d.stuck() ? 3 : 0;

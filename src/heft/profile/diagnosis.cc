@@ -48,11 +48,75 @@ std::string seconds(double s) {
 
 bool alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
+// What the mesh's label files say of one communicator (parallel/mesh.h).
+struct GroupLabel {
+  std::set<int> dims;     // indices into kDimensions
+  std::vector<int> ranks;  // world ranks by group rank
+};
+
+const char* const kDimensions[] = {"data", "pipeline", "tensor", "replicate", "shard"};
+
+// Every rank-<R>.groups.json under dir, merged by communicator name.
+std::map<std::string, GroupLabel> read_labels(const std::string& dir) {
+  std::map<std::string, GroupLabel> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    const std::string suffix = ".groups.json";
+    if (file.size() <= suffix.size() || file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    std::ifstream in(it->path());
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("groups") || !j["groups"].is_array()) continue;
+    for (const nlohmann::json& e : j["groups"]) {
+      if (!e.is_object() || !e.value("group", nlohmann::json()).is_string()) continue;
+      GroupLabel& l = out[e["group"].get<std::string>()];
+      const std::string dim = e.value("dimension", "");
+      for (int d = 0; d < 5; ++d)
+        if (dim == kDimensions[d]) l.dims.insert(d);
+      if (l.ranks.empty() && e.value("ranks", nlohmann::json()).is_array())
+        for (const nlohmann::json& r : e["ranks"])
+          if (r.is_number_integer()) l.ranks.push_back(r.get<int>());
+    }
+  }
+  return out;
+}
+
+// Names g by its dimension (or as the world, or by its communicator name) and lists its
+// members as world ranks.
+void label_group(GroupDiagnosis& g, const std::map<int, RankTrace>& ranks, const GroupLabel* l) {
+  if (l && !l->dims.empty()) {
+    for (int d : l->dims) g.dimension += (g.dimension.empty() ? "" : "/") + std::string(kDimensions[d]);
+    g.ranks = l->ranks;
+    g.label = g.dimension + " group " + members_text(g.ranks);
+    return;
+  }
+  const std::string world = "/world";
+  if (g.group.size() >= world.size() &&
+      g.group.compare(g.group.size() - world.size(), world.size(), world) == 0) {
+    for (const auto& [r, t] : ranks) g.ranks.push_back(t.world_rank);
+    g.label = "world group " + members_text(g.ranks);
+    return;
+  }
+  g.ranks.clear();
+  g.label = "group " + g.group;
+}
+
 GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, RankTrace>& ranks,
-                              double now) {
+                              const GroupLabel* label, double now) {
   GroupDiagnosis g;
   g.group = group;
   for (const auto& [r, t] : ranks) g.size = std::max(g.size, r + 1);
+  label_group(g, ranks, label);
+  // A rank in the group -> its world rank: the mesh's members, else what its trace says.
+  auto world = [&](int r) {
+    if (label && r >= 0 && r < static_cast<int>(label->ranks.size()))
+      return label->ranks[static_cast<size_t>(r)];
+    auto it = ranks.find(r);
+    return it == ranks.end() ? r : it->second.world_rank;
+  };
+  const std::string where = (g.label.rfind("group ", 0) == 0 ? "" : "the ") + g.label;
   uint64_t frontier = 0;
   uint64_t last_issued = 0;
   for (const auto& [r, t] : ranks) {
@@ -63,7 +127,7 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
   }
   if (!frontier) {
     if (last_issued == 0) return g;  // a group that ran nothing: not worth a line
-    g.lines.push_back("group " + group + ": every rank finished collective #" +
+    g.lines.push_back(g.label + ": every rank finished collective #" +
                       std::to_string(last_issued) + "; none in flight");
     return g;
   }
@@ -71,29 +135,31 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
   g.seq = frontier;
   const TraceEntry* sample = nullptr;
   std::map<std::string, std::vector<int>> kinds;  // what each entered as #frontier
+  std::vector<int> behind;  // group ranks that never entered it
   double waiting_since = now;
   for (const auto& [r, t] : ranks) {
     const TraceEntry* e = t.find(frontier);
     if (t.issued < frontier || !e) {
-      g.behind.push_back(r);
+      behind.push_back(r);
       continue;
     }
     if (!sample) sample = e;
-    kinds[op_kind(e->op)].push_back(r);
+    kinds[op_kind(e->op)].push_back(world(r));
     if (e->state != static_cast<int32_t>(TraceState::kDone)) {
-      g.waiting.push_back(r);
+      g.waiting.push_back(world(r));
       const double since = e->started_at > 0 ? e->started_at : e->queued_at;
       waiting_since = std::min(waiting_since, since);
-      if (e->peer >= 0) g.waited_for.push_back(e->peer);
+      if (e->peer >= 0) g.waited_for.push_back(world(e->peer));
     }
   }
+  for (int r : behind) g.behind.push_back(world(r));
   g.op = sample ? sample->op : "?";
   const std::string name = op_kind(g.op) + " #" + std::to_string(frontier);
-  std::string line = name + " in group " + group + ":";
+  std::string line = name + " in " + where + ":";
   std::vector<std::string> parts;
-  for (int r : g.behind) {
+  for (int r : behind) {
     const RankTrace& t = ranks.at(r);
-    std::string what = "rank " + std::to_string(r) + " never entered it";
+    std::string what = "rank " + std::to_string(world(r)) + " never entered it";
     const TraceEntry* last = t.issued ? t.find(t.issued) : nullptr;
     if (last) {
       const std::string state = last->state == static_cast<int32_t>(TraceState::kDone)
@@ -121,7 +187,7 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
     }
     if (on.empty())
       for (const auto& [r, t] : ranks)
-        if (!alive(t.pid)) on.push_back(r);
+        if (!alive(t.pid)) on.push_back(world(r));
     if (!on.empty()) w += " for " + ranks_text(on);
     w += " (for " + seconds(now - waiting_since) + ")";
     parts.push_back(w);
@@ -133,6 +199,19 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
 }
 
 }  // namespace
+
+std::string members_text(const std::vector<int>& ranks) {
+  std::string out = "{";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (i ? "," : "") + std::to_string(ranks[i]);
+    if (j - i >= 2) out += "-" + std::to_string(ranks[j]);
+    else if (j == i + 1) out += "," + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out + "}";
+}
 
 std::string ranks_text(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
@@ -163,7 +242,8 @@ std::string Diagnosis::text() const {
 nlohmann::json Diagnosis::json() const {
   nlohmann::json gs = nlohmann::json::array();
   for (const GroupDiagnosis& g : groups)
-    gs.push_back({{"group", g.group}, {"size", g.size}, {"stuck", g.stuck}, {"seq", g.seq},
+    gs.push_back({{"group", g.group}, {"dimension", g.dimension}, {"ranks", g.ranks},
+                  {"label", g.label}, {"size", g.size}, {"stuck", g.stuck}, {"seq", g.seq},
                   {"op", g.op}, {"waiting", g.waiting}, {"behind", g.behind},
                   {"waited_for", g.waited_for}, {"lines", g.lines}});
   return {{"traces", traces}, {"stuck", stuck()}, {"groups", gs}};
@@ -196,7 +276,11 @@ Diagnosis diagnose(const std::string& dir, double now) {
     ++d.traces;
     groups[f.group][f.rank] = std::move(t);
   }
-  for (const auto& [group, ranks] : groups) d.groups.push_back(diagnose_group(group, ranks, now));
+  const std::map<std::string, GroupLabel> labels = read_labels(dir);
+  for (const auto& [group, ranks] : groups) {
+    auto l = labels.find(group);
+    d.groups.push_back(diagnose_group(group, ranks, l == labels.end() ? nullptr : &l->second, now));
+  }
   return d;
 }
 

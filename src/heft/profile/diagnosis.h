@@ -2,8 +2,15 @@
 // group, the oldest collective not finished everywhere, which ranks wait in it, which never
 // entered it (and what they did last), and which peer the waiters wait on:
 //
-//   allreduce #1207 in group fashion/world: rank 3 never entered it (last: allreduce #1206,
+//   allreduce #1207 in the data group {0-3}: rank 3 never entered it (last: allreduce #1206,
 //   done 31.0 s ago); ranks 0-2 wait in it for rank 3 (for 30.9 s)
+//
+// A group is named by its parallel dimension (data, pipeline, tensor, replicate, shard, as
+// parallel/mesh.h defines them) and its members when the device mesh labelled it (the
+// rank-<R>.groups.json files parallel/mesh.h writes beside the traces); otherwise the job's
+// world communicator ("<job>/world") as "world group {0-3}" and any other by its communicator
+// name ("group fashion/world/split0/2"). Ranks in the text
+// and in GroupDiagnosis are world ranks (as in the workers' logs), not ranks in the group.
 //
 // `heft diagnose JOB` prints it for a running or ended job; the supervisor adds it to the
 // failure reason of a hang and to a stalled-training stop.
@@ -18,7 +25,10 @@
 namespace heft::profile {
 
 struct GroupDiagnosis {
-  std::string group;
+  std::string group;           // the communicator's name ("fashion/world/split2/2")
+  std::string dimension;       // "tensor", "data/shard" (one group serving two); "" unlabelled
+  std::vector<int> ranks;      // the members (world ranks, by group rank); empty unlabelled
+  std::string label;           // "tensor group {2,3}", "world group {0-3}", "group NAME"
   int size = 0;
   bool stuck = false;          // a collective is not finished on every rank
   uint64_t seq = 0;            // that collective's sequence number (1-based)
@@ -39,10 +49,14 @@ struct Diagnosis {
   nlohmann::json json() const;
 };
 
-// Reads every *.trace file under `dir`; `now` in Unix seconds (for ages).
+// Reads every *.trace and *.groups.json file under `dir` (unreadable or foreign files are
+// skipped); `now` in Unix seconds (for ages).
 Diagnosis diagnose(const std::string& dir, double now);
 
 // "rank 3", "ranks 0-2", "ranks 0, 2, 5".
 std::string ranks_text(std::vector<int> ranks);
+// A group's members in braces, in the order given: "{2,3}", "{0-3}" (a run of more than two
+// consecutive ascending ranks), "{0,4,8}".
+std::string members_text(const std::vector<int>& ranks);
 
 }  // namespace heft::profile

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <set>
 #include <sstream>
@@ -42,7 +43,27 @@ struct Series {
   std::vector<std::pair<double, double>> points;  // x, y
 };
 
-// A line chart as inline SVG: x and y ranges from the data, labelled at their ends.
+// The chart's legend: a swatch and a label per series, as many rows as fit beside the plot
+// (the rest summed up in a last row).
+std::string svg_legend(const std::vector<Series>& series, double x, double top, double bottom) {
+  const size_t fit = static_cast<size_t>(std::max(1.0, (bottom - top) / 14));
+  std::ostringstream o;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const double y = top + 14 * static_cast<double>(i);
+    if (i + 1 == fit && series.size() > fit) {
+      o << "<text x=\"" << x << "\" y=\"" << y + 9 << "\" class=\"tick\">+"
+        << series.size() - i << " more</text>";
+      break;
+    }
+    o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"10\" height=\"10\" class=\"swatch\" fill=\""
+      << kColors[i % 10] << "\"/><text x=\"" << x + 14 << "\" y=\"" << y + 9
+      << "\" class=\"tick\">" << esc(series[i].label) << "</text>";
+  }
+  return o.str();
+}
+
+// A line chart as inline SVG: the x range from the data, the y range from y_axis(); both
+// labelled at their ends, a y axis that does not start at zero marked with a break.
 std::string svg_chart(const std::string& title, const std::string& x_label,
                       const std::vector<Series>& series) {
   const double W = 680, H = 240, L = 60, R = 150, T = 28, B = 36;
@@ -58,35 +79,39 @@ std::string svg_chart(const std::string& title, const std::string& x_label,
     << "</text>";
   if (x0 > x1) return o.str() + "<text x=\"" + num(L, 0) + "\" y=\"120\">no data</text></svg>";
   if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1, y0 = y0 - (y0 == 0 ? 0 : 1);
-  if (y0 > 0 && y0 < 0.3 * y1) y0 = 0;
+  const AxisRange y = y_axis(y0, y1);
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
+  auto py = [&](double v) { return H - B - (v - y.lo) / (y.hi - y.lo) * (H - T - B); };
   o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << W - L - R << "\" height=\""
     << H - T - B << "\" class=\"frame\"/>";
-  o << "<text x=\"" << L - 4 << "\" y=\"" << py(y1) + 4 << "\" class=\"tick\" text-anchor=\"end\">"
-    << num(y1, y1 < 10 ? 3 : 1) << "</text>";
-  o << "<text x=\"" << L - 4 << "\" y=\"" << py(y0) + 4 << "\" class=\"tick\" text-anchor=\"end\">"
-    << num(y0, y1 < 10 ? 3 : 1) << "</text>";
+  o << "<text x=\"" << L - 4 << "\" y=\"" << py(y.hi) + 4 << "\" class=\"tick\" text-anchor=\"end\">"
+    << readable_number(y.hi) << "</text>";
+  o << "<text x=\"" << L - 4 << "\" y=\"" << py(y.lo) + 4 << "\" class=\"tick\" text-anchor=\"end\">"
+    << readable_number(y.lo) << "</text>";
+  if (!y.from_zero) {
+    // A zigzag across the foot of the y axis, and words for who misses it.
+    const double b = H - B - 6;
+    o << "<path class=\"axis-break\" d=\"M" << L - 5 << "," << b + 3 << " L" << L << "," << b - 1
+      << " L" << L - 5 << "," << b - 5 << " L" << L << "," << b - 9
+      << "\" fill=\"none\" stroke=\"#b00\" stroke-width=\"1.5\"/><text x=\"" << W - R
+      << "\" y=\"18\" class=\"tick\" text-anchor=\"end\">y axis from " << readable_number(y.lo)
+      << ", not 0</text>";
+  }
   o << "<text x=\"" << L << "\" y=\"" << H - B + 14 << "\" class=\"tick\">" << num(x0, 0)
     << "</text><text x=\"" << W - R << "\" y=\"" << H - B + 14
     << "\" class=\"tick\" text-anchor=\"end\">" << num(x1, 0) << "</text>";
   o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 6
     << "\" class=\"tick\" text-anchor=\"middle\">" << esc(x_label) << "</text>";
   for (size_t i = 0; i < series.size(); ++i) {
-    const char* color = kColors[i % 10];
     std::string path;
-    for (auto [x, y] : series[i].points) {
-      if (!std::isfinite(y)) continue;
-      path += (path.empty() ? "M" : " L") + num(px(x), 1) + "," + num(py(y), 1);
+    for (auto [x, v] : series[i].points) {
+      if (!std::isfinite(v)) continue;
+      path += (path.empty() ? "M" : " L") + num(px(x), 1) + "," + num(py(v), 1);
     }
-    o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << color
+    o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << kColors[i % 10]
       << "\" stroke-width=\"1.5\"/>";
-    o << "<rect x=\"" << W - R + 10 << "\" y=\"" << T + 14 * i << "\" width=\"10\" height=\"10\" fill=\""
-      << color << "\"/><text x=\"" << W - R + 24 << "\" y=\"" << T + 9 + 14 * i
-      << "\" class=\"tick\">" << esc(series[i].label) << "</text>";
   }
-  return o.str() + "</svg>";
+  return o.str() + svg_legend(series, W - R + 10, T, H - B) + "</svg>";
 }
 
 // Series of `name` by rank, x = seconds since `t0` (or the step when by_step).
@@ -112,9 +137,85 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:
 .chart{margin:6px 12px 6px 0}.title{font-size:13px;font-weight:600}.tick{font-size:11px;fill:#555}
 .frame{fill:none;stroke:#ccc}.stop{color:#b00;font-weight:600}pre{font-size:12px;background:#f6f6f6;padding:6px;white-space:pre-wrap}
 .bar{height:16px;display:inline-block}
+.swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px;vertical-align:baseline}
+.ev div{margin:1px 0}.ev .k{color:#555}
 )";
 
+// Phases of a step and their colours: the table's bars and its legend.
+const char* const kPhaseColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#bbb"};
+
+bool names_a_time(const std::string& key) {
+  return key == "last_activity" || key == "timestamp" ||
+         (key.size() > 3 && key.compare(key.size() - 3, 3, "_at") == 0);
+}
+
+// One evidence value as text (not escaped).
+std::string value_text(const nlohmann::json& v, bool time) {
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    return time && d > 1e8 ? iso8601(d) : readable_number(d);
+  }
+  if (v.is_number()) return time && v.get<double>() > 1e8 ? iso8601(v.get<double>()) : v.dump();
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "-";
+  std::string out;
+  if (v.is_array())
+    for (const nlohmann::json& e : v) out += (out.empty() ? "" : ", ") + value_text(e, time);
+  else if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it)
+      out += (out.empty() ? "" : ", ") + it.key() + ": " + value_text(it.value(), time);
+  else
+    out = v.dump();  // a boolean
+  return out;
+}
+
 }  // namespace
+
+AxisRange y_axis(double lo, double hi) {
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) return {};
+  if (lo == 0 && hi == 0) return {};
+  if (lo == hi) return {std::min(0.0, lo), std::max(0.0, hi), true};
+  if (lo <= 0 && hi >= 0) return {lo, hi, true};
+  const double far = std::max(std::abs(lo), std::abs(hi));  // the end far from zero
+  if (hi - lo < 0.2 * far) return {lo, hi, false};
+  return lo > 0 ? AxisRange{0, hi, true} : AxisRange{lo, 0, true};
+}
+
+std::string readable_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (std::abs(v) >= 1e4) std::snprintf(buf, sizeof(buf), "%.0f", v);
+  else std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return std::string(buf) == "-0" ? "0" : buf;
+}
+
+std::string iso8601(double unix_seconds) {
+  const time_t t = static_cast<time_t>(std::floor(unix_seconds));
+  struct tm tm {};
+  ::localtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tm);  // ...+0100
+  std::string out = buf;
+  if (out.size() >= 5) out.insert(out.size() - 2, ":");           // ...+01:00
+  return out;
+}
+
+std::string evidence_html(const nlohmann::json& evidence) {
+  if (!evidence.is_object()) return "<div class=\"ev\">" + esc(value_text(evidence, false)) + "</div>";
+  std::ostringstream o;
+  o << "<div class=\"ev\">";
+  for (auto it = evidence.begin(); it != evidence.end(); ++it) {
+    std::string key = it.key();
+    std::replace(key.begin(), key.end(), '_', ' ');
+    const std::string text = value_text(it.value(), names_a_time(it.key()));
+    o << "<div><span class=\"k\">" << esc(key) << ":</span> ";
+    if (text.find('\n') != std::string::npos) o << "<pre>" << esc(text) << "</pre>";
+    else o << esc(text);
+    o << "</div>";
+  }
+  return o.str() + "</div>";
+}
 
 std::vector<std::pair<int, std::vector<std::pair<std::string, double>>>> phase_breakdown(
     const std::vector<job::MetricPoint>& metrics) {
@@ -154,8 +255,10 @@ std::string report_html(const ReportInput& in) {
   o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>heft report: " << esc(j.name)
     << "</title><style>" << kStyle << "</style></head><body>";
   o << "<h1>heft report: " << esc(j.name) << "</h1>";
-  o << "<table><tr><th>Status</th><td>" << esc(j.status) << " (" << esc(j.secondary_status)
-    << ")</td></tr><tr><th>Created</th><td>" << esc(job::local_time_text(j.created_at))
+  const bool one_status = j.secondary_status.empty() || j.secondary_status == j.status;
+  o << "<table><tr><th>Status</th><td>" << esc(j.status)
+    << (one_status ? "" : " (" + esc(j.secondary_status) + ")")
+    << "</td></tr><tr><th>Created</th><td>" << esc(iso8601(j.created_at))
     << "</td></tr><tr><th>Training time</th><td>" << num(job::live_training_seconds(j))
     << " s</td></tr><tr><th>Billable time</th><td>" << num(job::billable_instance_seconds(j))
     << " s (" << num(j.billable_seconds) << " s x " << j.instance_count
@@ -175,9 +278,10 @@ std::string report_html(const ReportInput& in) {
       const std::string rec = ev.value("recommendation", recommendation(f.rule));
       ev.erase("recommendation");
       o << "<tr><td>" << esc(f.rule) << (f.action == "stop" ? " <span class=\"stop\">stopped the job</span>" : "")
-        << "</td><td>" << (f.rank >= 0 ? std::to_string(f.rank) : "all") << "</td><td>"
-        << num(f.timestamp - t0) << " s</td><td>" << esc(f.message) << "</td><td><pre>"
-        << esc(ev.dump(1)) << "</pre></td><td>" << esc(rec) << "</td></tr>";
+        << "</td><td>" << (f.rank >= 0 ? std::to_string(f.rank) : "all")
+        << "</td><td title=\"" << esc(iso8601(f.timestamp)) << "\">" << num(f.timestamp - t0)
+        << " s</td><td>" << esc(f.message) << "</td><td>" << evidence_html(ev) << "</td><td>"
+        << esc(rec) << "</td></tr>";
     }
     o << "</table>";
   }
@@ -202,7 +306,6 @@ std::string report_html(const ReportInput& in) {
     o << "<table><tr><th>Rank</th>";
     for (const auto& [ph, v] : phases[0].second) o << "<th>" << ph << " ms</th>";
     o << "<th>share</th></tr>";
-    const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#bbb"};
     for (const auto& [rank, row] : phases) {
       double total = 0;
       for (const auto& [ph, v] : row) total += v;
@@ -210,11 +313,15 @@ std::string report_html(const ReportInput& in) {
       for (const auto& [ph, v] : row) o << "<td>" << num(v, 2) << "</td>";
       o << "<td style=\"width:320px\">";
       for (size_t i = 0; i < row.size(); ++i)
-        o << "<span class=\"bar\" title=\"" << row[i].first << "\" style=\"background:" << colors[i]
+        o << "<span class=\"bar\" title=\"" << row[i].first << "\" style=\"background:" << kPhaseColors[i]
           << ";width:" << num(total > 0 ? 300 * row[i].second / total : 0, 0) << "px\"></span>";
       o << "</td></tr>";
     }
-    o << "</table><p>Colours: data, forward, backward, communication, optimizer, other.</p>";
+    o << "</table><p class=\"legend\">";
+    for (size_t i = 0; i < phases[0].second.size(); ++i)
+      o << "<span class=\"swatch\" style=\"background:" << kPhaseColors[i] << "\"></span>"
+        << phases[0].second[i].first;
+    o << "</p>";
     o << svg_chart("step time without communication (ms)", "step",
                    [&] {
                      std::vector<Series> total = by_rank(in.metrics, "step:total_ms", t0, true);
@@ -245,7 +352,7 @@ std::string report_html(const ReportInput& in) {
 
   o << "<h2>Transitions</h2><table>";
   for (const job::Transition& t : in.transitions)
-    o << "<tr><td>" << esc(t.status) << "</td><td>" << esc(job::local_time_text(t.start_time))
+    o << "<tr><td>" << esc(t.status) << "</td><td>" << esc(iso8601(t.start_time))
       << "</td><td>" << esc(t.message) << "</td></tr>";
   o << "</table></body></html>\n";
   return o.str();
