@@ -96,7 +96,7 @@ TEST(JobSpec, BadSpecsNameTheFieldWhatWasExpectedAndWhatWasFound) {
       {"typo inside a section", kBase + "cluster: {instance_cout: 2}\n",
        {"spec.yaml:3: cluster.instance_cout: unknown field; did you mean 'instance_count'?"}},
       {"no near key", kBase + "colour: blue\n",
-       {"colour: unknown field; expected one of name, entry_point,"}},
+       {"colour: unknown field; expected one of name, base_name, entry_point,"}},
       {"missing name", "entry_point: heft-train\n", {"name: required", "--name"}},
       {"missing entry point", "name: j\n", {"entry_point: required", "heft-train", "[python3, train.py]"}},
       {"entry point with spaces", "name: j\nentry_point: python3 train.py\n",

@@ -36,11 +36,11 @@ TEST(Hyperparameters, DefaultsArgumentsAndSmHps) {
 
 TEST(Hyperparameters, ErrorsNameTheHyperparameter) {
   auto p = parse_hyperparameters({"--learning_rate", "0.1"}, "");
-  EXPECT_EQ(p.error.rfind("unknown hyperparameter 'learning_rate'; known: model, epochs, "
-                          "max_steps, batch_size, lr,",
-                          0),
-            0u)
-      << p.error;
+  EXPECT_EQ(p.error, "unknown hyperparameter 'learning_rate'; did you mean 'lr'?");
+  EXPECT_EQ(p.error_name, "learning_rate");
+  EXPECT_EQ(p.error_text, "unknown; did you mean 'lr'?");
+  EXPECT_EQ(parse_hyperparameters({"--btach_size", "8"}, "").error,
+            "unknown hyperparameter 'btach_size'; did you mean 'batch_size'?");
   EXPECT_EQ(parse_hyperparameters({"--lr", "fast"}, "").error,
             "hyperparameter lr: expected a number, found 'fast'");
   EXPECT_EQ(parse_hyperparameters({"--lr", "0"}, "").error,

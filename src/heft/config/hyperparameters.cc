@@ -1,4 +1,4 @@
-#include "heft/train/hyperparameters.h"
+#include "heft/config/hyperparameters.h"
 
 #include <cctype>
 #include <cerrno>
@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-namespace heft::train {
+#include "heft/config/nearest.h"
+
+namespace heft::config {
 
 namespace {
 
@@ -218,23 +220,61 @@ const Field* find_field(const std::string& name) {
   return nullptr;
 }
 
-std::string unknown(const std::string& name, const char* where) {
+std::string known_names() {
   std::string known;
   for (const Field& f : fields()) known += (known.empty() ? "" : ", ") + std::string(f.name);
-  return std::string("unknown hyperparameter '") + name + "'" + where + "; known: " + known;
+  return known;
 }
 
-std::string set_field(Hyperparameters& h, const std::string& name, const std::string& value,
-                      const char* where) {
+// One problem: the hyperparameter it is about and what is wrong.
+struct Problem {
+  std::string name;
+  std::string text;  // empty: none
+};
+
+Problem set_field(Hyperparameters& h, const std::string& name, const std::string& value) {
   const Field* f = find_field(name);
-  if (!f) return unknown(name, where);
-  std::string err = f->set(h, value);
-  if (!err.empty()) return "hyperparameter " + name + where + ": " + err;
-  return "";
+  if (!f) return {name, unknown_hyperparameter_text(name)};
+  return {name, f->set(h, value)};
 }
 
-// SM_HPS values as the text a command line would carry.
-std::string json_text(const nlohmann::json& v) {
+}  // namespace
+
+bool is_hyperparameter(const std::string& name) { return find_field(name) != nullptr; }
+
+std::string check_hyperparameter(const std::string& name, const std::string& value) {
+  Hyperparameters scratch;
+  return set_field(scratch, name, value).text;
+}
+
+std::string unknown_hyperparameter_text(const std::string& name) {
+  // Names other trainers use for the same settings (a suggestion, never accepted as such).
+  static const std::vector<std::pair<std::string, std::string>> kSynonyms = {
+      {"learning_rate", "lr"},          {"learning-rate", "lr"},
+      {"num_epochs", "epochs"},         {"n_epochs", "epochs"},
+      {"batch-size", "batch_size"},     {"train_batch_size", "batch_size"},
+      {"per_device_train_batch_size", "batch_size"},
+      {"max_grad_norm", "grad_clip"},   {"clip_grad_norm", "grad_clip"},
+      {"gradient_accumulation_steps", "gradient_accumulation"},
+      {"warmup", "warmup_steps"},       {"num_warmup_steps", "warmup_steps"},
+      {"lr_scheduler", "lr_schedule"},  {"lr_scheduler_type", "lr_schedule"},
+      {"optim", "optimizer"},           {"steps", "max_steps"},
+      {"num_layers", "n_layer"},        {"n_layers", "n_layer"},
+      {"num_heads", "n_head"},          {"n_heads", "n_head"},
+      {"hidden_size", "n_embd"},        {"d_model", "n_embd"},
+      {"context_length", "block_size"}, {"seq_len", "block_size"},
+      {"mixed_precision", "bf16"},      {"bfloat16", "bf16"},
+      {"pipeline_parallel_degree", "partitions"},
+      {"gradient_checkpointing", "activation_checkpointing"}};
+  std::string suggestion;
+  for (const auto& [synonym, ours] : kSynonyms)
+    if (name == synonym) suggestion = ours;
+  if (suggestion.empty()) suggestion = nearest(name, hyperparameter_names());
+  if (!suggestion.empty()) return "unknown; did you mean '" + suggestion + "'?";
+  return "unknown; known: " + known_names();
+}
+
+std::string hyperparameter_text(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
@@ -246,8 +286,6 @@ std::string json_text(const nlohmann::json& v) {
   }
   return v.dump();
 }
-
-}  // namespace
 
 std::vector<std::string> hyperparameter_names() {
   std::vector<std::string> names;
@@ -273,6 +311,15 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
     r.error = std::move(e);
     return r;
   };
+  // "hyperparameter lr (in SM_HPS): expected ..." / "unknown hyperparameter 'lr2'; did you..."
+  auto fail_on = [&](const Problem& p, const char* where) {
+    r.error_name = p.name;
+    r.error_text = p.text;
+    if (!is_hyperparameter(p.name))
+      return fail("unknown hyperparameter '" + p.name + "'" + where +
+                  p.text.substr(std::string("unknown").size()));
+    return fail("hyperparameter " + p.name + where + ": " + p.text);
+  };
   if (!sm_hps.empty()) {
     nlohmann::json j;
     try {
@@ -282,8 +329,8 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
     }
     if (!j.is_object()) return fail("SM_HPS must be a JSON object, found " + j.dump());
     for (const auto& [name, value] : j.items()) {
-      std::string err = set_field(r.value, name, json_text(value), " (in SM_HPS)");
-      if (!err.empty()) return fail(err);
+      const Problem p = set_field(r.value, name, hyperparameter_text(value));
+      if (!p.text.empty()) return fail_on(p, " (in SM_HPS)");
       r.given.push_back(name);
     }
   }
@@ -306,19 +353,20 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
       return fail("hyperparameter " + name + ": missing value (expected " + kind_text(f->kind) +
                   ")");
     }
-    std::string err = set_field(r.value, name, value, "");
-    if (!err.empty()) return fail(err);
+    const Problem p = set_field(r.value, name, value);
+    if (!p.text.empty()) return fail_on(p, "");
     r.given.push_back(name);
   }
-  if (r.value.zero_stage > 3) return fail("hyperparameter zero_stage: expected 2 or 3, found " +
-                                          std::to_string(r.value.zero_stage));
+  if (r.value.zero_stage > 3)
+    return fail_on({"zero_stage", "expected 2 or 3, found " + std::to_string(r.value.zero_stage)}, "");
   if (r.value.n_embd % r.value.n_head != 0)
-    return fail("hyperparameter n_head: expected a divisor of n_embd (" +
-                std::to_string(r.value.n_embd) + "), found " + std::to_string(r.value.n_head));
+    return fail_on({"n_head", "expected a divisor of n_embd (" + std::to_string(r.value.n_embd) +
+                                  "), found " + std::to_string(r.value.n_head)}, "");
   for (const char c : r.value.partition_boundaries)
     if (!(std::isdigit(static_cast<unsigned char>(c)) || c == ','))
-      return fail("hyperparameter partition_boundaries: expected layer indices separated by "
-                  "commas (\"3,5\"), found '" + r.value.partition_boundaries + "'");
+      return fail_on({"partition_boundaries", "expected layer indices separated by commas "
+                                              "(\"3,5\"), found '" +
+                                                  r.value.partition_boundaries + "'"}, "");
   apply_model_defaults(r.value, r.given);
   return r;
 }
@@ -341,4 +389,4 @@ void apply_model_defaults(Hyperparameters& hp, const std::vector<std::string>& g
   if (unset("eval_every")) hp.eval_every = 100;
 }
 
-}  // namespace heft::train
+}  // namespace heft::config

@@ -1,20 +1,24 @@
 // The hyperparameters of heft-train: their names, defaults and meaning (the table in
 // docs/training.md is this list), and how they are read from `--name value` arguments and
-// from SM_HPS, the JSON object a training job gives its workers.
+// from SM_HPS, the JSON object a training job gives its workers. Torch-free, in config/, so
+// that `heft train` and `heft tune` check a heft-train job's hyperparameters against this
+// same table before anything is recorded or started (job/spec.cc), and heft-train reads
+// them with it (train/main.cc).
 //
 // Values may be JSON strings or numbers/booleans in SM_HPS ({"lr": "0.05"} and {"lr": 0.05}
 // mean the same); arguments take `--name value` or `--name=value`, and a boolean may stand
 // alone (`--scale_lr`). Arguments override SM_HPS. Booleans accept true/false, 1/0, on/off,
 // yes/no. Parsing is a value, not an exception (user input): the result's error names the
-// hyperparameter and what was expected and found; an unknown name is listed with every
-// known one.
+// hyperparameter and what was expected and found; an unknown name gets the nearest known
+// one (config/nearest.h), or the list of every name when none is near.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace heft::train {
+namespace heft::config {
 
 struct Hyperparameters {
   std::string model = "cnn";             // mlp | cnn | gpt
@@ -83,11 +87,26 @@ struct ParsedHyperparameters {
   Hyperparameters value;
   std::vector<std::string> given;  // names set by SM_HPS or arguments
   std::string error;  // empty on success
+  // On error, the hyperparameter the error is about (empty when it is about no single one,
+  // such as SM_HPS that is not JSON), and the problem without the name in front
+  // ("unknown; did you mean 'lr'?", "expected a number above 0, found 0").
+  std::string error_name;
+  std::string error_text;
   bool ok() const { return error.empty(); }
 };
+
+// Whether `name` is one of heft-train's hyperparameters.
+bool is_hyperparameter(const std::string& name);
+// The problem with `value` (as a command line carries it) for the known hyperparameter
+// `name` ("expected one of sgd, adamw, found 'adam'"); empty when it is valid.
+std::string check_hyperparameter(const std::string& name, const std::string& value);
+// "unknown; did you mean 'lr'?" (or the list of every name when none is near).
+std::string unknown_hyperparameter_text(const std::string& name);
+// A JSON value (SM_HPS's) as the text a command line would carry it.
+std::string hyperparameter_text(const nlohmann::json& value);
 
 // args: the command line after the program name. sm_hps: SM_HPS's JSON text (may be empty).
 [[nodiscard]] ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args,
                                                           const std::string& sm_hps);
 
-}  // namespace heft::train
+}  // namespace heft::config

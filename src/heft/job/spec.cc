@@ -22,6 +22,7 @@
 
 #include "heft/config/distribution.h"
 #include "heft/job/local_launcher.h"
+#include "heft/config/hyperparameters.h"
 #include "heft/job/metric_regex.h"
 #include "heft/job/mpirun_launcher.h"
 #include "heft/job/spec_yaml.h"
@@ -56,7 +57,12 @@ const std::set<std::string> kReservedVariables = {
     "HEFT_TOKEN",   "HEFT_JOB",    "HEFT_HOST",  "HEFT_DISTRIBUTION", "HEFT_CHECKPOINT",
     "HEFT_TIMEOUT", "TRAINING_JOB_NAME"};
 
-constexpr int kMaxHyperparameters = 100;
+constexpr size_t kMaxHyperparameters = 100;
+constexpr size_t kMaxHyperparameterName = 256;
+constexpr size_t kMaxHyperparameterValue = 2500;
+constexpr size_t kMaxEnvironment = 100;
+constexpr size_t kMaxEnvironmentValue = 4096;
+constexpr size_t kMaxInputs = 20;
 constexpr int kMaxMetricDefinitions = 40;
 constexpr size_t kMaxMetricName = 255;
 constexpr size_t kMaxMetricRegex = 500;
@@ -173,17 +179,21 @@ class Validator {
     spec_.entry_point = argv;
   }
 
+  // The managed service's limits: 100 pairs, names up to 256 characters, values up to 2500.
   void hyperparameters(const YAML::Node& n) {
     if (!r_.expect_map(n, "hyperparameters")) return;
-    if (static_cast<int>(n.size()) > kMaxHyperparameters)
+    if (n.size() > kMaxHyperparameters) {
       r_.error("hyperparameters", n, "expected at most " + std::to_string(kMaxHyperparameters) +
                                          " entries, found " + std::to_string(n.size()));
+      return;
+    }
     for (const auto& kv : n) {
       const std::string key = kv.first.as<std::string>();
-      const std::string path = "hyperparameters." + key;
-      if (!is_identifier(key, true)) {
-        r_.error(path, kv.first, "expected a name of letters, digits, '_' and '-', found '" +
-                                     key + "'");
+      const std::string path = "hyperparameters." + shown_key(key);
+      if (key.size() > kMaxHyperparameterName || !is_identifier(key, true)) {
+        r_.error(path, kv.first, "expected a name of letters, digits, '_' and '-', at most " +
+                                     std::to_string(kMaxHyperparameterName) +
+                                     " characters, found '" + shown_key(key) + "'");
         continue;
       }
       if (!kv.second.IsScalar()) {
@@ -191,18 +201,72 @@ class Validator {
                                       found(kv.second));
         continue;
       }
+      if (kv.second.Scalar().size() > kMaxHyperparameterValue) {
+        r_.error(path, kv.second, "expected a value of at most " +
+                                      std::to_string(kMaxHyperparameterValue) +
+                                      " characters, found " +
+                                      std::to_string(kv.second.Scalar().size()));
+        continue;
+      }
       spec_.hyperparameters[key] = Hyperparameter{kv.second.Scalar(), scalar_json(kv.second)};
     }
+    if (spec_.builtin_trainer()) trainer_hyperparameters(n);
+  }
+
+  // heft-train's own table (config/hyperparameters.h), checked here so that a misspelt
+  // setting is refused before the job is recorded or a worker starts.
+  void trainer_hyperparameters(const YAML::Node& n) {
+    bool each_valid = true;
+    nlohmann::json sm_hps = nlohmann::json::object();
+    for (const auto& [key, hp] : spec_.hyperparameters) {
+      const std::string text = config::is_hyperparameter(key)
+                                   ? config::check_hyperparameter(key, hp.text)
+                                   : "unknown heft-train setting" +
+                                         config::unknown_hyperparameter_text(key).substr(
+                                             std::string("unknown").size()) +
+                                         " (build/heft-train --help lists them)";
+      if (!text.empty()) {
+        const YAML::Node at = n[key];
+        r_.error("hyperparameters." + key, config::is_hyperparameter(key) ? at : key_node(n, key),
+                 text);
+        each_valid = false;
+      }
+      sm_hps[key] = hp.value;
+    }
+    if (!each_valid) return;
+    // Relations between settings (n_head divides n_embd, ...): the trainer's own parse.
+    const config::ParsedHyperparameters all = config::parse_hyperparameters({}, sm_hps.dump());
+    if (!all.ok()) {
+      const std::string name = all.error_name.empty() ? "" : "hyperparameters." + all.error_name;
+      r_.error(name.empty() ? "hyperparameters" : name,
+               all.error_name.empty() ? n : n[all.error_name], all.error_text.empty() ? all.error : all.error_text);
+    }
+  }
+
+  static YAML::Node key_node(const YAML::Node& map, const std::string& key) {
+    for (const auto& kv : map)
+      if (kv.first.IsScalar() && kv.first.Scalar() == key) return kv.first;
+    return map;
+  }
+
+  // A key as messages show it: cut to 64 characters.
+  static std::string shown_key(const std::string& key) {
+    return key.size() <= 64 ? key : key.substr(0, 64) + "...";
   }
 
   void inputs(const YAML::Node& n) {
     if (!r_.expect_map(n, "inputs")) return;
+    if (n.size() > kMaxInputs) {
+      r_.error("inputs", n, "expected at most " + std::to_string(kMaxInputs) +
+                                " channels, found " + std::to_string(n.size()));
+      return;
+    }
     for (const auto& kv : n) {
       const std::string channel = kv.first.as<std::string>();
-      const std::string path = "inputs." + channel;
-      if (!is_identifier(channel, true)) {
+      const std::string path = "inputs." + shown_key(channel);
+      if (channel.size() > kMaxHyperparameterName || !is_identifier(channel, true)) {
         r_.error(path, kv.first, "expected a channel name of letters, digits, '_' and '-', "
-                                 "found '" + channel + "'");
+                                 "found '" + shown_key(channel) + "'");
         continue;
       }
       std::string dir;
@@ -476,12 +540,17 @@ class Validator {
 
   void environment(const YAML::Node& n) {
     if (!r_.expect_map(n, "environment")) return;
+    if (n.size() > kMaxEnvironment) {
+      r_.error("environment", n, "expected at most " + std::to_string(kMaxEnvironment) +
+                                     " variables, found " + std::to_string(n.size()));
+      return;
+    }
     for (const auto& kv : n) {
       const std::string var = kv.first.as<std::string>();
-      const std::string path = "environment." + var;
-      if (!is_identifier(var, false)) {
+      const std::string path = "environment." + shown_key(var);
+      if (var.size() > kMaxHyperparameterName || !is_identifier(var, false)) {
         r_.error(path, kv.first, "expected a variable name of letters, digits and '_', found '" +
-                                     var + "'");
+                                     shown_key(var) + "'");
         continue;
       }
       if (kReservedVariables.count(var) || var.rfind("SM_", 0) == 0) {
@@ -491,6 +560,12 @@ class Validator {
       }
       if (!kv.second.IsScalar()) {
         r_.error(path, kv.second, "expected a string, found " + found(kv.second));
+        continue;
+      }
+      if (kv.second.Scalar().size() > kMaxEnvironmentValue) {
+        r_.error(path, kv.second, "expected a value of at most " +
+                                      std::to_string(kMaxEnvironmentValue) + " characters, found " +
+                                      std::to_string(kv.second.Scalar().size()));
         continue;
       }
       spec_.environment[var] = kv.second.Scalar();
@@ -601,85 +676,28 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
 
 namespace {
 
-// How deep [ and { may nest in a spec (a spec needs a handful of levels).
-constexpr int kMaxYamlNesting = 256;
-
-// Line and column (from 1) where flow collections first nest deeper than kMaxYamlNesting,
-// outside quotes and comments; nothing when they never do.
-std::optional<std::pair<int, int>> first_too_deep(const std::string& text) {
-  int depth = 0, line = 1, column = 0;
-  char quote = 0;
-  bool comment = false;
-  for (char c : text) {
-    ++column;
-    if (c == '\n') {
-      ++line;
-      column = 0;
-      comment = false;
-      continue;
-    }
-    if (comment) continue;
-    if (quote) {
-      if (c == quote) quote = 0;
-      continue;
-    }
-    if (c == '\'' || c == '"') quote = c;
-    else if (c == '#') comment = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > kMaxYamlNesting) return std::make_pair(line, column);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp says "bad file" when flow collections nest too deep: say where and how deep.
-    if (const auto deep = first_too_deep(text))
-      return Result<JobSpec>::failure(source + ":" + std::to_string(deep->first) + ":" +
-                                      std::to_string(deep->second) +
-                                      ": not valid YAML: [ and { nest deeper than " +
-                                      std::to_string(kMaxYamlNesting) + " levels here");
-    return Result<JobSpec>::failure(source + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                    std::to_string(e.mark.column + 1) +
-                                    ": not valid YAML: " + e.msg);
-  }
   SpecReader reader(source);
-  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (const std::string& o : overrides) reader.apply_override(root, o);
-  if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
+  Result<YAML::Node> root = load_spec_document(text, source, overrides, reader);
+  if (!root.ok()) return Result<JobSpec>::failure(root.error());
   JobSpec spec;
   try {
-    Validator(reader, spec).run(root);
-    check_relations(reader, root, spec);
+    Validator(reader, spec).run(root.value());
+    check_relations(reader, root.value(), spec);
   } catch (const YAML::Exception& e) {  // a shape the walk did not expect (a complex key)
     reader.error("", YAML::Node(), "cannot be read: " + e.msg);
   }
-  if (!reader.errors().empty()) return Result<JobSpec>::failure(reader.message());
+  if (reader.has_errors()) return Result<JobSpec>::failure(reader.message());
   return Result<JobSpec>::success(std::move(spec));
 }
 
 Result<JobSpec> load_spec(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  std::error_code ec;
-  if (!in || fs::is_directory(path, ec)) {
-    const std::string why = fs::exists(path, ec) ? (fs::is_directory(path, ec)
-                                                        ? "it is a directory"
-                                                        : "permission denied")
-                                                 : "no such file";
-    return Result<JobSpec>::failure("cannot read the spec '" + path + "': " + why);
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_spec(ss.str(), path, overrides);
+  Result<std::string> text = read_spec_text(path, "the spec");
+  if (!text.ok()) return Result<JobSpec>::failure(text.error());
+  return parse_spec(text.value(), path, overrides);
 }
 
 nlohmann::json spec_to_json(const JobSpec& spec) {

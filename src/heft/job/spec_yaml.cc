@@ -7,6 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <unordered_map>
 
 #include "heft/job/spec.h"
 
@@ -107,26 +111,33 @@ std::string SpecReader::where(const std::string& path, const YAML::Node& at) con
 }
 
 void SpecReader::error(const std::string& path, const YAML::Node& at, const std::string& text) {
+  if (errors_.size() >= kMaxSpecErrors) {
+    ++dropped_;
+    return;
+  }
   errors_.push_back(where(path, at) + " " + (path.empty() ? "spec" : path) + ": " + text);
 }
 
 void SpecReader::check_keys(const YAML::Node& map, const std::string& path,
                             const std::vector<std::string>& known) {
   if (!map.IsMap()) return;
-  std::vector<std::pair<std::string, YAML::Mark>> seen;
+  // Linear in the keys: a spec of many unknown keys costs one hash lookup each.
+  std::unordered_map<std::string, YAML::Mark> seen;
   for (const auto& kv : map) {
-    const std::string key = kv.first.Scalar();
-    const auto first = std::find_if(seen.begin(), seen.end(),
-                                    [&](const auto& s) { return s.first == key; });
-    if (first != seen.end()) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : found(kv.first);
+    const auto [first, inserted] = seen.emplace(key, kv.first.Mark());
+    if (!inserted) {
       // YAML readers keep one of the two silently; which one the user meant is unknowable.
       error(path.empty() ? key : path + "." + key, kv.first,
             "given twice (first on line " + std::to_string(first->second.line + 1) +
                 "); expected each field once");
       continue;
     }
-    seen.emplace_back(key, kv.first.Mark());
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    if (errors_.size() >= kMaxSpecErrors) {  // no "did you mean" for messages dropped anyway
+      ++dropped_;
+      continue;
+    }
     const std::string full = path.empty() ? key : path + "." + key;
     const std::string suggestion = nearest(key, known);
     std::string text = "unknown field";
@@ -198,6 +209,12 @@ bool SpecReader::get_string(const YAML::Node& n, const std::string& path, std::s
 }
 
 void SpecReader::apply_override(YAML::Node& root, const std::string& text) {
+  if (text.size() > kMaxOverrideBytes) {
+    errors_.push_back("--set '" + text.substr(0, 40) + "...': expected at most " +
+                      std::to_string(kMaxOverrideBytes) + " bytes, found " +
+                      std::to_string(text.size()));
+    return;
+  }
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
     errors_.push_back("--set '" + text + "': expected key.path=value, such as "
@@ -270,7 +287,160 @@ void SpecReader::apply_override(YAML::Node& root, const std::string& text) {
 std::string SpecReader::message() const {
   std::string out;
   for (size_t i = 0; i < errors_.size(); ++i) out += (i ? "\n" : "") + errors_[i];
+  if (dropped_ > 0)
+    out += "\n... and " + std::to_string(dropped_) + " more problem" +
+           (dropped_ == 1 ? "" : "s") + " (the first " + std::to_string(kMaxSpecErrors) +
+           " are listed)";
   return out;
+}
+
+namespace {
+
+// How deep [ and { may nest in the text (yaml-cpp's parser recurses on them).
+constexpr int kMaxFlowNesting = 256;
+
+// Line and column (from 1) where flow collections first nest deeper than kMaxFlowNesting,
+// outside quotes and comments; nothing when they never do.
+std::optional<std::pair<int, int>> first_too_deep(const std::string& text) {
+  int depth = 0, line = 1, column = 0;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '\'' || c == '"') quote = c;
+    else if (c == '#') comment = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxFlowNesting) return std::make_pair(line, column);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+// One walk over the document as the readers will see it: aliases are followed (yaml-cpp
+// shares the aliased node), so a small text can stand for a huge or cyclic tree. The walk
+// counts nodes up to a budget and keeps the maps and lists above the current one, so it
+// stops at the first node past the budget, the first cycle, or the first level too deep.
+class DocumentWalk {
+ public:
+  explicit DocumentWalk(SpecReader& reader) : r_(reader) {}
+
+  bool walk(const YAML::Node& n, const std::string& path) {
+    if (++nodes_ > kMaxSpecNodes) {
+      r_.error(path, n, "the spec expands to more than " + std::to_string(kMaxSpecNodes) +
+                            " values here (YAML aliases repeating a map or list?); expected a "
+                            "spec of at most that many");
+      return false;
+    }
+    if (!n.IsMap() && !n.IsSequence()) return true;
+    for (const YAML::Node& a : above_)
+      if (a.is(n)) {
+        r_.error(path, n, "an alias inside the map or list it names (a cycle); expected a tree");
+        return false;
+      }
+    if (above_.size() >= kMaxSpecDepth) {
+      r_.error(path, n, "maps and lists nest deeper than " + std::to_string(kMaxSpecDepth) +
+                            " levels; expected a shallower spec");
+      return false;
+    }
+    above_.push_back(n);
+    bool ok = true;
+    if (n.IsMap()) {
+      for (const auto& kv : n) {
+        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+        const std::string child = path.empty() ? key : path + "." + key;
+        ok = walk(kv.first, child) && walk(kv.second, child);
+        if (!ok) break;
+      }
+    } else {
+      size_t i = 0;
+      for (const auto& item : n) {
+        ok = walk(item, path + "[" + std::to_string(i++) + "]");
+        if (!ok) break;
+      }
+    }
+    above_.pop_back();
+    return ok;
+  }
+
+ private:
+  SpecReader& r_;
+  size_t nodes_ = 0;
+  std::vector<YAML::Node> above_;
+};
+
+}  // namespace
+
+Result<std::string> read_spec_text(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::ifstream in(path, std::ios::binary);
+  if (!in || fs::is_directory(path, ec)) {
+    const std::string why = fs::exists(path, ec) ? (fs::is_directory(path, ec)
+                                                        ? "it is a directory"
+                                                        : "permission denied")
+                                                 : "no such file";
+    return Result<std::string>::failure("cannot read " + what + " '" + path + "': " + why);
+  }
+  std::string text(kMaxSpecBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxSpecBytes) {
+    const auto size = fs::file_size(path, ec);
+    return Result<std::string>::failure(
+        path + ": " + what + " holds " + (ec ? "more than " + std::to_string(kMaxSpecBytes)
+                                             : std::to_string(size)) +
+        " bytes; expected at most " + std::to_string(kMaxSpecBytes) + " (a spec is a page of "
+        "YAML: large values belong in files the job reads)");
+  }
+  return Result<std::string>::success(std::move(text));
+}
+
+Result<YAML::Node> load_spec_document(const std::string& text, const std::string& source,
+                                      const std::vector<std::string>& overrides,
+                                      SpecReader& reader) {
+  if (text.size() > kMaxSpecBytes)
+    return Result<YAML::Node>::failure(source + ": holds " + std::to_string(text.size()) +
+                                       " bytes; expected at most " +
+                                       std::to_string(kMaxSpecBytes));
+  if (overrides.size() > kMaxOverrides)
+    return Result<YAML::Node>::failure("--set: given " + std::to_string(overrides.size()) +
+                                       " times; expected at most " +
+                                       std::to_string(kMaxOverrides));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp says "bad file" when flow collections nest too deep: say where and how deep.
+    if (const auto deep = first_too_deep(text))
+      return Result<YAML::Node>::failure(source + ":" + std::to_string(deep->first) + ":" +
+                                         std::to_string(deep->second) +
+                                         ": not valid YAML: [ and { nest deeper than " +
+                                         std::to_string(kMaxFlowNesting) + " levels here");
+    return Result<YAML::Node>::failure(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                       std::to_string(e.mark.column + 1) +
+                                       ": not valid YAML: " + e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // The file alone first: an alias bomb is refused before --set walks into it.
+  if (!DocumentWalk(reader).walk(root, "")) return Result<YAML::Node>::failure(reader.message());
+  for (const std::string& o : overrides) reader.apply_override(root, o);
+  if (reader.has_errors()) return Result<YAML::Node>::failure(reader.message());
+  if (!overrides.empty() && !DocumentWalk(reader).walk(root, ""))
+    return Result<YAML::Node>::failure(reader.message());
+  return Result<YAML::Node>::success(root);
 }
 
 }  // namespace heft::job
