@@ -2,12 +2,19 @@
 // The device mesh (parallel/mesh.h): coordinates and groups for every placement order on 8
 // and 16 ranks, the worked example of the header, hybrid shard/replicate groups, clear
 // errors; then real ranks: a collective on each dimension's group reaches exactly the ranks
-// the layout says.
+// the layout says, and with tracing on each rank labels its groups by dimension for the hang
+// diagnosis (rank-<R>.groups.json beside the traces).
 #include "heft/parallel/mesh.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "heft/error.h"
@@ -132,6 +139,63 @@ TEST(DeviceMesh, ACollectiveOnEachDimensionReachesExactlyItsGroup) {
     });
     EXPECT_TRUE(res.all_ok()) << shape.placement << ": " << res.summary();
   }
+}
+
+TEST(MeshLayout, GroupLabelsNameEachDimensionsGroupWithItsMembers) {
+  const MeshLayout m(8, {2, 2, 2, 0, "cluster"});  // rank = d*4 + p*2 + t
+  const std::array<std::string, 5> names = {"j/world/split0/1", "j/world/split1/1",
+                                            "j/world/split2/2", "j/world/split3/3",
+                                            "j/world/split4/3"};
+  const nlohmann::json j = nlohmann::json::parse(group_labels_json(m, 3, names));
+  EXPECT_EQ(j["world_rank"], 3);
+  ASSERT_EQ(j["groups"].size(), 5u);
+  const char* dims[] = {"data", "pipeline", "tensor", "replicate", "shard"};
+  const std::vector<std::vector<int>> members = {{3, 7}, {1, 3}, {2, 3}, {3}, {3, 7}};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(j["groups"][i]["dimension"], dims[i]);
+    EXPECT_EQ(j["groups"][i]["group"], names[i]);
+    EXPECT_EQ(j["groups"][i]["ranks"].get<std::vector<int>>(), members[i]) << dims[i];
+  }
+  // Names are JSON strings, whatever they hold.
+  const std::array<std::string, 5> odd = {"a\"b\\c", "x", "x", "x", "x"};
+  EXPECT_EQ(nlohmann::json::parse(group_labels_json(m, 0, odd))["groups"][0]["group"], "a\"b\\c");
+}
+
+// With HEFT_TRACE_DIR set, each rank writes its labels, naming the very communicators whose
+// traces the diagnosis reads (the file rank-<R>.<group, '/' as '+'>.trace).
+TEST(DeviceMesh, WithTracingOnEachRankLabelsItsGroupsByDimension) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("heft-mesh-labels-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ::setenv("HEFT_TRACE_DIR", dir.c_str(), 1);
+  test::StoreProcess store;
+  auto res = test::run_world(8, store, [&dir](comm::Communicator& c) {
+    ::setenv("RANK", std::to_string(c.rank()).c_str(), 1);  // as a launcher sets it
+    DeviceMesh mesh(c, {2, 2, 2, 0, "cluster"});
+    std::ifstream in(dir + "/rank-" + std::to_string(c.rank()) + ".groups.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    expect(j["world_rank"] == c.rank(), "world_rank: " + j.dump());
+    for (size_t i = 0; i < j["groups"].size(); ++i) {
+      const nlohmann::json& g = j["groups"][i];
+      const Dim d = static_cast<Dim>(i);  // data, pipeline, tensor, replicate, shard
+      expect(g["dimension"] == name(d), "dimension " + std::to_string(i) + ": " + g.dump());
+      expect(g["ranks"].get<std::vector<int>>() == mesh.layout().group(c.rank(), d),
+             std::string(name(d)) + " members: " + g.dump());
+      const std::string group = g["group"].get<std::string>();
+      expect(group == mesh.group_name(d), std::string(name(d)) + ": " + group);
+      expect(group.find("/split") != std::string::npos, "a split: " + group);
+      std::string file = group;
+      for (char& ch : file)
+        if (ch == '/') ch = '+';
+      const std::string trace = dir + "/rank-" + std::to_string(c.rank()) + "." + file + ".trace";
+      expect(fs::exists(trace), "no trace " + trace + " for the " + name(d) + " group");
+    }
+    expect(j["groups"].size() == 5, "5 dimensions: " + j.dump());
+  });
+  ::unsetenv("HEFT_TRACE_DIR");
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+  fs::remove_all(dir);
 }
 
 }  // namespace
