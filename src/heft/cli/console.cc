@@ -1,45 +1,134 @@
-// `heft console [--port P] [--host H] [--token T]`: serves the web console
-// (profile/console_server.h) until interrupted. Read-only unless a token is given (or
-// --allow-stop makes one and prints it).
+// `heft console [--port P] [--host H] [--token-file F] [--allow-host N]... [--no-auth]
+// [--tls-cert C --tls-key K]`: serves the web console (profile/console_server.h) until
+// interrupted. Every /api/ request needs a token: made at start (printed once in the URL,
+// and kept in $HEFT_HOME/console/PORT.url, mode 0600, while the console runs), or read from
+// --token-file or HEFT_CONSOLE_TOKEN. A token on the command line (--token) is refused:
+// every local user sees a process's arguments.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
-#include <random>
+#include <sstream>
 #include <thread>
 
 #include "heft/cli/commands.h"
+#include "heft/error.h"
 #include "heft/job/paths.h"
+#include "heft/profile/console_guard.h"
 #include "heft/profile/console_server.h"
 #include "heft/tune/tuning_record.h"
 
 namespace heft::cli {
+
+namespace {
+
+// The token in `path`: its first line, which must be 16+ printable characters; the file
+// must be readable by its owner only.
+std::string read_token_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw InvalidArgument("heft console: --token-file " + path + ": no such file");
+  if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw InvalidArgument("heft console: --token-file " + path + " is readable by others (mode " +
+                          mode + "): chmod 600 " + path);
+  }
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  return token;
+}
+
+void check_token(const std::string& token, const std::string& from) {
+  bool printable = true;
+  for (char c : token) printable = printable && c > ' ' && c < 127;
+  if (token.size() < 16 || token.size() > 256 || !printable)
+    throw InvalidArgument("heft console: the token from " + from +
+                          " must be 16 to 256 printable characters without spaces (got " +
+                          std::to_string(token.size()) + " characters)");
+}
+
+// Writes `url` to $HEFT_HOME/console/PORT.url, created mode 0600; returns the path ("" when
+// it could not be written: the URL was printed anyway).
+std::string write_url_file(const std::string& home, int port, const std::string& url) {
+  const std::string dir = home + "/console";
+  ::mkdir(home.c_str(), 0700);
+  ::mkdir(dir.c_str(), 0700);
+  const std::string path = dir + "/" + std::to_string(port) + ".url";
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return "";
+  const std::string text = url + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok ? path : "";
+}
+
+}  // namespace
 
 Command add_console_command(CLI::App& app) {
   struct Args {
     std::string host = "127.0.0.1";
     int port = 8686;
     std::string token;
-    bool allow_stop = false;
+    std::string token_file;
+    std::vector<std::string> allow_hosts;
+    bool no_auth = false;
+    std::string tls_cert, tls_key;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("console", "Serve the web console: jobs, plots, logs, findings");
   cmd->add_option("--host", args->host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", args->port, "Port (default 8686; 0: any free port)")
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--token", args->token, "Allow stop buttons for requests that carry this token");
-  cmd->add_flag("--allow-stop", args->allow_stop, "Make a random token, print it, allow stops");
+  cmd->add_option("--token", args->token,
+                  "Refused: a token in the arguments is visible to every user (ps); use "
+                  "--token-file or HEFT_CONSOLE_TOKEN");
+  cmd->add_option("--token-file", args->token_file,
+                  "Read the token from this file (mode 0600; default: HEFT_CONSOLE_TOKEN, or a "
+                  "new random token printed in the URL)");
+  cmd->add_option("--allow-host", args->allow_hosts,
+                  "Also answer requests whose Host is this name (repeatable)");
+  cmd->add_flag("--no-auth", args->no_auth,
+                "Serve without a token, read-only; loopback addresses only");
+  cmd->add_option("--tls-cert", args->tls_cert, "Serve HTTPS with this PEM certificate");
+  cmd->add_option("--tls-key", args->tls_key, "... and this PEM key (unencrypted)");
   return [args]() -> int {
+    if (!args->token.empty())
+      throw InvalidArgument(
+          "heft console: --token is refused: a command line is visible to every user on this "
+          "machine (ps, /proc/PID/cmdline); put the token in a file only you can read and pass "
+          "--token-file FILE, or set HEFT_CONSOLE_TOKEN");
     profile::ConsoleOptions o;
     o.home = job::heft_home();
     o.host = args->host;
     o.port = args->port;
-    o.token = args->token;
-    if (o.token.empty() && args->allow_stop) {
-      std::random_device rd;
-      const char* hex = "0123456789abcdef";
-      for (int i = 0; i < 32; ++i) o.token += hex[rd() % 16];
+    o.no_auth = args->no_auth;
+    o.allow_hosts = args->allow_hosts;
+    o.tls_cert = args->tls_cert;
+    o.tls_key = args->tls_key;
+    std::string token_from;
+    const char* env_token = std::getenv("HEFT_CONSOLE_TOKEN");
+    if (o.no_auth) {
+      if (!args->token_file.empty() || (env_token && *env_token))
+        throw InvalidArgument("heft console: --no-auth and a token (--token-file or "
+                              "HEFT_CONSOLE_TOKEN) contradict each other");
+    } else if (!args->token_file.empty()) {
+      o.token = read_token_file(args->token_file);
+      token_from = "--token-file " + args->token_file;
+    } else if (env_token && *env_token) {
+      o.token = env_token;
+      token_from = "HEFT_CONSOLE_TOKEN";
+    } else {
+      o.token = profile::random_token();
     }
+    if (!token_from.empty()) check_token(o.token, token_from);
     o.list_tunings = [home = o.home] { return tune::list_tunings(home); };
     o.read_tuning = [home = o.home](const std::string& n) { return tune::read_tuning(home, n); };
     o.stop_tuning = [home = o.home](const std::string& n) {
@@ -54,16 +143,40 @@ Command add_console_command(CLI::App& app) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     profile::ConsoleServer server(o);
     const int port = server.bind();
-    std::cout << "heft console: serving http://" << o.host << ":" << port << "/ ("
-              << (o.token.empty() ? "read-only" : "stop buttons need the token") << ")";
-    if (args->allow_stop && args->token.empty()) std::cout << "; token " << o.token;
-    std::cout << std::endl;
+    const std::string where = o.host + ":" + std::to_string(port);
+    if (!profile::is_loopback_host(o.host) && o.tls_cert.empty())
+      std::cerr << "heft console: warning: serving plain HTTP on " << where
+                << ": the token, logs and metrics cross the network unencrypted, readable by "
+                   "anyone on the way; give --tls-cert/--tls-key, or keep 127.0.0.1 and use an "
+                   "SSH tunnel (ssh -L "
+                << port << ":127.0.0.1:" << port << " HOST)\n";
+    std::string url_file;
+    if (o.no_auth) {
+      std::cout << "heft console: serving " << server.url()
+                << " WITHOUT A TOKEN (--no-auth), read-only: every user and program on this "
+                   "machine can read every job's spec (environment names, not values), "
+                   "metrics, logs and findings\n";
+    } else if (token_from.empty()) {
+      url_file = write_url_file(o.home, port, server.url());
+      std::cout << "heft console: serving " << server.url() << "\n"
+                << "  open this URL once: it logs the browser in; API clients send "
+                   "Authorization: Bearer TOKEN"
+                << (url_file.empty() ? "" : "; the URL is also in " + url_file + " (mode 0600)")
+                << "\n";
+    } else {
+      std::string bare = server.url();
+      bare = bare.substr(0, bare.find("?token="));
+      std::cout << "heft console: serving " << bare << " (the token is the one from "
+                << token_from << ": open " << bare << "?token=TOKEN once)\n";
+    }
+    std::cout << std::flush;
     std::thread([&server, stop_signals] {
       int sig = 0;
       sigwait(&stop_signals, &sig);
       server.stop();
     }).detach();
     server.serve();
+    if (!url_file.empty()) ::unlink(url_file.c_str());
     return 0;
   };
 }

@@ -7,11 +7,14 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <sys/stat.h>
 
 #include "heft/error.h"
 #include "heft/job/job_db.h"
 #include "heft/job/job_report.h"
 #include "heft/job/paths.h"
+#include "heft/profile/console_guard.h"
+#include "heft/profile/console_http.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/job_profiler.h"
 
@@ -24,12 +27,50 @@ using job::unix_now;
 void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
   res.status = status;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+  // Environment values may hold keys: no response carries one, whichever route built it.
+  res.set_content(without_environment_values(j).dump(-1, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace),
                   "application/json");
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
   send_json(res, {{"error", message}}, status);
+}
+
+using Handled = httplib::Server::HandlerResponse;
+
+// Sent with every response, errors included (httplib adds default headers to each).
+httplib::Headers security_headers() {
+  return {{"Content-Security-Policy",
+           "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
+          {"X-Content-Type-Options", "nosniff"},
+          {"X-Frame-Options", "DENY"},
+          {"Referrer-Policy", "no-referrer"},
+          {"Cross-Origin-Resource-Policy", "same-origin"}};
+}
+
+std::unique_ptr<httplib::Server> make_server(const ConsoleOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    throw InvalidArgument("heft console: --tls-cert and --tls-key go together (got only " +
+                          std::string(o.tls_cert.empty() ? "--tls-key" : "--tls-cert") + ")");
+  if (o.tls_cert.empty()) return std::make_unique<BoundedServer>(o.limits);
+  auto server = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(), o.tls_key.c_str());
+  if (!server->is_valid())
+    throw InvalidArgument("heft console: cannot load the TLS certificate " + o.tls_cert +
+                          " and key " + o.tls_key + " (PEM files, the key unencrypted)");
+  apply_limits(*server, o.limits);
+  return server;
+}
+
+void check_options(const ConsoleOptions& o) {
+  if (o.no_auth && !is_loopback_host(o.host))
+    throw InvalidArgument("heft console: --no-auth is for a loopback address only (127.0.0.1, "
+                          "::1, localhost), not --host " + o.host +
+                          ": beyond this machine the console needs its token");
+  if (!o.no_auth && o.token.size() < 16)
+    throw InvalidArgument("heft console: the token must be at least 16 characters (got " +
+                          std::to_string(o.token.size()) + ")");
 }
 
 std::string read_file(const std::string& path) {
@@ -43,31 +84,99 @@ std::string read_file(const std::string& path) {
 
 class ConsoleServer::Impl {
  public:
-  explicit Impl(ConsoleOptions o) : options_(std::move(o)) {
+  explicit Impl(ConsoleOptions o)
+      : options_((check_options(o), std::move(o))),
+        hosts_(options_.host, options_.allow_hosts),
+        session_(random_token()),
+        server_(make_server(options_)) {
     chart_js_ = read_file(options_.chart_js);
+    server_->set_default_headers(security_headers());
+    server_->set_pre_routing_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { return guard(req, res); });
     routes();
   }
 
   int bind() {
     if (options_.port == 0) {
-      const int port = server_.bind_to_any_port(options_.host);
-      if (port < 0) throw IoError("heft console: cannot listen on " + options_.host);
-      return port;
-    }
-    if (!server_.bind_to_port(options_.host, options_.port))
+      port_ = server_->bind_to_any_port(options_.host);
+      if (port_ < 0) throw IoError("heft console: cannot listen on " + options_.host);
+    } else if (server_->bind_to_port(options_.host, options_.port)) {
+      port_ = options_.port;
+    } else {
       throw IoError("heft console: cannot listen on " + options_.host + ":" +
                     std::to_string(options_.port) + " (in use? try --port 0 for any free port)");
-    return options_.port;
+    }
+    cookie_ = "heft_console_" + std::to_string(port_);  // cookies are shared across ports
+    return port_;
   }
-  void serve() { server_.listen_after_bind(); }
-  void stop() { server_.stop(); }
+  std::string url() const {
+    const std::string host = is_wildcard_host(options_.host) ? "localhost"
+                             : options_.host.find(':') != std::string::npos
+                                 ? "[" + options_.host + "]"
+                                 : options_.host;
+    return (options_.tls_cert.empty() ? "http://" : "https://") + host + ":" +
+           std::to_string(port_) + "/" + (options_.no_auth ? "" : "?token=" + options_.token);
+  }
+  void serve() { server_->listen_after_bind(); }
+  void stop() { server_->stop(); }
 
  private:
+  bool authorized(const httplib::Request& req) const {
+    if (options_.no_auth) return true;
+    if (auto t = bearer_token(req.get_header_value("Authorization")))
+      return secrets_equal(*t, options_.token);
+    if (auto c = cookie_value(req.get_header_value("Cookie"), cookie_))
+      return secrets_equal(*c, session_);
+    return false;
+  }
+
+  // Runs before any route: Host, body size, Origin, then the token for /api/.
+  Handled guard(const httplib::Request& req, httplib::Response& res) {
+    const std::string host = req.get_header_value("Host");
+    if (!hosts_.allows(host)) {
+      send_error(res, 403, "Host '" + host.substr(0, 200) + "' is not a name of this console " +
+                               "(start it with --allow-host NAME to answer NAME)");
+      return Handled::Handled;
+    }
+    const bool reads = req.method == "GET" || req.method == "HEAD";
+    const std::string length = req.get_header_value("Content-Length");
+    if (req.has_header("Transfer-Encoding") || (!reads && length.empty())) {
+      send_error(res, 411, "a request needs a Content-Length header (0 for no body), no "
+                           "Transfer-Encoding");
+      return Handled::Handled;
+    }
+    if (!length.empty() && (length.size() > 12 || length.find_first_not_of("0123456789") !=
+                                                      std::string::npos ||
+                            std::stoull(length) > options_.limits.max_body)) {
+      send_error(res, 413, "a request body may hold at most " +
+                               std::to_string(options_.limits.max_body) + " bytes");
+      return Handled::Handled;
+    }
+    const std::string origin = req.get_header_value("Origin");
+    if (!reads && ((!origin.empty() && !hosts_.allows_origin(origin, port_)) ||
+                   req.get_header_value("Sec-Fetch-Site") == "cross-site")) {
+      send_error(res, 403, "a request from another site (Origin '" + origin.substr(0, 200) +
+                               "') may not change anything here");
+      return Handled::Handled;
+    }
+    if (req.path.rfind("/api/", 0) == 0 && req.path != "/api/login" && !authorized(req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, 401, "the console needs its token: open the URL heft console printed, or "
+                           "send Authorization: Bearer TOKEN");
+      return Handled::Handled;
+    }
+    return Handled::Unhandled;
+  }
+
   std::unique_ptr<job::JobDb> db() { return job::open_job_db(options_.home, false); }
 
   // The job named in the path, or an error response.
   std::optional<job::JobRecord> find(job::JobDb* db, const std::string& name,
                                      httplib::Response& res) {
+    if (!valid_console_name(name)) {
+      send_error(res, 404, "no job named '" + name.substr(0, 200) + "'");
+      return std::nullopt;
+    }
     if (!db) {
       send_error(res, 404, "no job named '" + name + "' (no job has run yet)");
       return std::nullopt;
@@ -81,7 +190,7 @@ class ConsoleServer::Impl {
   }
 
   void asset(const std::string& path, const std::string& name, const char* type) {
-    server_.Get(path, [name, type](const httplib::Request&, httplib::Response& res) {
+    server_->Get(path, [name, type](const httplib::Request&, httplib::Response& res) {
       const std::string* a = console_asset(name);
       if (!a) return send_error(res, 404, "no " + name);
       res.set_content(*a, type);
@@ -89,16 +198,25 @@ class ConsoleServer::Impl {
   }
 
   void routes() {
+    server_->Post("/api/login", [this](const httplib::Request& req, httplib::Response& res) {
+      auto t = bearer_token(req.get_header_value("Authorization"));
+      if (options_.no_auth) return send_json(res, {{"login", "not needed"}});
+      if (!t || !secrets_equal(*t, options_.token)) return send_error(res, 401, "wrong token");
+      res.set_header("Set-Cookie", cookie_ + "=" + session_ +
+                                       "; Path=/; HttpOnly; SameSite=Strict" +
+                                       (options_.tls_cert.empty() ? "" : "; Secure"));
+      send_json(res, {{"login", "ok"}});
+    });
     asset("/", "index.html", "text/html; charset=utf-8");
     asset("/app.js", "app.js", "text/javascript");
     asset("/style.css", "style.css", "text/css");
-    server_.Get("/chart.js", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/chart.js", [this](const httplib::Request&, httplib::Response& res) {
       if (chart_js_.empty())
         return send_error(res, 404, options_.chart_js + " is missing: install libjs-chart.js");
       res.set_header("Cache-Control", "max-age=3600");
       res.set_content(chart_js_, "text/javascript");
     });
-    server_.Get("/api/jobs", [this](const httplib::Request&, httplib::Response& res) {
+    server_->Get("/api/jobs", [this](const httplib::Request&, httplib::Response& res) {
       auto d = db();
       nlohmann::json jobs = nlohmann::json::array();
       if (d) {
@@ -111,19 +229,20 @@ class ConsoleServer::Impl {
           t.erase("trials");
           tunings.push_back(std::move(t));
         }
-      send_json(res, {{"jobs", jobs}, {"tunings", tunings}, {"can_stop", !options_.token.empty()},
+      send_json(res, {{"jobs", jobs}, {"tunings", tunings}, {"can_stop", !options_.no_auth},
                       {"now", unix_now()}});
     });
-    server_.Get(R"(/api/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    server_->Get(R"(/api/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       auto d = db();
       auto j = find(d.get(), req.matches[1], res);
       if (!j) return;
       nlohmann::json out = job::describe_json(*j, d->transitions(j->id), d->final_metrics(j->id),
                                               d->findings(j->id));
-      out["can_stop"] = !options_.token.empty();
+      out["can_stop"] = !options_.no_auth;
+      out["log_rank"] = log_rank(*j, out["final_metrics"]);
       send_json(res, out);
     });
-    server_.Get(R"(/api/jobs/([^/]+)/metrics)",
+    server_->Get(R"(/api/jobs/([^/]+)/metrics)",
                 [this](const httplib::Request& req, httplib::Response& res) {
                   auto d = db();
                   auto j = find(d.get(), req.matches[1], res);
@@ -151,7 +270,7 @@ class ConsoleServer::Impl {
                     }
                   send_json(res, out);
                 });
-    server_.Get(R"(/api/jobs/([^/]+)/logs)",
+    server_->Get(R"(/api/jobs/([^/]+)/logs)",
                 [this](const httplib::Request& req, httplib::Response& res) {
                   auto d = db();
                   auto j = find(d.get(), req.matches[1], res);
@@ -180,7 +299,7 @@ class ConsoleServer::Impl {
                   }
                   send_json(res, {{"rank", rank}, {"text", text}, {"offset", from + n}, {"size", size}});
                 });
-    server_.Get(R"(/api/jobs/([^/]+)/diagnosis)",
+    server_->Get(R"(/api/jobs/([^/]+)/diagnosis)",
                 [this](const httplib::Request& req, httplib::Response& res) {
                   auto d = db();
                   auto j = find(d.get(), req.matches[1], res);
@@ -188,11 +307,14 @@ class ConsoleServer::Impl {
                   send_json(res, diagnose(trace_dir(job::job_paths(options_.home, j->name)),
                                           unix_now()).json());
                 });
-    server_.Get(R"(/api/tunings/([^/]+))", [this](const httplib::Request& req,
+    server_->Get(R"(/api/tunings/([^/]+))", [this](const httplib::Request& req,
                                                   httplib::Response& res) {
-      std::optional<nlohmann::json> t =
-          options_.read_tuning ? options_.read_tuning(req.matches[1]) : std::nullopt;
-      if (!t) return send_error(res, 404, "no tuning job named '" + std::string(req.matches[1]) + "'");
+      std::optional<nlohmann::json> t;
+      if (options_.read_tuning && valid_console_name(req.matches[1]))
+        t = options_.read_tuning(req.matches[1]);
+      if (!t)
+        return send_error(res, 404, "no tuning job named '" +
+                                        std::string(req.matches[1]).substr(0, 200) + "'");
       auto d = db();
       for (nlohmann::json& trial : (*t)["trials"]) {
         if (!d) break;
@@ -202,16 +324,17 @@ class ConsoleServer::Impl {
         trial["end_time"] = j.value().end_time ? nlohmann::json(*j.value().end_time)
                                                : nlohmann::json(nullptr);
       }
-      (*t)["can_stop"] = !options_.token.empty();
+      (*t)["can_stop"] = !options_.no_auth;
       send_json(res, *t);
     });
-    server_.Post(R"(/api/(jobs|tunings)/([^/]+)/stop)",
+    server_->Post(R"(/api/(jobs|tunings)/([^/]+)/stop)",
                  [this](const httplib::Request& req, httplib::Response& res) {
-      if (options_.token.empty())
-        return send_error(res, 403, "this console is read-only (start it with --token to allow stops)");
-      if (req.get_header_value("Authorization") != "Bearer " + options_.token)
-        return send_error(res, 403, "wrong or missing token");
+      if (options_.no_auth)
+        return send_error(res, 403, "this console runs with --no-auth and is read-only: start "
+                                    "it with its token (the default) to stop jobs");
       const std::string name = req.matches[2];
+      if (!valid_console_name(name))
+        return send_error(res, 404, "no job or tuning named '" + name.substr(0, 200) + "'");
       if (req.matches[1] == "tunings") {
         if (!options_.stop_tuning || !options_.stop_tuning(name))
           return send_error(res, 404, "no tuning job named '" + name + "'");
@@ -226,15 +349,41 @@ class ConsoleServer::Impl {
     });
   }
 
+  // The rank whose log the page opens on: the lowest rank that reported a training metric
+  // (a pipeline's last stage, say), else the rank with the longest log, else 0.
+  int log_rank(const job::JobRecord& j, const nlohmann::json& final_metrics) const {
+    int best = -1;
+    for (const nlohmann::json& m : final_metrics) {
+      const int r = m.value("rank", -1);
+      if (r >= 0 && r < j.world_size && (best < 0 || r < best)) best = r;
+    }
+    if (best >= 0) return best;
+    const job::JobPaths paths = job::job_paths(options_.home, j.name);
+    long long longest = 0;
+    for (int r = 0; r < j.world_size && r < 1024; ++r) {
+      struct stat st {};
+      if (::stat(paths.rank_log(r).c_str(), &st) == 0 && st.st_size > longest) {
+        longest = st.st_size;
+        best = r;
+      }
+    }
+    return std::max(best, 0);
+  }
+
   ConsoleOptions options_;
+  HostPolicy hosts_;
+  std::string session_;  // the session cookie's value, new at each start
+  std::string cookie_;   // the session cookie's name (has the port)
+  int port_ = 0;
   std::string chart_js_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;
 };
 
 ConsoleServer::ConsoleServer(ConsoleOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 ConsoleServer::~ConsoleServer() = default;
 int ConsoleServer::bind() { return impl_->bind(); }
+std::string ConsoleServer::url() const { return impl_->url(); }
 void ConsoleServer::serve() { impl_->serve(); }
 void ConsoleServer::stop() { impl_->stop(); }
 

@@ -2,13 +2,16 @@
 // Chart.js for plots. Routes: #/ (jobs and tunings), #/job/NAME, #/tuning/NAME. Every view
 // polls every 2 s; charts are updated in place so a zoom (mouse wheel; double-click resets)
 // survives the refresh.
+// Logging in: the URL heft console prints carries ?token=...; the page trades it at once for
+// the console's session cookie (POST /api/login; HttpOnly, so no script reads it) and drops it
+// from the address bar and history. Without one, a 401 shows a form that asks for the token.
+// Dates are ISO 8601 in UTC.
 "use strict";
 
 const POLL_MS = 2000;
 let timer = null;
 let charts = {};
-let logState = { rank: 0, offset: -1, follow: true };
-const token = new URLSearchParams(location.search).get("token") || "";
+let logState = { rank: null, offset: -1, follow: true };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -19,15 +22,43 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+class LoginNeeded extends Error {}
+
 async function api(path, options) {
-  const r = await fetch(path, options);
-  const body = await r.json();
+  const r = await fetch(path, Object.assign({ credentials: "same-origin", cache: "no-store" }, options));
+  const body = await r.json().catch(() => ({}));
+  if (r.status === 401) throw new LoginNeeded(body.error || "the console needs its token");
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
 }
 
+// Trades `token` for the session cookie; true when the console took it.
+async function login(token) {
+  try {
+    await api("/api/login", { method: "POST", body: "", headers: { Authorization: "Bearer " + token } });
+    return true;
+  } catch (e) { return false; }
+}
+
+function showLogin(message) {
+  clearTimeout(timer);
+  const input = el("input", { type: "password", id: "token", autocomplete: "off", size: "70" });
+  const note = el("p", { class: "muted" }, message);
+  const submit = async () => {
+    if (await login(input.value.trim())) route();
+    else note.textContent = "That token was refused.";
+  };
+  input.addEventListener("keydown", ev => { if (ev.key === "Enter") submit(); });
+  document.getElementById("main").replaceChildren(el("h2", {}, "Log in"),
+    el("p", {}, "Open the URL heft console printed (it carries the token), or paste the token:"),
+    input, el("button", { id: "login", onclick: submit }, "Log in"), note);
+  document.getElementById("live").textContent = "";
+}
+
 function fmt(x, d = 1) { return x === null || x === undefined ? "" : Number(x).toFixed(d); }
-function time(t) { return t ? new Date(t * 1000).toLocaleString() : ""; }
+// ISO 8601 in UTC, to the second: 2026-11-25T12:32:41Z.
+function iso(ms) { return new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z"); }
+function time(t) { return t ? iso(t * 1000) : ""; }
 function canvasId(name) { return "chart-" + name.replace(/[^A-Za-z0-9_-]/g, "_"); }
 
 function table(headers, rows) {
@@ -103,11 +134,8 @@ async function jobsView(main) {
 }
 
 async function stop(kind, name) {
-  const t = token || prompt("Token to stop " + name + ":");
-  if (!t) return;
   try {
-    await api("/api/" + kind + "/" + encodeURIComponent(name) + "/stop",
-      { method: "POST", headers: { Authorization: "Bearer " + t } });
+    await api("/api/" + kind + "/" + encodeURIComponent(name) + "/stop", { method: "POST", body: "" });
   } catch (e) { alert(e.message); }
 }
 
@@ -116,6 +144,8 @@ async function jobView(main, name, first) {
     api("/api/jobs/" + encodeURIComponent(name)),
     api("/api/jobs/" + encodeURIComponent(name) + "/metrics")]);
   if (first) {
+    // The log pane opens on the rank that reports (job.log_rank: a pipeline's last stage, say).
+    if (logState.rank === null) logState = { rank: job.log_rank || 0, offset: -1, follow: true };
     main.replaceChildren(
       el("h2", {}, "Job " + name), el("div", { id: "summary" }),
       el("h2", {}, "Training metrics"), el("div", { id: "training", class: "charts" }),
@@ -124,10 +154,11 @@ async function jobView(main, name, first) {
       el("h2", {}, "Logs"), el("div", { id: "logbar" }), el("pre", { id: "log", class: "log" }));
     const bar = document.getElementById("logbar");
     for (let r = 0; r < job.world_size; r++)
-      bar.append(el("button", { onclick: () => { logState = { rank: r, offset: -1, follow: true };
-        document.getElementById("log").textContent = ""; } }, "rank " + r));
+      bar.append(el("button", { id: "log-rank-" + r, onclick: () => { logState = { rank: r, offset: -1, follow: true };
+        document.getElementById("log").textContent = ""; markRank(); } }, "rank " + r));
     const follow = el("label", {}, el("input", { type: "checkbox", id: "follow", checked: "" }), " follow");
     bar.append(follow);
+    markRank();
   }
   const summary = document.getElementById("summary");
   const rows = [["Status", el("span", { class: job.status }, job.status + " (" + job.secondary_status + ")")],
@@ -160,6 +191,12 @@ async function jobView(main, name, first) {
   }
 }
 
+// Marks the button of the rank whose log is shown.
+function markRank() {
+  for (const b of document.querySelectorAll("#logbar button"))
+    b.classList.toggle("active", b.id === "log-rank-" + logState.rank);
+}
+
 async function tuningView(main, name, first) {
   const t = await api("/api/tunings/" + encodeURIComponent(name));
   if (first) main.replaceChildren(el("h2", {}, "Tuning " + name), el("div", { id: "tsummary" }),
@@ -181,7 +218,7 @@ async function tuningView(main, name, first) {
 async function route() {
   clearTimeout(timer);
   charts = {};
-  logState = { rank: 0, offset: -1, follow: true };
+  logState = { rank: null, offset: -1, follow: true };
   const main = document.getElementById("main");
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const view = parts[0] === "job" ? (first) => jobView(main, parts[1], first)
@@ -193,8 +230,9 @@ async function route() {
     try {
       await view(first);
       first = false;
-      document.getElementById("live").textContent = "updated " + new Date().toLocaleTimeString();
+      document.getElementById("live").textContent = "updated " + iso(Date.now());
     } catch (e) {
+      if (e instanceof LoginNeeded) return showLogin(e.message);
       document.getElementById("live").textContent = "error: " + e.message;
     }
     timer = setTimeout(tick, POLL_MS);
@@ -202,5 +240,19 @@ async function route() {
   tick();
 }
 
-window.addEventListener("hashchange", route);
-route();
+// A token in the address (the URL heft console printed) becomes the session cookie, and
+// leaves the address bar and the history at once.
+async function start() {
+  window.addEventListener("hashchange", route);
+  const params = new URLSearchParams(location.search);
+  const token = params.get("token");
+  if (token !== null) {
+    params.delete("token");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+    if (!(await login(token))) return showLogin("The token in the address was refused.");
+  }
+  route();
+}
+
+start();
