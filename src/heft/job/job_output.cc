@@ -13,9 +13,11 @@ namespace heft::job {
 
 namespace {
 
+// A failed job's reason quotes the last lines of its failing rank: the newest whole (an error
+// message is one long line: a list of names, a path, a shape), older ones while they fit.
 constexpr size_t kTailLines = 10;
-constexpr size_t kTailLineBytes = 300;
-constexpr size_t kTailBytes = 1024;
+constexpr size_t kTailLineBytes = 4096;
+constexpr size_t kTailBytes = 4096;
 // Buffered points beyond this are written at once, whatever the interval.
 constexpr size_t kMaxPendingPoints = 2000;
 
@@ -72,7 +74,10 @@ void JobOutput::line(int rank, bool is_stderr, std::string_view text, double ela
   write_all(log_fds_[rank], with_newline);
 
   std::deque<std::string>& tail = tails_[rank];
-  tail.emplace_back(text.substr(0, kTailLineBytes));
+  tail.emplace_back(text.size() <= kTailLineBytes
+                        ? std::string(text)
+                        : std::string(text.substr(0, kTailLineBytes)) + " [... " +
+                              std::to_string(text.size() - kTailLineBytes) + " more bytes]");
   if (tail.size() > kTailLines) tail.pop_front();
 
   const std::vector<MetricPoint> points = extractor_.extract(rank, text, unix_now());
@@ -117,7 +122,7 @@ std::string JobOutput::tail(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(tails_.size())) return "";
   std::string out;
   for (auto it = tails_[rank].rbegin(); it != tails_[rank].rend(); ++it) {
-    if (out.size() + it->size() + 1 > kTailBytes) break;
+    if (!out.empty() && out.size() + it->size() + 1 > kTailBytes) break;
     out = out.empty() ? *it : *it + "\n" + out;
   }
   return out;

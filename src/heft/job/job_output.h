@@ -42,7 +42,8 @@ class JobOutput {
   void flush_metrics(JobDb& db, int64_t job_id);
   // Erases the progress line (before heft writes a message of its own).
   void clear_progress();
-  // The last lines `rank` wrote (at most 10, about 1 KiB), joined by '\n'.
+  // The last lines `rank` wrote (at most 10 and 4 KiB; the newest always, cut only past
+  // 4 KiB with a note of what was left out), joined by '\n'.
   std::string tail(int rank) const;
 
  private:
