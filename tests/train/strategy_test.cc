@@ -4,20 +4,29 @@
 // the loss of one process on the same global batches (also a one-rank mesh, so the test
 // goes through the same code), the same parameters after the last step, the same test-set
 // evaluation, exactly one reporting rank, and a state that round-trips. The registry names
-// its models and tasks and refuses an unknown one by listing them.
+// its models and tasks and refuses an unknown one by listing them. The pipeline's profile:
+// two fresh profiles of examples/gpt-pipeline.yaml's GPT choose the same split; and a
+// pipelined heft-train job on 2 ranks reports every step phase on every rank and prints the
+// same split in two runs.
 #include "heft/train/strategy.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
 #include "heft/parallel/checkpoint.h"
 #include "heft/train/fashion_mnist.h"
+#include "heft/train/gpt.h"
+#include "support/command.h"
 #include "support/ranks.h"
 
 namespace heft::train {
@@ -154,6 +163,91 @@ TEST(ModelRegistry, NamesModelsWithTheirTasksAndRefusesUnknownOnes) {
     EXPECT_STREQ(e.what(), "unknown model 'resnet': expected one of mlp, cnn, gpt");
   }
   EXPECT_THROW(make_task("speech", {}, "", 0, 1), InvalidArgument);
+}
+
+// examples/gpt-pipeline.yaml's GPT (GptConfig's defaults: embedding, 4 blocks, head) on its
+// micro-batch (batch 16 over data 2 and 8 micro-batches: 1 sample), profiled twice from
+// fresh models: the same split in 2 stages and in 3, where several splits tie on time and
+// the tolerance's fixed order decides.
+TEST(PipelineProfile, TwoFreshProfilesOfTheExampleGptChooseTheSameSplit) {
+  torch::set_num_threads(1);
+  const auto fresh_split = [](int stages) {
+    torch::manual_seed(1);
+    Gpt model(GptConfig{});
+    const std::vector<parallel::pipeline::LayerCost> costs = profile_pipeline_layers(model, 1);
+    EXPECT_EQ(costs.size(), 6u);
+    for (const auto& c : costs)
+      EXPECT_TRUE(c.forward_s > 0 && c.backward_s > 0) << c.name << " was not timed";
+    EXPECT_EQ(costs.front().param_bytes, (256 + 128) * 128 * 4);  // token and position tables
+    EXPECT_EQ(costs.front().activation_bytes, 1 * 128 * 128 * 4);  // (B, T, C) floats
+    const parallel::pipeline::Plan plan =
+        parallel::pipeline::auto_partition(costs, stages, 0.2, kPartitionTolerance);
+    return std::make_pair(plan.first, parallel::pipeline::describe(plan, costs));
+  };
+  for (int stages : {2, 3}) {
+    const auto [first, table] = fresh_split(stages);
+    const auto [again, table_again] = fresh_split(stages);
+    EXPECT_EQ(first, again) << stages << " stages:\n" << table << "then\n" << table_again;
+  }
+}
+
+// The profile draws its sample from the global generator and puts its state back: ranks that
+// profile and ranks that do not keep the same random stream.
+TEST(PipelineProfile, LeavesTheRandomStreamAndTheGradientsAsTheyWere) {
+  torch::manual_seed(7);
+  Gpt model(GptConfig{2, 2, 32, 16, 64});
+  torch::manual_seed(5);
+  parallel::pipeline::ProfileOptions quick;
+  quick.warmup = 0;
+  quick.repeats = 1;
+  profile_pipeline_layers(model, 2, quick);
+  const torch::Tensor after_profile = torch::rand({4});
+  torch::manual_seed(5);
+  EXPECT_TRUE(torch::equal(after_profile, torch::rand({4})));
+  for (const torch::Tensor& p : model.parameters()) EXPECT_FALSE(p.grad().defined());
+}
+
+// A pipelined job (2 stages on 2 ranks) under `heft train`, twice: every rank reports the
+// forward, backward, communication and optimizer phases of its steps (they were 0 ms every
+// step), and both runs print the same split and the predicted-against-measured table.
+TEST(PipelineStrategy, ReportsEveryStepPhaseAndPrintsTheSameSplitTwice) {
+  const std::string text = "/usr/share/games/fortunes";
+  if (!std::filesystem::exists(text)) GTEST_SKIP() << "no fortunes text (setup.sh installs fortunes)";
+  namespace fs = std::filesystem;
+  const std::string bin = HEFT_BINARY_DIR;
+  const fs::path home = fs::temp_directory_path() / ("heft-pipeline-phase-" + std::to_string(getpid()));
+  fs::create_directories(home);
+  const std::string env = "HEFT_HOME=" + (home / "home").string() + " ";
+  std::vector<std::string> splits;
+  for (const std::string name : {"pipeline-a", "pipeline-b"}) {
+    const std::string spec = (home / (name + ".yaml")).string();
+    std::ofstream(spec) << "name: " << name << "\nentry_point: heft-train\n"
+                        << "hyperparameters: {model: gpt, max_steps: 6, batch_size: 8, log_every: 1,"
+                           " generate: 0, n_layer: 2, n_embd: 32, n_head: 2}\n"
+                        << "inputs: {train: " << text << "}\n"
+                        << "cluster: {processes_per_host: 2}\n"
+                        << "distribution: {modelparallel: {enabled: true, parameters: "
+                           "{partitions: 2, microbatches: 2}}}\n";
+    const test::CommandOutput run = test::run_command(env + bin + "/heft train " + spec + " 2>&1");
+    ASSERT_EQ(run.code, 0) << name << ":\n" << run.text;
+    std::string split;
+    for (const std::string& line : run.lines)
+      if (line.find("this stage: layers") != std::string::npos) split = line.substr(line.find("this stage"));
+    EXPECT_FALSE(split.empty()) << run.text;
+    splits.push_back(split);
+    EXPECT_NE(run.text.find("predicted_ms  measured_ms"), std::string::npos) << run.text;
+    for (const char* phase : {"forward", "backward", "communication", "optimizer"}) {
+      const test::CommandOutput m = test::run_command(env + bin + "/heft metrics " + name +
+                                                      " --name step:" + phase + "_ms --format json");
+      ASSERT_EQ(m.code, 0) << m.text;
+      std::map<int, double> by_rank;
+      for (const auto& p : nlohmann::json::parse(m.text)) by_rank[p["rank"].get<int>()] += p["value"].get<double>();
+      ASSERT_EQ(by_rank.size(), 2u) << phase << ": " << m.text;
+      for (const auto& [rank, ms] : by_rank) EXPECT_GT(ms, 0.0) << phase << ": rank " << rank;
+    }
+  }
+  EXPECT_EQ(splits[0], splits[1]);
+  fs::remove_all(home);
 }
 
 }  // namespace

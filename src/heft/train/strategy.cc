@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <sstream>
 
@@ -474,7 +475,7 @@ class Pipelined : public MeshStrategy {
            ", " + settings_.kind + ", " + std::to_string(settings_.microbatches) +
            " micro-batches; this stage: layers " + mine + ") x data_parallel " +
            std::to_string(data_.size()) + tensor_text() + "\n" +
-           parallel::pipeline::describe(plan_, costs_);
+           parallel::pipeline::describe(plan_, costs_) + profile_text();
   }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
@@ -517,12 +518,16 @@ class Pipelined : public MeshStrategy {
     };
     f.activation_shape = [&](int j) { return activation_shape(xs[j].size(0), xs[j]); };
     parallel::pipeline::run_stage(schedule_, pipe_, f, &counters_);
-    if (chunks && ddp_ && data_.size() > 1) average_gradients();
-    if (hp_.grad_clip > 0) {
-      if (sdp_) clip_shards(*sdp_, hp_.grad_clip, &pipe_);
-      else clip_replica(hp_.grad_clip, &pipe_);
+    {
+      auto timed = profile::phase(profile::Phase::kOptimizer);
+      if (chunks && ddp_ && data_.size() > 1) average_gradients();
+      if (hp_.grad_clip > 0) {
+        if (sdp_) clip_shards(*sdp_, hp_.grad_clip, &pipe_);
+        else clip_replica(hp_.grad_clip, &pipe_);
+      }
+      optimizer_->step();
     }
-    optimizer_->step();
+    measure_stage();
     return total;
   }
 
@@ -644,7 +649,11 @@ class Pipelined : public MeshStrategy {
                   pipe_.rank(), counters_.busy_seconds, counters_.step_seconds, idle,
                   parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches, settings_.virtual_stages),
                   counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
-    return line;
+    if (!reports_ || measured_s_.empty()) return line;
+    const std::string what = measure_steps_ == 1 ? "step 1" : "steps 2-" + std::to_string(measure_steps_);
+    return line + std::string("\n") +
+           parallel::pipeline::describe_measured(plan_, costs_, pipe_.size(), measured_s_,
+                                                 "median of " + what + " on data rank 0");
   }
 
  private:
@@ -658,8 +667,11 @@ class Pipelined : public MeshStrategy {
     return {b, x.size(1), hp_.n_embd};
   }
 
-  // Profiles each layer on rank (0, 0, 0) and cuts the model there; every rank takes that
-  // plan (broadcast along each mesh dimension in turn).
+  // The plan every rank takes: a given split, an even one, or the automatic one, cut from
+  // the profile of the ranks at pipeline 0 and data 0 (all tensor ranks, whose layers run
+  // tensor collectives); every other rank waits, so the profile runs on a quiet machine, and
+  // takes tensor rank 0's costs (broadcast along each mesh dimension in turn). The same
+  // costs give every rank the same split (auto_partition is deterministic).
   parallel::pipeline::Plan make_plan(parallel::DeviceMesh& mesh) {
     const std::vector<std::string> names = model_->layer_names();
     const int n = static_cast<int>(names.size());
@@ -671,18 +683,19 @@ class Pipelined : public MeshStrategy {
                                 : "partitions: expected 1 to the model's " + std::to_string(n) +
                                       " layers, found " + std::to_string(V));
     std::vector<int> first(static_cast<size_t>(V));
+    costs_.assign(names.size(), {});
+    for (size_t i = 0; i < names.size(); ++i) costs_[i].name = names[i];
     if (!settings_.boundaries.empty()) {
       if (static_cast<int>(settings_.boundaries.size()) != V - 1)
         throw InvalidArgument("partition_boundaries: expected " + std::to_string(V - 1) +
                               " layer indices (one per stage after the first), found " +
                               std::to_string(settings_.boundaries.size()));
-      costs_.assign(names.size(), {});
-      first[0] = 0;
       for (int s = 1; s < V; ++s) first[static_cast<size_t>(s)] = settings_.boundaries[static_cast<size_t>(s - 1)];
     } else if (settings_.auto_partition) {
-      costs_ = profile(names);
-      plan_ = parallel::pipeline::auto_partition(costs_, V, settings_.memory_weight);
-      first = plan_.first;
+      if (mesh.coordinate(parallel::Dim::kPipeline) == 0 && mesh.coordinate(parallel::Dim::kData) == 0)
+        costs_ = profile_pipeline_layers(*model_, profile_microbatch(), profile_options_);
+      share_costs(mesh);
+      first = parallel::pipeline::auto_partition(costs_, V, settings_.memory_weight, kPartitionTolerance).first;
     } else {
       // Evenly by count; the layers the division leaves go to stage default_partition (its
       // first chunk).
@@ -690,56 +703,65 @@ class Pipelined : public MeshStrategy {
       for (int s = 1; s < V; ++s)
         first[static_cast<size_t>(s)] = first[static_cast<size_t>(s - 1)] + n / V +
                                         (s - 1 == extra_at ? n % V : 0);
-      costs_.clear();
-      for (const std::string& name : names) costs_.push_back({name, 1, 2, 0, 0});
+      for (auto& c : costs_) c = {c.name, 1, 2, 0, 0};
     }
-    torch::Tensor t = torch::tensor(std::vector<int64_t>(first.begin(), first.end()), torch::kLong);
-    for (parallel::Dim d : {parallel::Dim::kTensor, parallel::Dim::kData, parallel::Dim::kPipeline})
-      if (mesh.size(d) > 1) mesh.group(d).broadcast(t, 0);
-    for (size_t s = 0; s < first.size(); ++s) first[s] = static_cast<int>(t[static_cast<int64_t>(s)].item<int64_t>());
-    if (costs_.size() != names.size()) costs_.assign(names.size(), {});
-    for (size_t i = 0; i < names.size(); ++i) costs_[i].name = names[i];
     return parallel::pipeline::manual_partition(costs_, {first.begin() + 1, first.end()},
                                                 settings_.memory_weight);
   }
 
-  // Each layer's forward and backward time (best of 3), parameter and activation bytes on a
-  // micro-batch of the run's size.
-  std::vector<parallel::pipeline::LayerCost> profile(const std::vector<std::string>& names) {
-    const int64_t b = std::max<int64_t>(1, hp_.batch_size / std::max(1, data_.size()) / settings_.microbatches);
-    const torch::Tensor input = model_->sample_input(b);
-    std::vector<parallel::pipeline::LayerCost> out(names.size());
-    if (!input.defined()) return out;
-    using Clock = std::chrono::steady_clock;
-    {  // one untimed pass first: allocations and lazy initialisation are not a layer's cost
-      torch::Tensor y = model_->forward_range(0, static_cast<int>(names.size()) - 1, input);
-      y.backward(torch::ones_like(y));
-      for (torch::Tensor& p : model_->parameters()) p.mutable_grad().reset();
+  // How the automatic split's costs were found (empty for a given or even split).
+  std::string profile_text() const {
+    if (!settings_.boundaries.empty() || !settings_.auto_partition) return "";
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "profile: by the ranks at pipeline 0 and data 0 alone, on micro-batches of %lld "
+                  "samples, each layer's median of %d rounds after %d warm-up rounds; splits within "
+                  "%.0f%% of the best count as equal (then the fewest activation bytes across the "
+                  "cuts, the most even layer counts)",
+                  static_cast<long long>(profile_microbatch()), profile_options_.repeats,
+                  profile_options_.warmup, kPartitionTolerance * 100);
+    return line;
+  }
+
+  // The micro-batch the stages will run: this data rank's share over the micro-batches.
+  int64_t profile_microbatch() const {
+    return std::max<int64_t>(1, hp_.batch_size / std::max(1, data_.size()) / settings_.microbatches);
+  }
+
+  // costs_ of the rank at coordinate 0 of every dimension, on every rank: 4 numbers a layer.
+  void share_costs(parallel::DeviceMesh& mesh) {
+    torch::Tensor t = torch::zeros({static_cast<int64_t>(costs_.size()), 4}, torch::kDouble);
+    for (size_t i = 0; i < costs_.size(); ++i) {
+      const int64_t r = static_cast<int64_t>(i);
+      t[r][0] = costs_[i].forward_s;
+      t[r][1] = costs_[i].backward_s;
+      t[r][2] = static_cast<double>(costs_[i].param_bytes);
+      t[r][3] = static_cast<double>(costs_[i].activation_bytes);
     }
-    torch::Tensor x = input;
-    for (size_t i = 0; i < names.size(); ++i) {
-      auto& c = out[i];
-      c.name = names[i];
-      c.forward_s = c.backward_s = 1e30;
-      torch::Tensor y;
-      for (int r = 0; r < 3; ++r) {
-        torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-        const auto t0 = Clock::now();
-        y = model_->forward_range(static_cast<int>(i), static_cast<int>(i), in);
-        const auto t1 = Clock::now();
-        y.backward(torch::ones_like(y));
-        const auto t2 = Clock::now();
-        c.forward_s = std::min(c.forward_s, std::chrono::duration<double>(t1 - t0).count());
-        c.backward_s = std::min(c.backward_s, std::chrono::duration<double>(t2 - t1).count());
-      }
-      for (const torch::Tensor& p : model_->layer_parameters(static_cast<int>(i))) {
-        c.param_bytes += p.numel() * static_cast<int64_t>(p.element_size());
-        p.mutable_grad().reset();
-      }
-      c.activation_bytes = y.numel() * static_cast<int64_t>(y.element_size());
-      x = y.detach();
+    for (parallel::Dim d : {parallel::Dim::kTensor, parallel::Dim::kData, parallel::Dim::kPipeline})
+      if (mesh.size(d) > 1) mesh.group(d).broadcast(t, 0);
+    for (size_t i = 0; i < costs_.size(); ++i) {
+      const torch::Tensor row = t[static_cast<int64_t>(i)];
+      costs_[i].forward_s = row[0].item<double>();
+      costs_[i].backward_s = row[1].item<double>();
+      costs_[i].param_bytes = static_cast<int64_t>(row[2].item<double>());
+      costs_[i].activation_bytes = static_cast<int64_t>(row[3].item<double>());
     }
-    return out;
+  }
+
+  // After each step: this stage's compute time per micro-batch (steps 2.. of the first
+  // measure_steps_, or step 1 when the run has one), and at the last of them every stage's
+  // median, gathered over the pipeline group (a collective: every stage runs the same steps).
+  void measure_stage() {
+    ++steps_;
+    if (steps_ > measure_steps_) return;
+    if (steps_ > 1 || measure_steps_ == 1)
+      stage_samples_.insert(stage_samples_.end(), counters_.microbatch_seconds.begin(),
+                            counters_.microbatch_seconds.end());
+    if (steps_ < measure_steps_) return;
+    std::vector<double> mine(static_cast<size_t>(pipe_.size()), 0.0);
+    mine[static_cast<size_t>(pipe_.rank())] = parallel::pipeline::median(stage_samples_);
+    measured_s_ = pipe_.sum(mine);
   }
 
   // Every gradient averaged over the data group in one flat allreduce.
@@ -771,9 +793,66 @@ class Pipelined : public MeshStrategy {
   int replicate_rank_ = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   parallel::pipeline::PipelineCounters counters_;
+  const parallel::pipeline::ProfileOptions profile_options_;
+  // Steps whose stage times are measured; the last one gathers them.
+  const int64_t measure_steps_ = hp_.max_steps > 0 ? std::min<int64_t>(hp_.max_steps, 10) : 10;
+  int64_t steps_ = 0;
+  std::vector<double> stage_samples_;  // this stage's seconds per micro-batch
+  std::vector<double> measured_s_;     // every stage's median, once gathered
 };
 
 }  // namespace
+
+std::vector<parallel::pipeline::LayerCost> profile_pipeline_layers(
+    Model& model, int64_t microbatch, const parallel::pipeline::ProfileOptions& options) {
+  const std::vector<std::string> names = model.layer_names();
+  std::vector<parallel::pipeline::LayerCost> out(names.size());
+  for (size_t i = 0; i < names.size(); ++i) out[i].name = names[i];
+  // The sample comes from the global generator: its state is put back, so that profiling
+  // on some ranks only leaves every rank's random stream as it was.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state = generator.get_state();
+  }
+  const torch::Tensor input = model.sample_input(microbatch);
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+  if (!input.defined()) return out;
+  // Each layer's input: the previous layer's output (layer i reads inputs[i]).
+  std::vector<torch::Tensor> inputs{input};
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i + 1 < names.size(); ++i)
+      inputs.push_back(model.forward_range(static_cast<int>(i), static_cast<int>(i), inputs.back()));
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  std::vector<int64_t> activation_bytes(names.size(), 0);
+  parallel::pipeline::profile_layers(out, options, [&](int i, double* forward_s, double* backward_s) {
+    const torch::Tensor& x = inputs[static_cast<size_t>(i)];
+    const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+    const Clock::time_point t0 = Clock::now();
+    const torch::Tensor y = model.forward_range(i, i, in);
+    const Clock::time_point t1 = Clock::now();
+    y.backward(torch::ones_like(y));
+    const Clock::time_point t2 = Clock::now();
+    *forward_s = seconds(t0, t1);
+    *backward_s = seconds(t1, t2);
+    activation_bytes[static_cast<size_t>(i)] = bytes_of(y);
+    for (const torch::Tensor& p : model.layer_parameters(i)) p.mutable_grad().reset();
+  });
+  for (size_t i = 0; i < names.size(); ++i) {
+    out[i].activation_bytes = activation_bytes[i];
+    for (const torch::Tensor& p : model.layer_parameters(static_cast<int>(i))) out[i].param_bytes += bytes_of(p);
+  }
+  return out;
+}
 
 int sharded_degree(const config::Distribution& distribution, const Hyperparameters& hp) {
   if (hp.sharded_data_parallel_degree > 0) return static_cast<int>(hp.sharded_data_parallel_degree);

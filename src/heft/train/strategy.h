@@ -31,6 +31,7 @@
 
 #include "heft/config/distribution.h"
 #include "heft/parallel/mesh.h"
+#include "heft/parallel/pipeline/partition.h"
 #include "heft/parallel/process_group.h"
 #include "heft/train/hyperparameters.h"
 #include "heft/train/models.h"
@@ -115,6 +116,19 @@ struct PipelineSettings {
   int default_partition = 0;         // even split: the stage that takes the remainder
 };
 PipelineSettings pipeline_settings(const config::Distribution& distribution, const Hyperparameters& hp);
+
+// The automatic split's profile: each of model's pipeline layers (layer_names) run on its
+// own on a sample of `microbatch` samples (sample_input), each layer reading the previous
+// one's output, timed by parallel::pipeline::profile_layers (warm-up rounds, then each
+// layer's median); with its parameter bytes and its output's bytes. The layers' gradients
+// are left undefined and the global random generator's state as it was. A model without
+// sample_input gets names only (zero costs). A tensor-parallel model runs its tensor
+// collectives: every rank of its tensor group calls this together.
+std::vector<parallel::pipeline::LayerCost> profile_pipeline_layers(
+    Model& model, int64_t microbatch, const parallel::pipeline::ProfileOptions& options = {});
+// Splits whose largest stage cost is within this share of the best count as equally good
+// (auto_partition's tolerance): profiling noise below it does not change the split.
+constexpr double kPartitionTolerance = 0.05;
 
 // The mesh shape the distribution config (and the hyperparameters that override it) ask for
 // on `world` ranks. Throws heft::InvalidArgument naming sharded_data_parallel_degree when it

@@ -4,12 +4,16 @@
 // interleaved never has more than active_microbatches in flight; the bubble with equal
 // stages is the theory's (p-1)/(m+p-1); a list missing a send is caught as a deadlock naming
 // the stage; the partitioner finds known optima for speed, memory and mixed weights and
-// breaks ties by the activation bytes crossing the cuts.
+// breaks ties by the activation bytes crossing the cuts; with a tolerance, profiles that
+// differ by noise choose one split, the most even among the near-best; the profiler's
+// rounds and medians.
 #include "heft/parallel/pipeline/schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <set>
 
 #include "heft/error.h"
 #include "heft/parallel/pipeline/partition.h"
@@ -138,6 +142,89 @@ TEST(Partitioner, RefusesMoreStagesThanLayersAndBadBoundaries) {
   EXPECT_THROW(manual_partition(l, {0}, 0.2), InvalidArgument);
   EXPECT_EQ(manual_partition(l, {1}, 0.2).first, (std::vector<int>{0, 1}));
   EXPECT_THROW(auto_partition(l, 1, 1.5), InvalidArgument);
+}
+
+// The GPT of the issue (embedding, 3 equal blocks, a head as cheap as the embedding) has two
+// optimal 2-stage splits, after block 0 and after block 1; timings perturbed by up to 3%
+// pick either without a tolerance, and always the same one with 5%.
+TEST(Partitioner, ProfilesDifferingByNoiseChooseOneSplitWithinTheTolerance) {
+  const std::vector<double> time{0.3, 1, 1, 1, 0.3};
+  uint64_t state = 12345;
+  auto noise = [&state] {  // uniform in [-0.03, 0.03], a fixed sequence
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5) * 0.06;
+  };
+  std::set<std::vector<int>> exact, tolerant;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> t = time;
+    for (double& x : t) x *= 1 + noise();
+    const auto l = layers(t, {1, 1, 1, 1, 1}, {8, 8, 8, 8, 8});
+    exact.insert(auto_partition(l, 2, 0.0).first);
+    tolerant.insert(auto_partition(l, 2, 0.0, 0.05).first);
+  }
+  EXPECT_EQ(exact.size(), 2u) << "without a tolerance the noise should flip the split";
+  ASSERT_EQ(tolerant.size(), 1u);
+  EXPECT_EQ(*tolerant.begin(), (std::vector<int>{0, 2}));  // the fixed order's choice
+}
+
+TEST(Partitioner, WithinTheToleranceTakesTheMostEvenLayerCounts) {
+  // After layer 0 is optimal (1 | 1.96); after layer 1 is 2% worse (2 | 0.96) and evener.
+  const auto l = layers({1, 1, 0.9, 0.02, 0.02, 0.02}, {1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(auto_partition(l, 2, 0.0).first, (std::vector<int>{0, 1}));
+  EXPECT_EQ(auto_partition(l, 2, 0.0, 0.05).first, (std::vector<int>{0, 2}));
+  // Fewer cut bytes still come first: a cut after layer 0 costing nothing wins back.
+  const auto cheap_cut = layers({1, 1, 0.9, 0.02, 0.02, 0.02}, {1, 1, 1, 1, 1, 1}, {0, 9, 9, 9, 9, 9});
+  EXPECT_EQ(auto_partition(cheap_cut, 2, 0.0, 0.05).first, (std::vector<int>{0, 1}));
+  // The same costs, the same plan, every time.
+  EXPECT_EQ(auto_partition(l, 2, 0.0, 0.05).first, auto_partition(l, 2, 0.0, 0.05).first);
+  EXPECT_THROW(auto_partition(l, 2, 0.0, -0.1), InvalidArgument);
+  EXPECT_THROW(auto_partition(l, 2, 0.0, std::nan("")), InvalidArgument);
+}
+
+TEST(Profiler, TimesEveryLayerOnceARoundAfterWarmupAndTakesTheMedian) {
+  std::vector<LayerCost> l(3);
+  std::vector<int> calls;
+  ProfileOptions o;
+  o.warmup = 2;
+  o.repeats = 5;
+  profile_layers(l, o, [&](int layer, double* f, double* b) {
+    const int round = static_cast<int>(calls.size()) / 3;
+    calls.push_back(layer);
+    // Warm-up rounds are slow; round 4 is a burst of load on every layer.
+    const double slow = round < 2 ? 100 : round == 4 ? 50 : 1;
+    *f = slow * (layer + 1) * (1 + 0.01 * round);
+    *b = 2 * *f;
+  });
+  const std::vector<int> expected{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2};
+  EXPECT_EQ(calls, expected);  // round after round, each layer in order
+  // Timed rounds 2..6: (1.02, 1.03, 50 x 1.04, 1.05, 1.06) x (layer + 1): median 1.05.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(l[static_cast<size_t>(i)].forward_s, 1.05 * (i + 1), 1e-12) << "layer " << i;
+    EXPECT_NEAR(l[static_cast<size_t>(i)].backward_s, 2.10 * (i + 1), 1e-12) << "layer " << i;
+  }
+  o.repeats = 0;
+  try {
+    profile_layers(l, o, [](int, double*, double*) {});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "profile repeats: expected at least 1 round, found 0");
+  }
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({}), 0);
+}
+
+TEST(Partitioner, DescribesPredictedAndMeasuredStageTimesSideBySide) {
+  // 4 layers, 2 stages x 2 virtual: stage 0 holds chunks 0 (l0) and 2 (l2).
+  const auto l = layers({0.003, 0.006, 0.009, 0.012}, {1, 1, 1, 1});
+  const Plan p = manual_partition(l, {1, 2, 3}, 0.2);
+  const std::string text = describe_measured(p, l, 2, {0.024, 0.018}, "steps 2-10");
+  EXPECT_NE(text.find("measured (steps 2-10)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0      l0, l2                                 12.00        24.00                2.00"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("1      l1, l3                                 18.00        18.00                1.00"),
+            std::string::npos) << text;
+  EXPECT_THROW(describe_measured(p, l, 2, {0.1}, "x"), InvalidArgument);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "heft/parallel/pipeline/partition.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -60,8 +61,10 @@ void check_weight(double w) {
 
 }  // namespace
 
-Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w) {
+Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w, double tolerance) {
   check_weight(w);
+  if (!(tolerance >= 0 && std::isfinite(tolerance)))
+    throw InvalidArgument("partition tolerance: expected a number >= 0, found " + std::to_string(tolerance));
   const int n = static_cast<int>(layers.size());
   if (stages < 1 || stages > n)
     throw InvalidArgument("partitions: expected 1 to the model's " + std::to_string(n) +
@@ -75,19 +78,22 @@ Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w) 
     for (int j = k; j <= n; ++j)
       for (int i = k - 1; i < j; ++i)
         best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], cost(p, i, j, w)));
-  const double target = best[stages][n] * (1 + 1e-12) + 1e-15;
-  // Among splits whose every stage costs at most target: the fewest cut bytes.
-  const int64_t big = std::numeric_limits<int64_t>::max() / 4;
-  std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, big));
+  const double target = best[stages][n] * (1 + tolerance) * (1 + 1e-12) + 1e-15;
+  // Among splits whose every stage costs at most target, the smallest (cut bytes, sum of
+  // squared stage sizes); the first i found on a tie (strict <), so the order is fixed.
+  using Score = std::pair<int64_t, int64_t>;
+  const Score none{std::numeric_limits<int64_t>::max(), 0};
+  std::vector<std::vector<Score>> score(stages + 1, std::vector<Score>(n + 1, none));
   std::vector<std::vector<int>> from(stages + 1, std::vector<int>(n + 1, -1));
-  cut[0][0] = 0;
+  score[0][0] = {0, 0};
   for (int k = 1; k <= stages; ++k)
     for (int j = k; j <= n; ++j)
       for (int i = k - 1; i < j; ++i) {
-        if (cut[k - 1][i] >= big || cost(p, i, j, w) > target) continue;
-        const int64_t c = cut[k - 1][i] + (j < n ? layers[j - 1].activation_bytes : 0);
-        if (c < cut[k][j]) {
-          cut[k][j] = c;
+        if (score[k - 1][i] == none || cost(p, i, j, w) > target) continue;
+        const Score c{score[k - 1][i].first + (j < n ? layers[j - 1].activation_bytes : 0),
+                      score[k - 1][i].second + static_cast<int64_t>(j - i) * (j - i)};
+        if (c < score[k][j]) {
+          score[k][j] = c;
           from[k][j] = i;
         }
       }
@@ -138,6 +144,66 @@ std::string describe(const Plan& plan, const std::vector<LayerCost>& layers) {
     os << line;
   }
   return os.str();
+}
+
+std::string describe_measured(const Plan& plan, const std::vector<LayerCost>& layers, int stages,
+                              const std::vector<double>& measured_s, const std::string& measured) {
+  if (stages < 1 || static_cast<int>(measured_s.size()) != stages ||
+      plan.first.size() % static_cast<size_t>(stages) != 0)
+    throw InvalidArgument("describe_measured: expected one measured time per stage (" +
+                          std::to_string(stages) + "), found " + std::to_string(measured_s.size()));
+  std::ostringstream os;
+  os << "pipeline stages, predicted (profile) against measured (" << measured
+     << "), forward + backward ms per micro-batch:\n";
+  os << "stage  layers                          predicted_ms  measured_ms  measured/predicted\n";
+  const int n = static_cast<int>(layers.size());
+  for (int s = 0; s < stages; ++s) {
+    std::string range;
+    double predicted = 0;
+    for (size_t vs = static_cast<size_t>(s); vs < plan.first.size(); vs += static_cast<size_t>(stages)) {
+      const int a = plan.first[vs], b = plan.last_layer(static_cast<int>(vs), n);
+      range += (range.empty() ? "" : ", ") + layers[a].name + (a == b ? "" : " .. " + layers[b].name);
+      predicted += plan.time_s.empty() ? 0 : plan.time_s[vs];
+    }
+    const double m = measured_s[static_cast<size_t>(s)];
+    char ratio[32] = "-", line[240];
+    if (predicted > 0) std::snprintf(ratio, sizeof(ratio), "%.2f", m / predicted);
+    std::snprintf(line, sizeof(line), "%-6d %-30s %13.2f %12.2f %19s\n", s, range.c_str(),
+                  predicted * 1e3, m * 1e3, ratio);
+    os << line;
+  }
+  return os.str();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  return (*std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
+}
+
+void profile_layers(std::vector<LayerCost>& layers, const ProfileOptions& options,
+                    const std::function<void(int, double*, double*)>& time_layer) {
+  if (options.warmup < 0)
+    throw InvalidArgument("profile warmup: expected at least 0 rounds, found " + std::to_string(options.warmup));
+  if (options.repeats < 1)
+    throw InvalidArgument("profile repeats: expected at least 1 round, found " + std::to_string(options.repeats));
+  const size_t n = layers.size();
+  std::vector<std::vector<double>> forward(n), backward(n);
+  for (int round = 0; round < options.warmup + options.repeats; ++round)
+    for (size_t i = 0; i < n; ++i) {
+      double f = 0, b = 0;
+      time_layer(static_cast<int>(i), &f, &b);
+      if (round < options.warmup) continue;
+      forward[i].push_back(f);
+      backward[i].push_back(b);
+    }
+  for (size_t i = 0; i < n; ++i) {
+    layers[i].forward_s = median(forward[i]);
+    layers[i].backward_s = median(backward[i]);
+  }
 }
 
 }  // namespace heft::parallel::pipeline

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "heft/error.h"
+#include "heft/profile/step_profiler.h"
 
 namespace heft::parallel::pipeline {
 
@@ -28,6 +29,7 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
   };
   const Clock::time_point start = Clock::now();
   const int s = group.rank();
+  if (counters) counters->microbatch_seconds.assign(static_cast<size_t>(sc.microbatches), 0.0);
   const std::vector<Action>& acts = sc.actions[static_cast<size_t>(s)];
   size_t last_backward = acts.size();
   for (size_t i = 0; i < acts.size(); ++i)
@@ -90,11 +92,15 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
     if (a.kind == ActionKind::kForward) {
       torch::Tensor input;
       if (vs > 0) input = inputs.at(k).requires_grad_(true);
-      torch::Tensor out = stage.forward(a.chunk, m, input);
+      torch::Tensor out = [&] {
+        auto timed = profile::phase(profile::Phase::kForward);
+        return stage.forward(a.chunk, m, input);
+      }();
       outputs[k] = out;
       if (vs < V - 1) to_send_act[k] = out.detach().contiguous();
       if (counters) {
         counters->busy_seconds += since(t0);
+        counters->microbatch_seconds.at(static_cast<size_t>(m)) += since(t0);
         counters->max_in_flight = std::max(counters->max_in_flight, static_cast<int>(outputs.size()));
       }
       continue;
@@ -107,8 +113,11 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
       else
         torch::autograd::backward({out}, {received_grads.at(k).view(out.sizes())});
     };
-    if (stage.around_backward) stage.around_backward(m, index == last_backward, run);
-    else run();
+    {
+      auto timed = profile::phase(profile::Phase::kBackward);
+      if (stage.around_backward) stage.around_backward(m, index == last_backward, run);
+      else run();
+    }
     if (vs > 0) {
       const torch::Tensor& in = inputs.at(k);
       to_send_grad[k] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
@@ -116,7 +125,10 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
     outputs.erase(k);
     inputs.erase(k);
     received_grads.erase(k);
-    if (counters) counters->busy_seconds += since(t0);
+    if (counters) {
+      counters->busy_seconds += since(t0);
+      counters->microbatch_seconds.at(static_cast<size_t>(m)) += since(t0);
+    }
   }
   if (counters) counters->step_seconds += since(start);
 }

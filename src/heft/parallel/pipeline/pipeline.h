@@ -5,6 +5,10 @@
 // both send first never deadlock); their shapes are agreed once (the caller says them), not
 // sent per micro-batch. A stage's backward runs torch::autograd::backward on its outputs
 // with the received gradients; the last stage's output is its loss.
+//
+// Step phases (profile/step_profiler.h): each forward action is timed as the step's forward
+// phase, each backward action (with what around_backward wraps it in) as its backward phase,
+// and the waits for exchanges as its communication phase (ProcessGroup's Work).
 #pragma once
 
 #include <torch/torch.h>
@@ -37,6 +41,9 @@ struct PipelineCounters {
   double busy_seconds = 0;   // in forward and backward compute
   double step_seconds = 0;   // in run_stage
   int max_in_flight = 0;     // micro-batches whose activations were held at once
+  // The last step's compute seconds per micro-batch (forward + backward of every chunk this
+  // stage holds; the backward as around_backward wraps it), indexed by micro-batch.
+  std::vector<double> microbatch_seconds;
 };
 
 // Runs stage `group.rank()`'s actions of `schedule`. Throws what the collectives throw
