@@ -173,10 +173,14 @@ class Communicator {
   std::string last_allreduce_path() const;
   // How this rank's shared-memory allreduces went so far (all zero without shared memory).
   shm::PathCounts shm_path_counts() const;
-  // How many allreduce sizes this rank measured the hierarchical form against the flat ring
-  // for (CommunicatorOptions::measure_allreduce), and what the measurement chose for
-  // allreduces of `bytes` (kAuto: not measured).
+  // Across hosts (CommunicatorOptions::measure_allreduce): how many allreduce sizes this
+  // communicator measured the hierarchical form against the flat ring for, how many sizes'
+  // forms it took from rank 0's record of earlier runs (choice_cache.h) instead, and the form
+  // chosen for allreduces of `bytes` either way (kAuto: not decided yet).
   int allreduce_measurements() const { return measurements_.load(std::memory_order_acquire); }
+  int recorded_allreduce_choices() const {
+    return cached_choices_.load(std::memory_order_acquire);
+  }
   Algorithm measured_allreduce(size_t bytes) const;
   // Operations that ran on their caller's thread (blocking calls on an idle communicator).
   uint64_t inline_operations() const { return inline_ops_.load(std::memory_order_relaxed); }
@@ -198,10 +202,22 @@ class Communicator {
   // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
   void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
                      const std::string& name);
-  // Times the hierarchical and flat-ring allreduce of count elements and records the faster
-  // for this size on every rank (comm thread; collective: every rank calls it together).
-  void measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
-                         const std::string& name);
+  // The form of an allreduce of count elements across hosts under kAuto, the same on every
+  // rank and in every run that reads the same record: at the first such call, rank 0's
+  // record of earlier runs (load_choices); for a size it lacks, measure_allreduce. Comm
+  // thread; collective: every rank calls it at the same call.
+  Algorithm choose_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                             const std::string& name);
+  void load_choices(Deadline deadline, const std::string& name);
+  // Times the hierarchical and flat-ring allreduce of count elements on a scratch buffer,
+  // agrees on the faster (slowest rank's times), has rank 0 record it, and returns the
+  // recorded decision (another run's, when it recorded one meanwhile).
+  Algorithm measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                              const std::string& name);
+  // Rank 0's value on every rank (others pass anything >= -1 smaller; one tiny allreduce).
+  int agree_on_rank0(int value, Deadline deadline, const std::string& name);
+  // What the record's decisions depend on: world, ranks per host, machine, options.
+  std::string choice_fingerprint() const;
   std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
   void check_peer(int peer, const char* what) const;
 
@@ -220,7 +236,9 @@ class Communicator {
   // written by the comm thread, read by callers naming an operation.
   std::array<std::atomic<int>, 64> measured_;
   std::atomic<int> measurements_{0};
-  int unmeasured_calls_[64] = {};  // calls before the measurement, by bucket (comm thread)
+  std::atomic<int> cached_choices_{0};
+  bool choices_loaded_ = false;  // rank 0's record read (comm thread)
+  std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
 
   struct Op {
     std::string name;

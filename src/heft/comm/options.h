@@ -35,12 +35,12 @@ struct CommunicatorOptions {
   // kHierarchical and the flat kRing measured faster on these links (measure_allreduce);
   // otherwise recursive doubling up to small_message_bytes and the ring above.
   Algorithm allreduce_algorithm = Algorithm::kAuto;
-  // Under kAuto over several hosts: after the second allreduce above small_message_bytes of
-  // each power-of-two size, time the hierarchical and the flat ring forms (4 times each, on a
-  // scratch buffer of that size), take the slowest rank's time of each and keep the faster
-  // form for that size on every rank. Fast links make the ring win (the hierarchical form's
-  // extra shared-memory passes cost more than the link time it saves), slow links the
-  // hierarchical form. false: hierarchical at every size.
+  // Under kAuto over several hosts, per power-of-two size above small_message_bytes: the form
+  // rank 0 recorded in an earlier run (choice_cache.h), else, before the first such call, time
+  // both forms on a scratch buffer, keep the faster (slowest rank's time) on every rank and
+  // record it, so later runs sum in the same order. Fast links make the ring win (the
+  // hierarchical form's extra shared-memory passes cost more than the link time it saves),
+  // slow links the hierarchical form. false: hierarchical at every size.
   bool measure_allreduce = true;
   // Broadcast algorithm. kAuto: kShm on one shared host, else tree up to
   // small_message_bytes and chain above.

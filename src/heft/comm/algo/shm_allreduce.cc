@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -67,7 +68,10 @@ void slots_allreduce(ShmLinks& links, uint8_t* data, size_t count, DataType t, R
 
 // Single-copy form (cross-memory attach): no slots. Each rank reduces its 1/n slice by
 // reading the peers' buffers directly, a cache-sized *piece* at a time, into scratch placed
-// at the peer's offset mod 64 (the kernel's copy has the same alignment cliff as glibc's);
+// at the peer's offset mod 64 (the kernel's copy has the same alignment cliff as glibc's),
+// in local-rank order as the slots do: the peers below this rank folded into a second
+// scratch area, that folded into its own data (a op b == b op a exactly), then the peers
+// above, so both forms give the same bits and the choice between them never shows;
 // then copies every other rank's finished slice out of that rank's buffer: straight into
 // the user's buffer when the two sit at the same offset mod 64, else through scratch and
 // heft's own copy. Three syncs per call: buffers published / slices reduced / everyone done
@@ -84,11 +88,19 @@ void cma_allreduce(ShmLinks& links, uint8_t* data, size_t count, DataType t, Red
   for (size_t first = 0; first < mine.count; first += piece) {
     const size_t m = std::min(piece, mine.count - first);
     const size_t at = (mine.offset + first) * es;
+    uint8_t* own = slice + first * es;
+    uint8_t* below = nullptr;  // peers 0..r-1, folded in order
     for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      uint8_t* incoming = links.ctx.scratch(m * es, links.ctx.peer_buffer(p) + at);
+      if (p == r) {
+        if (below) reduce_into(own, below, m, t, op);
+        continue;
+      }
+      uint8_t* incoming =
+          links.ctx.scratch(m * es, links.ctx.peer_buffer(p) + at, /*index=*/p == 0 ? 1 : 0);
       links.ctx.read_peer(p, at, incoming, m * es, links.op);
-      reduce_into(slice + first * es, incoming, m, t, op);
+      if (p == 0) below = incoming;
+      else if (p < r) reduce_into(below, incoming, m, t, op);
+      else reduce_into(own, incoming, m, t, op);
     }
   }
   if (on_slice) on_slice(slice, mine.count);
@@ -120,8 +132,9 @@ bool measure_single_copy(ShmLinks& links, const uint8_t* data, size_t count, Dat
                          ReduceOp op) {
   const size_t es = element_size(t);
   const size_t m = std::min(count, kMeasureCapBytes / es);
-  uint8_t* probe = links.ctx.scratch(m * es, offset_of(data), /*index=*/1);
-  std::memset(probe, 0, m * es);
+  // Placed like the user's buffer (the context's scratch areas are cma_allreduce's).
+  std::vector<uint8_t> area(m * es + 128, 0);
+  uint8_t* probe = area.data() + ((offset_of(data) - offset_of(area.data())) & 63);
   double best[2] = {std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
   // Round 0 warms both forms up (the probe's pages, the peers' page pinning) untimed.
   for (int round = 0; round < 3; ++round) {

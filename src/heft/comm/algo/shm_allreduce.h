@@ -17,6 +17,8 @@
 // mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
 // pass the host size otherwise). Identical results on every rank; count 0 returns at once.
+// Every form reduces each element in local-rank order ((x0 op x1) op x2 ...), so the three
+// give the same bits and which one a measurement picks never changes a result.
 // on_slice, when set, forces the slots form and is called with this rank's reduced slice of
 // each chunk before it is shared: hierarchical_allreduce.h reduces it across hosts there (the
 // slots form chunks the same way on every host, whatever each host would have measured).

@@ -1,0 +1,219 @@
+// ctest-labels: multiproc
+// Same result twice: every shared-memory allreduce form sums each element in local-rank
+// order (the single copy / slots choice never changes a bit), and across hosts the measured
+// choice between the hierarchical form and the flat ring is recorded by rank 0 and taken
+// again by the next communicator on the same topology, before its first call, so two runs
+// sum in the same order. Real forked ranks.
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "heft/comm/communicator.h"
+#include "support/ranks.h"
+
+namespace heft::comm {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect;
+
+// Rank r's data: magnitudes from 1e-3 to 1e3, so that the grouping of a sum shows in its bits.
+std::vector<float> data_of(int r, size_t count) {
+  std::mt19937 gen(1234 + r);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-3, 3);
+  std::vector<float> x(count);
+  for (float& v : x) v = mantissa(gen) * std::pow(10.0f, static_cast<float>(exponent(gen)));
+  return x;
+}
+
+// ((x0 + x1) + x2) + ..., element i.
+float left_fold(const std::vector<std::vector<float>>& xs, size_t i) {
+  float s = xs[0][i] + xs[1][i];
+  for (size_t r = 2; r < xs.size(); ++r) s += xs[r][i];
+  return s;
+}
+
+bool cross_memory_attach_works() {
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  static volatile uint64_t word = 0x68656674;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    uint64_t got = 0;
+    iovec local{&got, sizeof(got)};
+    iovec remote{const_cast<uint64_t*>(&word), sizeof(got)};
+    _exit(process_vm_readv(parent, &local, 1, &remote, 1, 0) == sizeof(got) ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// On one host of 3 and 4 ranks, the slots and the single-copy form give every element as the
+// left fold in rank order, bit for bit (the single copy form once summed its own data first).
+TEST(AllreduceChoice, ShmFormsSumInRankOrder) {
+  using SingleCopy = CommunicatorOptions::SingleCopy;
+  const bool cma = cross_memory_attach_works();
+  const size_t count = 300007;  // several pieces and chunks, uneven slices
+  for (int n : {3, 4}) {
+    std::vector<std::vector<float>> xs;
+    for (int r = 0; r < n; ++r) xs.push_back(data_of(r, count));
+    // The data are order-sensitive: a rotated grouping differs somewhere.
+    size_t sensitive = 0;
+    for (size_t i = 0; i < count; ++i)
+      sensitive += ((xs[n - 1][i] + xs[0][i]) + xs[1][i]) != ((xs[0][i] + xs[1][i]) + xs[n - 1][i]);
+    ASSERT_GT(sensitive, count / 100) << "test data do not tell sum orders apart";
+    for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn}) {
+      if (mode == SingleCopy::kOn && !cma) continue;
+      test::StoreProcess store;
+      CommunicatorOptions o;
+      o.shm_single_copy = mode;
+      o.shm_chunk_bytes = 64 << 10;
+      auto res = test::run_world(n, store, [&](Communicator& c) {
+        std::vector<float> x = data_of(c.rank(), count);
+        c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        const std::string want = mode == SingleCopy::kOn ? "shm/single_copy" : "shm/slots";
+        expect(c.last_allreduce_path() == want, "path " + c.last_allreduce_path() + ", want " + want);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          const float sum = left_fold(xs, i);
+          wrong += std::memcmp(&x[i], &sum, sizeof(float)) != 0;
+        }
+        expect(wrong == 0, want + " on " + std::to_string(n) + " ranks: " +
+                               std::to_string(wrong) + " elements not the rank-order sum");
+      }, o);
+      EXPECT_TRUE(res.all_ok()) << "n=" << n << " single_copy=" << (mode == SingleCopy::kOn)
+                                << " " << res.summary();
+    }
+  }
+  if (!cma) GTEST_SKIP() << "no cross-memory attach here: only the slots form was checked";
+}
+
+// The cache file's decisions: "fingerprint\tbucket\tform" lines.
+std::vector<std::pair<int, std::string>> recorded(const std::string& path) {
+  std::vector<std::pair<int, std::string>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find('\t'), b = line.rfind('\t');
+    if (a == std::string::npos || a == b) continue;
+    out.emplace_back(std::atoi(line.substr(a + 1, b - a - 1).c_str()), line.substr(b + 1));
+  }
+  return out;
+}
+
+const size_t kCounts[] = {(256 << 10) + 7, (64 << 10) + 3};  // ~1 MiB, ~256 KiB of floats
+
+// One lifetime of a 2 x 2 world: rank 0's cache is `cache`, the others have none (as ranks
+// with other homes), so every decision they take comes from rank 0. Each rank checks what
+// `check` says about its communicator after three calls of each size.
+using Check = std::function<void(Communicator&, const std::vector<std::string>& paths)>;
+void lifetime(const std::string& cache, const Check& check) {
+  test::StoreProcess store;
+  static int worlds = 0;
+  const std::string group = "choice/world" + std::to_string(worlds++);
+  const std::vector<std::string> hosts = test::split_hosts(4, 2);
+  auto res = test::run_ranks(4, [&](int rank) {
+    setenv("HEFT_ALLREDUCE_CACHE", rank == 0 ? cache.c_str() : "off", 1);
+    CommunicatorOptions o;
+    o.token = store.token();
+    o.host = hosts[rank];
+    o.timeout = std::chrono::seconds(60);
+    auto c = Communicator::create(store.connect(), group, rank, 4, o);
+    std::vector<std::string> paths;
+    for (size_t count : kCounts)
+      for (int call = 0; call < 3; ++call) {
+        std::vector<float> x(count, static_cast<float>(rank + 1));
+        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        expect(x[count - 1] == 10.0f, "wrong sum");
+        paths.push_back(c->last_allreduce_path());
+      }
+    check(*c, paths);
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+// Every call of a size took `form` (from the first call on).
+void expect_form(const std::vector<std::string>& paths, size_t first, const std::string& form) {
+  for (size_t k = first; k < first + 3; ++k)
+    expect(paths[k].rfind(form, 0) == 0, "call " + std::to_string(k) + " took " + paths[k] +
+                                             ", the recorded form is " + form);
+}
+
+TEST(AllreduceChoice, RecordedAcrossLifetimes) {
+  const fs::path dir = fs::temp_directory_path() / ("heft-choice-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string cache = (dir / "comm" / "allreduce-forms").string();
+  // First lifetime: measures both sizes before their first call, rank 0 records them.
+  lifetime(cache, [](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
+    for (size_t s = 0; s < 2; ++s)
+      expect_form(paths, 3 * s, name(c.measured_allreduce(kCounts[s] * sizeof(float))));
+  });
+  auto first = recorded(cache);
+  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both sizes in " << cache;
+  std::map<int, std::string> want(first.begin(), first.end());
+  // Second lifetime: no measurement, every rank takes rank 0's record from the first call.
+  lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
+           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) +
+               "), recorded " + std::to_string(c.recorded_allreduce_choices()));
+    for (size_t s = 0; s < 2; ++s) {
+      const size_t bytes = kCounts[s] * sizeof(float);
+      const int bucket = 63 - __builtin_clzll(bytes);
+      expect(want.count(bucket) && name(c.measured_allreduce(bytes)) == want[bucket],
+             "a different form than recorded at " + std::to_string(bytes) + " B");
+      expect_form(paths, 3 * s, want[bucket]);
+    }
+  });
+  EXPECT_EQ(recorded(cache).size(), 2u) << "a known decision was recorded again";
+  // The record decides, not a measurement: swap each form in the file, and every rank
+  // (only rank 0 reads the file) takes the swapped one.
+  {
+    std::ifstream in(cache);
+    std::stringstream all;
+    all << in.rdbuf();
+    std::string text = all.str(), swapped;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      const auto tab = line.rfind('\t');
+      const std::string form = line.substr(tab + 1);
+      swapped += line.substr(0, tab + 1) + (form == "ring" ? "hierarchical" : "ring") + "\n";
+    }
+    std::ofstream(cache, std::ios::trunc) << swapped;
+  }
+  lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0, "measured despite a record");
+    for (size_t s = 0; s < 2; ++s) {
+      const int bucket = 63 - __builtin_clzll(kCounts[s] * sizeof(float));
+      expect_form(paths, 3 * s, want[bucket] == "ring" ? "hierarchical" : "ring");
+    }
+  });
+  fs::remove_all(dir);
+}
+
+// HEFT_ALLREDUCE_CACHE=off: each lifetime measures (the old behaviour), nothing is written.
+TEST(AllreduceChoice, OffMeasuresEachTime) {
+  lifetime("off", [](Communicator& c, const std::vector<std::string>&) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "cache off: measurements " + std::to_string(c.allreduce_measurements()));
+  });
+}
+
+}  // namespace
+}  // namespace heft::comm
