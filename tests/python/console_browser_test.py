@@ -3,9 +3,13 @@
 opens the console, sees the job InProgress in the jobs table, opens the job's page and finds
 the loss plot drawn with data points (Chart.js has the points, and the canvas has drawn
 pixels: not an empty canvas); the screenshot is kept in build/test-artifacts/console.png.
-The console is read-only without a token. A finished grid tuning's page shows every trial
-in its table, one objective point per trial in its plot, and the best trial. Skipped (exit 77) where Chromium, chromedriver or
-selenium are missing."""
+The browser logs in as a user does, by opening the URL heft console printed: the token
+leaves the address bar, the session cookie is HttpOnly and SameSite=Strict, and the page
+breaks no rule of its Content-Security-Policy. Without the token the API answers 401 and
+the page asks for it. A finished grid tuning's page shows every trial in its table, one
+objective point per trial in its plot, and the best trial. A job whose rank 1 alone reports
+opens its log pane on rank 1, and dates show as ISO 8601. Skipped (exit 77) where Chromium,
+chromedriver or selenium are missing."""
 import json
 import os
 import re
@@ -57,21 +61,47 @@ class Console(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def start(self, args, out):
-        p = subprocess.Popen([support.HEFT] + args, env=self.env, stdout=open(out, "w"),
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(out, "w") as f:
+            p = subprocess.Popen([support.HEFT] + args, env=self.env, stdout=f,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.procs.append(p)
         return p
 
     def console(self):
+        """Starts heft console; sets self.token and returns its base URL."""
         out = os.path.join(self.dir, "console.out")
         self.start(["console", "--port", "0"], out)
         deadline = time.time() + 20
         while time.time() < deadline:
-            m = re.search(r"http://127\.0\.0\.1:(\d+)/", open(out).read())
+            with open(out) as f:
+                m = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=([0-9a-f]+)", f.read())
             if m:
+                self.token = m.group(2)
                 return f"http://127.0.0.1:{m.group(1)}"
             time.sleep(0.1)
-        self.fail("heft console did not start: " + open(out).read())
+        with open(out) as f:
+            self.fail("heft console did not start: " + f.read())
+
+    def api(self, url):
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + self.token})
+        with urllib.request.urlopen(req) as r:
+            return json.load(r)
+
+    def log_in(self, driver, url, wait):
+        """Opens the page as heft console's URL does; checks the token left the address."""
+        driver.get(url + "/?token=" + self.token)
+        wait.until(lambda d: "token=" not in d.current_url)
+        wait.until(lambda d: d.get_cookie("heft_console_" + url.rsplit(":", 1)[1]))
+        cookie = driver.get_cookie("heft_console_" + url.rsplit(":", 1)[1])
+        self.assertTrue(cookie["httpOnly"])
+        self.assertEqual(cookie["sameSite"], "Strict")
+        self.assertNotIn(self.token, cookie["value"])
+        self.assertIsNone(driver.execute_script("return document.cookie.match(/heft_console/);"))
+
+    def assert_no_csp_violation(self, driver):
+        logs = driver.get_log("browser")
+        bad = [e["message"] for e in logs if "Content Security Policy" in e["message"]]
+        self.assertEqual(bad, [])
 
     def browser(self):
         options = webdriver.ChromeOptions()
@@ -79,6 +109,7 @@ class Console(unittest.TestCase):
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                   "--window-size=1400,1000"):
             options.add_argument(a)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
     def test_tuning_page_in_the_browser(self):
@@ -96,14 +127,14 @@ class Console(unittest.TestCase):
                               text=True, timeout=300)
         self.assertEqual(tune.returncode, 0, tune.stdout + tune.stderr)
         url = self.console()
-        api = json.load(urllib.request.urlopen(url + "/api/tunings/grid"))
+        api = self.api(url + "/api/tunings/grid")
         self.assertEqual(len(api["trials"]), 6)
         best = api["best_trial"]
         self.assertEqual(best["objective"], 0.0)  # layers 3, adam: the minimum
         driver = self.browser()
         try:
             wait = WebDriverWait(driver, 30)
-            driver.get(url + "/")
+            self.log_in(driver, url, wait)
             wait.until(lambda d: d.find_element(By.LINK_TEXT, "grid")).click()
             trial_rows = "//div[@id='trials']//tr[td]"
             rows = wait.until(lambda d: len(d.find_elements(By.XPATH, trial_rows)) == 6
@@ -124,6 +155,7 @@ class Console(unittest.TestCase):
             rows[0].find_element(By.TAG_NAME, "a").click()
             wait.until(lambda d: "#/job/" in d.current_url)
             wait.until(lambda d: d.find_element(By.ID, "chart-loss"))
+            self.assert_no_csp_violation(driver)
         finally:
             driver.quit()
 
@@ -140,7 +172,7 @@ class Console(unittest.TestCase):
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
-                metrics = json.load(urllib.request.urlopen(url + "/api/jobs/console-job/metrics"))
+                metrics = self.api(url + "/api/jobs/console-job/metrics")
                 if len(metrics.get("train:loss", {}).get("0", [])) >= 5:
                     break
             except urllib.error.HTTPError:
@@ -148,19 +180,27 @@ class Console(unittest.TestCase):
             time.sleep(0.5)
         else:
             self.fail("no loss points reached the console: " + open(os.path.join(self.dir, "job.out")).read())
-        # Read-only without a token.
-        req = urllib.request.Request(url + "/api/jobs/console-job/stop", data=b"", method="POST")
-        with self.assertRaises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req)
-        self.assertEqual(e.exception.code, 403)
+        # Nothing without the token: reads and stops get 401.
+        for path, data in (("/api/jobs", None), ("/api/jobs/console-job/stop", b"")):
+            req = urllib.request.Request(url + path, data=data)
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req)
+            self.assertEqual(e.exception.code, 401, path)
 
         driver = self.browser()
         try:
             wait = WebDriverWait(driver, 30)
+            # Without the token the page asks for it; the token typed in logs it in.
             driver.get(url + "/")
+            wait.until(lambda d: d.find_element(By.ID, "token"))
+            driver.find_element(By.ID, "token").send_keys("0" * 64)
+            driver.find_element(By.ID, "login").click()
+            wait.until(lambda d: "refused" in d.find_element(By.ID, "main").text)
+            self.log_in(driver, url, wait)
             link = wait.until(lambda d: d.find_element(By.LINK_TEXT, "console-job"))
             row = link.find_element(By.XPATH, "./ancestor::tr")
             self.assertIn("InProgress", row.text)
+            self.assertRegex(row.text, r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # ISO 8601
             self.assertIsNone(job.poll(), "the job ended before the browser saw it running")
             link.click()
             points = wait.until(lambda d: d.execute_script(
@@ -184,7 +224,33 @@ class Console(unittest.TestCase):
             shot = os.path.join(ARTIFACTS, "console.png")
             driver.save_screenshot(shot)
             self.assertGreater(os.path.getsize(shot), 10000)
+            self.assert_no_csp_violation(driver)
             print(f"screenshot: {shot}; {later} loss points, {drawn} drawn pixels")
+        finally:
+            driver.quit()
+
+    def test_log_pane_opens_on_the_reporting_rank(self):
+        spec = os.path.join(self.dir, "rank1.yaml")
+        with open(spec, "w") as f:
+            f.write("name: rank-one\n"
+                    "entry_point: [/bin/sh, -c, 'if [ \"$RANK\" = 1 ]; then echo loss=0.25 from-rank-1; "
+                    "else echo quiet-rank-$RANK; fi']\n"
+                    "cluster: {processes_per_host: 2}\n"
+                    "metric_definitions: [{name: loss, regex: 'loss=([0-9.]+)'}]\n")
+        r = subprocess.run([support.HEFT, "train", spec], env=self.env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        url = self.console()
+        self.assertEqual(self.api(url + "/api/jobs/rank-one")["log_rank"], 1)
+        driver = self.browser()
+        try:
+            wait = WebDriverWait(driver, 30)
+            self.log_in(driver, url, wait)
+            wait.until(lambda d: d.find_element(By.LINK_TEXT, "rank-one")).click()
+            wait.until(lambda d: "from-rank-1" in d.find_element(By.ID, "log").text)
+            self.assertNotIn("quiet-rank", driver.find_element(By.ID, "log").text)
+            active = driver.find_element(By.CSS_SELECTOR, "#logbar button.active").text
+            self.assertEqual(active, "rank 1")
         finally:
             driver.quit()
 
