@@ -1,7 +1,8 @@
 // ctest-labels: multiproc
 // Tests of the job database (src/heft/job/job_db.h): unique names, transitions with
 // timestamps, metric series and final values, stop requests (running and orphaned
-// supervisors), and concurrent writers in separate processes losing nothing.
+// supervisors), concurrent writers in separate processes losing nothing, deleting jobs,
+// base names and the migration of a version 1 database.
 #include "heft/job/job_db.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "heft/job/paths.h"
+#include "heft/job/sqlite.h"
 #include "support/files.h"
 
 namespace heft::job {
@@ -254,6 +256,110 @@ TEST(JobDb, ConcurrentWritersInSeparateProcessesLoseNothing) {
     for (size_t i = 0; i < points.size(); ++i) ASSERT_EQ(*points[i].step, int64_t(i));
     EXPECT_EQ(reader->transitions(j.id).size(), 1u + kBatches / 10);
   }
+}
+
+TEST(JobDb, DeleteRemovesEveryRowOfTheJobAndRefusesARunningOne) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const JobRecord done = create(*db, "done");
+  db->add_metrics(done.id, {{"train:loss", 0, 1.0, 1, 0.5}, {"system:cpu", 0, 1.0, {}, 9}});
+  db->add_finding(done.id, {"StepOutlier", 0, 1.0, "slow step", {}, "none"});
+  db->finish(done.id, {status::kCompleted, secondary::kCompleted, "done", "", 0, {}});
+  const JobRecord running = create(*db, "running");  // InProgress, supervised by this process
+  db->add_metrics(running.id, {{"train:loss", 0, 1.0, 1, 0.7}});
+  const JobRecord stopping = create(*db, "stopping");
+  ASSERT_EQ(db->request_stop("stopping").value(), StopRequest::kRequested);
+
+  // One refused job: nothing at all is deleted.
+  for (const char* refused : {"running", "stopping"}) {
+    const auto r = db->delete_jobs({"done", refused});
+    ASSERT_FALSE(r.ok()) << refused;
+    EXPECT_NE(r.error().find("job '" + std::string(refused) + "' is "), std::string::npos)
+        << r.error();
+    EXPECT_NE(r.error().find("stop it first"), std::string::npos) << r.error();
+    EXPECT_TRUE(db->has_job("done"));
+    EXPECT_EQ(db->metrics(done.id).size(), 2u);
+  }
+  const auto r = db->delete_jobs({"done", "never-was"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r.value().size(), 1u);
+  EXPECT_EQ(r.value()[0].name, "done");
+  EXPECT_FALSE(db->find_job("done").ok());
+  EXPECT_TRUE(db->metrics(done.id).empty());
+  EXPECT_TRUE(db->findings(done.id).empty());
+  EXPECT_TRUE(db->transitions(done.id).empty());
+  // The others keep theirs.
+  EXPECT_EQ(db->metrics(running.id).size(), 1u);
+  EXPECT_EQ(db->list_jobs().size(), 2u);
+  // The name is free again.
+  EXPECT_TRUE(db->create_job("done", {}, "/tmp/done", 1, 1).ok());
+}
+
+TEST(JobDb, ABaseNameFindsItsNewestJobAndAnExactNameWins) {
+  TempDir dir;
+  auto db = JobDb::open(database_path(dir.path()));
+  const std::string first = timestamped_name("fashion-cnn", 1795277295.788);
+  const std::string second = timestamped_name("fashion-cnn", 1795277295.788, 2);
+  EXPECT_EQ(first, "fashion-cnn-2026-11-21-16-08-15-788");
+  EXPECT_EQ(second, "fashion-cnn-2026-11-21-16-08-15-788-2");
+  EXPECT_EQ(timestamped_name("x", 1795277295.0004), "x-2026-11-21-16-08-15-000");
+  ASSERT_TRUE(db->create_job(first, {}, "/tmp/a", 1, 1, "fashion-cnn").ok());
+  ASSERT_TRUE(db->create_job(second, {}, "/tmp/b", 1, 1, "fashion-cnn").ok());
+  create(*db, "other");
+  EXPECT_EQ(db->find_job("fashion-cnn").value().name, second);
+  EXPECT_EQ(db->find_job("fashion-cnn").value().base_name, "fashion-cnn");
+  EXPECT_EQ(db->find_job(first).value().name, first);
+  EXPECT_EQ(db->count_base_name("fashion-cnn"), 2);
+  EXPECT_FALSE(db->has_job("fashion-cnn"));
+  EXPECT_EQ(db->find_job("other").value().base_name, "");
+  // A job named exactly so is found before the base name's jobs.
+  create(*db, "fashion-cnn");
+  EXPECT_TRUE(db->has_job("fashion-cnn"));
+  EXPECT_EQ(db->find_job("fashion-cnn").value().name, "fashion-cnn");
+}
+
+TEST(JobDb, AVersion1DatabaseIsMigratedAndKeepsItsJobs) {
+  TempDir dir;
+  const std::string path = database_path(dir.path());
+  {
+    SqliteDb old(path, 1000);
+    old.exec(
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, status TEXT NOT "
+        "NULL, secondary_status TEXT NOT NULL, failure_reason TEXT NOT NULL DEFAULT '', spec "
+        "TEXT NOT NULL, job_dir TEXT NOT NULL, instance_count INTEGER NOT NULL, world_size "
+        "INTEGER NOT NULL, created_at REAL NOT NULL, training_start REAL, end_time REAL, "
+        "attempts INTEGER NOT NULL DEFAULT 0, interruptions INTEGER NOT NULL DEFAULT 0, "
+        "training_seconds REAL NOT NULL DEFAULT 0, billable_seconds REAL NOT NULL DEFAULT 0, "
+        "exit_code INTEGER, supervisor_pid INTEGER NOT NULL, supervisor_start INTEGER NOT NULL, "
+        "stop_requested INTEGER NOT NULL DEFAULT 0);"
+        "CREATE TABLE transitions (job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE "
+        "CASCADE, seq INTEGER NOT NULL, status TEXT NOT NULL, start_time REAL NOT NULL, "
+        "end_time REAL, message TEXT NOT NULL DEFAULT '', PRIMARY KEY (job_id, seq));"
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES "
+        "jobs(id) ON DELETE CASCADE, name TEXT NOT NULL, rank INTEGER NOT NULL, timestamp REAL "
+        "NOT NULL, step INTEGER, value REAL);"
+        "CREATE TABLE findings (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES "
+        "jobs(id) ON DELETE CASCADE, rule TEXT NOT NULL, rank INTEGER NOT NULL, timestamp REAL "
+        "NOT NULL, message TEXT NOT NULL, evidence TEXT NOT NULL DEFAULT '{}', action TEXT NOT "
+        "NULL DEFAULT 'none');"
+        "INSERT INTO jobs (name, status, secondary_status, spec, job_dir, instance_count, "
+        "world_size, created_at, billable_seconds, supervisor_pid, supervisor_start) VALUES "
+        "('old-job', 'Completed', 'Completed', '{}', '/tmp/old-job', 2, 4, 1000, 7.5, 1, 1);"
+        "PRAGMA user_version=1;");
+  }
+  auto db = JobDb::open(path);
+  const Result<JobRecord> old = db->find_job("old-job");
+  ASSERT_TRUE(old.ok()) << old.error();
+  EXPECT_EQ(old.value().base_name, "");
+  EXPECT_DOUBLE_EQ(old.value().billable_seconds, 7.5);
+  ASSERT_TRUE(db->create_job("new-1", {}, "/tmp/new-1", 1, 1, "new").ok());
+  EXPECT_EQ(db->find_job("new").value().name, "new-1");
+  db.reset();
+  SqliteDb raw(path, 1000);
+  SqliteStatement version = raw.prepare("PRAGMA user_version");
+  ASSERT_TRUE(version.step());
+  EXPECT_EQ(version.int64(0), 2);
+  EXPECT_EQ(JobDb::open(path)->list_jobs().size(), 2u);  // opening again changes nothing
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "heft/job/spec_env.h"
 #include "support/files.h"
@@ -257,6 +258,42 @@ TEST(Supervisor, BuiltinTrainerMustBeBuiltNextToHeft) {
                                  "/nonexistent/heft-train next to heft"),
             std::string::npos)
       << command.error();
+}
+
+// The training time of a Failed (or Stopped) job that `heft resume` started again is the sum
+// of its runs: the wall clock from its first start to its end less the time it sat ended.
+TEST(Supervisor, AResumedJobsTrainingTimeLeavesOutTheTimeItSatStopped) {
+  TempDir home;
+  const std::string yaml = sh_job("resumed", "sleep 0.3; [ -e \"$SM_CHECKPOINT_DIR/go\" ]");
+  const Ran first = run_job(home.path(), yaml);
+  ASSERT_EQ(first.exit_code, kExitFailed) << first.job.failure_reason;
+  ASSERT_TRUE(first.job.end_time && first.job.training_start);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the job sits Failed
+  std::ofstream(first.paths.checkpoints + "/go") << "";
+
+  auto db = JobDb::open(database_path(home.path()));
+  const double resumed_at = unix_now();
+  const Result<JobRecord> job = db->resume_job("resumed");
+  ASSERT_TRUE(job.ok()) << job.error();
+  const Result<JobSpec> spec = spec_from_json(job.value().spec, "job 'resumed'");
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  const auto command = worker_command(spec.value(), "/nonexistent");
+  ASSERT_TRUE(command.ok()) << command.error();
+  SupervisorOptions options;
+  options.echo = false;
+  EXPECT_EQ(Supervisor(*db, job.value(), spec.value(), first.paths, command.value(), options).run(),
+            kExitCompleted);
+  const JobRecord after = db->find_job("resumed").value();
+  EXPECT_EQ(after.attempts, 2);
+  EXPECT_DOUBLE_EQ(*after.training_start, *first.job.training_start);
+  const double wall = *after.end_time - *after.training_start;
+  const double sat_ended = resumed_at - *first.job.end_time;
+  ASSERT_GE(sat_ended, 1.5);
+  EXPECT_GE(after.training_seconds, first.job.training_seconds + 0.2);  // + the 0.3 s run
+  EXPECT_LE(after.training_seconds, wall - sat_ended + 1e-6)
+      << "training " << after.training_seconds << " s, wall " << wall << " s, of which "
+      << sat_ended << " s ended";
+  EXPECT_LE(after.billable_seconds, after.training_seconds + 1e-6);
 }
 
 }  // namespace

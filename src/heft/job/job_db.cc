@@ -580,9 +580,9 @@ std::string local_time_text(double unix_seconds) {
 }
 
 std::string timestamped_name(const std::string& base_name, double unix_seconds, int counter) {
-  const double whole = std::floor(unix_seconds);
-  const time_t t = static_cast<time_t>(whole);
-  const int ms = std::clamp(static_cast<int>((unix_seconds - whole) * 1000), 0, 999);
+  const long long total_ms = std::llround(unix_seconds * 1000);  // 0.788 s is 788 ms
+  const time_t t = static_cast<time_t>(total_ms / 1000);
+  const int ms = static_cast<int>(total_ms % 1000);
   struct tm tm {};
   ::gmtime_r(&t, &tm);
   char buf[64];
