@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -137,6 +139,38 @@ TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
   EXPECT_NE(text.find("rank 2 waits in it for rank 3"), std::string::npos) << text;
   EXPECT_EQ(text.find("split"), std::string::npos) << text;
   EXPECT_EQ(d.json()["groups"][0].count("dimension"), 1u);
+  fs::remove_all(dir);
+}
+
+// Synthetic traces in the format of comm/trace.h: a pipeline exchange that one rank never
+// entered is named by its kind ("exchange", not "exchange[send").
+TEST(Diagnosis, ExchangeIsNamedByItsKind) {
+  const std::string dir = fresh_dir("exchange");
+  for (int rank = 0; rank < 2; ++rank) {
+    auto f = std::make_unique<comm::TraceFile>();
+    std::memset(f.get(), 0, sizeof(comm::TraceFile));
+    std::memcpy(f->magic, comm::kTraceMagic, sizeof(f->magic));
+    f->rank = f->world_rank = rank;
+    f->size = 2;
+    f->pid = ::getpid();
+    std::snprintf(f->group, sizeof(f->group), "job/world/split1/0");
+    if (rank == 0) {  // entered #1, still running
+      f->issued = 1;
+      comm::TraceEntry& e = f->entries[0];
+      e.seq = 1;
+      e.queued_at = e.started_at = 100;
+      e.state = static_cast<int32_t>(comm::TraceState::kRunning);
+      e.peer = -1;
+      std::snprintf(e.op, sizeof(e.op), "exchange[send(to rank 1, tag 0, 64 B), recv(from rank 1, tag 0, 64 B)]");
+    }
+    std::ofstream(dir + "/rank-" + std::to_string(rank) + ".job+world+split1+0.trace", std::ios::binary)
+        .write(reinterpret_cast<const char*>(f.get()), sizeof(comm::TraceFile));
+  }
+  const Diagnosis d = diagnose(dir, 110);
+  ASSERT_TRUE(d.stuck()) << d.text();
+  EXPECT_NE(d.text().find("exchange #1 in group job/world/split1/0: rank 1 never entered it (no "
+                          "collective yet); rank 0 waits in it for rank 1 (for 10.0 s)"),
+            std::string::npos) << d.text();
   fs::remove_all(dir);
 }
 

@@ -38,7 +38,8 @@ struct RankTrace {
   }
 };
 
-std::string op_kind(const std::string& op) { return op.substr(0, op.find('(')); }
+// "allreduce(shm, 4096 B)" -> "allreduce"; "exchange[send(to rank 1, ...)]" -> "exchange".
+std::string op_kind(const std::string& op) { return op.substr(0, op.find_first_of("([")); }
 
 std::string seconds(double s) {
   char buf[32];
