@@ -12,14 +12,17 @@ specs carry an environment value (a planted API key):
 - the planted value is in no API response (its name is);
 - a 100 MiB body is refused (413) after only its headers were sent; 200 headers get 400;
 - 16 connections that send half a request and stall do not keep a normal request from being
-  served within 2 s, and the server cuts them off (request deadline);
-- every response carries the security headers; /api/tunings/%2e%2e and variants get 404;
+  served within 2 s, and the server cuts them off; one that trickles a byte every 0.5 s is
+  cut off by the request deadline (10 s);
+- every response carries the security headers; /api/tunings/%2e%2e and variants get 404 (a
+  tuning record is planted where %2e%2e led);
 - --no-auth only on loopback, read-only; a non-loopback address prints the plain-HTTP warning;
 - --tls-cert/--tls-key serve HTTPS (Secure cookie)."""
 import http.client
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -61,6 +64,9 @@ class ConsoleSecurity(unittest.TestCase):
             r = subprocess.run([support.HEFT] + cmd, cwd=cls.dir, env=cls.env,
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
+        # A tuning record one level above the tunings folder, where /api/tunings/%2e%2e led.
+        shutil.copy(os.path.join(cls.home, "tunings", "envtune", "tuning.json"),
+                    os.path.join(cls.home, "tuning.json"))
         cls.proc, out = cls.start_console([])
         cls.scheme, cls.port, cls.token = cls.parse_url(out)
 
@@ -289,6 +295,28 @@ class ConsoleSecurity(unittest.TestCase):
             for s in slow:
                 s.close()
 
+    def test_a_trickling_client_is_cut_off(self):
+        """One header byte every 0.5 s never waits 5 s on a read: only the request deadline
+        (10 s from the connection being taken) ends it."""
+        start = time.monotonic()
+        ended = None
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            s.sendall(f"GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-Slow: ".encode())
+            while time.monotonic() - start < 25:
+                try:
+                    s.sendall(b"a")
+                    readable, _, _ = select.select([s], [], [], 0.5)
+                    if readable:
+                        s.recv(4096)  # the 400 or the end: either way, cut off
+                        ended = time.monotonic() - start
+                        break
+                except OSError:
+                    ended = time.monotonic() - start
+                    break
+        self.assertIsNotNone(ended, "a client trickling its headers was never cut off")
+        self.assertGreater(ended, 8)
+        self.assertLess(ended, 15)
+
     def test_security_headers_on_every_response(self):
         for path, headers, expected in (("/", {}, 200), ("/app.js", {}, 200), ("/api/jobs", {}, 401),
                                         ("/api/jobs", self.auth(), 200),
@@ -313,6 +341,7 @@ class ConsoleSecurity(unittest.TestCase):
             method = "POST" if path.endswith("/stop") else "GET"
             status, _, body = self.request(method, path, self.auth())
             self.assertEqual(status, 404, (path, body))
+        self.assertEqual(self.request("GET", "/api/tunings/envtune", self.auth())[0], 200)
 
     def test_no_auth_is_loopback_only_and_read_only(self):
         r = subprocess.run([support.HEFT, "console", "--port", "0", "--no-auth", "--host", "0.0.0.0"],
