@@ -151,12 +151,14 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     if (svr_sock_ != INVALID_SOCKET) ok = process_request(stream, true, closed, nullptr);
   }
   // Half-close, then discard what the client still sends for a moment (a refused body's
-  // bytes): closing with unread input would reset the connection and could lose the answer.
+  // bytes; at most 64 KiB and 1 s): closing with unread input would reset the connection
+  // and could lose the answer.
   ::shutdown(sock, SHUT_WR);
   char sink[4096];
   size_t drained = 0;
   pollfd p{sock, POLLIN, 0};
-  while (drained < (64u << 10) && ::poll(&p, 1, 100) > 0) {
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (drained < (64u << 10) && Clock::now() < until && ::poll(&p, 1, 100) > 0) {
     const ssize_t n = ::recv(sock, sink, sizeof sink, 0);
     if (n <= 0) break;
     drained += static_cast<size_t>(n);
