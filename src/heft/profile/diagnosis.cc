@@ -84,23 +84,15 @@ std::map<std::string, GroupLabel> read_labels(const std::string& dir) {
   return out;
 }
 
-// Names g by its dimension (or as the world, or by its communicator name) and lists its
-// members as world ranks.
-void label_group(GroupDiagnosis& g, const std::map<int, RankTrace>& ranks, const GroupLabel* l) {
+// Names g by its dimension and lists its members as world ranks, or names it by its
+// communicator name when the mesh did not label it.
+void label_group(GroupDiagnosis& g, const GroupLabel* l) {
   if (l && !l->dims.empty()) {
     for (int d : l->dims) g.dimension += (g.dimension.empty() ? "" : "/") + std::string(kDimensions[d]);
     g.ranks = l->ranks;
     g.label = g.dimension + " group " + members_text(g.ranks);
     return;
   }
-  const std::string world = "/world";
-  if (g.group.size() >= world.size() &&
-      g.group.compare(g.group.size() - world.size(), world.size(), world) == 0) {
-    for (const auto& [r, t] : ranks) g.ranks.push_back(t.world_rank);
-    g.label = "world group " + members_text(g.ranks);
-    return;
-  }
-  g.ranks.clear();
   g.label = "group " + g.group;
 }
 
@@ -109,7 +101,7 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
   GroupDiagnosis g;
   g.group = group;
   for (const auto& [r, t] : ranks) g.size = std::max(g.size, r + 1);
-  label_group(g, ranks, label);
+  label_group(g, label);
   // A rank in the group -> its world rank: the mesh's members, else what its trace says.
   auto world = [&](int r) {
     if (label && r >= 0 && r < static_cast<int>(label->ranks.size()))

@@ -2,14 +2,13 @@
 // group, the oldest collective not finished everywhere, which ranks wait in it, which never
 // entered it (and what they did last), and which peer the waiters wait on:
 //
-//   allreduce #1207 in the data group {0-3}: rank 3 never entered it (last: allreduce #1206,
-//   done 31.0 s ago); ranks 0-2 wait in it for rank 3 (for 30.9 s)
+//   allreduce #1207 in the tensor group {2,3}: rank 3 never entered it (last: allreduce #1206,
+//   done 31.0 s ago); rank 2 waits in it for rank 3 (for 30.9 s)
 //
 // A group is named by its parallel dimension (data, pipeline, tensor, replicate, shard, as
 // parallel/mesh.h defines them) and its members when the device mesh labelled it (the
-// rank-<R>.groups.json files parallel/mesh.h writes beside the traces); otherwise the job's
-// world communicator ("<job>/world") as "world group {0-3}" and any other by its communicator
-// name ("group fashion/world/split0/2"). Ranks in the text
+// rank-<R>.groups.json files parallel/mesh.h writes beside the traces); otherwise by its
+// communicator name ("group fashion/world", "group fashion/world/split0/2"). Ranks in the text
 // and in GroupDiagnosis are world ranks (as in the workers' logs), not ranks in the group.
 //
 // `heft diagnose JOB` prints it for a running or ended job; the supervisor adds it to the
@@ -28,7 +27,7 @@ struct GroupDiagnosis {
   std::string group;           // the communicator's name ("fashion/world/split2/2")
   std::string dimension;       // "tensor", "data/shard" (one group serving two); "" unlabelled
   std::vector<int> ranks;      // the members (world ranks, by group rank); empty unlabelled
-  std::string label;           // "tensor group {2,3}", "world group {0-3}", "group NAME"
+  std::string label;           // "tensor group {2,3}" or "group fashion/world"
   int size = 0;
   bool stuck = false;          // a collective is not finished on every rank
   uint64_t seq = 0;            // that collective's sequence number (1-based)
