@@ -9,8 +9,11 @@ through heft: the only heft lines are the import and the backend name.
 Each worker joins through torch's env:// rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT from heft run or heft train), trains the CNN below on its share of every global
 batch, prints `step=N epoch=E loss=L samples_per_s=S` lines and, per epoch, `epoch=E
-test_loss=L test_acc=A` (the test set split over the ranks, the counts summed), and rank 0
-saves the model into SM_MODEL_DIR when it is set. Hyperparameters come as `--name value`
+test_loss=L test_acc=A` (the test set split over the ranks, the counts summed), then one
+summary line, `final: step=N test_acc=A samples_per_s=S seconds=T backend=B` (samples of all
+ranks over the training loops' time, evaluation left out), and rank 0 saves the model into
+SM_MODEL_DIR when it is set. Expected (docs/python.md): test_acc about 0.88 after the 2
+epochs of examples/pytorch-ddp.yaml. Hyperparameters come as `--name value`
 (what heft train passes): epochs, batch_size (global), lr, momentum, limit (train on the
 first N samples of each epoch; 0: all), backend.
 """
@@ -90,7 +93,7 @@ def main():
     model = nn.parallel.DistributedDataParallel(CNN())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     per_rank = args.batch_size // world
-    step = 0
+    step, train_seconds, test_acc = 0, 0.0, float("nan")
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(epoch))
         if args.limit:
@@ -109,10 +112,16 @@ def main():
             if rank == 0 and step % args.log_every == 0:
                 print(f"step={step} epoch={epoch} loss={loss.item():.4f} "
                       f"samples_per_s={seen / (time.perf_counter() - start):.1f}", flush=True)
+        train_seconds += time.perf_counter() - start
         test_loss, test_acc = evaluate(model, x_test, y_test, rank, world)
         if rank == 0:
             print(f"epoch={epoch} test_loss={test_loss:.4f} test_acc={test_acc:.4f} "
                   f"seconds={time.perf_counter() - start:.1f} backend={args.backend}", flush=True)
+    if rank == 0:
+        samples = step * args.batch_size
+        print(f"final: step={step} test_acc={test_acc:.4f} "
+              f"samples_per_s={samples / max(train_seconds, 1e-9):.1f} seconds={train_seconds:.1f} "
+              f"backend={args.backend}", flush=True)
     if rank == 0 and os.environ.get("SM_MODEL_DIR"):
         torch.save(model.module.state_dict(), os.path.join(os.environ["SM_MODEL_DIR"], "model.pt"))
     # Let every rank's last collective finish, and drop the DDP model while the group is still

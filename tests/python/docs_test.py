@@ -1,0 +1,350 @@
+# ctest-labels: unit
+"""The docs match what is built. Parsed from README.md and docs/*.md (code blocks and inline
+code):
+- every `heft SUBCOMMAND ...` names a subcommand of build/heft, and each of its options is in
+  that subcommand's --help; every `heft-train --name` is in build/heft-train --help;
+- every hyperparameter of heft-train --help has a row in docs/training.md's table;
+- every metric a built-in job records (the trainer's metric definitions in
+  src/heft/job/spec.cc, the profiler's series in src/heft/profile/job_profiler.cc) is named in
+  docs/;
+- every recorded run (a block with a `$ command` line and the output it printed) follows a
+  `<!-- recorded: date=... machine=... cmd=... -->` marker whose cmd is the block's command,
+  so that bench/refresh_docs.sh can re-run it.
+KNOWN lists the problems a doc still has, each with who fixes it; an entry that no longer
+matches a problem fails the test, so the list only shrinks.
+"""
+import glob
+import os
+import re
+import shlex
+import subprocess
+import unittest
+
+import support
+
+SOURCE = support.SOURCE_DIR
+HEFT = support.HEFT
+HEFT_TRAIN = os.path.join(support.BINARY_DIR, "heft-train")
+
+# (file, problem text as reported below) -> who fixes it. Only docs this test's owner does not
+# edit appear here.
+KNOWN = {
+    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml`: no <!-- recorded: ... --> marker before the block"):
+        "jobs.md's owner: mark the session (date, machine, command) or show it without outputs",
+    ("docs/jobs.md", "recorded: `heft train bad.yaml`: no <!-- recorded: ... --> marker before the block"):
+        "jobs.md's owner: mark the validation errors (exit=2,2,2)",
+    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml --set hyperparameters.learning_rate=0.1`: no <!-- recorded: ... --> marker before the block"):
+        "jobs.md's owner: mark it (exit=2)",
+    ("docs/jobs.md", "recorded: `heft metrics counter --format csv`: no <!-- recorded: ... --> marker before the block"):
+        "jobs.md's owner: mark it",
+    ("docs/observability.md", "recorded: `build/heft diagnose t3d-hang2`: no <!-- recorded: ... --> marker before the block"):
+        "observability.md's owner: mark it (manual: it needs a stalled job)",
+    ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`: no <!-- recorded: ... --> marker before the block"):
+        "tuning.md's owner: mark the re-recorded sample output",
+}
+
+SHELL_LANGS = {"", "console", "sh", "bash", "shell"}
+END_OF_COMMAND = {"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "<", "<<"}
+RECORDED = re.compile(r"^<!--\s*recorded:(.*)-->\s*$")
+
+
+def docs():
+    """README.md and docs/*.md, as (path relative to the source tree, text)."""
+    paths = [os.path.join(SOURCE, "README.md")] + sorted(glob.glob(os.path.join(SOURCE, "docs", "*.md")))
+    out = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            out.append((os.path.relpath(p, SOURCE), f.read()))
+    return out
+
+
+def blocks(text):
+    """Fenced code blocks: (language, first line number of the body, body lines, the line
+    before the fence). Inline text outside the blocks is returned with the blocks' lines
+    blanked, so offsets keep their line numbers."""
+    lines = text.split("\n")
+    found, prose, i = [], [], 0
+    while i < len(lines):
+        m = re.match(r"^\s*```\s*([A-Za-z0-9_+-]*)", lines[i])
+        if not m:
+            prose.append(lines[i])
+            i += 1
+            continue
+        start = i
+        j = i + 1
+        while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+            j += 1
+        found.append((m[1].lower(), start + 2, lines[i + 1:j], lines[start - 1] if start else ""))
+        prose.extend([""] * (j + 1 - i))
+        i = j + 1
+    return found, "\n".join(prose)
+
+
+def join_continuations(lines):
+    """Shell lines with a trailing backslash joined to the next; (index, joined text)."""
+    out, buf, first = [], "", None
+    for n, line in enumerate(lines):
+        if first is None:
+            first = n
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        out.append((first, buf + line))
+        buf, first = "", None
+    if buf:
+        out.append((first, buf))
+    return out
+
+
+def dollar_commands(body):
+    """The `$ ` lines of a block (with their continuations and quoted line breaks), as
+    (index in body, command text)."""
+    cmds, n = [], 0
+    while n < len(body):
+        if not body[n].startswith("$ "):
+            n += 1
+            continue
+        start, text = n, body[n][2:]
+        while (text.rstrip().endswith("\\") or unbalanced(text)) and n + 1 < len(body):
+            text = (text.rstrip()[:-1] if text.rstrip().endswith("\\") else text) + "\n" + body[n + 1]
+            n += 1
+        cmds.append((start, text))
+        n += 1
+    return cmds
+
+
+def unbalanced(text):
+    try:
+        shlex.split(text, comments=True)
+        return False
+    except ValueError:
+        return True
+
+
+def tokens(text):
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:
+        return text.split()
+
+
+def is_heft(tok):
+    return tok == "heft" or tok.endswith("/bin/heft") or tok == "build/heft"
+
+
+def is_heft_train(tok):
+    return tok == "heft-train" or tok.endswith("/heft-train")
+
+
+def commands_in(text):
+    """Every heft or heft-train command in a command line or an inline code span:
+    (program, subcommand or None, [options])."""
+    toks = [t.strip("[]") for t in tokens(text)]
+    found = []
+    for i, t in enumerate(toks):
+        if is_heft(t) and i + 1 < len(toks) and re.fullmatch(r"[a-z][a-z0-9-]*", toks[i + 1]):
+            found.append(("heft", toks[i + 1], options(toks[i + 2:])))
+        elif is_heft_train(t):
+            found.append(("heft-train", None, options(toks[i + 1:])))
+    return found
+
+
+def options(rest):
+    """The options in the tokens after a program (and its subcommand), up to the end of the
+    command or `--` (what follows `--` is another command, found on its own)."""
+    opts = []
+    for t in rest:
+        if t in END_OF_COMMAND or t == "--" or t.startswith("#"):
+            break
+        if re.match(r"^--?[A-Za-z]", t) and not re.search(r"\s", t):
+            opts.append(t.split("=", 1)[0])
+    return opts
+
+
+def commands_of(path, text):
+    """(path, line, shown text, program, subcommand, options) for every command the doc
+    shows: `$ ` lines of shell blocks (every line of a shell block without `$ ` lines) and
+    inline code spans. A recorded block whose marker says it exits non-zero shows a bad
+    command on purpose (an error message): its commands are left out."""
+    found, prose = blocks(text)
+    out = []
+    for lang, first, body, before in found:
+        marker = parse_marker(before) or {}
+        if lang not in SHELL_LANGS or marker.get("exit", "0") != "0":
+            continue
+        lines = dollar_commands(body) if any(l.startswith("$ ") for l in body) else join_continuations(body)
+        for n, line in lines:
+            for c in commands_in(line):
+                out.append((path, first + n, line.strip(), *c))
+    for m in re.finditer(r"`([^`]+)`", prose):
+        span = m[1].replace("\n", " ")
+        line = prose.count("\n", 0, m.start()) + 1
+        for c in commands_in(span):
+            out.append((path, line, span, *c))
+    return out
+
+
+def help_text(argv):
+    r = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+
+
+def option_names(help_out):
+    """The options a CLI11 --help lists (`-n,--nproc-per-host`, `--name TEXT`, ...)."""
+    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", help_out))
+
+
+def heft_train_options(help_out):
+    """heft-train's options: the lines of its --help that start with one (`  --lr 0.01 ...`,
+    `--print-mesh: ...`), not the usage line's placeholders."""
+    return set(re.findall(r"^\s*(--[A-Za-z][\w-]*)", help_out, re.M)) | {"--help", "-h"}
+
+
+def builtin_metric_names():
+    """The metrics a built-in job records: the trainer's metric definitions and the profiler's
+    series (a name built with a number reads as coreN)."""
+    with open(os.path.join(SOURCE, "src/heft/job/spec.cc"), encoding="utf-8") as f:
+        spec = f.read()
+    body = re.search(r"builtin_metric_definitions\(\) \{(.*?)\n\}", spec, re.S)
+    assert body, "builtin_metric_definitions() not found in src/heft/job/spec.cc"
+    names = set(re.findall(r'\{"([a-z_]+:[a-z_]+)",', body[1]))
+    with open(os.path.join(SOURCE, "src/heft/profile/job_profiler.cc"), encoding="utf-8") as f:
+        profiler = f.read()
+    names |= set(re.findall(r'add\("([a-z_]+:[a-z_]+)"', profiler))
+    for prefix, suffix in re.findall(r'"([a-z_]+:[a-z_]+)" \+ std::to_string\([^)]*\) \+ "([a-z_]+)"',
+                                     profiler):
+        names.add(prefix + "N" + suffix)
+    return names
+
+
+def parse_marker(line):
+    """The fields of a `<!-- recorded: ... -->` line, or None."""
+    m = RECORDED.match(line.strip())
+    if not m:
+        return None
+    fields = {}
+    for item in shlex.split(m[1]):
+        key, _, value = item.partition("=")
+        fields[key] = value
+    return fields
+
+
+class Docs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        for binary in (HEFT, HEFT_TRAIN):
+            if not os.access(binary, os.X_OK):
+                raise unittest.SkipTest(binary + " is not built")
+        cls.docs = docs()
+        cls.commands = [c for path, text in cls.docs for c in commands_of(path, text)]
+
+    def check(self, kind, problems):
+        """problems: (file, line, text starting with `kind: `). Fails on problems not in KNOWN
+        (keyed by file and text, not the line, which moves) and on KNOWN entries of this kind
+        that are no longer problems."""
+        keys = {(f, t) for f, _, t in problems}
+        new = sorted({(f, n, t) for f, n, t in problems if (f, t) not in KNOWN})
+        fixed = [k for k in KNOWN if k[1].startswith(kind + ":") and k not in keys]
+        msg = "".join(f"\n  {f}:{n}: {t}" for f, n, t in new)
+        msg += "".join(f"\n  no longer a problem, drop it from KNOWN: {f}: {t}" for f, t in fixed)
+        if new or fixed:
+            self.fail(msg)
+
+    def test_parser_finds_the_commands(self):
+        # The parser itself: the README's main job and a heft-train option inside `heft run`.
+        shown = {(c[0], c[3], c[4]) for c in self.commands}
+        self.assertIn(("README.md", "heft", "train"), shown)
+        self.assertIn(("README.md", "heft", "run"), shown)
+        train_opts = {o for c in self.commands if c[3] == "heft-train" for o in c[5]}
+        self.assertIn("--warmup_steps", train_opts)
+        self.assertEqual(commands_in("heft run: --hosts must be at least 1"), [])
+        self.assertEqual(commands_in("heft run -n 2 -- build/heft-train --lr=0.1"),
+                         [("heft", "run", ["-n"]), ("heft-train", None, ["--lr"])])
+
+    def test_heft_commands_and_options_exist(self):
+        # `heft SUB --help` succeeds for every subcommand, the hidden ones (mpi-worker, ...)
+        # included, and exits 2 naming an unknown one.
+        self.assertNotEqual(help_text([HEFT, "no-such-command"])[0], 0)
+        helps, problems = {}, []
+        for path, line, shown, prog, sub, opts in self.commands:
+            if prog != "heft":
+                continue
+            if sub not in helps:
+                code, out = help_text([HEFT, sub])
+                helps[sub] = option_names(out) if code == 0 else None
+            if helps[sub] is None:
+                problems.append((path, line, f"heft: `{shown}`: no subcommand '{sub}'"))
+                continue
+            for o in opts:
+                if o not in helps[sub] and o not in ("-h", "--help"):
+                    problems.append((path, line, f"heft: `{shown}`: `heft {sub} --help` has no {o}"))
+        self.check("heft", problems)
+
+    def test_heft_train_options_exist(self):
+        code, out = help_text([HEFT_TRAIN])
+        self.assertEqual(code, 0, out)
+        known = heft_train_options(out)
+        self.assertIn("--lr", known)
+        self.assertIn("--print-mesh", known)
+        problems = []
+        for path, line, shown, prog, _, opts in self.commands:
+            if prog != "heft-train":
+                continue
+            for o in opts:
+                if o not in known:
+                    problems.append((path, line, f"heft-train: `{shown}`: `heft-train --help` has no {o}"))
+        self.check("heft-train", problems)
+
+    def test_every_hyperparameter_is_in_the_training_table(self):
+        out = help_text([HEFT_TRAIN])[1]
+        names = {o[2:] for o in heft_train_options(out) if o.startswith("--")}
+        names -= {"help", "print-mesh", "print-schedule"}
+        self.assertIn("lr", names)
+        text = dict(self.docs)["docs/training.md"]
+        rows = set(re.findall(r"^\| `([a-z0-9_]+)`", text, re.M))
+        rows |= {n for cell in re.findall(r"^\| (`[a-z0-9_]+`(?:, `[a-z0-9_]+`)+) \|", text, re.M)
+                 for n in re.findall(r"`([a-z0-9_]+)`", cell)}
+        problems = [("docs/training.md", 0, f"hyperparameter: --{n} has no row in the table")
+                    for n in sorted(names - rows)]
+        self.check("hyperparameter", problems)
+
+    def test_builtin_metrics_are_documented(self):
+        names = builtin_metric_names()
+        self.assertIn("train:loss", names)        # the parser found the definitions
+        self.assertIn("step:total_ms", names)     # and the profiler's series
+        text = "\n".join(t for _, t in self.docs)
+        problems = [("docs/", 0, f"metric: {n} is named nowhere in README.md or docs/")
+                    for n in sorted(names) if n not in text]
+        self.check("metric", problems)
+
+    def test_recorded_runs_carry_date_machine_command(self):
+        problems = []
+        for path, text in self.docs:
+            found, _ = blocks(text)
+            for lang, first, body, before in found:
+                if lang not in SHELL_LANGS:
+                    continue
+                cmds = dollar_commands(body)
+                outputs = [l for l in body if l.strip() and not l.startswith("$ ")]
+                if not cmds or not outputs:
+                    continue  # commands alone, or output alone: not a recorded run
+                shown = cmds[0][1].strip()
+                where = f"recorded: `{shown.splitlines()[0]}`"
+                marker = parse_marker(before)
+                if marker is None:
+                    problems.append((path, first, where + ": no <!-- recorded: ... --> marker before the block"))
+                    continue
+                for key in ("date", "machine", "cmd"):
+                    if not marker.get(key):
+                        problems.append((path, first, f"{where}: the marker has no {key}"))
+                if marker.get("date") and not re.fullmatch(r"\d{4}-\d\d-\d\d( \d\d:\d\d UTC)?", marker["date"]):
+                    problems.append((path, first, f"{where}: date '{marker['date']}' is not YYYY-MM-DD[ HH:MM UTC]"))
+                if marker.get("cmd") and " ".join(marker["cmd"].split()) != " ".join(shown.split()):
+                    problems.append((path, first, f"{where}: the marker's cmd is `{marker['cmd']}`"))
+        self.check("recorded", problems)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
