@@ -37,8 +37,6 @@ KNOWN = {
         "jobs.md's owner: mark it (exit=2)",
     ("docs/jobs.md", "recorded: `heft metrics counter --format csv`: no <!-- recorded: ... --> marker before the block"):
         "jobs.md's owner: mark it",
-    ("docs/observability.md", "recorded: `build/heft diagnose t3d-hang2`: no <!-- recorded: ... --> marker before the block"):
-        "observability.md's owner: mark it (manual: it needs a stalled job)",
     ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`: no <!-- recorded: ... --> marker before the block"):
         "tuning.md's owner: mark the re-recorded sample output",
 }
