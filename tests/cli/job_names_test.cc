@@ -118,7 +118,8 @@ TEST(JobNames, TheMainJobsSpecRunsTwiceInARowWithoutANameClash) {
 TEST(JobNames, TheClosingLineSaysTheBillableTimeDescribeSays) {
   TempDir dir;
   const std::string spec = write_spec(
-      dir, "spec.yaml", sh_spec("billed", "sleep 0.3", "{instance_count: 2, processes_per_host: 1}"));
+      dir, "spec.yaml",
+      sh_spec("billed", "sleep 0.3", "{instance_count: 2, processes_per_host: 1}"));
   const Outcome o = heft(dir, {"train", spec});
   ASSERT_EQ(o.exit_code, 0) << describe(o);
   std::smatch closing;

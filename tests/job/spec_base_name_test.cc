@@ -32,7 +32,8 @@ TEST(SpecBaseName, ANameWinsOverIt) {
       parse_spec("name: mine\nbase_name: fashion-cnn\n" + kRest, "t.yaml");
   ASSERT_TRUE(s.ok()) << s.error();
   EXPECT_EQ(s.value().name, "mine");
-  const Result<JobSpec> o = parse_spec("base_name: fashion-cnn\n" + kRest, "t.yaml", {"name=other"});
+  const Result<JobSpec> o =
+      parse_spec("base_name: fashion-cnn\n" + kRest, "t.yaml", {"name=other"});
   ASSERT_TRUE(o.ok()) << o.error();
   EXPECT_EQ(o.value().name, "other");
 }
@@ -42,7 +43,8 @@ TEST(SpecBaseName, IsCheckedLikeANameAndOneOfTheTwoIsRequired) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error().find("t.yaml: name: required (or base_name)"), std::string::npos)
       << none.error();
-  for (const std::string& bad : {std::string("fashion_cnn"), std::string("-x"), std::string(33, 'b')}) {
+  for (const std::string& bad :
+       {std::string("fashion_cnn"), std::string("-x"), std::string(33, 'b')}) {
     const Result<JobSpec> r = parse_spec("base_name: " + bad + "\n" + kRest, "t.yaml");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.error().find("base_name: expected letters, digits and '-' (not first or last), "
