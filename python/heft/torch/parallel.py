@@ -1,9 +1,14 @@
-"""``heft.torch.parallel.DistributedDataParallel``: torch's DDP over the heft group (the
-cloud library's ``smdistributed.dataparallel.torch.parallel.DistributedDataParallel``)."""
+"""``heft.torch.parallel``: data parallelism for a PyTorch model over the heft backend.
+
+``DistributedDataParallel``: torch's DDP over the heft group (the cloud library's
+``smdistributed.dataparallel.torch.parallel.DistributedDataParallel``).
+``ShardedDataParallel``: parameters, gradients and optimizer state sharded over the ranks
+(ZeRO-3 / FSDP), with ``deferred_init`` and checkpoints (docs/sharded.md)."""
 import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import BACKEND
+from .sharded import ShardedDataParallel  # noqa: F401
 
 
 class DistributedDataParallel(_TorchDDP):

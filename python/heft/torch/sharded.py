@@ -1,0 +1,311 @@
+"""heft.torch.parallel.ShardedDataParallel: ZeRO-3 / FSDP for any torch.nn.Module on torch
+1.13 (whose own FSDP cannot be imported on Python 3.11), over the heft backend. See
+docs/sharded.md.
+
+One step: the wrapper's forward gathers the root unit and starts the first unit's gather;
+each unit's forward pre-hook waits for its gather, starts the next unit's (prefetch) and
+points the module's parameter attributes at views of the gathered buffer; its forward hook
+frees the buffer (zero_stage=3) and hooks the unit's outputs, which gather it again just
+before its backward. When a unit's backward has produced every gradient, its gradients go
+out as one reduce-scatter (asynchronous, overlapping the rest of backward); an engine
+callback at the end of backward waits for them, averages across replicas (hybrid) and
+leaves the result in the shards' .grad, which any torch.optim optimizer then steps."""
+import contextlib
+import functools
+
+import torch
+import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint as _checkpoint
+
+from . import _units
+from ._flat import FlatUnit, Group
+
+_MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
+          "bf16": (torch.bfloat16, torch.float32), "bf16-reduce": (torch.bfloat16, torch.bfloat16)}
+_COUNTERS = ("recomputed", "allgathers", "prefetched", "gather_overlapped_compute", "reduce_scatters",
+             "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered")
+
+
+def _groups(sharded_degree):
+    """(shard Group, replicate Group or None). Every rank creates every subgroup in the
+    same order, as torch requires."""
+    if not dist.is_available() or not dist.is_initialized():
+        if sharded_degree not in (None, 1):
+            raise ValueError(f"ShardedDataParallel: sharded_degree={sharded_degree}: no process "
+                             "group is initialized (one process: only 1 or None)")
+        return Group(None, 0, 1), None
+    world, rank = dist.get_world_size(), dist.get_rank()
+    degree = world if sharded_degree is None else sharded_degree
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1 or world % degree:
+        raise ValueError(f"ShardedDataParallel: sharded_degree={sharded_degree!r} must be a "
+                         f"positive integer dividing the world size {world}")
+    if degree == world:
+        return Group(None, rank, world), None
+    shard = replicate = None
+    for g in range(world // degree):
+        pg = dist.new_group(list(range(g * degree, (g + 1) * degree)))
+        if rank // degree == g:
+            shard = Group(pg, rank % degree, degree) if degree > 1 else Group(None, 0, 1)
+    for k in range(degree):
+        pg = dist.new_group(list(range(k, world, degree)))
+        if rank % degree == k:
+            replicate = Group(pg, rank // degree, world // degree)
+    return shard, replicate
+
+
+class ShardedDataParallel(torch.nn.Module):
+    """Shards `module`'s parameters, gradients and optimizer state over the data-parallel
+    ranks. Arguments (keyword only):
+
+    sharded_degree  ranks that share one copy of the model (None: all; fewer: hybrid, the
+                    shard gradients averaged across the world // degree replicas)
+    units           sub-modules that become units: None (automatic, by size), an int (the
+                    automatic policy's minimum parameters per unit), a list of classes, or a
+                    callable (name, module) -> bool. The rest forms the root unit.
+    mixed_precision None/"fp32", "bf16" (compute in bf16, reduce in fp32, fp32 master
+                    shards) or "bf16-reduce" (also reduce in bf16)
+    activation_checkpointing  False, True (every unit) or a list of classes: recompute
+                    those units' forward during backward
+    zero_stage      3 (free full parameters after each forward, gather again for
+                    backward) or 2 (keep them from forward to the unit's backward)
+    """
+
+    def __init__(self, module, *, sharded_degree=None, units=None, mixed_precision=None,
+                 activation_checkpointing=False, zero_stage=3):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"ShardedDataParallel: module must be a torch.nn.Module, found "
+                            f"{type(module).__name__}")
+        if isinstance(module, ShardedDataParallel) or getattr(module, "_heft_sharded", False):
+            raise ValueError("ShardedDataParallel: module is already wrapped by "
+                             "ShardedDataParallel (wrap a model once)")
+        if mixed_precision not in _MIXED:
+            raise ValueError(f"ShardedDataParallel: mixed_precision={mixed_precision!r}: "
+                             f"expected one of {sorted(k for k in _MIXED if k)} or None")
+        if zero_stage not in (2, 3):
+            raise ValueError(f"ShardedDataParallel: zero_stage={zero_stage!r}: expected 2 or 3")
+        self.compute_dtype, self.reduce_dtype = _MIXED[mixed_precision]
+        self.reshard_after_forward = zero_stage == 3
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        state_keys = list(module.state_dict().keys())
+        specs = _units.assign(module, _units.select_units(module, units))
+        specs = specs[:1] + [s for s in specs[1:] if s.params]  # tied away: nothing to shard
+        ckpt = self._checkpoint_match(activation_checkpointing)
+        self.shard_group, self.replicate_group = _groups(sharded_degree)
+        self.module = module
+        deferred = getattr(module, "_heft_deferred", None)
+        self.units = []
+        for i, spec in enumerate(specs):
+            full = deferred.materialize(spec) if deferred else self._full_from_rank0(spec)
+            self.units.append(FlatUnit(i, spec, self, full))
+            for places in spec.slots:
+                for s in places:
+                    del s.module._parameters[s.attr]
+        self._shards = torch.nn.ParameterList([u.shard for u in self.units])
+        for u in self.units[1:]:
+            u.module.register_forward_pre_hook(functools.partial(self._pre_forward, u))
+            u.module.register_forward_hook(functools.partial(self._post_forward, u))
+            if ckpt(u.module):
+                u.module.forward = functools.partial(_checkpointed, self, u.module.forward)
+        module._heft_sharded = True
+        self._state_keys = state_keys
+        self.order, self._order_fixed = [], False
+        self._pending, self._in_backward = [], False
+
+    # ---- construction helpers -------------------------------------------------------
+    @staticmethod
+    def _checkpoint_match(spec):
+        if spec is False or spec is None:
+            return lambda m: False
+        if spec is True:
+            return lambda m: True
+        classes = tuple(spec) if isinstance(spec, (list, tuple)) else None
+        if not classes or not all(isinstance(c, type) for c in classes):
+            raise TypeError(f"ShardedDataParallel: activation_checkpointing={spec!r}: expected "
+                            "True, False or a list of module classes")
+        return lambda m: isinstance(m, classes)
+
+    def _full_from_rank0(self, spec):
+        """The unit's parameters back to back in fp32, rank 0's values on every rank."""
+        flat = torch._C._nn.flatten_dense_tensors([p.detach().float() for p in spec.params]) \
+            if spec.params else torch.zeros(0)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.broadcast(flat, 0)
+        n = flat.numel()
+        size = self.shard_group.size
+        padded = -(-max(n, 1) // size) * size
+        return torch.cat([flat, flat.new_zeros(padded - n)])
+
+    # ---- forward ------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        self._finish_pass()
+        if self.compute_dtype != torch.float32:
+            args, kwargs = _cast_floats((args, kwargs), self.compute_dtype)
+        root = self.units[0]
+        root.start_gather()
+        if self.order:
+            self.order[0].start_gather()
+        root.use_views()
+        out = self.module(*args, **kwargs)
+        if not self._order_fixed:
+            self._order_fixed = True
+        self._after_forward(root, out)
+        if not torch.is_grad_enabled():
+            self._finish_pass()
+        return out
+
+    def _pre_forward(self, unit, module, inputs):
+        if not self._order_fixed and unit not in self.order:
+            self.order.append(unit)
+        unit.use_views()
+        if not self._in_backward and self._order_fixed:
+            i = self.order.index(unit)
+            if i + 1 < len(self.order):
+                self.order[i + 1].start_gather()
+
+    def _post_forward(self, unit, module, inputs, output):
+        if self._in_backward:
+            return None  # a recompute under activation checkpointing
+        if any(u.work is not None for u in self.units):
+            self.counters["gather_overlapped_compute"] += 1
+        self._after_forward(unit, output)
+        return None
+
+    def _after_forward(self, unit, output):
+        if self.reshard_after_forward:
+            unit.free()
+        if torch.is_grad_enabled():
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(functools.partial(self._pre_backward, unit))
+
+    # ---- backward -----------------------------------------------------------------------
+    def _pre_backward(self, unit, grad):
+        if not self._in_backward:
+            self._in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        if not unit.backward_hooked:
+            unit.backward_hooked = True
+            unit.ensure_gathered()
+            if unit in self.order:
+                i = self.order.index(unit)
+                if i > 0 and self.reshard_after_forward:
+                    self.order[i - 1].start_gather()
+        return grad
+
+    def reduce_started(self, unit, flat):
+        """Called by a unit whose backward ended: start its reduce-scatter."""
+        g = self.shard_group
+        out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype)
+        self.counters["reduce_scatters"] += 1
+        if any(u.views is not None and not u.reduced for u in self.units if u is not unit):
+            self.counters["reduce_scatters_before_backward_end"] += 1
+        if g.size == 1:
+            out.copy_(flat)
+            work = None
+        else:
+            work = dist.reduce_scatter_tensor(out, flat, op=dist.ReduceOp.AVG, group=g.pg,
+                                              async_op=True)
+        self._pending.append((unit, work, out, flat))
+
+    def _end_backward(self):
+        """The engine's callback once backward is over: shard gradients in place."""
+        r = self.replicate_group
+        done = []
+        for unit, work, out, _ in self._pending:
+            if work is not None:
+                work.wait()
+            if r is not None:
+                self.counters["replicate_allreduces"] += 1
+                done.append((unit, out, dist.all_reduce(out, op=dist.ReduceOp.AVG, group=r.pg,
+                                                        async_op=True)))
+            else:
+                done.append((unit, out, None))
+        for unit, out, work in done:
+            if work is not None:
+                work.wait()
+            g = out if out.dtype == torch.float32 else out.float()
+            if unit.shard.grad is None:
+                unit.shard.grad = g
+            else:
+                unit.shard.grad.add_(g)
+        self._pending = []
+        self._finish_pass()
+
+    def _finish_pass(self):
+        self._in_backward = False
+        for u in self.units:
+            u.free()
+            u.end_pass()
+
+    # ---- after backward -------------------------------------------------------------------
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Scales the shards' gradients so that the global norm (over every rank's shard) is
+        at most max_norm; returns the global norm before clipping (as torch's)."""
+        grads = [u.shard.grad for u in self.units if u.shard.grad is not None]
+        norm_type = float(norm_type)
+        if norm_type == float("inf"):
+            local = torch.stack([g.abs().max() for g in grads]).max() if grads else torch.zeros(())
+            op = dist.ReduceOp.MAX
+        else:
+            local = torch.stack([g.norm(norm_type) ** norm_type for g in grads]).sum() \
+                if grads else torch.zeros(())
+            op = dist.ReduceOp.SUM
+        total = local.reshape(1).clone()
+        if self.shard_group.size > 1:
+            dist.all_reduce(total, op=op, group=self.shard_group.pg)
+        total = total[0] if op == dist.ReduceOp.MAX else total[0] ** (1.0 / norm_type)
+        coef = float(max_norm) / (float(total) + 1e-6)
+        if coef < 1.0:
+            torch._foreach_mul_(grads, coef)
+        return total
+
+    @contextlib.contextmanager
+    def no_reshard(self):
+        """Inside: no ZeRO-3 freeing between forward and backward (as zero_stage=2)."""
+        previous, self.reshard_after_forward = self.reshard_after_forward, False
+        try:
+            yield self
+        finally:
+            self.reshard_after_forward = previous
+
+    def full_state_dict(self):
+        """The wrapped module's state_dict with full parameters (collective: every rank
+        calls it; every rank gets it). fp32, on CPU."""
+        from ._sharded_state import full_state_dict
+        return full_state_dict(self)
+
+
+def _checkpointed(sdp, forward, *args, **kwargs):
+    inner = forward
+
+    def forward(*a, **k):  # counts the recomputations (the tests check they ran)
+        if sdp._in_backward:
+            sdp.counters["recomputed"] += 1
+        return inner(*a, **k)
+
+    if kwargs:
+        return _checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=False)
+    return _checkpoint(forward, *args, use_reentrant=False)
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from _tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors(x)
+
+
+def _cast_floats(obj, dtype):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cast_floats(x, dtype) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
+    return obj
