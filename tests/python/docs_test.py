@@ -9,7 +9,8 @@ code):
   docs/;
 - every recorded run (a block with a `$ command` line and the output it printed) follows a
   `<!-- recorded: date=... machine=... cmd=... -->` marker whose cmd is the block's command,
-  so that bench/refresh_docs.sh can re-run it.
+  so that bench/refresh_docs.sh can re-run it (and the script lists them all and re-runs a
+  fast one).
 KNOWN lists the problems a doc still has, each with who fixes it; an entry that no longer
 matches a problem fails the test, so the list only shrinks.
 """
@@ -316,6 +317,26 @@ class Docs(unittest.TestCase):
         problems = [("docs/", 0, f"metric: {n} is named nowhere in README.md or docs/")
                     for n in sorted(names) if n not in text]
         self.check("metric", problems)
+
+    def test_refresh_docs_finds_and_reruns_the_marked_blocks(self):
+        script = os.path.join(SOURCE, "bench", "refresh_docs.sh")
+        markers = sum(1 for _, text in self.docs for line in text.split("\n") if parse_marker(line))
+        self.assertGreater(markers, 5)
+        r = subprocess.run([script, "--list"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stdout.strip().split("\n")), markers, r.stdout)
+        # A fast block, re-run without writing: run.md's missing command (exit 127).
+        r = subprocess.run([script, "--dry-run", "pyhton3"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.split("\n")
+        marker = parse_marker(lines[0])
+        self.assertIsNotNone(marker, r.stdout)
+        self.assertRegex(marker["date"], r"^\d{4}-\d\d-\d\d \d\d:\d\d UTC$")
+        self.assertRegex(marker["machine"], r"\d+ cores")
+        self.assertEqual(marker["exit"], "127")
+        self.assertIn("$ heft run -n 2 -- pyhton3 train.py", lines)
+        self.assertIn("heft run: cannot execute 'pyhton3': No such file or directory", lines)
+        self.assertEqual(lines[lines.index("$ echo $?") + 1], "127")
 
     def test_recorded_runs_carry_date_machine_command(self):
         problems = []
