@@ -143,7 +143,7 @@ TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
 }
 
 // Synthetic traces in the format of comm/trace.h: a pipeline exchange that one rank never
-// entered is named by its kind ("exchange", not "exchange[send").
+// entered is named by its kind ("exchange", not "exchange[send"); a stale label is ignored.
 TEST(Diagnosis, ExchangeIsNamedByItsKind) {
   const std::string dir = fresh_dir("exchange");
   for (int rank = 0; rank < 2; ++rank) {
@@ -166,8 +166,12 @@ TEST(Diagnosis, ExchangeIsNamedByItsKind) {
     std::ofstream(dir + "/rank-" + std::to_string(rank) + ".job+world+split1+0.trace", std::ios::binary)
         .write(reinterpret_cast<const char*>(f.get()), sizeof(comm::TraceFile));
   }
+  // A label file left by a rank that wrote no trace this start is not believed.
+  std::ofstream(dir + "/rank-5.groups.json")
+      << R"({"world_rank": 5, "groups": [{"group": "job/world/split1/0", "dimension": "tensor", "ranks": [4, 5]}]})";
   const Diagnosis d = diagnose(dir, 110);
   ASSERT_TRUE(d.stuck()) << d.text();
+  EXPECT_EQ(d.groups.at(0).dimension, "");
   EXPECT_NE(d.text().find("exchange #1 in group job/world/split1/0: rank 1 never entered it (no "
                           "collective yet); rank 0 waits in it for rank 1 (for 10.0 s)"),
             std::string::npos) << d.text();

@@ -57,8 +57,11 @@ struct GroupLabel {
 
 const char* const kDimensions[] = {"data", "pipeline", "tensor", "replicate", "shard"};
 
-// Every rank-<R>.groups.json under dir, merged by communicator name.
-std::map<std::string, GroupLabel> read_labels(const std::string& dir) {
+// Every rank-<R>.groups.json under dir whose rank wrote a trace, merged by communicator name
+// (the traces are removed at each start of the group; a label file left from a start with
+// more ranks is not).
+std::map<std::string, GroupLabel> read_labels(const std::string& dir,
+                                              const std::set<int>& world_ranks) {
   std::map<std::string, GroupLabel> out;
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
@@ -70,6 +73,8 @@ std::map<std::string, GroupLabel> read_labels(const std::string& dir) {
     std::ifstream in(it->path());
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("groups") || !j["groups"].is_array()) continue;
+    const nlohmann::json rank = j.value("world_rank", nlohmann::json());
+    if (!rank.is_number_integer() || !world_ranks.count(rank.get<int>())) continue;
     for (const nlohmann::json& e : j["groups"]) {
       if (!e.is_object() || !e.value("group", nlohmann::json()).is_string()) continue;
       GroupLabel& l = out[e["group"].get<std::string>()];
@@ -269,7 +274,10 @@ Diagnosis diagnose(const std::string& dir, double now) {
     ++d.traces;
     groups[f.group][f.rank] = std::move(t);
   }
-  const std::map<std::string, GroupLabel> labels = read_labels(dir);
+  std::set<int> world_ranks;
+  for (const auto& [group, ranks] : groups)
+    for (const auto& [r, t] : ranks) world_ranks.insert(t.world_rank);
+  const std::map<std::string, GroupLabel> labels = read_labels(dir, world_ranks);
   for (const auto& [group, ranks] : groups) {
     auto l = labels.find(group);
     d.groups.push_back(diagnose_group(group, ranks, l == labels.end() ? nullptr : &l->second, now));
