@@ -3,7 +3,8 @@
 code):
 - every `heft SUBCOMMAND ...` names a subcommand of build/heft, and each of its options is in
   that subcommand's --help; every `heft-train --name` is in build/heft-train --help;
-- every hyperparameter of heft-train --help has a row in docs/training.md's table;
+- every hyperparameter of heft-train --help has a row in docs/training.md's table, and every
+  `--set hyperparameters.NAME=...` on a heft-train spec names one of them;
 - every metric a built-in job records (the trainer's metric definitions in
   src/heft/job/spec.cc, the profiler's series in src/heft/profile/job_profiler.cc) is named in
   docs/;
@@ -36,6 +37,8 @@ KNOWN = {
         "jobs.md's owner: mark the validation errors (exit=2,2,2)",
     ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml --set hyperparameters.learning_rate=0.1`: no <!-- recorded: ... --> marker before the block"):
         "jobs.md's owner: mark it (exit=2)",
+    ("docs/jobs.md", "set: `heft train examples/fashion-mnist.yaml --set hyperparameters.learning_rate=0.1`: heft-train has no hyperparameter learning_rate"):
+        "jobs.md's owner: an error shown on purpose; its marker's exit=2 exempts it",
     ("docs/jobs.md", "recorded: `heft metrics counter --format csv`: no <!-- recorded: ... --> marker before the block"):
         "jobs.md's owner: mark it",
     ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`: no <!-- recorded: ... --> marker before the block"):
@@ -145,6 +148,29 @@ def commands_in(text):
             found.append(("heft", toks[i + 1], options(toks[i + 2:])))
         elif is_heft_train(t):
             found.append(("heft-train", None, options(toks[i + 1:])))
+    return found
+
+
+def hyperparameter_sets(text):
+    """For each `heft train SPEC ... --set hyperparameters.NAME=V` in the text: (SPEC or None,
+    [NAME...])."""
+    toks = tokens(text)
+    found = []
+    for i, t in enumerate(toks):
+        if not (is_heft(t) and toks[i + 1:i + 2] == ["train"]):
+            continue
+        spec, names, j = None, [], i + 2
+        while j < len(toks) and toks[j] not in END_OF_COMMAND and toks[j] != "--":
+            if toks[j] in ("--set", "--name") and j + 1 < len(toks):
+                m = re.match(r"hyperparameters\.([A-Za-z0-9_-]+)=", toks[j + 1])
+                if toks[j] == "--set" and m:
+                    names.append(m[1])
+                j += 2
+                continue
+            if spec is None and not toks[j].startswith("-"):
+                spec = toks[j]
+            j += 1
+        found.append((spec, names))
     return found
 
 
@@ -295,6 +321,28 @@ class Docs(unittest.TestCase):
                 if o not in known:
                     problems.append((path, line, f"heft-train: `{shown}`: `heft-train --help` has no {o}"))
         self.check("heft-train", problems)
+
+    def test_hyperparameters_set_on_heft_train_jobs_exist(self):
+        # `--set hyperparameters.NAME=...` on a spec of the repository whose entry point is
+        # heft-train: NAME is one of heft-train's (another entry point has its own names).
+        known = {o[2:] for o in heft_train_options(help_text([HEFT_TRAIN])[1]) if o.startswith("--")}
+        problems, checked = [], 0
+        for path, line, shown, prog, sub, _ in self.commands:
+            if prog != "heft" or sub != "train":
+                continue
+            for spec, names in hyperparameter_sets(shown):
+                spec_path = os.path.join(SOURCE, spec or "")
+                if not spec or not os.path.isfile(spec_path):
+                    continue
+                with open(spec_path, encoding="utf-8") as f:
+                    if not re.search(r"^entry_point:\s*heft-train\s*$", f.read(), re.M):
+                        continue
+                for n in names:
+                    checked += 1
+                    if n not in known:
+                        problems.append((path, line, f"set: `{shown}`: heft-train has no hyperparameter {n}"))
+        self.assertGreater(checked, 0)  # the docs set some (tuning.md, clusters.md ...)
+        self.check("set", problems)
 
     def test_every_hyperparameter_is_in_the_training_table(self):
         out = help_text([HEFT_TRAIN])[1]
