@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x build/heft ]] || { echo "$0: build/heft is not built: run ./setup.sh first" >&2; exit 1; }
 exec /usr/bin/python3 - "$@" <<'PY'
-import datetime, glob, os, re, shlex, subprocess, sys, tempfile
+import datetime, glob, os, re, shlex, shutil, signal, subprocess, sys, tempfile
 
 MARKER = re.compile(r"^<!--\s*recorded:(.*)-->\s*$")
 FENCE = re.compile(r"^\s*```")
@@ -114,42 +114,65 @@ def machine():
     return text
 
 
+def run_command(cmd, env, timeout):
+    """(exit code, stdout and stderr together), or None past the timeout. The command runs in
+    a session of its own, so a timeout stops everything it started (a job's workers too)."""
+    p = subprocess.Popen(["bash", "-c", cmd], env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         errors="replace", start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        return None
+
+
 def run_block(block, machine_text):
-    f = block["fields"]
-    cmds = commands(block["body"])
+    """Runs the block's commands; ((marker line, body lines), None) or (None, error)."""
+    f = dict(block["fields"])
     exits = [int(x) for x in f.get("exit", "0").split(",")]
     keep = re.compile(f["keep"]) if f.get("keep") else None
     timeout = float(f.get("timeout", "1800"))
     home = tempfile.mkdtemp(prefix="heft-refresh-")
     env = dict(os.environ, HEFT_HOME=home, PATH=os.path.abspath("build") + ":" + os.environ["PATH"])
     out, last, n = [], None, 0
-    for cmd in cmds:
-        out.append("$ " + cmd)
-        if cmd.strip() == "echo $?":
-            out.append(str(last))
-            continue
-        print(f"  $ {cmd}", file=sys.stderr, flush=True)
-        try:
-            r = subprocess.run(["bash", "-c", cmd], env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"`{cmd}` ran past {timeout:.0f} s"
-        expected = exits[min(n, len(exits) - 1)]
-        n += 1
-        if r.returncode != expected:
-            return None, f"`{cmd}` exited {r.returncode}, expected {expected}:\n{r.stdout[-3000:]}"
-        last = r.returncode
-        text = r.stdout.replace(home, os.path.expanduser("~/.heft")).rstrip("\n")
-        dropped = False
-        for line in text.split("\n") if text else []:
-            if keep is None or keep.search(line):
-                out.append(line)
-                dropped = False
-            elif not dropped:
-                out.append("...")
-                dropped = True
-    subprocess.run(["rm", "-rf", home])
+    try:
+        for cmd in commands(block["body"]):
+            out.append("$ " + cmd)
+            if cmd.strip() == "echo $?":
+                out.append(str(last))
+                continue
+            print(f"  $ {cmd}", file=sys.stderr, flush=True)
+            result = run_command(cmd, env, timeout)
+            if result is None:
+                return None, f"`{cmd}` ran past {timeout:.0f} s; stopped"
+            code, text = result
+            expected = exits[min(n, len(exits) - 1)]
+            n += 1
+            if code != expected:
+                return None, f"`{cmd}` exited {code}, expected {expected}:\n{text[-3000:]}"
+            last = code
+            text = text.replace(home, os.path.expanduser("~/.heft")).rstrip("\n")
+            dropped = False
+            for line in text.split("\n") if text else []:
+                if keep is None or keep.search(line):
+                    out.append(line)
+                    dropped = False
+                elif not dropped:
+                    out.append("...")
+                    dropped = True
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     f["date"] = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")
     f["machine"] = machine_text
     marker = "<!-- recorded: " + " ".join(f"{k}={quote(v)}" for k, v in f.items()) + " -->"
