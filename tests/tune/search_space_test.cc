@@ -1,6 +1,7 @@
 // Search spaces (src/heft/tune/search_space.h): each scaling round-trips and stays inside its
 // bounds, Auto picks as documented, integers round, categoricals are one-hot, bad ranges are
-// refused naming the range; grid enumerates exactly; random is reproducible from its seed.
+// refused naming the range; grid enumerates exactly; random is reproducible from its seed;
+// conditional ranges (a learning rate per optimizer) are active only under their condition.
 #include "heft/tune/search_space.h"
 
 #include <gtest/gtest.h>
@@ -83,9 +84,90 @@ TEST(SearchSpace, BadRangesAreRefusedNamingTheRange) {
   EXPECT_EQ(error_of([&] { s.add_categorical("opt", {"sgd", "sgd"}); }),
             "hyperparameter_ranges.opt: the value 'sgd' appears twice");
   s.add_integer("batch", 1, 2);
-  EXPECT_EQ(error_of([&] { s.add_integer("batch", 1, 2); }), "hyperparameter_ranges.batch: defined twice");
+  EXPECT_EQ(error_of([&] { s.add_integer("batch", 1, 2); }).find("hyperparameter_ranges.batch: defined twice"), 0u);
   EXPECT_EQ(error_of([] { parse_scaling("Log"); }),
             "scaling: expected Auto, Linear, Logarithmic or ReverseLogarithmic, found 'Log'");
+}
+
+// lr per optimizer (one name, two ranges), momentum for sgd only.
+SearchSpace per_optimizer() {
+  SearchSpace s;
+  s.add_continuous("lr", 1e-3, 1e-1, Scaling::kLogarithmic, {"optimizer", {"sgd"}});
+  s.add_continuous("lr", 1e-4, 1e-2, Scaling::kLogarithmic, {"optimizer", {"adamw"}});
+  s.add_continuous("momentum", 0.5, 0.95, Scaling::kLinear, {"optimizer", {"sgd"}});
+  s.add_categorical("optimizer", {"sgd", "adamw"});
+  s.check_conditions();
+  return s;
+}
+
+TEST(SearchSpace, ConditionalRangesAreActiveOnlyUnderTheirCondition) {
+  const SearchSpace s = per_optimizer();
+  EXPECT_EQ(s.dims(), 5);
+  EXPECT_EQ(s.active_dims(), 4);  // sgd: lr, momentum and the two optimizer coordinates
+  // u: lr@sgd, lr@adamw, momentum@sgd, optimizer one-hot.
+  const Config adamw = s.from_unit({0.0, 0.5, 1.0, 0.2, 0.9});
+  ASSERT_EQ(adamw.size(), 2u);  // no momentum
+  EXPECT_EQ(std::get<std::string>(adamw.at("optimizer")), "adamw");
+  EXPECT_NEAR(std::get<double>(adamw.at("lr")), 1e-3, 1e-12);
+  // The inactive coordinates snap to 0.5, so the point is the same whatever they were.
+  const std::vector<double> snapped = s.snap({0.0, 0.5, 1.0, 0.2, 0.9});
+  const std::vector<double> expected = {0.5, 0.5, 0.5, 0, 1};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(snapped[i], expected[i], 1e-12) << i;
+  const Config sgd = s.from_unit({1.0, 0.0, 0.0, 0.9, 0.2});
+  EXPECT_NEAR(std::get<double>(sgd.at("lr")), 0.1, 1e-12);
+  EXPECT_NEAR(std::get<double>(sgd.at("momentum")), 0.5, 1e-12);
+  const std::vector<double> u = s.to_unit(sgd), want = {1.0, 0.5, 0.0, 1, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(u[i], want[i], 1e-12) << i;
+  // A value outside the active range is clamped onto it (adamw's lr tops out at 1e-2).
+  EXPECT_EQ(s.to_unit({{"optimizer", std::string("adamw")}, {"lr", 0.05}})[1], 1.0);
+  EXPECT_NE(error_of([&] { s.to_unit({{"optimizer", std::string("sgd")}, {"lr", 0.01}}); }).find("'momentum'"),
+            std::string::npos);
+  // Random draws hold only the active ranges' values, each inside its own range.
+  RandomSearch random(s, 3);
+  for (int i = 0; i < 200; ++i) {
+    const Config c = *random.suggest();
+    const bool is_sgd = std::get<std::string>(c.at("optimizer")) == "sgd";
+    EXPECT_EQ(c.count("momentum"), is_sgd ? 1u : 0u);
+    const double lr = std::get<double>(c.at("lr"));
+    EXPECT_GE(lr, is_sgd ? 1e-3 : 1e-4);
+    EXPECT_LE(lr, is_sgd ? 1e-1 : 1e-2);
+  }
+}
+
+TEST(SearchSpace, BadConditionsAreRefusedNamingTheRange) {
+  SearchSpace s;
+  s.add_continuous("lr", 1e-3, 1e-1, Scaling::kLogarithmic, {"optimizer", {"sgd"}});
+  // A shared name needs conditions that cannot hold together.
+  EXPECT_NE(error_of([&] { s.add_continuous("lr", 1e-4, 1e-2, Scaling::kAuto, {"optimizer", {"sgd", "adamw"}}); })
+                .find("hyperparameter_ranges.lr: defined twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.add_continuous("lr", 1e-4, 1e-2); }).find("defined twice"), std::string::npos);
+  SearchSpace missing = s;
+  EXPECT_EQ(error_of([&] { missing.check_conditions(); }),
+            "hyperparameter_ranges.lr: when: expected the name of a categorical range, found 'optimizer'");
+  s.add_categorical("optimizer", {"sgd", "adamw"});
+  s.add_integer("width", 1, 4, Scaling::kLinear, {"optimizer", {"adam"}});
+  EXPECT_EQ(error_of([&] { s.check_conditions(); }),
+            "hyperparameter_ranges.width: when: 'adam' is not one of optimizer's values");
+}
+
+TEST(GridSearch, AConditionalRangeIsEnumeratedWhereActiveOnly) {
+  SearchSpace s;
+  s.add_integer("width", 1, 3, Scaling::kLinear, {"model", {"cnn"}});
+  s.add_categorical("model", {"cnn", "mlp"});
+  s.check_conditions();
+  GridSearch grid(s);
+  std::vector<Config> seen;
+  while (auto c = grid.suggest()) seen.push_back(*c);
+  // cnn with each width, mlp once without one.
+  ASSERT_EQ(seen.size(), 4u);
+  int mlp = 0;
+  for (const Config& c : seen)
+    if (std::get<std::string>(c.at("model")) == "mlp") {
+      ++mlp;
+      EXPECT_EQ(c.count("width"), 0u);
+    }
+  EXPECT_EQ(mlp, 1);
 }
 
 TEST(GridSearch, EnumeratesEveryCombinationOnceThenStops) {

@@ -2,7 +2,8 @@
 // `heft tune` end to end (src/heft/tune/tuner.h, src/heft/cli/tune.cc) over a tiny command
 // line job (tests/tune/quadratic_job.py, minimum 0 at x = 0.3, layers = 3, adam): the trials
 // are jobs in the database, the best trial is in the known optimum region, a failing trial
-// is recorded and the tuning goes on, and bad tuning specs exit 2 naming the field.
+// is recorded and the tuning goes on, a diverged trial is marked Diverged and the search
+// leaves its region, and bad tuning specs exit 2 naming the field.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -94,6 +95,50 @@ TEST(TuneCli, AFailedTrialIsRecordedAndTheRestGoOn) {
   EXPECT_EQ(failed + completed, 8);
   EXPECT_GT(failed, 0) << out.text;
   EXPECT_GT(completed, 0) << out.text;
+}
+
+TEST(TuneCli, ADivergedTrialIsMarkedAndTheSearchLeavesItsRegion) {
+  // x > 0.4 diverges (the loss rises; above 0.8 it ends nan); the optimum, x = 0.3, lies
+  // just below that cliff, as a best learning rate lies just below the diverging ones.
+  test::TempDir home("heft-tune");
+  std::string text = tuning_spec("Bayesian", 11, 1, ", steps: 3, diverge_above: 0.4, nan_above: 0.8");
+  text.replace(text.find("loss=([0-9.eE+-]+)"), 18, "loss=([0-9.eE+-]+|nan)");
+  const std::string spec = write(home, "tune.yaml", text);
+  const std::string env = "HEFT_HOME=" + home.path() + " ";
+  const test::CommandOutput out = test::run_command(env + kHeft + " tune " + spec);
+  ASSERT_EQ(out.code, 0) << out.text;
+  const nlohmann::json t =
+      nlohmann::json::parse(test::read_file(home.path() + "/tunings/quad/tuning.json"));
+  ASSERT_EQ(t["trials"].size(), 11u) << out.text;
+  // The first 5 are the initial design (x, layers and two optimizer coordinates: 4 + 1);
+  // the rest are the model's.
+  int design_diverged = 0, model_diverged = 0;
+  for (size_t i = 0; i < t["trials"].size(); ++i) {
+    const nlohmann::json& trial = t["trials"][i];
+    const double x = std::stod(trial["hyperparameters"]["x"].get<std::string>());
+    if (x <= 0.4) {
+      EXPECT_EQ(trial["status"], "Completed") << trial.dump();
+      EXPECT_TRUE(trial["diverged"].is_null()) << trial.dump();
+      continue;
+    }
+    EXPECT_EQ(trial["status"], "Diverged") << trial.dump();
+    const std::string why = trial["diverged"].is_string() ? trial["diverged"].get<std::string>() : "";
+    EXPECT_NE(why.find(x > 0.8 ? "loss is nan" : "above its first value"), std::string::npos) << trial.dump();
+    ++(i < 5 ? design_diverged : model_diverged);
+  }
+  EXPECT_GT(design_diverged, 0) << out.text;  // a Latin hypercube: 3 of 5 strata above 0.4
+  // Uniform draws would diverge 60% of the time (3.6 of 6); the model leaves the region.
+  EXPECT_LE(model_diverged, 1) << out.text;
+  const double best_x = std::stod(t["best_trial"]["hyperparameters"]["x"].get<std::string>());
+  EXPECT_LE(best_x, 0.4);
+  EXPECT_NE(out.text.find("Diverged"), std::string::npos) << out.text;
+  // Shown by describe and tunings.
+  const test::CommandOutput described = test::run_command(env + kHeft + " describe quad");
+  EXPECT_NE(described.text.find("Diverged " + std::to_string(design_diverged + model_diverged)),
+            std::string::npos) << described.text;
+  EXPECT_NE(described.text.find("diverged: loss "), std::string::npos) << described.text;
+  const test::CommandOutput listed = test::run_command(env + kHeft + " tunings");
+  EXPECT_NE(listed.text.find("DIVERGED"), std::string::npos) << listed.text;
 }
 
 TEST(TuneCli, GridRunsEveryCombination) {
@@ -232,6 +277,11 @@ TEST(TuneCli, BadSpecsExit2NamingTheField) {
       {with("strategy: Bayesian", "strategy: Bayes"),
        "strategy: expected Grid, Random, Bayesian or Hyperband, found 'Bayes'"},
       {with("random_seed: 3", "random_sed: 3"), "random_sed"},
+      {with("scaling: Linear}", "scaling: Linear, when: {layers: 3}}"),
+       "hyperparameter_ranges.x: when: expected the name of a categorical range, found 'layers'"},
+      {good + "diverged_if: {loss_above_first: 0}\n", "diverged_if.loss_above_first: expected a number > 0"},
+      {good + "diverged_if: {loss_metric: acc}\n",
+       "diverged_if.loss_metric: 'acc' is not one of the training job's metric_definitions (loss), nor none"},
   };
   for (const Case& c : cases) {
     const std::string spec = write(home, "bad.yaml", c.edit);

@@ -24,7 +24,7 @@ Eigen::VectorXd vec(const std::vector<double>& u) {
 
 BayesianSearch::BayesianSearch(SearchSpace space, uint64_t seed, BayesianOptions options)
     : space_(std::move(space)), options_(options), rng_(seed) {
-  if (options_.initial_points <= 0) options_.initial_points = std::max(4, space_.dims() + 1);
+  if (options_.initial_points <= 0) options_.initial_points = std::max(4, space_.active_dims() + 1);
   // A Latin hypercube over the numeric coordinates: each of n strata of every coordinate
   // holds one point (a categorical: each value in turn).
   const int n = options_.initial_points;
@@ -60,7 +60,16 @@ bool BayesianSearch::taken(const std::vector<double>& u) const {
     if (distance2(x, u) < 1e-18) return true;
   for (const auto& x : pending_)
     if (distance2(x, u) < 1e-18) return true;
+  for (const auto& x : failed_)
+    if (distance2(x, u) < 1e-18) return true;
   return false;
+}
+
+double BayesianSearch::failure_value() const {
+  if (y_.empty()) return 1.0;
+  const auto [lo, hi] = std::minmax_element(y_.begin(), y_.end());
+  const double spread = *hi - *lo;
+  return *hi + (spread > 0 ? 0.5 * spread : 1.0);
 }
 
 double BayesianSearch::acquisition(const GaussianProcess& gp, const std::vector<double>& u,
@@ -71,18 +80,25 @@ double BayesianSearch::acquisition(const GaussianProcess& gp, const std::vector<
 }
 
 std::vector<double> BayesianSearch::acquire() {
-  // The model: observations, plus each pending point at the best value so far.
+  // The model: observations, each failure at the failure value, each pending point at the
+  // best value so far.
   const double best = *std::min_element(y_.begin(), y_.end());
-  const size_t n = x_.size() + pending_.size(), d = static_cast<size_t>(space_.dims());
+  const double failed = failure_value();
+  const size_t n = x_.size() + failed_.size() + pending_.size(), d = static_cast<size_t>(space_.dims());
   Eigen::MatrixXd x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(d));
   Eigen::VectorXd y(static_cast<Eigen::Index>(n));
   for (size_t i = 0; i < x_.size(); ++i) {
     x.row(static_cast<Eigen::Index>(i)) = vec(x_[i]);
     y[static_cast<Eigen::Index>(i)] = y_[i];
   }
+  for (size_t i = 0; i < failed_.size(); ++i) {
+    x.row(static_cast<Eigen::Index>(x_.size() + i)) = vec(failed_[i]);
+    y[static_cast<Eigen::Index>(x_.size() + i)] = failed;
+  }
+  const size_t first_pending = x_.size() + failed_.size();
   for (size_t i = 0; i < pending_.size(); ++i) {
-    x.row(static_cast<Eigen::Index>(x_.size() + i)) = vec(pending_[i]);
-    y[static_cast<Eigen::Index>(x_.size() + i)] = best;
+    x.row(static_cast<Eigen::Index>(first_pending + i)) = vec(pending_[i]);
+    y[static_cast<Eigen::Index>(first_pending + i)] = best;
   }
   gp_.set_data(x, y);
   gp_.fit(rng_, options_.restarts);
@@ -137,13 +153,13 @@ std::vector<double> BayesianSearch::acquire() {
 
 std::optional<Config> BayesianSearch::suggest() {
   std::vector<double> u;
-  while (!design_.empty() && static_cast<int>(x_.size()) < options_.initial_points) {
+  while (!design_.empty() && static_cast<int>(x_.size() + failed_.size()) < options_.initial_points) {
     u = std::move(design_.back());
     design_.pop_back();
     if (!taken(u)) break;
     u.clear();
   }
-  if (u.empty()) u = y_.empty() ? space_.snap(uniform_point(space_, rng_)) : acquire();
+  if (u.empty()) u = y_.empty() ? away_from_failures() : acquire();
   pending_.push_back(u);
   return space_.from_unit(u);
 }
@@ -154,6 +170,29 @@ void BayesianSearch::observe(const Config& config, double objective) {
   if (!std::isfinite(objective)) return;
   x_.push_back(u);
   y_.push_back(objective);
+}
+
+std::vector<double> BayesianSearch::away_from_failures() {
+  // Nothing observed yet: the model has nothing to learn from, so a random point, the
+  // farthest of a few from the failures (any when there are none).
+  std::vector<double> chosen;
+  double farthest = -1;
+  for (int i = 0; i < (failed_.empty() ? 1 : 64); ++i) {
+    std::vector<double> u = space_.snap(uniform_point(space_, rng_));
+    double nearest = 1e300;
+    for (const auto& f : failed_) nearest = std::min(nearest, distance2(f, u));
+    if (nearest > farthest && !taken(u)) {
+      farthest = nearest;
+      chosen = std::move(u);
+    }
+  }
+  return chosen.empty() ? space_.snap(uniform_point(space_, rng_)) : chosen;
+}
+
+void BayesianSearch::observe_failure(const Config& config) {
+  const std::vector<double> u = space_.to_unit(config);
+  forget(config);
+  failed_.push_back(u);
 }
 
 void BayesianSearch::forget(const Config& config) {

@@ -7,6 +7,10 @@
 // suggestion looks elsewhere instead of repeating it. The first `initial_points` suggestions
 // (fewer when warm-start observations exist) are a Latin hypercube over the cube (each
 // categorical value in turn).
+// *Failures*: configurations whose trials diverged (observe_failure). Each enters the model
+// at a *failure value* worse than every observation (the worst plus half the observed
+// spread), so the model's mean is bad around it and expected improvement leads away;
+// neither they nor points near them count as the best.
 // Acquisition: EI over `candidates` random points plus perturbations of the best observed
 // ones, the best few refined by a shrinking local search; integers and categoricals are
 // snapped (rounded, one-hot) before EI is computed, and a point already observed or pending
@@ -24,7 +28,7 @@
 namespace heft::tune {
 
 struct BayesianOptions {
-  int initial_points = 0;   // 0: max(4, dims + 1)
+  int initial_points = 0;   // 0: max(4, active dims + 1) (SearchSpace::active_dims)
   int candidates = 2000;    // random candidates per suggestion
   int refine = 5;           // best candidates refined locally
   int restarts = 4;         // starts of the GP's hyperparameter fit
@@ -37,13 +41,18 @@ class BayesianSearch : public Strategy {
   std::optional<Config> suggest() override;
   void observe(const Config& config, double objective) override;
   void forget(const Config& config) override;
+  void observe_failure(const Config& config) override;
   std::string name() const override { return "bayesian"; }
 
   int observations() const { return static_cast<int>(y_.size()); }
+  int failures() const { return static_cast<int>(failed_.size()); }
+  // Worse than every observation: the worst plus half the spread (1 when they are equal).
+  double failure_value() const;
   int pending() const { return static_cast<int>(pending_.size()); }
 
  private:
   std::vector<double> acquire();
+  std::vector<double> away_from_failures();
   double acquisition(const GaussianProcess& gp, const std::vector<double>& u, double best,
                      double xi) const;
   bool taken(const std::vector<double>& u) const;
@@ -53,6 +62,7 @@ class BayesianSearch : public Strategy {
   std::mt19937_64 rng_;
   std::vector<std::vector<double>> x_;  // observed points (snapped)
   std::vector<double> y_;
+  std::vector<std::vector<double>> failed_;  // diverged points (snapped)
   std::vector<std::vector<double>> pending_;
   std::vector<std::vector<double>> design_;  // Latin hypercube left to suggest
   GaussianProcess gp_;

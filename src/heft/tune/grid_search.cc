@@ -29,19 +29,37 @@ GridSearch::GridSearch(SearchSpace space) : space_(std::move(space)) {
 }
 
 std::optional<Config> GridSearch::suggest() {
-  if (next_ >= size_ || space_.empty()) return std::nullopt;
-  uint64_t index = next_++;
-  Config c;
   const auto& ranges = space_.ranges();
-  for (auto it = ranges.rbegin(); it != ranges.rend(); ++it) {  // last range fastest
-    const uint64_t n = points_of(*it), k = index % n;
-    index /= n;
-    if (it->kind == Range::Kind::kCategorical)
-      c[it->name] = it->values[k];
-    else
-      c[it->name] = static_cast<int64_t>(it->min) + static_cast<int64_t>(k);
+  while (next_ < size_ && !space_.empty()) {
+    uint64_t index = next_++;
+    std::vector<uint64_t> at(ranges.size());
+    for (size_t i = ranges.size(); i-- > 0;) {  // last range fastest
+      const uint64_t n = points_of(ranges[i]);
+      at[i] = index % n;
+      index /= n;
+    }
+    Config parents;  // the unconditional categoricals, which conditions read
+    for (size_t i = 0; i < ranges.size(); ++i)
+      if (ranges[i].kind == Range::Kind::kCategorical && ranges[i].when.empty())
+        parents[ranges[i].name] = ranges[i].values[at[i]];
+    // An inactive conditional range takes only its first point, left out of the
+    // configuration: its other points would repeat it.
+    Config c;
+    bool repeat = false;
+    for (size_t i = 0; i < ranges.size() && !repeat; ++i) {
+      const Range& r = ranges[i];
+      if (!SearchSpace::active(r, parents)) {
+        repeat = at[i] != 0;
+        continue;
+      }
+      if (r.kind == Range::Kind::kCategorical)
+        c[r.name] = r.values[at[i]];
+      else
+        c[r.name] = static_cast<int64_t>(r.min) + static_cast<int64_t>(at[i]);
+    }
+    if (!repeat) return c;
   }
-  return c;
+  return std::nullopt;
 }
 
 }  // namespace heft::tune

@@ -1,6 +1,8 @@
 // Grid search over integer and categorical ranges: every combination once, in order (the
 // last range varies fastest), then nothing. The job count is the grid's size (size()); a
-// tuning job's max_jobs caps it. Continuous ranges cannot be enumerated: refused.
+// tuning job's max_jobs caps it. Continuous ranges cannot be enumerated: refused. A
+// conditional range's points are enumerated where it is active only (size() counts them all,
+// so the grid may end before size() suggestions).
 #pragma once
 
 #include "heft/tune/strategy.h"

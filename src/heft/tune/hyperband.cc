@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "heft/error.h"
@@ -23,10 +24,11 @@ bool Hyperband::should_stop(const std::string& trial, const std::vector<double>&
   while (next < rungs_.size() && series.size() >= static_cast<size_t>(rungs_[next])) {
     const int r = rungs_[next];
     const double score = *std::min_element(series.begin(), series.begin() + r);
-    std::vector<double>& earlier = scores_[static_cast<int>(next)];
+    std::map<std::string, double>& earlier = scores_[static_cast<int>(next)];
     bool stop = false;
     if (!earlier.empty()) {
-      std::vector<double> sorted = earlier;
+      std::vector<double> sorted;
+      for (const auto& [name, s] : earlier) sorted.push_back(s);
       std::sort(sorted.begin(), sorted.end());
       // The best 1/eta of the earlier scores and this one: this one goes on if at most
       // ceil((n + 1) / eta) - 1 earlier scores beat it.
@@ -34,7 +36,7 @@ bool Hyperband::should_stop(const std::string& trial, const std::vector<double>&
       const size_t better = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), score) - sorted.begin());
       stop = better >= keep;
     }
-    earlier.push_back(score);
+    earlier[trial] = score;
     ++next;
     if (stop) {
       if (why) {
@@ -47,6 +49,11 @@ bool Hyperband::should_stop(const std::string& trial, const std::vector<double>&
     }
   }
   return false;
+}
+
+void Hyperband::mark_failed(const std::string& trial) {
+  for (auto& [rung, scores] : scores_)
+    if (auto it = scores.find(trial); it != scores.end()) it->second = std::numeric_limits<double>::infinity();
 }
 
 }  // namespace heft::tune

@@ -26,11 +26,14 @@ class Hyperband {
   // reached and returns true (with `why`) when one of them falls outside the best 1/eta.
   bool should_stop(const std::string& trial, const std::vector<double>& series,
                    std::string* why = nullptr);
+  // `trial` diverged (divergence.h): its scores at every rung become +infinity, worse than
+  // any, so they no longer hold later trials to the values it had before it diverged.
+  void mark_failed(const std::string& trial);
 
  private:
   int eta_;
   std::vector<int> rungs_;
-  std::map<int, std::vector<double>> scores_;  // rung index -> scores recorded there
+  std::map<int, std::map<std::string, double>> scores_;  // rung index -> trial -> score
   std::map<std::string, size_t> reached_;      // trial -> rungs recorded
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -23,6 +24,17 @@ std::string number(double v) {
 }
 
 double clamp01(double u) { return std::isnan(u) ? 0.0 : std::min(1.0, std::max(0.0, u)); }
+
+// Conditions that can never hold at once: on one range, with no value in common.
+bool exclusive(const Condition& a, const Condition& b) {
+  if (a.empty() || b.empty() || a.range != b.range) return false;
+  for (const std::string& v : a.values)
+    if (std::find(b.values.begin(), b.values.end(), v) != b.values.end()) return false;
+  return true;
+}
+
+// The coordinate of an inactive range.
+constexpr double kInactive = 0.5;
 
 }  // namespace
 
@@ -82,7 +94,10 @@ double scale_from_unit(const Range& r, double u) {
 void SearchSpace::add(Range r) {
   if (r.name.empty()) throw InvalidArgument("hyperparameter_ranges: a range without a name");
   for (const Range& other : ranges_)
-    if (other.name == r.name) bad(r, "defined twice");
+    if (other.name == r.name && !exclusive(other.when, r.when))
+      bad(r, "defined twice (a name may repeat only in ranges whose `when` names one "
+             "categorical range with no value in common)");
+  if (!r.when.empty() && r.when.values.empty()) bad(r, "when: expected at least one value");
   if (r.kind == Range::Kind::kCategorical) {
     if (r.values.empty()) bad(r, "expected at least one value");
     std::set<std::string> seen;
@@ -108,31 +123,80 @@ void SearchSpace::add(Range r) {
   ranges_.push_back(std::move(r));
 }
 
-void SearchSpace::add_continuous(const std::string& name, double min, double max, Scaling s) {
+void SearchSpace::check_conditions() const {
+  for (const Range& r : ranges_) {
+    if (r.when.empty()) continue;
+    const auto parent = std::find_if(ranges_.begin(), ranges_.end(),
+                                     [&](const Range& p) { return p.name == r.when.range; });
+    if (parent == ranges_.end() || parent->kind != Range::Kind::kCategorical)
+      bad(r, "when: expected the name of a categorical range, found '" + r.when.range + "'");
+    if (!parent->when.empty())
+      bad(r, "when: '" + r.when.range + "' is conditional itself (conditions do not nest)");
+    for (const std::string& v : r.when.values)
+      if (std::find(parent->values.begin(), parent->values.end(), v) == parent->values.end())
+        bad(r, "when: '" + v + "' is not one of " + r.when.range + "'s values");
+  }
+}
+
+int SearchSpace::active_dims() const {
+  int always = 0;
+  std::map<std::string, int> by_value;  // "range=value" -> coordinates active with it
+  std::map<std::string, int> most;      // parent range -> the most over its values
+  for (const Range& r : ranges_) {
+    const int d = r.kind == Range::Kind::kCategorical ? static_cast<int>(r.values.size()) : 1;
+    if (r.when.empty()) {
+      always += d;
+      continue;
+    }
+    for (const std::string& v : r.when.values) {
+      int& n = by_value[r.when.range + "=" + v];
+      n += d;
+      most[r.when.range] = std::max(most[r.when.range], n);
+    }
+  }
+  for (const auto& [parent, n] : most) always += n;
+  return always;
+}
+
+bool SearchSpace::active(const Range& r, const Config& config) {
+  if (r.when.empty()) return true;
+  const auto it = config.find(r.when.range);
+  if (it == config.end()) return false;
+  const auto* v = std::get_if<std::string>(&it->second);
+  return v && std::find(r.when.values.begin(), r.when.values.end(), *v) != r.when.values.end();
+}
+
+void SearchSpace::add_continuous(const std::string& name, double min, double max, Scaling s,
+                                 Condition when) {
   Range r;
   r.kind = Range::Kind::kContinuous;
   r.name = name;
   r.min = min;
   r.max = max;
   r.scaling = s;
+  r.when = std::move(when);
   add(std::move(r));
 }
 
-void SearchSpace::add_integer(const std::string& name, int64_t min, int64_t max, Scaling s) {
+void SearchSpace::add_integer(const std::string& name, int64_t min, int64_t max, Scaling s,
+                              Condition when) {
   Range r;
   r.kind = Range::Kind::kInteger;
   r.name = name;
   r.min = static_cast<double>(min);
   r.max = static_cast<double>(max);
   r.scaling = s;
+  r.when = std::move(when);
   add(std::move(r));
 }
 
-void SearchSpace::add_categorical(const std::string& name, std::vector<std::string> values) {
+void SearchSpace::add_categorical(const std::string& name, std::vector<std::string> values,
+                                  Condition when) {
   Range r;
   r.kind = Range::Kind::kCategorical;
   r.name = name;
   r.values = std::move(values);
+  r.when = std::move(when);
   add(std::move(r));
 }
 
@@ -140,6 +204,10 @@ std::vector<double> SearchSpace::to_unit(const Config& config) const {
   std::vector<double> u;
   u.reserve(static_cast<size_t>(dims_));
   for (const Range& r : ranges_) {
+    if (!active(r, config)) {
+      u.insert(u.end(), r.kind == Range::Kind::kCategorical ? r.values.size() : 1, kInactive);
+      continue;
+    }
     const auto it = config.find(r.name);
     if (it == config.end()) throw InvalidArgument("configuration: no value for '" + r.name + "'");
     const ParamValue& v = it->second;
@@ -171,21 +239,26 @@ Config SearchSpace::from_unit(const std::vector<double>& u) const {
     throw InvalidArgument("from_unit: " + std::to_string(u.size()) + " coordinates for a space of " +
                           std::to_string(dims_));
   Config c;
-  size_t k = 0;
-  for (const Range& r : ranges_) {
-    if (r.kind == Range::Kind::kCategorical) {
-      size_t best = 0;
-      for (size_t i = 1; i < r.values.size(); ++i)
-        if (u[k + i] > u[k + best]) best = i;
-      c[r.name] = r.values[best];
-      k += r.values.size();
-      continue;
+  // Unconditional ranges first: the conditions read their values.
+  for (const bool conditional : {false, true}) {
+    size_t k = 0;
+    for (const Range& r : ranges_) {
+      const size_t at = k;
+      k += r.kind == Range::Kind::kCategorical ? r.values.size() : 1;
+      if (r.when.empty() == conditional || (conditional && !active(r, c))) continue;
+      if (r.kind == Range::Kind::kCategorical) {
+        size_t best = 0;
+        for (size_t i = 1; i < r.values.size(); ++i)
+          if (u[at + i] > u[at + best]) best = i;
+        c[r.name] = r.values[best];
+        continue;
+      }
+      const double x = scale_from_unit(r, u[at]);
+      if (r.kind == Range::Kind::kInteger)
+        c[r.name] = static_cast<int64_t>(std::llround(std::min(r.max, std::max(r.min, std::round(x)))));
+      else
+        c[r.name] = x;
     }
-    const double x = scale_from_unit(r, u[k++]);
-    if (r.kind == Range::Kind::kInteger)
-      c[r.name] = static_cast<int64_t>(std::llround(std::min(r.max, std::max(r.min, std::round(x)))));
-    else
-      c[r.name] = x;
   }
   return c;
 }

@@ -29,6 +29,10 @@ class Strategy {
   virtual void observe(const Config& config, double objective) = 0;
   // A pending suggestion that will never report (its trial failed or was stopped).
   virtual void forget(const Config& config) = 0;
+  // A configuration whose trial diverged (divergence.h): a failure that says something about
+  // its region. A strategy that models the objective keeps it as a bad point so later
+  // suggestions avoid the region; the others forget it.
+  virtual void observe_failure(const Config& config) { forget(config); }
   virtual std::string name() const = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iomanip>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "heft/job/job_report.h"
 #include "heft/job/process.h"
 #include "heft/job/supervisor.h"
+#include "heft/tune/divergence.h"
 #include "heft/tune/early_stopping.h"
 #include "heft/tune/hyperband.h"
 #include "heft/tune/strategy.h"
@@ -42,6 +44,7 @@ struct Trial {
   std::string status = "InProgress";
   std::optional<double> objective;
   bool early_stopped = false;
+  std::string diverged;  // why it diverged (divergence.h); empty when it did not
   std::string note;
   std::unique_ptr<job::Process> process;
   int log_fd = -1;
@@ -72,7 +75,7 @@ class Run {
 
   int run() {
     dir_ = tuning_dir(options_.home, spec_.name);
-    const std::vector<std::pair<Config, double>> seeds = parents_trials();  // may throw
+    const std::vector<SeedTrial> seeds = parents_trials(options_.home, spec_);  // may throw
     std::error_code ec;
     if (fs::exists(dir_, ec))
       throw InvalidArgument("a tuning job named '" + spec_.name + "' exists already (" + dir_ +
@@ -85,6 +88,9 @@ class Run {
       write_file_atomically(template_, spec_.training_job_yaml);
     }
     strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    std::vector<std::string> defined;
+    for (const job::MetricDefinition& m : spec_.training_job.metric_definitions) defined.push_back(m.name);
+    loss_metric_ = resolve_loss_metric(spec_.diverged_if, defined, spec_.objective_metric, spec_.maximize);
     if (spec_.strategy == "Hyperband")
       hyperband_ = std::make_unique<Hyperband>(spec_.hyperband_min_resource,
                                                spec_.hyperband_max_resource,
@@ -136,12 +142,13 @@ class Run {
           drain(t);
           if (t.process->try_reap()) finish(t);
         }
-      if ((spec_.early_stopping || hyperband_) && !stopped && ++polls_ % 2 == 0) early_stop();
+      ++polls_;
+      if ((spec_.early_stopping || hyperband_) && !stopped && polls_ % 2 == 0) early_stop();
+      if (!loss_metric_.empty() && !stopped && polls_ % 5 == 0) watch_divergence();
       if (running() == 0 && (stopped || static_cast<int>(trials_.size()) >= max_jobs)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
     }
-    const bool any = std::any_of(trials_.begin(), trials_.end(),
-                                 [](const Trial& t) { return t.objective.has_value(); });
+    const bool any = best() != nullptr;
     status_ = stopped ? "Stopped" : any ? "Completed" : "Failed";
     ended_at_ = job::unix_now();
     save();
@@ -160,14 +167,23 @@ class Run {
   // negated for Maximize (strategies and the median rule minimise).
   std::vector<double> series(job::JobDb& db, const std::string& name) {
     std::vector<double> out;
-    job::Result<job::JobRecord> record = db.find_job(name);
-    if (!record.ok()) return out;
-    const auto points = db.metrics(record.value().id, spec_.objective_metric);
-    int rank = INT32_MAX;
-    for (const auto& p : points) rank = std::min(rank, p.rank);
-    for (const auto& p : points)
-      if (p.rank == rank && std::isfinite(p.value)) out.push_back(spec_.maximize ? -p.value : p.value);
+    for (double v : metric_values(db, name, spec_.objective_metric))
+      if (std::isfinite(v)) out.push_back(spec_.maximize ? -v : v);
     return out;
+  }
+
+  // A running trial whose loss became non-finite will not recover: stopped now, Diverged.
+  void watch_divergence() {
+    std::unique_ptr<job::JobDb> db = job::open_job_db(options_.home, false);
+    if (!db) return;
+    for (Trial& t : trials_) {
+      if (!t.process || t.process->reaped() || !t.diverged.empty()) continue;
+      const std::vector<double> loss = metric_values(*db, t.name, loss_metric_);
+      if (std::all_of(loss.begin(), loss.end(), [](double v) { return std::isfinite(v); })) continue;
+      t.diverged = divergence_reason(spec_.diverged_if, spec_.maximize, spec_.objective_metric,
+                                     std::nullopt, loss_metric_, loss) + "; stopped";
+      (void)db->request_stop(t.name);
+    }
   }
 
   // The median rule (early_stopping.h) over the running trials.
@@ -189,53 +205,12 @@ class Run {
     }
   }
 
-  // The parents' trials with an objective (config, minimised objective), checked before
-  // anything is created: heft::InvalidArgument naming a missing parent or one that optimised
-  // another objective.
-  std::vector<std::pair<Config, double>> parents_trials() {
-    std::vector<std::pair<Config, double>> out;
-    for (size_t i = 0; i < spec_.warm_start_parents.size(); ++i) {
-      const std::string& parent = spec_.warm_start_parents[i];
-      const std::optional<nlohmann::json> p = read_tuning(options_.home, parent);
-      const std::string field = "warm_start.parents[" + std::to_string(i) + "]";
-      if (!p) throw InvalidArgument(field + ": no tuning job named '" + parent + "'");
-      if ((*p)["objective"].value("metric", "") != spec_.objective_metric ||
-          ((*p)["objective"].value("type", "") == "Maximize") != spec_.maximize)
-        throw InvalidArgument(field + ": '" + parent + "' optimised " +
-                              (*p)["objective"].value("type", "") + " " +
-                              (*p)["objective"].value("metric", "") + ", not this tuning's objective");
-      for (const auto& trial : (*p)["trials"]) {
-        if (!trial["objective"].is_number()) continue;
-        Config c;
-        bool complete = true;
-        for (const Range& r : spec_.ranges.ranges()) {
-          const auto& hp = trial["hyperparameters"];
-          if (!hp.contains(r.name)) {
-            complete = false;
-            break;
-          }
-          const std::string text = hp[r.name].get<std::string>();
-          try {
-            if (r.kind == Range::Kind::kCategorical) c[r.name] = text;
-            else if (r.kind == Range::Kind::kInteger) c[r.name] = static_cast<int64_t>(std::stoll(text));
-            else c[r.name] = std::stod(text);
-          } catch (const std::exception&) {
-            complete = false;
-          }
-        }
-        if (!complete) continue;
-        const double v = trial["objective"].get<double>();
-        out.emplace_back(std::move(c), spec_.maximize ? -v : v);
-      }
-    }
-    return out;
-  }
-
-  void warm_start(const std::vector<std::pair<Config, double>>& seeds) {
+  void warm_start(const std::vector<SeedTrial>& seeds) {
     int seeded = 0;
-    for (const auto& [c, v] : seeds) {
+    for (const SeedTrial& seed : seeds) {
       try {
-        strategy_->observe(c, v);
+        if (seed.diverged) strategy_->observe_failure(seed.config);
+        else strategy_->observe(seed.config, seed.objective);
         ++seeded;
       } catch (const InvalidArgument&) {  // a value outside this tuning's ranges
       }
@@ -291,12 +266,25 @@ class Run {
         db ? db->find_job(t.name) : job::Result<job::JobRecord>::failure("no job database");
     if (record.ok()) {
       t.status = record.value().status;
-      if (const std::vector<double> s = series(*db, t.name); !s.empty()) ended_series_.push_back(s);
       // A stop that came after the trial finished does not count.
       if (t.early_stopped && t.status == "Completed") t.early_stopped = false;
       if (t.early_stopped) note = t.note;
+      std::optional<double> recorded;
       for (const job::MetricPoint& p : db->final_metrics(record.value().id))
-        if (p.name == spec_.objective_metric && std::isfinite(p.value)) t.objective = p.value;
+        if (p.name == spec_.objective_metric) recorded = p.value;
+      if (recorded && std::isfinite(*recorded)) t.objective = recorded;
+      // A trial the user stopped is cut short, not judged.
+      if (t.diverged.empty() && (t.status != "Stopped" || t.early_stopped))
+        t.diverged = divergence_reason(spec_.diverged_if, spec_.maximize, spec_.objective_metric,
+                                       recorded, loss_metric_, metric_values(*db, t.name, loss_metric_));
+      std::vector<double> s = series(*db, t.name);
+      if (!t.diverged.empty()) {  // worse than any trial at every point it reached
+        t.status = "Diverged";
+        note = "diverged: " + t.diverged;
+        s.assign(std::max<size_t>(s.size(), 1), std::numeric_limits<double>::infinity());
+        if (hyperband_) hyperband_->mark_failed(t.name);
+      }
+      if (!s.empty()) ended_series_.push_back(std::move(s));
       if (!t.objective && t.status == "Completed") {
         t.status = "Failed";
         note = "recorded no " + spec_.objective_metric;
@@ -307,7 +295,9 @@ class Run {
       note = "heft train " + job::describe_wait_status(t.process->wait_status()) +
              " before the job was recorded (" + dir_ + "/" + t.name + ".log)";
     }
-    if (t.objective)
+    if (!t.diverged.empty())
+      strategy_->observe_failure(t.config);
+    else if (t.objective)
       strategy_->observe(t.config, spec_.maximize ? -*t.objective : *t.objective);
     else
       strategy_->forget(t.config);
@@ -318,7 +308,7 @@ class Run {
   const Trial* best() const {
     const Trial* b = nullptr;
     for (const Trial& t : trials_)
-      if (t.objective && (!b || (spec_.maximize ? *t.objective > *b->objective
+      if (t.objective && t.diverged.empty() && (!b || (spec_.maximize ? *t.objective > *b->objective
                                                 : *t.objective < *b->objective)))
         b = &t;
     return b;
@@ -357,6 +347,7 @@ class Run {
       for (const auto& [k, v] : t.config) hp[k] = value_text(v);
       trials.push_back({{"name", t.name}, {"status", t.status}, {"hyperparameters", hp},
                         {"early_stopped", t.early_stopped},
+                        {"diverged", t.diverged.empty() ? json(nullptr) : json(t.diverged)},
                         {"objective", t.objective ? json(*t.objective) : json(nullptr)}});
     }
     json doc = {{"name", spec_.name},
@@ -383,6 +374,7 @@ class Run {
   std::unique_ptr<Strategy> strategy_;
   std::vector<Trial> trials_;
   std::vector<std::vector<double>> ended_series_;  // for the median rule
+  std::string loss_metric_;                         // the divergence rule's; "" none
   uint64_t polls_ = 0;
   std::unique_ptr<Hyperband> hyperband_;
   std::string status_ = "InProgress";

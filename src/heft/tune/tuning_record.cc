@@ -84,11 +84,13 @@ std::vector<json> list_tunings(const std::string& home) {
 std::string tunings_table(const std::vector<json>& tunings) {
   std::ostringstream os;
   os << std::left << std::setw(24) << "NAME" << std::setw(12) << "STATUS" << std::setw(10)
-     << "STRATEGY" << std::setw(9) << "TRIALS" << std::setw(14) << "BEST" << "CREATED\n";
+     << "STRATEGY" << std::setw(9) << "TRIALS" << std::setw(10) << "DIVERGED" << std::setw(14)
+     << "BEST" << "CREATED\n";
   for (const json& t : tunings) {
     const std::string trials = std::to_string(t["trials"].size()) + "/" + std::to_string(t.value("max_jobs", 0));
     os << std::setw(24) << t.value("name", "") << std::setw(12) << t.value("status", "")
-       << std::setw(10) << t.value("strategy", "") << std::setw(9) << trials << std::setw(14)
+       << std::setw(10) << t.value("strategy", "") << std::setw(9) << trials << std::setw(10)
+       << t["trial_counts"].value("Diverged", 0) << std::setw(14)
        << (t["best_trial"].is_object() ? objective_text(t["best_trial"]["objective"]) : "-")
        << job::local_time_text(t.value("created_at", 0.0)) << "\n";
   }
@@ -120,8 +122,50 @@ std::string describe_tuning_text(const json& t) {
     std::string hp;
     for (const auto& [k, v] : trial["hyperparameters"].items()) hp += (hp.empty() ? "" : " ") + k + "=" + v.get<std::string>();
     os << hp << "\n";
+    if (trial.contains("diverged") && trial["diverged"].is_string())
+      os << std::string(28, ' ') << "diverged: " << trial["diverged"].get<std::string>() << "\n";
   }
   return os.str();
+}
+
+std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec& spec) {
+  std::vector<SeedTrial> out;
+  for (size_t i = 0; i < spec.warm_start_parents.size(); ++i) {
+    const std::string& parent = spec.warm_start_parents[i];
+    const std::optional<json> p = read_tuning(home, parent);
+    const std::string field = "warm_start.parents[" + std::to_string(i) + "]";
+    if (!p) throw InvalidArgument(field + ": no tuning job named '" + parent + "'");
+    if ((*p)["objective"].value("metric", "") != spec.objective_metric ||
+        ((*p)["objective"].value("type", "") == "Maximize") != spec.maximize)
+      throw InvalidArgument(field + ": '" + parent + "' optimised " +
+                            (*p)["objective"].value("type", "") + " " +
+                            (*p)["objective"].value("metric", "") + ", not this tuning's objective");
+    for (const json& trial : (*p)["trials"]) {
+      SeedTrial seed;
+      seed.diverged = trial.value("status", "") == "Diverged";
+      if (!seed.diverged && !trial["objective"].is_number()) continue;
+      const json& hp = trial["hyperparameters"];
+      bool complete = true;
+      for (const Range& r : spec.ranges.ranges()) {
+        if (!hp.contains(r.name)) continue;  // inactive, or missing: to_unit's to refuse
+        const std::string text = hp[r.name].get<std::string>();
+        try {
+          if (r.kind == Range::Kind::kCategorical) seed.config[r.name] = text;
+          else if (r.kind == Range::Kind::kInteger) seed.config[r.name] = static_cast<int64_t>(std::stoll(text));
+          else seed.config[r.name] = std::stod(text);
+        } catch (const std::exception&) {
+          complete = false;
+        }
+      }
+      if (!complete) continue;
+      if (!seed.diverged) {
+        const double v = trial["objective"].get<double>();
+        seed.objective = spec.maximize ? -v : v;
+      }
+      out.push_back(std::move(seed));
+    }
+  }
+  return out;
 }
 
 std::optional<TuningStop> request_tuning_stop(const std::string& home, const std::string& name) {

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "heft/tune/search_space.h"
+#include "heft/tune/tuning_spec.h"
+
 namespace heft::tune {
 
 // <home>/tunings/<name>
@@ -32,6 +35,18 @@ std::vector<nlohmann::json> list_tunings(const std::string& home);
 std::string tunings_table(const std::vector<nlohmann::json>& tunings);
 // Status, strategy, objective, counts by status, the best trial, then every trial.
 std::string describe_tuning_text(const nlohmann::json& tuning);
+
+// A trial of a warm start's parent tuning: its configuration, its objective (minimised:
+// negated for Maximize) and whether it diverged (then a failure to the strategy).
+struct SeedTrial {
+  Config config;
+  double objective = 0;
+  bool diverged = false;
+};
+// The trials of `spec`'s warm_start parents that have an objective or diverged, with a value
+// for each of spec's ranges they name (an active range left out is the strategy's to refuse).
+// heft::InvalidArgument naming a missing parent or one that optimised another objective.
+std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec& spec);
 
 enum class TuningStop { kRequested, kAlreadyEnded, kOrphanStopped };
 // Asks a running tuning to stop. nullopt when there is no tuning of that name.

@@ -1,5 +1,7 @@
 #include "heft/tune/tuning_spec.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -18,7 +20,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"name", "objective", "strategy", "max_jobs",
                                            "max_parallel_jobs", "random_seed", "early_stopping",
-                                           "hyperband",
+                                           "hyperband", "diverged_if",
                                            "warm_start", "hyperparameter_ranges", "training_job"};
 
 bool get_number(SpecReader& r, const YAML::Node& n, const std::string& path, double* out) {
@@ -34,6 +36,41 @@ bool get_number(SpecReader& r, const YAML::Node& n, const std::string& path, dou
   return false;
 }
 
+// A range's `when: {CATEGORICAL: value or [values]}`.
+bool read_condition(SpecReader& r, const YAML::Node& n, const std::string& path, Condition* when) {
+  if (!n.IsMap() || n.size() != 1) {
+    r.error(path, n, "expected {categorical range: value or [values]}, found " + job::found(n));
+    return false;
+  }
+  const auto it = n.begin();
+  when->range = it->first.Scalar();
+  const YAML::Node values = it->second;
+  if (values.IsScalar()) when->values.push_back(values.Scalar());
+  else if (values.IsSequence())
+    for (const YAML::Node& v : values) when->values.push_back(v.IsScalar() ? v.Scalar() : "");
+  if (when->values.empty() || std::find(when->values.begin(), when->values.end(), "") != when->values.end()) {
+    r.error(path + "." + when->range, values, "expected a value or a list of values, found " + job::found(values));
+    return false;
+  }
+  return true;
+}
+
+// diverged_if: {loss_metric, loss_above_first, objective_worse_than} (divergence.h).
+void read_diverged_if(SpecReader& r, const YAML::Node& n, DivergenceRule* rule) {
+  if (!r.expect_map(n, "diverged_if")) return;
+  r.check_keys(n, "diverged_if", {"loss_metric", "loss_above_first", "objective_worse_than"});
+  if (job::present(n["loss_metric"])) r.get_string(n["loss_metric"], "diverged_if.loss_metric", &rule->loss_metric);
+  double v = 0;
+  if (get_number(r, n["loss_above_first"], "diverged_if.loss_above_first", &v)) {
+    if (v > 0 && std::isfinite(v)) rule->loss_above_first = v;
+    else r.error("diverged_if.loss_above_first", n["loss_above_first"], "expected a number > 0");
+  }
+  if (get_number(r, n["objective_worse_than"], "diverged_if.objective_worse_than", &v)) {
+    if (std::isfinite(v)) rule->objective_worse_than = v;
+    else r.error("diverged_if.objective_worse_than", n["objective_worse_than"], "expected a finite number");
+  }
+}
+
 // One range list (continuous / integer / categorical) into `space`.
 void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
                  SearchSpace& space) {
@@ -47,10 +84,12 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
     const std::string path = base + "[" + std::to_string(i) + "]";
     if (!r.expect_map(item, path)) continue;
     r.check_keys(item, path,
-                 kind == "categorical" ? std::vector<std::string>{"name", "values"}
-                                       : std::vector<std::string>{"name", "min", "max", "scaling"});
+                 kind == "categorical" ? std::vector<std::string>{"name", "values", "when"}
+                                       : std::vector<std::string>{"name", "min", "max", "scaling", "when"});
     std::string name;
     if (!r.get_string(item["name"], path + ".name", &name)) continue;
+    Condition when;
+    if (job::present(item["when"]) && !read_condition(r, item["when"], path + ".when", &when)) continue;
     try {
       if (kind == "categorical") {
         const YAML::Node values = item["values"];
@@ -60,7 +99,7 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
         }
         std::vector<std::string> v;
         for (const YAML::Node& x : values) v.push_back(x.IsScalar() ? x.Scalar() : "");
-        space.add_categorical(name, v);
+        space.add_categorical(name, v, when);
         continue;
       }
       double min = 0, max = 0;
@@ -77,9 +116,9 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
           r.error(path, item, "min and max of an integer range must be integers");
           continue;
         }
-        space.add_integer(name, static_cast<int64_t>(min), static_cast<int64_t>(max), scaling);
+        space.add_integer(name, static_cast<int64_t>(min), static_cast<int64_t>(max), scaling, when);
       } else {
-        space.add_continuous(name, min, max, scaling);
+        space.add_continuous(name, min, max, scaling, when);
       }
     } catch (const InvalidArgument& e) {
       r.error(path, item, e.what());
@@ -166,6 +205,7 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
                 "Hyperband stops trials itself: leave early_stopping Off with it");
     }
   }
+  if (job::present(root["diverged_if"])) read_diverged_if(r, root["diverged_if"], &spec.diverged_if);
   const YAML::Node warm = root["warm_start"];
   if (job::present(warm) && r.expect_map(warm, "warm_start")) {
     r.check_keys(warm, "warm_start", {"parents", "type"});
@@ -192,6 +232,11 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
     r.check_keys(ranges, "hyperparameter_ranges", {"continuous", "integer", "categorical"});
     for (const char* kind : {"continuous", "integer", "categorical"})
       if (job::present(ranges[kind])) read_ranges(r, ranges[kind], kind, spec.ranges);
+    try {
+      spec.ranges.check_conditions();
+    } catch (const InvalidArgument& e) {
+      r.error("hyperparameter_ranges", ranges, e.what());
+    }
     if (spec.ranges.empty() && r.errors().empty())
       r.error("hyperparameter_ranges", ranges, "expected at least one range");
   }
@@ -251,6 +296,14 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
         source + ": objective.metric: '" + spec.objective_metric +
         "' is not one of the training job's metric_definitions (" +
         (defined.empty() ? std::string("it defines none") : defined) + ")");
+  const std::string& loss = spec.diverged_if.loss_metric;
+  if (!loss.empty() && loss != "none" &&
+      std::none_of(spec.training_job.metric_definitions.begin(), spec.training_job.metric_definitions.end(),
+                   [&](const job::MetricDefinition& m) { return m.name == loss; }))
+    return Result<TuningSpec>::failure(source + ": diverged_if.loss_metric: '" + loss +
+                                       "' is not one of the training job's metric_definitions (" +
+                                       (defined.empty() ? std::string("it defines none") : defined) +
+                                       "), nor none");
   return Result<TuningSpec>::success(std::move(spec));
 }
 

@@ -13,6 +13,7 @@
 
 #include "heft/job/result.h"
 #include "heft/job/spec.h"
+#include "heft/tune/divergence.h"
 #include "heft/tune/search_space.h"
 
 namespace heft::tune {
@@ -33,6 +34,8 @@ struct TuningSpec {
   // trials seed the strategy (checked against the home when the tuning starts).
   std::vector<std::string> warm_start_parents;
   SearchSpace ranges;
+  // diverged_if: {loss_metric, loss_above_first, objective_worse_than} (divergence.h).
+  DivergenceRule diverged_if;
   // The training job: a spec file (training_job.template, relative to the tuning spec's
   // folder) or the inline spec written out as YAML; trials override its hyperparameters.
   std::string training_job_yaml;
