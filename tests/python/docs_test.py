@@ -8,6 +8,7 @@ code):
 - every metric a built-in job records (the trainer's metric definitions in
   src/heft/job/spec.cc, the profiler's series in src/heft/profile/job_profiler.cc) is named in
   docs/;
+- every link between the docs leads to a file and a heading that exist;
 - every recorded run (a block with a `$ command` line and the output it printed) follows a
   `<!-- recorded: date=... machine=... cmd=... -->` marker whose cmd is the block's command,
   so that bench/refresh_docs.sh can re-run it (and the script lists them all and re-runs a
@@ -227,6 +228,12 @@ def heft_train_options(help_out):
     return set(re.findall(r"^\s*(--[A-Za-z][\w-]*)", help_out, re.M)) | {"--help", "-h"}
 
 
+def heading_anchor(heading):
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to -."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return "".join(c for c in text if c.isalnum() or c in "-_ ").replace(" ", "-")
+
+
 def builtin_metric_names():
     """The metrics a built-in job records: the trainer's metric definitions and the profiler's
     series (a name built with a number reads as coreN)."""
@@ -356,6 +363,28 @@ class Docs(unittest.TestCase):
         problems = [("docs/training.md", 0, f"hyperparameter: --{n} has no row in the table")
                     for n in sorted(names - rows)]
         self.check("hyperparameter", problems)
+
+    def test_links_between_docs_resolve(self):
+        # [text](path#anchor) outside code: the file exists, the anchor is one of its headings.
+        anchors = {path: {heading_anchor(h) for h in re.findall(r"^#+\s+(.*)$", blocks(text)[1], re.M)}
+                   for path, text in self.docs}
+        problems, anchored = [], 0
+        for path, text in self.docs:
+            prose = blocks(text)[1]
+            for m in re.finditer(r"\]\(([^)\s]+)\)", prose):
+                if re.match(r"[a-z]+:", m[1]):
+                    continue  # http:, mailto:
+                target, _, anchor = m[1].partition("#")
+                target = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+                line = prose.count("\n", 0, m.start()) + 1
+                if not os.path.exists(os.path.join(SOURCE, target)):
+                    problems.append((path, line, f"link: ({m[1]}): no file {target}"))
+                elif anchor and target in anchors:
+                    anchored += 1
+                    if anchor not in anchors[target]:
+                        problems.append((path, line, f"link: ({m[1]}): no heading #{anchor} in {target}"))
+        self.assertGreater(anchored, 3)
+        self.check("link", problems)
 
     def test_builtin_metrics_are_documented(self):
         names = builtin_metric_names()
