@@ -26,6 +26,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/gpt.h"
+#include "heft/train/pipeline_strategy.h"
 #include "support/command.h"
 #include "support/ranks.h"
 

@@ -9,9 +9,10 @@
 // Strategies: "data_parallel" (DistributedDataParallel over the mesh's data group; each rank
 // a full replica) and "sharded_data_parallel" (parallel/sharded: parameters, gradients and
 // optimizer state sharded over the mesh's shard group, hybrid across its replicate group),
-// chosen by sharded_data_parallel_degree > 1. Tensor and pipeline parallel come next, each
-// behind this interface. Both take gradient_accumulation (micro-batches, communicating on
-// the last), grad_clip (global norm) and activation_checkpointing (the model's units).
+// chosen by sharded_data_parallel_degree > 1, each tensor-parallel inside when the model is;
+// both take gradient_accumulation (micro-batches, communicating on the last), grad_clip
+// (global norm) and activation_checkpointing (the model's units). partitions > 1 chooses the
+// pipelined strategy (pipeline_strategy.h), whose stages are either of the two.
 //
 //   loop                      strategy (DDP)                      parallel/
 //   task.batch(step) ──────▶ step(batch, task, lr)
@@ -31,7 +32,6 @@
 
 #include "heft/config/distribution.h"
 #include "heft/parallel/mesh.h"
-#include "heft/parallel/pipeline/partition.h"
 #include "heft/parallel/process_group.h"
 #include "heft/train/hyperparameters.h"
 #include "heft/train/models.h"
@@ -116,19 +116,6 @@ struct PipelineSettings {
   int default_partition = 0;         // even split: the stage that takes the remainder
 };
 PipelineSettings pipeline_settings(const config::Distribution& distribution, const Hyperparameters& hp);
-
-// The automatic split's profile: each of model's pipeline layers (layer_names) run on its
-// own on a sample of `microbatch` samples (sample_input), each layer reading the previous
-// one's output, timed by parallel::pipeline::profile_layers (warm-up rounds, then each
-// layer's median); with its parameter bytes and its output's bytes. The layers' gradients
-// are left undefined and the global random generator's state as it was. A model without
-// sample_input gets names only (zero costs). A tensor-parallel model runs its tensor
-// collectives: every rank of its tensor group calls this together.
-std::vector<parallel::pipeline::LayerCost> profile_pipeline_layers(
-    Model& model, int64_t microbatch, const parallel::pipeline::ProfileOptions& options = {});
-// Splits whose largest stage cost is within this share of the best count as equally good
-// (auto_partition's tolerance): profiling noise below it does not change the split.
-constexpr double kPartitionTolerance = 0.05;
 
 // The mesh shape the distribution config (and the hyperparameters that override it) ask for
 // on `world` ranks. Throws heft::InvalidArgument naming sharded_data_parallel_degree when it
