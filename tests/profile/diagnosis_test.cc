@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -142,10 +143,11 @@ TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
   fs::remove_all(dir);
 }
 
-// Synthetic traces in the format of comm/trace.h: a pipeline exchange that one rank never
-// entered is named by its kind ("exchange", not "exchange[send"); a stale label is ignored.
-TEST(Diagnosis, ExchangeIsNamedByItsKind) {
-  const std::string dir = fresh_dir("exchange");
+// Synthetic traces in the format of comm/trace.h, ranks 0 and 1 of `group` (world ranks the
+// same): rank 0 entered collective #1 `op` at t = 100 and still runs it, rank 1 never did.
+void write_two_traces(const std::string& dir, const std::string& group, const std::string& op) {
+  std::string file = group;
+  std::replace(file.begin(), file.end(), '/', '+');
   for (int rank = 0; rank < 2; ++rank) {
     auto f = std::make_unique<comm::TraceFile>();
     std::memset(f.get(), 0, sizeof(comm::TraceFile));
@@ -153,20 +155,28 @@ TEST(Diagnosis, ExchangeIsNamedByItsKind) {
     f->rank = f->world_rank = rank;
     f->size = 2;
     f->pid = ::getpid();
-    std::snprintf(f->group, sizeof(f->group), "job/world/split1/0");
-    if (rank == 0) {  // entered #1, still running
+    std::snprintf(f->group, sizeof(f->group), "%s", group.c_str());
+    if (rank == 0) {
       f->issued = 1;
       comm::TraceEntry& e = f->entries[0];
       e.seq = 1;
       e.queued_at = e.started_at = 100;
       e.state = static_cast<int32_t>(comm::TraceState::kRunning);
       e.peer = -1;
-      std::snprintf(e.op, sizeof(e.op), "exchange[send(to rank 1, tag 0, 64 B), recv(from rank 1, tag 0, 64 B)]");
+      std::snprintf(e.op, sizeof(e.op), "%s", op.c_str());
     }
-    std::ofstream(dir + "/rank-" + std::to_string(rank) + ".job+world+split1+0.trace", std::ios::binary)
+    std::ofstream(dir + "/rank-" + std::to_string(rank) + "." + file + ".trace", std::ios::binary)
         .write(reinterpret_cast<const char*>(f.get()), sizeof(comm::TraceFile));
   }
-  // A label file left by a rank that wrote no trace this start is not believed.
+}
+
+// A pipeline exchange one rank never entered is named by its kind ("exchange", not
+// "exchange[send"); a label file of a rank that wrote no trace (left from a start with more
+// ranks) is not believed.
+TEST(Diagnosis, ExchangeIsNamedByItsKind) {
+  const std::string dir = fresh_dir("exchange");
+  write_two_traces(dir, "job/world/split1/0",
+                   "exchange[send(to rank 1, tag 0, 64 B), recv(from rank 1, tag 0, 64 B)]");
   std::ofstream(dir + "/rank-5.groups.json")
       << R"({"world_rank": 5, "groups": [{"group": "job/world/split1/0", "dimension": "tensor", "ranks": [4, 5]}]})";
   const Diagnosis d = diagnose(dir, 110);
@@ -174,6 +184,26 @@ TEST(Diagnosis, ExchangeIsNamedByItsKind) {
   EXPECT_EQ(d.groups.at(0).dimension, "");
   EXPECT_NE(d.text().find("exchange #1 in group job/world/split1/0: rank 1 never entered it (no "
                           "collective yet); rank 0 waits in it for rank 1 (for 10.0 s)"),
+            std::string::npos) << d.text();
+  fs::remove_all(dir);
+}
+
+// The world serving as the data group also serves as the shard group (sharding over the
+// whole data dimension) or the replicate group (no sharding): it is called the data group.
+TEST(Diagnosis, AGroupThatIsTheWholeDataDimensionIsTheDataGroup) {
+  const std::string dir = fresh_dir("data");
+  write_two_traces(dir, "job/world", "allreduce(shm, 4096 B)");
+  for (int rank = 0; rank < 2; ++rank)
+    std::ofstream(dir + "/rank-" + std::to_string(rank) + ".groups.json")
+        << "{\"world_rank\": " << rank << R"(, "groups": [
+             {"group": "job/world", "dimension": "data", "ranks": [0, 1]},
+             {"group": "job/world/split0/)" << rank << R"(", "dimension": "replicate", "ranks": [)" << rank << R"(]},
+             {"group": "job/world", "dimension": "shard", "ranks": [0, 1]}]})";
+  const Diagnosis d = diagnose(dir, 110);
+  ASSERT_EQ(d.groups.size(), 1u);
+  EXPECT_EQ(d.groups[0].dimension, "data");
+  EXPECT_EQ(d.groups[0].label, "data group {0,1}");
+  EXPECT_NE(d.text().find("allreduce #1 in the data group {0,1}: rank 1 never entered it"),
             std::string::npos) << d.text();
   fs::remove_all(dir);
 }

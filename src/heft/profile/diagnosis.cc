@@ -93,7 +93,9 @@ std::map<std::string, GroupLabel> read_labels(const std::string& dir,
 // communicator name when the mesh did not label it.
 void label_group(GroupDiagnosis& g, const GroupLabel* l) {
   if (l && !l->dims.empty()) {
-    for (int d : l->dims) g.dimension += (g.dimension.empty() ? "" : "/") + std::string(kDimensions[d]);
+    std::set<int> dims = l->dims;
+    if (dims.count(0)) dims.erase(3), dims.erase(4);  // the whole data dimension: "data"
+    for (int d : dims) g.dimension += (g.dimension.empty() ? "" : "/") + std::string(kDimensions[d]);
     g.ranks = l->ranks;
     g.label = g.dimension + " group " + members_text(g.ranks);
     return;

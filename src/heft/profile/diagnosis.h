@@ -25,7 +25,9 @@ namespace heft::profile {
 
 struct GroupDiagnosis {
   std::string group;           // the communicator's name ("fashion/world/split2/2")
-  std::string dimension;       // "tensor", "data/shard" (one group serving two); "" unlabelled
+  std::string dimension;       // "data", "pipeline", "tensor", "replicate", "shard"; a group
+                               // that is the whole data dimension is "data" even when it is
+                               // also the shard or replicate group; "" unlabelled
   std::vector<int> ranks;      // the members (world ranks, by group rank); empty unlabelled
   std::string label;           // "tensor group {2,3}" or "group fashion/world"
   int size = 0;
