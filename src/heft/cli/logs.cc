@@ -81,7 +81,7 @@ int show_logs(const LogsArgs& args) {
   }
   for (;;) {
     db->fail_orphaned_jobs();
-    const job::Result<job::JobRecord> now = db->find_job(args.job);
+    const job::Result<job::JobRecord> now = db->find_job(j.name);  // the job found above
     const bool ended = !now.ok() || now.value().ended();
     for (LogReader& r : readers) r.print_new(ended);  // after the check: nothing is missed
     if (ended) return 0;

@@ -54,31 +54,43 @@ int stop_job(const StopArgs& args) {
     std::cerr << "heft stop: no job named '" << args.job << "' (no job has run yet)\n";
     return 1;
   }
-  const job::Result<job::StopRequest> r = db->request_stop(args.job);
+  // A base name means its newest job: resolved once, so the wait below follows that job
+  // even when a newer one of the same base name starts meanwhile.
+  const job::Result<job::JobRecord> found = db->find_job(args.job);
+  if (!found.ok()) {
+    std::cerr << "heft stop: " << found.error() << "\n";
+    return 1;
+  }
+  const std::string name = found.value().name;
+  const job::Result<job::StopRequest> r = db->request_stop(name);
   if (!r.ok()) {
     std::cerr << "heft stop: " << r.error() << "\n";
     return 1;
   }
   switch (r.value()) {
     case job::StopRequest::kAlreadyEnded:
-      std::cerr << "heft stop: job '" << args.job << "' already ended ("
-                << db->find_job(args.job).value().status << "); nothing to stop\n";
+      std::cerr << "heft stop: job '" << name << "' already ended ("
+                << db->find_job(name).value().status << "); nothing to stop\n";
       return 0;
     case job::StopRequest::kOrphanStopped:
-      std::cerr << "heft stop: job '" << args.job
+      std::cerr << "heft stop: job '" << name
                 << "' had no running supervisor; it is now marked Stopped\n";
       return 0;
     case job::StopRequest::kRequested:
       break;
   }
-  std::cerr << "heft stop: stopping job '" << args.job << "'" << std::endl;
+  std::cerr << "heft stop: stopping job '" << name << "'" << std::endl;
   if (!args.wait) return 0;
   for (;;) {
-    const job::Result<job::JobRecord> j = db->find_job(args.job);
+    const job::Result<job::JobRecord> j = db->find_job(name);
     if (!j.ok() || j.value().ended()) {
-      if (j.ok())
-        std::cerr << "heft stop: job '" << args.job << "' " << j.value().status << " ("
-                  << j.value().secondary_status << ")\n";
+      if (j.ok()) {
+        const std::string& secondary = j.value().secondary_status;
+        std::cerr << "heft stop: job '" << name << "' " << j.value().status
+                  << (secondary.empty() || secondary == j.value().status ? ""
+                                                                          : " (" + secondary + ")")
+                  << "\n";
+      }
       return 0;
     }
     db->fail_orphaned_jobs();
