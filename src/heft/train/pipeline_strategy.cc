@@ -256,9 +256,10 @@ class Pipelined : public MeshStrategy {
                   counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
     if (!reports_ || measured_s_.empty()) return line;
     const std::string what = measure_steps_ == 1 ? "step 1" : "steps 2-" + std::to_string(measure_steps_);
-    return line + std::string("\n") +
-           parallel::pipeline::describe_measured(plan_, costs_, pipe_.size(), measured_s_,
-                                                 "median of " + what + " on data rank 0");
+    std::string table = parallel::pipeline::describe_measured(
+        plan_, costs_, pipe_.size(), measured_s_, "median of " + what + " on data rank 0");
+    table.pop_back();  // its last line's newline: the caller ends the summary's line
+    return line + std::string("\n") + table;
   }
 
  private:
