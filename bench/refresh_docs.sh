@@ -105,8 +105,9 @@ def machine():
             f"{os.cpu_count()} cores")
     bench = "build/memory_bandwidth_bench"
     if os.access(bench, os.X_OK):
-        r = subprocess.run([bench, "--benchmark_filter=BM_Memcpy/1048576$", "--benchmark_min_time=0.1",
-                            "--benchmark_format=csv"], capture_output=True, text=True)
+        r = subprocess.run([bench, "--benchmark_filter=BM_Memcpy/1048576$",
+                            "--benchmark_min_time=0.1", "--benchmark_format=csv"],
+                           capture_output=True, text=True)
         m = re.search(r'^"?BM_Memcpy/1048576"?,(?:[^,]*,){4}([0-9.e+]+)', r.stdout, re.M)
         text += f", memcpy {float(m[1]) / 1e9:.1f} GB/s at 1 MiB" if m else ", memcpy not measured"
     else:
@@ -201,7 +202,8 @@ def main(argv):
         for i, b in enumerate(blocks, 1):
             f = b["fields"]
             tag = f"  [manual: {f['manual']}]" if "manual" in f else ""
-            print(f"{i:3} {b['file']}:{b['marker'] + 1}  {f.get('cmd', '?')}  ({f.get('date', '?')}){tag}")
+            where = f"{b['file']}:{b['marker'] + 1}"
+            print(f"{i:3} {where}  {f.get('cmd', '?')}  ({f.get('date', '?')}){tag}")
         return 0
     if any(a.startswith("-") for a in argv):
         print("usage: bench/refresh_docs.sh [--list] [--dry-run] [SELECTOR...]", file=sys.stderr)
@@ -213,7 +215,8 @@ def main(argv):
     machine_text = machine()
     failed = 0
     for b in todo:
-        print(f"{b['file']}:{b['marker'] + 1}: {b['fields'].get('cmd')}", file=sys.stderr, flush=True)
+        print(f"{b['file']}:{b['marker'] + 1}: {b['fields'].get('cmd')}", file=sys.stderr,
+              flush=True)
         if "manual" in b["fields"]:
             print(f"  skipped, re-run it by hand: {b['fields']['manual']}", file=sys.stderr)
             continue

@@ -32,25 +32,30 @@ HEFT_TRAIN = os.path.join(support.BINARY_DIR, "heft-train")
 
 # (file, problem text as reported below) -> who fixes it. Only docs this test's owner does not
 # edit appear here.
+NO_MARKER = ": no <!-- recorded: ... --> marker before the block"
 KNOWN = {
-    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml`: no <!-- recorded: ... --> marker before the block"):
+    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml`" + NO_MARKER):
         "jobs.md's owner: mark the session (date, machine, command) or show it without outputs",
-    ("docs/jobs.md", "recorded: `heft train bad.yaml`: no <!-- recorded: ... --> marker before the block"):
+    ("docs/jobs.md", "recorded: `heft train bad.yaml`" + NO_MARKER):
         "jobs.md's owner: mark the validation errors (exit=2,2,2)",
-    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml --set hyperparameters.learning_rate=0.1`: no <!-- recorded: ... --> marker before the block"):
+    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml --set "
+                     "hyperparameters.learning_rate=0.1`" + NO_MARKER):
         "jobs.md's owner: mark it (exit=2)",
-    ("docs/jobs.md", "set: `heft train examples/fashion-mnist.yaml --set hyperparameters.learning_rate=0.1`: heft-train has no hyperparameter learning_rate"):
+    ("docs/jobs.md", "set: `heft train examples/fashion-mnist.yaml --set "
+                     "hyperparameters.learning_rate=0.1`: heft-train has no hyperparameter "
+                     "learning_rate"):
         "jobs.md's owner: an error shown on purpose; its marker's exit=2 exempts it",
-    ("docs/jobs.md", "recorded: `heft metrics counter --format csv`: no <!-- recorded: ... --> marker before the block"):
+    ("docs/jobs.md", "recorded: `heft metrics counter --format csv`" + NO_MARKER):
         "jobs.md's owner: mark it",
-    ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`: no <!-- recorded: ... --> marker before the block"):
+    ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`" + NO_MARKER):
         "tuning.md's owner: mark the re-recorded sample output",
 }
 
 
 def docs():
     """README.md and docs/*.md, as (path relative to the source tree, text)."""
-    paths = [os.path.join(SOURCE, "README.md")] + sorted(glob.glob(os.path.join(SOURCE, "docs", "*.md")))
+    paths = [os.path.join(SOURCE, "README.md")]
+    paths += sorted(glob.glob(os.path.join(SOURCE, "docs", "*.md")))
     out = []
     for p in paths:
         with open(p, encoding="utf-8") as f:
@@ -85,7 +90,8 @@ def builtin_metric_names():
     with open(os.path.join(SOURCE, "src/heft/profile/job_profiler.cc"), encoding="utf-8") as f:
         profiler = f.read()
     names |= set(re.findall(r'add\("([a-z_]+:[a-z_]+)"', profiler))
-    for prefix, suffix in re.findall(r'"([a-z_]+:[a-z_]+)" \+ std::to_string\([^)]*\) \+ "([a-z_]+)"',
+    built = r'"([a-z_]+:[a-z_]+)" \+ std::to_string\([^)]*\) \+ "([a-z_]+)"'
+    for prefix, suffix in re.findall(built,
                                      profiler):
         names.add(prefix + "N" + suffix)
     return names
@@ -139,7 +145,8 @@ class Docs(unittest.TestCase):
                 continue
             for o in opts:
                 if o not in helps[sub] and o not in ("-h", "--help"):
-                    problems.append((path, line, f"heft: `{shown}`: `heft {sub} --help` has no {o}"))
+                    problems.append((path, line,
+                                     f"heft: `{shown}`: `heft {sub} --help` has no {o}"))
         self.check("heft", problems)
 
     def test_heft_train_options_exist(self):
@@ -154,13 +161,15 @@ class Docs(unittest.TestCase):
                 continue
             for o in opts:
                 if o not in known:
-                    problems.append((path, line, f"heft-train: `{shown}`: `heft-train --help` has no {o}"))
+                    problems.append((path, line,
+                                     f"heft-train: `{shown}`: `heft-train --help` has no {o}"))
         self.check("heft-train", problems)
 
     def test_hyperparameters_set_on_heft_train_jobs_exist(self):
         # `--set hyperparameters.NAME=...` on a spec of the repository whose entry point is
         # heft-train: NAME is one of heft-train's (another entry point has its own names).
-        known = {o[2:] for o in heft_train_options(help_text([HEFT_TRAIN])[1]) if o.startswith("--")}
+        known = {o[2:] for o in heft_train_options(help_text([HEFT_TRAIN])[1])
+                 if o.startswith("--")}
         problems, checked = [], 0
         for path, line, shown, prog, sub, _ in self.commands:
             if prog != "heft" or sub != "train":
@@ -175,7 +184,8 @@ class Docs(unittest.TestCase):
                 for n in names:
                     checked += 1
                     if n not in known:
-                        problems.append((path, line, f"set: `{shown}`: heft-train has no hyperparameter {n}"))
+                        problems.append((path, line,
+                                         f"set: `{shown}`: heft-train has no hyperparameter {n}"))
         self.assertGreater(checked, 0)  # the docs set some (tuning.md, clusters.md ...)
         self.check("set", problems)
 
@@ -194,7 +204,8 @@ class Docs(unittest.TestCase):
 
     def test_links_between_docs_resolve(self):
         # [text](path#anchor) outside code: the file exists, the anchor is one of its headings.
-        anchors = {path: {heading_anchor(h) for h in re.findall(r"^#+\s+(.*)$", blocks(text)[1], re.M)}
+        heading = re.compile(r"^#+\s+(.*)$", re.M)
+        anchors = {path: {heading_anchor(h) for h in heading.findall(blocks(text)[1])}
                    for path, text in self.docs}
         problems, anchored = [], 0
         for path, text in self.docs:
@@ -203,14 +214,18 @@ class Docs(unittest.TestCase):
                 if re.match(r"[a-z]+:", m[1]):
                     continue  # http:, mailto:
                 target, _, anchor = m[1].partition("#")
-                target = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+                if target:
+                    target = os.path.normpath(os.path.join(os.path.dirname(path), target))
+                else:
+                    target = path
                 line = prose.count("\n", 0, m.start()) + 1
                 if not os.path.exists(os.path.join(SOURCE, target)):
                     problems.append((path, line, f"link: ({m[1]}): no file {target}"))
                 elif anchor and target in anchors:
                     anchored += 1
                     if anchor not in anchors[target]:
-                        problems.append((path, line, f"link: ({m[1]}): no heading #{anchor} in {target}"))
+                        problems.append((path, line,
+                                         f"link: ({m[1]}): no heading #{anchor} in {target}"))
         self.assertGreater(anchored, 3)
         self.check("link", problems)
 
@@ -231,7 +246,8 @@ class Docs(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(r.stdout.strip().split("\n")), markers, r.stdout)
         # A fast block, re-run without writing: run.md's missing command (exit 127).
-        r = subprocess.run([script, "--dry-run", "pyhton3"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([script, "--dry-run", "pyhton3"], capture_output=True, text=True,
+                           timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.split("\n")
         marker = parse_marker(lines[0])
@@ -258,15 +274,18 @@ class Docs(unittest.TestCase):
                 where = f"recorded: `{shown.splitlines()[0]}`"
                 marker = parse_marker(before)
                 if marker is None:
-                    problems.append((path, first, where + ": no <!-- recorded: ... --> marker before the block"))
+                    problems.append((path, first, where + NO_MARKER))
                     continue
                 for key in ("date", "machine", "cmd"):
                     if not marker.get(key):
                         problems.append((path, first, f"{where}: the marker has no {key}"))
-                if marker.get("date") and not re.fullmatch(r"\d{4}-\d\d-\d\d( \d\d:\d\d UTC)?", marker["date"]):
-                    problems.append((path, first, f"{where}: date '{marker['date']}' is not YYYY-MM-DD[ HH:MM UTC]"))
+                date = marker.get("date", "")
+                if date and not re.fullmatch(r"\d{4}-\d\d-\d\d( \d\d:\d\d UTC)?", date):
+                    problems.append((path, first,
+                                     f"{where}: date '{date}' is not YYYY-MM-DD[ HH:MM UTC]"))
                 if marker.get("cmd") and " ".join(marker["cmd"].split()) != " ".join(shown.split()):
-                    problems.append((path, first, f"{where}: the marker's cmd is `{marker['cmd']}`"))
+                    problems.append((path, first,
+                                     f"{where}: the marker's cmd is `{marker['cmd']}`"))
         self.check("recorded", problems)
 
 

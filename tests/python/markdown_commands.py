@@ -59,7 +59,9 @@ def dollar_commands(body):
             continue
         start, text = n, body[n][2:]
         while (text.rstrip().endswith("\\") or unbalanced(text)) and n + 1 < len(body):
-            text = (text.rstrip()[:-1] if text.rstrip().endswith("\\") else text) + "\n" + body[n + 1]
+            if text.rstrip().endswith("\\"):
+                text = text.rstrip()[:-1]
+            text += "\n" + body[n + 1]
             n += 1
         cmds.append((start, text))
         n += 1
@@ -148,7 +150,10 @@ def commands_of(path, text):
         marker = parse_marker(before) or {}
         if lang not in SHELL_LANGS or marker.get("exit", "0") != "0":
             continue
-        lines = dollar_commands(body) if any(l.startswith("$ ") for l in body) else join_continuations(body)
+        if any(l.startswith("$ ") for l in body):
+            lines = dollar_commands(body)
+        else:
+            lines = join_continuations(body)
         for n, line in lines:
             for c in commands_in(line):
                 out.append((path, first + n, line.strip(), *c))
