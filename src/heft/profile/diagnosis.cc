@@ -78,7 +78,8 @@ std::map<std::string, GroupLabel> read_labels(const std::string& dir,
     for (const nlohmann::json& e : j["groups"]) {
       if (!e.is_object() || !e.value("group", nlohmann::json()).is_string()) continue;
       GroupLabel& l = out[e["group"].get<std::string>()];
-      const std::string dim = e.value("dimension", "");
+      const nlohmann::json dimension = e.value("dimension", nlohmann::json());
+      const std::string dim = dimension.is_string() ? dimension.get<std::string>() : "";
       for (int d = 0; d < 5; ++d)
         if (dim == kDimensions[d]) l.dims.insert(d);
       if (l.ranks.empty() && e.value("ranks", nlohmann::json()).is_array())
