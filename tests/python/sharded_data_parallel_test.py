@@ -16,13 +16,16 @@ import support
 STEPS, GLOBAL_BATCH, LR, CLIP = 20, 12, 3e-3, 0.5
 FP32_TOL, BF16_TOL = 1e-5, 3e-2
 
-# (model, sharded_degree or 0 for all, mixed_precision, activation_checkpointing, zero_stage)
+# (model, sharded_degree or 0 for all, mixed_precision, activation_checkpointing, zero_stage,
+#  built under deferred_init)
 CASES = {
     2: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
-        ("gpt", 0, None, True, 3), ("gpt", 0, "bf16", False, 3), ("gpt", 0, None, False, 2)],
+        ("gpt", 0, None, True, 3), ("gpt", 0, "bf16", False, 3), ("gpt", 0, None, False, 2),
+        ("tied", 0, None, False, 3, True)],
     3: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3)],
     4: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
-        ("cnn", 2, None, False, 3), ("gpt", 2, None, True, 3), ("tied", 2, None, False, 3)],
+        ("cnn", 2, None, False, 3), ("gpt", 2, None, True, 3), ("tied", 2, None, False, 3),
+        ("gpt", 0, None, False, 3, True), ("cnn", 2, None, False, 3, True)],
 }
 
 
@@ -44,16 +47,26 @@ def reference(name):
     return losses, model.state_dict()
 
 
-def sharded(name, degree, mixed, ckpt, stage):
+def sharded(name, degree, mixed, ckpt, stage, deferred=False):
     import torch
     import torch.distributed as dist
     import sharded_models as M
-    from heft.torch.parallel import ShardedDataParallel
+    from heft.torch.parallel import ShardedDataParallel, deferred_init
     world, rank = dist.get_world_size(), dist.get_rank()
     units = [M.Block] if name == "gpt" else None
-    model = ShardedDataParallel(M.make(name), sharded_degree=degree or None, units=units,
+    if deferred:
+        with deferred_init():
+            module = M.make(name)
+        assert all(p.is_meta for p in module.parameters())
+    else:
+        module = M.make(name)
+    model = ShardedDataParallel(module, sharded_degree=degree or None, units=units,
                                 mixed_precision=mixed, activation_checkpointing=ckpt,
                                 zero_stage=stage)
+    first = model.full_state_dict()
+    fresh = M.make(name).state_dict()
+    init_equal = sorted(first) == sorted(fresh) and all(torch.equal(first[k], v)
+                                                         for k, v in fresh.items())
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     per = GLOBAL_BATCH // world
     losses, dtypes = [], set()
@@ -70,8 +83,15 @@ def sharded(name, degree, mixed, ckpt, stage):
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
     local = sum(p.numel() for p in model.parameters())
-    counters = dict(model.counters, out_dtypes=sorted(dtypes))
+    counters = dict(model.counters, out_dtypes=sorted(dtypes), init_equal=init_equal,
+                    materialize_peak_bytes=getattr(model, "materialize_peak_bytes", None))
     return losses, model.full_state_dict(), counters, local
+
+
+def largest_module_bytes(name):
+    import sharded_models as M
+    return max(sum(4 * p.numel() for p in m.parameters(recurse=False))
+               for m in M.make(name).modules())
 
 
 def worker():
@@ -95,7 +115,8 @@ def worker():
                 "world": world, "case": list(case), "loss_diff": loss_diff,
                 "param_diff": param_diff, "keys_equal": sorted(state) == sorted(ref_state),
                 "counters": counters, "local_params": local,
-                "full_params": sum(v.numel() for k, v in ref_state.items())}), flush=True)
+                "full_params": sum(v.numel() for k, v in ref_state.items()),
+                "largest_module_bytes": largest_module_bytes(name)}), flush=True)
     dist.destroy_process_group()
 
 
@@ -113,13 +134,18 @@ class ShardedEquivalence:
         self.assertEqual(len(cases), len(CASES[world]), text)
         for c in cases:
             print(json.dumps(c))
-            name, degree, mixed, _, _ = c["case"]
+            name, degree, mixed = c["case"][:3]
             tol = BF16_TOL if mixed else FP32_TOL
             self.assertTrue(c["keys_equal"], c)
             self.assertLessEqual(c["loss_diff"], tol, c)
             if not mixed:
                 self.assertLessEqual(c["param_diff"], tol, c)
             k = c["counters"]
+            # Initial values: one process's for the same seed (deferred: replayed per shard).
+            self.assertTrue(k["init_equal"], c)
+            if len(c["case"]) > 5:  # deferred_init: one module's parameters at a time
+                self.assertLessEqual(k["materialize_peak_bytes"], c["largest_module_bytes"], c)
+                self.assertLess(k["materialize_peak_bytes"], 4 * c["full_params"], c)
             self.assertEqual(k["out_dtypes"], ["torch.bfloat16" if mixed else "torch.float32"], c)
             self.assertEqual(k["recomputed"] > 0, bool(c["case"][3]), c)
             self.assertGreater(k["gather_overlapped_compute"], 0, c)

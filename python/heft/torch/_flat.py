@@ -38,7 +38,7 @@ class _Views(torch.autograd.Function):
 class FlatUnit:
     """spec: a _units.UnitSpec. owner: the ShardedDataParallel (counters, groups, options)."""
 
-    def __init__(self, index, spec, owner, full_fp32):
+    def __init__(self, index, spec, owner, shard_fp32):
         self.index, self.name, self.module, self.owner = index, spec.name, spec.module, owner
         self.slots = spec.slots
         shard_group = owner.shard_group
@@ -50,8 +50,7 @@ class FlatUnit:
         self.likes = [torch.empty(p.shape, device="meta") for p in spec.params]
         self.likes.append(torch.empty(self.padded - n, device="meta"))
         self.grad_pad = torch.zeros(self.padded - n, dtype=dtype)
-        start = shard_group.rank * self.shard_numel
-        self.shard = torch.nn.Parameter(full_fp32[start:start + self.shard_numel].clone())
+        self.shard = torch.nn.Parameter(shard_fp32)
         self.full = torch.empty(self.padded, dtype=dtype)
         self.full_data = self.full.data  # writes through it leave the views' version alone
         self.anchor = torch.empty(0, requires_grad=True)

@@ -8,6 +8,7 @@ import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import BACKEND
+from ._deferred import deferred_init  # noqa: F401
 from .sharded import ShardedDataParallel  # noqa: F401
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from . import _units
+from . import _deferred, _units
 from ._flat import FlatUnit, Group
 
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
@@ -93,11 +93,16 @@ class ShardedDataParallel(torch.nn.Module):
         ckpt = self._checkpoint_match(activation_checkpointing)
         self.shard_group, self.replicate_group = _groups(sharded_degree)
         self.module = module
-        deferred = getattr(module, "_heft_deferred", None)
+        record = _deferred.find(module)
+        if record is not None:  # built under deferred_init(): each rank replays its shard
+            shards = _deferred.materialize(record, module, specs, self.shard_group.rank,
+                                           self.shard_group.size)
+            self.materialize_peak_bytes = record.peak_bytes
+        else:
+            shards = [self._shard_from_rank0(spec) for spec in specs]
         self.units = []
-        for i, spec in enumerate(specs):
-            full = deferred.materialize(spec) if deferred else self._full_from_rank0(spec)
-            self.units.append(FlatUnit(i, spec, self, full))
+        for i, (spec, shard) in enumerate(zip(specs, shards)):
+            self.units.append(FlatUnit(i, spec, self, shard))
             for places in spec.slots:
                 for s in places:
                     del s.module._parameters[s.attr]
@@ -125,16 +130,18 @@ class ShardedDataParallel(torch.nn.Module):
                             "True, False or a list of module classes")
         return lambda m: isinstance(m, classes)
 
-    def _full_from_rank0(self, spec):
-        """The unit's parameters back to back in fp32, rank 0's values on every rank."""
+    def _shard_from_rank0(self, spec):
+        """This rank's part of the unit's parameters back to back in fp32 (rank 0's
+        values: one broadcast per unit)."""
         flat = torch._C._nn.flatten_dense_tensors([p.detach().float() for p in spec.params]) \
             if spec.params else torch.zeros(0)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.broadcast(flat, 0)
         n = flat.numel()
-        size = self.shard_group.size
-        padded = -(-max(n, 1) // size) * size
-        return torch.cat([flat, flat.new_zeros(padded - n)])
+        g = self.shard_group
+        shard_numel = -(-max(n, 1) // g.size)
+        full = torch.cat([flat, flat.new_zeros(shard_numel * g.size - n)])
+        return full[g.rank * shard_numel:(g.rank + 1) * shard_numel].clone()
 
     # ---- forward ------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

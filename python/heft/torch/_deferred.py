@@ -1,0 +1,151 @@
+"""heft.torch.parallel.deferred_init: build a model without allocating it, then let
+ShardedDataParallel materialize each rank's shards only (torch 1.13 has no meta-device
+context and no torchdistx).
+
+Inside the context every factory operation makes a meta tensor and every operation touching
+one is recorded (a TorchDispatchMode at the aten level, so nn.init, reset_parameters and
+in-place fills are all seen). Materializing replays the record in order on CPU, so the
+random operations draw the same numbers as one process building the model after the same
+seed would; each storage is freed after its last recorded use, a parameter's after its
+elements in this rank's shard were copied out. Peak memory: the largest set of tensors the
+constructor keeps alive at once (usually one module's parameters), never the whole model.
+After materializing, torch's default generator is where one process's would be after the
+constructor. Not replayed: operations that leave the dispatcher (numpy, .tolist(), Python
+arithmetic on tensor values) raise on meta tensors inside the context; tensors kept in plain
+attributes (neither parameter nor buffer) stay meta."""
+import contextlib
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+_META = torch.device("meta")
+_recorders = []  # live records, newest last
+
+
+def _key(t):
+    return t.storage()._cdata
+
+
+class _Record(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.entries = []   # (func, args, kwargs, outputs, generator state or None)
+        self.keys = set()   # storages created inside the context
+        self.peak_bytes = 0  # the most bytes the replay held at once (materialize)
+        self.last_random_state = self.exit_state = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        if not tensors and any(a.name == "device" for a in func._schema.arguments):
+            if kwargs.get("device") not in (None, "cpu", torch.device("cpu")):
+                return func(*args, **kwargs)  # an explicit other device: not ours
+            out = func(*args, **dict(kwargs, device=_META))
+        elif any(t.is_meta and _key(t) in self.keys for t in tensors):
+            out = func(*args, **kwargs)
+        else:
+            return func(*args, **kwargs)
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        for o in outs:
+            if o.is_meta:
+                self.keys.add(_key(o))
+        state = None
+        if any(a.name == "generator" for a in func._schema.arguments):
+            # Meta draws do not advance the generator: a state that differs from the last
+            # random operation's is a seed set in between, which the replay sets too.
+            now = torch.get_rng_state()
+            if self.last_random_state is None or not torch.equal(now, self.last_random_state):
+                state = now
+            self.last_random_state = now
+        self.entries.append((func, args, kwargs, outs, state))
+        return out
+
+
+@contextlib.contextmanager
+def deferred_init():
+    """Modules built inside hold meta tensors; ShardedDataParallel materializes them."""
+    record = _Record()
+    with record:
+        yield record
+    record.exit_state = torch.get_rng_state()
+    _recorders.append(record)
+
+
+def find(module):
+    """The record that built module's meta parameters, or None (no meta parameters)."""
+    metas = [p for p in module.parameters() if p.is_meta]
+    if not metas:
+        return None
+    for r in reversed(_recorders):
+        if _key(metas[0]) in r.keys:
+            return r
+    raise RuntimeError("ShardedDataParallel: module has meta parameters that "
+                       "heft.torch.parallel.deferred_init() did not record")
+
+
+def materialize(record, module, specs, rank, size):
+    """Replays `record`; returns one fp32 shard per spec (rank `rank` of `size`) and puts
+    real buffers into `module`."""
+    shards, wanted = [], {}
+    for spec in specs:
+        n = sum(p.numel() for p in spec.params)
+        shard_numel = -(-max(n, 1) // size)
+        shard = torch.zeros(shard_numel)
+        lo, offset = rank * shard_numel, 0
+        for p in spec.params:
+            a, b = max(lo, offset), min(lo + shard_numel, offset + p.numel())
+            if a < b:
+                wanted.setdefault(_key(p), []).append((p, shard, a - lo, a - offset, b - a))
+            offset += p.numel()
+        shards.append(shard)
+    buffers = {}
+    for mod in module.modules():
+        for name, buf in mod._buffers.items():
+            if buf is not None and buf.is_meta:
+                buffers.setdefault(_key(buf), []).append((mod, name, buf))
+    last = {}
+    for i, (_, args, kwargs, outs, _) in enumerate(record.entries):
+        for t in tree_flatten((args, kwargs))[0] + outs:
+            if isinstance(t, torch.Tensor) and t.is_meta:
+                last[_key(t)] = i
+    real = {}
+
+    def to_real(t):
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            return real[_key(t)].as_strided(t.shape, t.stride(), t.storage_offset())
+        return t
+
+    saved = torch.get_rng_state()
+    try:
+        for i, (func, args, kwargs, outs, state) in enumerate(record.entries):
+            if state is not None:
+                torch.set_rng_state(state)
+            kw = {k: v for k, v in kwargs.items() if not (k == "device" and v == _META)}
+            out = func(*tree_map(to_real, args), **tree_map(to_real, kw))
+            for m, r in zip(outs, [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]):
+                if _key(m) not in real:
+                    real[_key(m)] = torch.tensor([], dtype=r.dtype).set_(r.storage())
+            record.peak_bytes = max(record.peak_bytes,
+                                    sum(b.numel() * b.element_size() for b in real.values()))
+            for key in [k for k in real if last.get(k) == i]:
+                _retire(key, real.pop(key), wanted, buffers)
+    except BaseException:
+        torch.set_rng_state(saved)
+        raise
+    # Where one process's generator is after the constructor: after the last random draw,
+    # unless the constructor seeded again after it.
+    if record.last_random_state is None or not torch.equal(record.exit_state,
+                                                           record.last_random_state):
+        torch.set_rng_state(record.exit_state)
+    return shards
+
+
+def _retire(key, base, wanted, buffers):
+    """A storage's last recorded use is over: copy out what is kept of it."""
+    for p, shard, at, start, count in wanted.pop(key, []):
+        view = base.as_strided(p.shape, p.stride(), p.storage_offset()).reshape(-1)
+        shard[at:at + count].copy_(view[start:start + count])
+    for mod, name, buf in buffers.pop(key, []):
+        mod._buffers[name] = base.as_strided(buf.shape, buf.stride(), buf.storage_offset()).clone()
