@@ -26,7 +26,8 @@
 #   bench/refresh_docs.sh [SELECTOR...]       re-run them (all but manual ones when none given)
 #   bench/refresh_docs.sh --dry-run SELECTOR  print the rewritten block instead of writing it
 # A SELECTOR is an index from --list, FILE:LINE (the marker's line), FILE, or a regex searched
-# in the command. Long: the main job and the GPT take minutes each on 2 cores.
+# in the command. Long: the main job and the GPT take minutes each on 2 cores. Prose that
+# quotes a block's figures is not rewritten: read `git diff` after a refresh and mend it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x build/heft ]] || { echo "$0: build/heft is not built: run ./setup.sh first" >&2; exit 1; }
