@@ -279,6 +279,12 @@ class Docs(unittest.TestCase):
                 for key in ("date", "machine", "cmd"):
                     if not marker.get(key):
                         problems.append((path, first, f"{where}: the marker has no {key}"))
+                if not re.fullmatch(r"\d+(,\d+)*", marker.get("exit", "0")):
+                    problems.append((path, first, f"{where}: exit is not N or N,N,..."))
+                try:
+                    re.compile(marker.get("keep", ""))
+                except re.error as e:
+                    problems.append((path, first, f"{where}: keep is not a regex: {e}"))
                 date = marker.get("date", "")
                 if date and not re.fullmatch(r"\d{4}-\d\d-\d\d( \d\d:\d\d UTC)?", date):
                     problems.append((path, first,
