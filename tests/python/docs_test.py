@@ -91,8 +91,7 @@ def builtin_metric_names():
         profiler = f.read()
     names |= set(re.findall(r'add\("([a-z_]+:[a-z_]+)"', profiler))
     built = r'"([a-z_]+:[a-z_]+)" \+ std::to_string\([^)]*\) \+ "([a-z_]+)"'
-    for prefix, suffix in re.findall(built,
-                                     profiler):
+    for prefix, suffix in re.findall(built, profiler):
         names.add(prefix + "N" + suffix)
     return names
 
