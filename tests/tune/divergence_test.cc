@@ -1,7 +1,7 @@
 // ctest-labels: unit
 // Diverged trials (src/heft/tune/divergence.h): the rule marks a non-finite objective or
-// loss, a loss that ended above its first value, and an objective worse than a set bound,
-// and nothing else; the loss metric defaults as documented; fed to the Bayesian search as
+// loss, a loss that ended above its start, and an objective worse than a set bound, and
+// nothing else (not a healthy CNN run whose last, partial batch reads high); the loss metric defaults as documented; fed to the Bayesian search as
 // failures (observe_failure), diverged configurations make the next suggestions leave their
 // region, where forgetting them (the old handling) sends the search back into it; Hyperband
 // counts a diverged trial's scores as worse than any.
@@ -35,8 +35,28 @@ TEST(Divergence, TheRuleMarksNonFiniteAndRisingLossesAndNothingElse) {
   EXPECT_EQ(reason(rule, true, kNan, {2.3, 1.0}), "test:acc is nan");
   EXPECT_EQ(reason(rule, true, std::numeric_limits<double>::infinity(), {}), "test:acc is inf");
   EXPECT_EQ(reason(rule, true, 0.1, {2.3, kNan, kNan}), "train:loss became nan (value 2 of 3)");
-  EXPECT_EQ(reason(rule, true, 0.1, {2.30, 9.1, 2.31}),
-            "train:loss ended at 2.31, above its first value 2.3");
+  EXPECT_EQ(reason(rule, true, 0.1, {2.30, 9.1, 2.31}), "train:loss ended at 2.31, above its start 2.3");
+  EXPECT_EQ(reason(rule, true, 0.1, {2.3, 2.1, 2.5, 3.0, 4.0, 9.0, 7.0, 8.0}),
+            "train:loss ended at 7.5, above its start 2.2 (medians of its first and last 2 of 8 values)");
+}
+
+// Two of the CNN's trials (examples/tune-fashion.yaml with the old ranges, log_every 10,
+// 2026-11-25): train:loss as logged.
+const std::vector<double> kHealthy = {0.9956, 0.8308, 0.7473, 0.7807, 0.6794, 0.5261, 0.5934,
+                                      0.4292, 0.4973, 0.6664, 0.6168, 0.6989, 0.5277, 0.4862,
+                                      0.4679, 0.4797, 0.4947, 0.4111, 0.4417, 1.0174};  // last: 3 samples
+const std::vector<double> kCollapsed = {6.1016, 2.3947, 2.2791, 2.3607, 2.3126, 2.5306, 2.2798,
+                                        2.3399, 2.3360, 2.3106, 2.2989, 2.3576, 2.3098, 2.3279};
+
+TEST(Divergence, ACnnsNoisyLastBatchIsNotDivergenceAndACollapseNeedsTheObjectiveBound) {
+  DivergenceRule rule;
+  // The last value alone (1.0174) is above the first (0.9956): the quarters' medians are not.
+  EXPECT_EQ(reason(rule, true, 0.8225, kHealthy), "");
+  // adamw at lr 0.18: a spike to 6.1, then chance (2.30 = log 10) to the end, test:acc 0.1.
+  EXPECT_EQ(reason(rule, true, 0.1, kCollapsed), "");
+  rule.objective_worse_than = 0.15;
+  EXPECT_EQ(reason(rule, true, 0.1, kCollapsed), "test:acc 0.1 is worse than diverged_if.objective_worse_than 0.15");
+  EXPECT_EQ(reason(rule, true, 0.8225, kHealthy), "");
   // No objective recorded: the loss rules still apply.
   EXPECT_NE(reason(rule, false, std::nullopt, {1.0, 2.0}), "");
 }
@@ -48,7 +68,7 @@ TEST(Divergence, RatioAndObjectiveBoundAreHonouredInEachDirection) {
   EXPECT_EQ(reason(rule, true, 0.5, {2.30, 2.0}), "");
   rule.loss_above_first = 2.0;
   EXPECT_EQ(reason(rule, true, 0.5, {1.0, 1.9}), "");
-  EXPECT_EQ(reason(rule, true, 0.5, {1.0, 2.1}), "train:loss ended at 2.1, above 2 x its first value 1");
+  EXPECT_EQ(reason(rule, true, 0.5, {1.0, 2.1}), "train:loss ended at 2.1, above 2 x its start 1");
   rule.objective_worse_than = 0.15;
   EXPECT_EQ(reason(rule, true, 0.1, {}), "test:acc 0.1 is worse than diverged_if.objective_worse_than 0.15");
   EXPECT_EQ(reason(rule, true, 0.2, {}), "");

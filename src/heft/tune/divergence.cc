@@ -9,6 +9,18 @@
 
 namespace heft::tune {
 
+namespace {
+
+template <class It>
+double median(It begin, It end) {
+  std::vector<double> v(begin, end);
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
 std::string resolve_loss_metric(const DivergenceRule& rule, const std::vector<std::string>& defined,
                                 const std::string& objective, bool maximize) {
   if (rule.loss_metric == "none") return "";
@@ -30,11 +42,17 @@ std::string divergence_reason(const DivergenceRule& rule, bool maximize,
       why << loss_name << " became " << loss[i] << " (value " << i + 1 << " of " << loss.size() << ")";
       return why.str();
     }
-  if (loss.size() >= 2 && loss.back() > rule.loss_above_first * loss.front()) {
-    why << loss_name << " ended at " << loss.back() << ", above ";
-    if (rule.loss_above_first != 1.0) why << rule.loss_above_first << " x ";
-    why << "its first value " << loss.front();
-    return why.str();
+  if (loss.size() >= 2) {
+    const size_t k = std::max<size_t>(1, loss.size() / 4);
+    const double first = median(loss.begin(), loss.begin() + static_cast<long>(k));
+    const double last = median(loss.end() - static_cast<long>(k), loss.end());
+    if (last > rule.loss_above_first * first) {
+      why << loss_name << " ended at " << last << ", above ";
+      if (rule.loss_above_first != 1.0) why << rule.loss_above_first << " x ";
+      why << "its start " << first;
+      if (k > 1) why << " (medians of its first and last " << k << " of " << loss.size() << " values)";
+      return why.str();
+    }
   }
   if (objective && rule.objective_worse_than &&
       (maximize ? *objective < *rule.objective_worse_than : *objective > *rule.objective_worse_than)) {

@@ -6,11 +6,15 @@
 // The rule, checked when a trial ends (and, for a non-finite loss, while it runs):
 //   - its objective is non-finite (NaN or infinite), or
 //   - a value of the loss metric is non-finite, or
-//   - the last value of the loss metric is above `loss_above_first` times its first
-//     (default 1: the loss ended higher than it started: it diverged, or collapsed and
-//     learned nothing), needing at least 2 values, or
+//   - the loss metric *ended above its start*: with n >= 2 values and k = max(1, n / 4),
+//     the median of its last k values is above `loss_above_first` (default 1) times the
+//     median of its first k. Medians of quarters, not single values, because a logged
+//     loss is one mini-batch's (a last, partial batch can read far above the trend), or
 //   - `objective_worse_than` is set and the objective is worse than it (below it for
 //     Maximize, above for Minimize): for a bound the user knows, such as chance accuracy.
+// A network that collapses to chance after a first spike (the loss leaps, then sits at
+// log(classes)) ends *below* its start, so only the objective bound catches it: no rule on
+// the loss alone tells it from a slow learner without knowing the chance-level loss.
 // The loss metric: `loss_metric` as written; by default train:loss when the training job
 // defines it (heft-train does), else the objective itself when it is minimised, else none
 // (only the objective rules apply). "none" turns the loss rules off.
