@@ -3,7 +3,10 @@
 // a child process of this one, at most max_parallel_jobs at a time and max_jobs in all.
 // A trial's objective is the last value of the objective metric its job recorded (from the
 // job database); a trial that fails or records no value is kept with its status and the
-// tuning goes on. Its state lives in <home>/tunings/<name>/: tuning.json (rewritten
+// tuning goes on. A trial that diverged (the spec's diverged_if, divergence.h) ends
+// Diverged with its reason, is a failure to the strategy (Strategy::observe_failure), to
+// the median rule and to Hyperband, and is never the best; one whose loss turns non-finite
+// while it runs is stopped at once. Its state lives in <home>/tunings/<name>/: tuning.json (rewritten
 // atomically at every change: status, trials, best trial), the training job it ran
 // (training-job.yaml, for an inline one) and each trial's output (<trial>.log).
 //
@@ -12,7 +15,8 @@
 // running trials (SIGTERM to each `heft train`, which stops its job as `heft stop` would)
 // and ends the tuning Stopped.
 //
-// Deliberately left out (next steps): early stopping, Hyperband, warm start.
+// Early stopping (the median rule), Hyperband and warm start: early_stopping.h, hyperband.h,
+// tuning_record.h (parents_trials).
 #pragma once
 
 #include <functional>
