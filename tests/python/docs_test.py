@@ -34,19 +34,6 @@ HEFT_TRAIN = os.path.join(support.BINARY_DIR, "heft-train")
 # edit appear here.
 NO_MARKER = ": no <!-- recorded: ... --> marker before the block"
 KNOWN = {
-    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml`" + NO_MARKER):
-        "jobs.md's owner: mark the session (date, machine, command) or show it without outputs",
-    ("docs/jobs.md", "recorded: `heft train bad.yaml`" + NO_MARKER):
-        "jobs.md's owner: mark the validation errors (exit=2,2,2)",
-    ("docs/jobs.md", "recorded: `heft train examples/fashion-mnist.yaml --set "
-                     "hyperparameters.learning_rate=0.1`" + NO_MARKER):
-        "jobs.md's owner: mark it (exit=2)",
-    ("docs/jobs.md", "set: `heft train examples/fashion-mnist.yaml --set "
-                     "hyperparameters.learning_rate=0.1`: heft-train has no hyperparameter "
-                     "learning_rate"):
-        "jobs.md's owner: an error shown on purpose; its marker's exit=2 exempts it",
-    ("docs/jobs.md", "recorded: `heft metrics counter --format csv`" + NO_MARKER):
-        "jobs.md's owner: mark it",
     ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`" + NO_MARKER):
         "tuning.md's owner: mark the re-recorded sample output",
 }

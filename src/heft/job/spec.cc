@@ -674,10 +674,6 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
           {"validation:loss", "^(?:step|epoch)=[0-9]+ .*\\bval_loss=" + number}};
 }
 
-namespace {
-
-}  // namespace
-
 Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
   SpecReader reader(source);

@@ -109,7 +109,8 @@ struct JobSpec {
   int world_size() const { return cluster.instance_count * cluster.processes_per_host; }
 };
 
-// The built-in trainer's metric lines (train:loss, train:throughput, test:acc).
+// The built-in trainer's metric lines (train:loss, train:throughput, train:tokens_per_s,
+// test:acc, validation:loss).
 std::vector<MetricDefinition> builtin_metric_definitions();
 
 // Parses and validates spec text. `source` names it in messages (the file name).
