@@ -56,7 +56,8 @@ Command add_stop_command(CLI::App& app);
 Command add_diagnose_command(CLI::App& app);
 // `heft report JOB [-o FILE]` (report.cc)
 Command add_report_command(CLI::App& app);
-// `heft console [--port P] [--host H] [--token T]` (console.cc)
+// `heft console [--port P] [--host H] [--token-file F] [--allow-host N]... [--no-auth]
+// [--tls-cert C --tls-key K]` (console.cc)
 Command add_console_command(CLI::App& app);
 // `heft mpi-worker -- CMD` (hidden; mpi_worker.cc)
 Command add_mpi_worker_command(CLI::App& app);
