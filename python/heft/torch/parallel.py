@@ -9,6 +9,7 @@ from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import BACKEND
 from ._deferred import deferred_init  # noqa: F401
+from ._sharded_ckpt import load_checkpoint, load_full_state_dict, save_checkpoint  # noqa: F401
 from .sharded import ShardedDataParallel  # noqa: F401
 
 
