@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""A byte-level GPT written in plain PyTorch (no heft-train code), trained on the Debian
+`fortunes` text with heft.torch.parallel.ShardedDataParallel: parameters, gradients and
+AdamW state sharded over the ranks (ZeRO-3). The heft lines are marked `# heft`.
+
+    build/heft run -n 4 -- /usr/bin/python3 -u examples/gpt_sharded.py
+    build/heft train examples/gpt-sharded-python.yaml          # the same script as a job
+    ... examples/gpt_sharded.py --strategy ddp                 # torch's DDP, to compare
+
+Each rank takes its share of every global batch (random windows of the text, the same on
+every rank for a step), prints `step=N loss=L tokens_per_s=T` every log_every steps and a
+summary line `final: step=N loss=L tokens_per_s=T state_bytes=B peak_rss_mb=M strategy=S`
+(tokens of all ranks per second after the first 2 steps; state_bytes: this rank's
+parameters + gradients + optimizer state). Hyperparameters come as `--name value` (what
+heft train passes); see --help.
+"""
+import argparse
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import heft.torch  # noqa: F401  # heft: registers the torch.distributed backend "heft"
+from heft.torch import parallel  # heft
+
+
+def load_text(root):
+    names = sorted(n for n in os.listdir(root) if not n.endswith((".dat", ".u8"))
+                   and os.path.isfile(os.path.join(root, n)))
+    if not names:
+        raise SystemExit(f"gpt_sharded: --data {root}: no text files")
+    raw = b"".join(open(os.path.join(root, n), "rb").read() for n in names)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in self.qkv(x).split(d, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.attn, self.ln2 = nn.LayerNorm(d), Attention(d, heads), nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, n_layer, n_head, d, block, vocab=256):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(Block(d, n_head) for _ in range(n_layer))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight  # tied
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
+def batch(text, step, rows, block, lo, hi):
+    g = torch.Generator().manual_seed(1000 + step)
+    starts = torch.randint(0, text.numel() - block - 1, (rows,), generator=g)[lo:hi]
+    idx = torch.stack([text[s:s + block + 1] for s in starts.tolist()])
+    return idx[:, :-1], idx[:, 1:]
+
+
+def state_bytes(model, opt):
+    n = sum(p.numel() * p.element_size() for p in model.parameters())
+    n += sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    return n + sum(v.numel() * v.element_size() for s in opt.state.values()
+                   for v in s.values() if torch.is_tensor(v))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", "--max_steps", type=int, default=200)
+    ap.add_argument("--batch_size", type=int, default=16, help="global sequences per step")
+    ap.add_argument("--block_size", type=int, default=128)
+    ap.add_argument("--n_layer", type=int, default=4)
+    ap.add_argument("--n_head", type=int, default=4)
+    ap.add_argument("--n_embd", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--log_every", type=int, default=20)
+    ap.add_argument("--strategy", choices=["sharded", "ddp"], default="sharded")
+    ap.add_argument("--sharded_degree", type=int, default=0, help="0: every rank")
+    ap.add_argument("--mixed_precision", default="none", choices=["none", "bf16"])
+    ap.add_argument("--activation_checkpointing", type=int, default=0)
+    ap.add_argument("--deferred_init", type=int, default=1)
+    ap.add_argument("--checkpoint_dir", default=os.environ.get("SM_CHECKPOINT_DIR", ""))
+    ap.add_argument("--data", default=os.environ.get("SM_CHANNEL_TRAIN", "/usr/share/games/fortunes"))
+    a = ap.parse_args()
+    dist.init_process_group("heft", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if a.batch_size % world:
+        raise SystemExit(f"gpt_sharded: --batch_size {a.batch_size} must divide by {world} ranks")
+    text = load_text(a.data)
+    torch.manual_seed(0)
+    if a.strategy == "ddp":
+        model = parallel.DistributedDataParallel(GPT(a.n_layer, a.n_head, a.n_embd, a.block_size))
+    else:
+        with parallel.deferred_init() if a.deferred_init else torch.no_grad():  # heft
+            gpt = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+        model = parallel.ShardedDataParallel(  # heft
+            gpt, units=[Block], sharded_degree=a.sharded_degree or None,
+            mixed_precision=None if a.mixed_precision == "none" else a.mixed_precision,
+            activation_checkpointing=bool(a.activation_checkpointing))
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.1)
+    start = 0
+    if a.checkpoint_dir and a.strategy == "sharded" and os.path.isdir(a.checkpoint_dir) and \
+            os.listdir(a.checkpoint_dir):
+        start, _ = parallel.load_checkpoint(a.checkpoint_dir, model, opt)  # heft
+    per = a.batch_size // world
+    t0, tokens, loss_value = None, 0, float("nan")
+    for step in range(start, a.steps):
+        if step == start + 2:
+            t0, tokens = time.perf_counter(), 0
+        x, y = batch(text, step, a.batch_size, a.block_size, rank * per, (rank + 1) * per)
+        loss = F.cross_entropy(model(x).float().reshape(-1, 256), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if a.strategy == "sharded":
+            model.clip_grad_norm_(1.0)  # heft: the global norm over every rank's shard
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += a.batch_size * a.block_size
+        t = loss.detach().reshape(1).clone()
+        dist.all_reduce(t)
+        loss_value = t.item() / world
+        if rank == 0 and (step + 1) % a.log_every == 0:
+            rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
+            print(f"step={step + 1} loss={loss_value:.4f} tokens_per_s={rate:.0f}", flush=True)
+    if a.checkpoint_dir and a.strategy == "sharded":
+        parallel.save_checkpoint(a.checkpoint_dir, model, opt, step=a.steps)  # heft
+    rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"final: rank={rank} step={a.steps} loss={loss_value:.4f} tokens_per_s={rate:.0f} "
+          f"state_bytes={state_bytes(model, opt)} peak_rss_mb={rss:.0f} strategy={a.strategy}",
+          flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
