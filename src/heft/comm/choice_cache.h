@@ -17,11 +17,15 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string>
 
 namespace heft::comm {
 
 constexpr int kSizeBuckets = 64;
+
+// The power-of-two size class of `bytes`: floor(log2(bytes)), 0 for 0.
+inline int size_bucket(size_t bytes) { return bytes ? 63 - __builtin_clzll(bytes) : 0; }
 
 // Where the decisions live: HEFT_ALLREDUCE_CACHE when set ("off": nowhere, returns ""),
 // else $HEFT_HOME/comm/allreduce-forms, else ~/.heft/comm/allreduce-forms.

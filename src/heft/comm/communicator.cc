@@ -22,7 +22,7 @@
 #include "heft/comm/algo/hierarchical_allreduce.h"
 #include "heft/comm/algo/shm_allreduce.h"
 #include "heft/comm/algo/shm_collectives.h"
-#include "heft/comm/choice_cache.h"
+#include "heft/comm/choice_cache.h"  // size_bucket, choice_cache_path
 #include "heft/comm/transport/shm/context.h"
 #include "heft/comm/transport/tcp/context.h"
 
@@ -151,131 +151,6 @@ Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
   }
   return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
                                                : Algorithm::kRing;
-}
-
-namespace {
-int size_bucket(size_t bytes) { return bytes ? 63 - __builtin_clzll(bytes) : 0; }
-// Timed runs of each form: the best of several is robust to a rank descheduled once.
-constexpr int kMeasureRounds = 4;
-}  // namespace
-
-Algorithm Communicator::measured_allreduce(size_t bytes) const {
-  const int m = measured_[size_bucket(bytes)].load(std::memory_order_acquire);
-  return m < 0 ? Algorithm::kAuto : static_cast<Algorithm>(m);
-}
-
-std::string Communicator::choice_fingerprint() const {
-  std::string hosts;
-  for (const auto& ranks : topology_.ranks_of_host)
-    hosts += (hosts.empty() ? "" : ",") + std::to_string(ranks.size());
-  const char* single_copy[] = {"auto", "on", "off"};
-  std::string key = fmt::format(
-      "v1 world={} hosts={} host0={} machine={} small={} chunk={} shm_small={} single_copy={}",
-      size_, hosts, options_.host.empty() ? "-" : options_.host, machine_description(),
-      options_.small_message_bytes, options_.shm_chunk_bytes, options_.shm_small_bytes,
-      single_copy[static_cast<int>(options_.shm_single_copy)]);
-  for (char& c : key)
-    if (c == '\t' || c == '\n') c = ' ';
-  return key;
-}
-
-int Communicator::agree_on_rank0(int value, Deadline deadline, const std::string& name) {
-  int32_t v = rank_ == 0 ? value : -1;
-  algo::Links links{*transport_, deadline, name,
-                    algo::call_signature(algo::Call::allreduce, 1, DataType::i32, ReduceOp::max)};
-  algo::recursive_doubling_allreduce(links, &v, 1, DataType::i32, ReduceOp::max);
-  return v;
-}
-
-void Communicator::load_choices(Deadline deadline, const std::string& name) {
-  std::array<int32_t, kSizeBuckets> known;
-  known.fill(-1);
-  if (rank_ == 0 && !choice_cache_.empty()) {
-    try {
-      const auto recorded = read_choices(choice_cache_, choice_fingerprint());
-      std::copy(recorded.begin(), recorded.end(), known.begin());
-    } catch (const Error& e) {
-      spdlog::warn("rank 0: {} (measuring again)", e.what());
-    }
-  }
-  // Rank 0's record decides for every rank (the others may have other homes, or none).
-  algo::Links links{*transport_, deadline, name,
-                    algo::call_signature(algo::Call::allreduce, kSizeBuckets, DataType::i32,
-                                         ReduceOp::max)};
-  algo::recursive_doubling_allreduce(links, known.data(), kSizeBuckets, DataType::i32,
-                                     ReduceOp::max);
-  int found = 0;
-  for (int b = 0; b < kSizeBuckets; ++b) {
-    if (known[b] < 0) continue;
-    measured_[b].store(known[b], std::memory_order_release);
-    ++found;
-  }
-  cached_choices_.store(found, std::memory_order_release);
-  spdlog::debug("rank {}: {} allreduce size(s) across hosts decided by rank 0's record {}",
-                rank_, found, choice_cache_.empty() ? "(none: HEFT_ALLREDUCE_CACHE=off)" : choice_cache_);
-}
-
-Algorithm Communicator::choose_allreduce(size_t count, DataType t, ReduceOp op,
-                                         Deadline deadline, const std::string& name) {
-  if (!choices_loaded_) {
-    load_choices(deadline, name);
-    choices_loaded_ = true;
-  }
-  const Algorithm known = measured_allreduce(count * element_size(t));
-  return known != Algorithm::kAuto ? known : measure_allreduce(count, t, op, deadline, name);
-}
-
-Algorithm Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op,
-                                          Deadline deadline, const std::string& name) {
-  const size_t bytes = count * element_size(t);
-  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
-  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
-  double best[2] = {1e300, 1e300};  // seconds: hierarchical, ring
-  algo::Links sync{*transport_, deadline, name, algo::call_signature(algo::Call::barrier, 0)};
-  // Round 0 warms both forms up (buffers, pages, links) untimed.
-  for (int round = 0; round <= kMeasureRounds; ++round) {
-    for (int form = 0; form < 2; ++form) {
-      algo::dissemination_barrier(sync);  // start together: a rank's time is not its wait
-      const auto start = std::chrono::steady_clock::now();
-      if (form == 0) {
-        algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count,
-                                     t, op, options_.small_message_bytes, deadline, name);
-      } else {
-        algo::Links links{*transport_, deadline, name, call};
-        algo::ring_allreduce(links, scratch.data(), count, t, op);
-      }
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (round > 0) best[form] = std::min(best[form], s);
-    }
-  }
-  // Every rank must choose the same: decide on the slowest rank's times.
-  algo::Links links{*transport_, deadline, name,
-                    algo::call_signature(algo::Call::allreduce, 2, DataType::f64, ReduceOp::max)};
-  algo::recursive_doubling_allreduce(links, best, 2, DataType::f64, ReduceOp::max);
-  const Algorithm measured = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
-  // Rank 0 records it; a decision another run recorded meanwhile wins, on every rank.
-  int recorded = static_cast<int>(measured);
-  if (rank_ == 0 && !choice_cache_.empty()) {
-    try {
-      recorded = record_choice(choice_cache_, choice_fingerprint(), size_bucket(bytes), recorded);
-    } catch (const Error& e) {
-      spdlog::warn("rank 0: {} (the next run measures again)", e.what());
-    }
-  }
-  const Algorithm choice = static_cast<Algorithm>(agree_on_rank0(recorded, deadline, name));
-  measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
-  measurements_.fetch_add(1, std::memory_order_release);
-  const auto busbw = [&](double s) {  // nccl-tests' bus bandwidth, GB/s
-    return s > 0 ? 2.0 * (size_ - 1) / size_ * static_cast<double>(bytes) / s / 1e9 : 0.0;
-  };
-  const std::string line = fmt::format(
-      "allreduce of {} B over {} hosts: hierarchical {:.3f} ms ({:.2f} GB/s busbw), flat ring "
-      "{:.3f} ms ({:.2f} GB/s): {} for this size{}",
-      bytes, topology_.hosts(), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
-      comm::name(choice), choice == measured ? "" : " (recorded by another run meanwhile)");
-  spdlog::debug("rank {}: {}", rank_, line);  // as the single-copy measurement
-  return choice;
 }
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
