@@ -21,7 +21,7 @@ FP32_TOL, BF16_TOL = 1e-5, 3e-2
 CASES = {
     2: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
         ("gpt", 0, None, True, 3), ("gpt", 0, "bf16", False, 3), ("gpt", 0, None, False, 2),
-        ("tied", 0, None, False, 3, True)],
+        ("tied", 0, None, False, 3, True), ("gpt", 0, "bf16-reduce", False, 3)],
     3: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3)],
     4: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
         ("cnn", 2, None, False, 3), ("gpt", 2, None, True, 3), ("tied", 2, None, False, 3),
