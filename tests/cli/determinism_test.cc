@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -115,10 +116,15 @@ TEST_F(MainJob, TwoRunsAndAResumedOneGiveTheSameLossAtEveryStep) {
   EXPECT_TRUE(model == read_file(job("second") / "model" / "model.pt"))
       << "the two runs' parameters differ";
 
-  // Interrupted 7 s after its start, mid-training (SIGTERM: the ranks agree on a step and
-  // checkpoint there), restarted, resumed from that checkpoint.
+  // Interrupted mid-training, at 45% of the first run's time (start-up ~30%, training ~60%
+  // here; both scale with the machine's load), by SIGTERM: the ranks agree on a step and
+  // checkpoint there; restarted, resumed from that checkpoint.
+  const auto at = a.text.find("Completed after ");
+  ASSERT_NE(at, std::string::npos) << a.text;
+  const double whole_s = std::stod(a.text.substr(at + 16));
+  const std::string every = std::to_string(std::max(2.0, 0.45 * whole_s));
   const CommandOutput c =
-      train("resumed", "--set 'spot={enabled: true, simulate: {every_s: 7, count: 1}}'");
+      train("resumed", "--set 'spot={enabled: true, simulate: {every_s: " + every + ", count: 1}}'");
   ASSERT_EQ(c.code, 0) << c.text;
   const Log lc = log_of("resumed");
   ASSERT_EQ(lc.resumes, 1) << "not interrupted and resumed once: "
