@@ -105,11 +105,7 @@ def materialize(record, module, specs, rank, size):
         for name, buf in mod._buffers.items():
             if buf is not None and buf.is_meta:
                 buffers.setdefault(_key(buf), []).append((mod, name, buf))
-    last = {}
-    for i, (_, args, kwargs, outs, _) in enumerate(record.entries):
-        for t in tree_flatten((args, kwargs))[0] + outs:
-            if isinstance(t, torch.Tensor) and t.is_meta:
-                last[_key(t)] = i
+    kills, after = _plan(record.entries)
     real = {}
 
     def to_real(t):
@@ -122,6 +118,9 @@ def materialize(record, module, specs, rank, size):
         for i, (func, args, kwargs, outs, state) in enumerate(record.entries):
             if state is not None:
                 torch.set_rng_state(state)
+            if i in kills and kills[i][0] not in real:  # the old value was dead: a fresh one
+                key, numel, dtype = kills[i]
+                real[key] = torch.empty(numel, dtype=dtype)
             kw = {k: v for k, v in kwargs.items() if not (k == "device" and v == _META)}
             out = func(*tree_map(to_real, args), **tree_map(to_real, kw))
             for m, r in zip(outs, [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]):
@@ -129,8 +128,10 @@ def materialize(record, module, specs, rank, size):
                     real[_key(m)] = torch.tensor([], dtype=r.dtype).set_(r.storage())
             record.peak_bytes = max(record.peak_bytes,
                                     sum(b.numel() * b.element_size() for b in real.values()))
-            for key in [k for k in real if last.get(k) == i]:
-                _retire(key, real.pop(key), wanted, buffers)
+            for key, final in after.get(i, ()):
+                base = real.pop(key, None)
+                if final and base is not None:
+                    _retire(key, base, wanted, buffers)
     except BaseException:
         torch.set_rng_state(saved)
         raise
@@ -140,6 +141,36 @@ def materialize(record, module, specs, rank, size):
                                                            record.last_random_state):
         torch.set_rng_state(record.exit_state)
     return shards
+
+
+# In-place operations that overwrite every element of their tensor without reading it.
+_OVERWRITE = {"normal_", "uniform_", "fill_", "zero_", "bernoulli_", "exponential_", "random_",
+              "cauchy_", "log_normal_", "geometric_"}
+
+
+def _plan(entries):
+    """Liveness of each recorded storage. kills: entry -> (storage, numel, dtype) for an
+    operation that overwrites the whole storage, whose earlier value is then dead (a
+    constructor's default init redone by the model's own init at the end). after: entry ->
+    [(storage, final)]: storages to release after that entry, final ones (no later use)
+    first copied out. So a storage is held only while its value can still matter."""
+    uses, kills = {}, {}
+    for i, (func, args, kwargs, outs, _) in enumerate(entries):
+        keys = list(dict.fromkeys(_key(t) for t in tree_flatten((args, kwargs))[0] + outs
+                                  if isinstance(t, torch.Tensor) and t.is_meta))
+        for k in keys:
+            uses.setdefault(k, []).append(i)
+        a = args[0] if args else None
+        if func.overloadpacket.__name__ in _OVERWRITE and isinstance(a, torch.Tensor) and \
+                a.is_meta and keys == [_key(a)] and a.storage_offset() == 0 and \
+                a.is_contiguous() and a.numel() == a.storage().size():
+            kills[i] = (_key(a), a.numel(), a.dtype)
+    after = {}
+    for k, idx in uses.items():
+        for j, nxt in zip(idx, idx[1:] + [None]):
+            if nxt is None or kills.get(nxt, (None,))[0] == k:
+                after.setdefault(j, []).append((k, nxt is None))
+    return kills, after
 
 
 def _retire(key, base, wanted, buffers):

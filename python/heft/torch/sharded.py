@@ -213,13 +213,15 @@ class ShardedDataParallel(torch.nn.Module):
         else:
             work = dist.reduce_scatter_tensor(out, flat, op=dist.ReduceOp.AVG, group=g.pg,
                                               async_op=True)
-        self._pending.append((unit, work, out, flat))
+        # The backend holds `flat` until the reduce-scatter completes; not kept here, so each
+        # unit's full gradient is freed as soon as its reduction is done.
+        self._pending.append((unit, work, out))
 
     def _end_backward(self):
         """The engine's callback once backward is over: shard gradients in place."""
         r = self.replicate_group
         done = []
-        for unit, work, out, _ in self._pending:
+        for unit, work, out in self._pending:
             if work is not None:
                 work.wait()
             if r is not None:
