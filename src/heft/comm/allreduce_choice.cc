@@ -56,7 +56,10 @@ void Communicator::load_choices(Deadline deadline, const std::string& name) {
   if (rank_ == 0 && !choice_cache_.empty()) {
     try {
       const auto recorded = read_choices(choice_cache_, choice_fingerprint());
-      std::copy(recorded.begin(), recorded.end(), known.begin());
+      for (int b = 0; b < kSizeBuckets; ++b)  // only the two forms measured (a hand edit?)
+        if (recorded[b] == static_cast<int>(Algorithm::kRing) ||
+            recorded[b] == static_cast<int>(Algorithm::kHierarchical))
+          known[b] = recorded[b];
     } catch (const Error& e) {
       spdlog::warn("rank 0: {} (measuring again)", e.what());
     }
@@ -74,8 +77,10 @@ void Communicator::load_choices(Deadline deadline, const std::string& name) {
     ++found;
   }
   cached_choices_.store(found, std::memory_order_release);
-  spdlog::debug("rank {}: {} allreduce size(s) across hosts decided by rank 0's record {}",
-                rank_, found, choice_cache_.empty() ? "(none: HEFT_ALLREDUCE_CACHE=off)" : choice_cache_);
+  spdlog::debug("rank {}: {} allreduce size(s) across hosts decided by rank 0's record{}",
+                rank_, found, rank_ != 0              ? ""
+                              : choice_cache_.empty() ? " (none: HEFT_ALLREDUCE_CACHE=off)"
+                                                      : " " + choice_cache_);
 }
 
 Algorithm Communicator::choose_allreduce(size_t count, DataType t, ReduceOp op,
