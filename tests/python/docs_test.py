@@ -34,8 +34,6 @@ HEFT_TRAIN = os.path.join(support.BINARY_DIR, "heft-train")
 # edit appear here.
 NO_MARKER = ": no <!-- recorded: ... --> marker before the block"
 KNOWN = {
-    ("docs/tuning.md", "recorded: `build/heft tune examples/tune-fashion.yaml`" + NO_MARKER):
-        "tuning.md's owner: mark the re-recorded sample output",
 }
 
 

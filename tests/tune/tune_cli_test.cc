@@ -71,6 +71,40 @@ TEST(TuneCli, BayesianFindsTheOptimumRegionAndRecordsEveryTrialAsAJob) {
   EXPECT_NE(again.text.find("a tuning job named 'quad' exists already"), std::string::npos) << again.text;
 }
 
+// A spec with base_name runs twice in a row (each run its own name), and commands given the
+// base name find the newest run.
+TEST(TuneCli, BaseNameGivesEachRunItsOwnNameAndCommandsFindTheNewest) {
+  test::TempDir home("heft-tune");
+  std::string text = tuning_spec("Grid", 1, 1);
+  text.replace(0, std::string("name: quad").size(), "base_name: quad");
+  text.replace(text.find("  continuous: [{name: x, min: 0.0, max: 1.0, scaling: Linear}]\n"),
+               std::string("  continuous: [{name: x, min: 0.0, max: 1.0, scaling: Linear}]\n").size(), "");
+  const std::string spec = write(home, "tune.yaml", text);
+  const std::string heft = "HEFT_HOME=" + home.path() + " " + kHeft;
+  const test::CommandOutput first = test::run_command(heft + " tune " + spec);
+  ASSERT_EQ(first.code, 0) << first.text;
+  const test::CommandOutput second = test::run_command(heft + " tune " + spec);
+  ASSERT_EQ(second.code, 0) << second.text;
+  const test::CommandOutput list = test::run_command(heft + " tunings");
+  size_t runs = 0;
+  for (const std::string& line : list.lines) runs += line.rfind("quad-2", 0) == 0;
+  EXPECT_EQ(runs, 2u) << list.text;
+  const test::CommandOutput described = test::run_command(heft + " describe quad --json");
+  ASSERT_EQ(described.code, 0) << described.text;
+  const nlohmann::json newest = nlohmann::json::parse(described.text);
+  EXPECT_EQ(newest["base_name"], "quad");
+  const std::string name = newest["name"];
+  EXPECT_EQ(name.rfind("quad-2", 0), 0u) << name;
+  EXPECT_NE(second.text.find("tuning job " + name), std::string::npos) << second.text;
+  const test::CommandOutput deleted = test::run_command(heft + " delete --tuning quad");
+  EXPECT_EQ(deleted.code, 0) << deleted.text;
+  EXPECT_NE(deleted.text.find("deleted tuning job " + name), std::string::npos) << deleted.text;
+  // The older run is now the newest of its base name.
+  const test::CommandOutput left = test::run_command(heft + " describe quad --json");
+  ASSERT_EQ(left.code, 0) << left.text;
+  EXPECT_NE(nlohmann::json::parse(left.text)["name"], name);
+}
+
 TEST(TuneCli, AFailedTrialIsRecordedAndTheRestGoOn) {
   test::TempDir home("heft-tune");
   const std::string spec =

@@ -77,13 +77,14 @@ int delete_jobs(const std::vector<std::string>& args) {
   return code;
 }
 
-int delete_tuning(const std::string& name) {
+int delete_tuning(const std::string& given) {
   const std::string home = job::heft_home();
-  const std::optional<nlohmann::json> t = tune::read_tuning(home, name);
+  const std::optional<nlohmann::json> t = tune::read_tuning(home, given);
   if (!t) {
-    std::cerr << kName << ": no tuning job named '" << name << "' (heft tunings lists them)\n";
+    std::cerr << kName << ": no tuning job named '" << given << "' (heft tunings lists them)\n";
     return 1;
   }
+  const std::string name = t->value("name", given);  // a base name's newest
   if (!tune::tuning_ended(*t)) {
     std::cerr << kName << ": tuning job '" << name << "' is " << t->value("status", "")
               << ": a running tuning is not deleted; stop it first (heft stop " << name << ")\n";

@@ -351,6 +351,7 @@ class Run {
                         {"objective", t.objective ? json(*t.objective) : json(nullptr)}});
     }
     json doc = {{"name", spec_.name},
+                {"base_name", spec_.base_name.empty() ? json(nullptr) : json(spec_.base_name)},
                 {"status", status_},
                 {"pid", static_cast<int64_t>(::getpid())},
                 {"strategy", spec_.strategy},

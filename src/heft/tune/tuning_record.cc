@@ -54,12 +54,39 @@ std::string tuning_dir(const std::string& home, const std::string& name) {
 
 std::string stop_file(const std::string& dir) { return dir + "/stop-requested"; }
 
-std::optional<json> read_tuning(const std::string& home, const std::string& name) {
-  if (name.empty() || name.find('/') != std::string::npos) return std::nullopt;
+namespace {
+
+// tuning.json of exactly `name`, as written.
+std::optional<json> read_record(const std::string& home, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return std::nullopt;
   std::ifstream in(tuning_dir(home, name) + "/tuning.json");
   if (!in) return std::nullopt;
   json t = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!t.is_object()) return std::nullopt;
+  return t;
+}
+
+// The newest tuning whose spec gave `base_name` (heft tune named it base_name-<time>).
+std::optional<json> newest_of_base(const std::string& home, const std::string& base_name) {
+  std::optional<json> newest;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(home) / "tunings", ec)) {
+    std::optional<json> t = read_record(home, e.path().filename().string());
+    if (!t || !(*t)["base_name"].is_string() || (*t)["base_name"] != base_name) continue;
+    if (!newest || t->value("created_at", 0.0) > newest->value("created_at", 0.0))
+      newest = std::move(t);
+  }
+  return newest;
+}
+
+}  // namespace
+
+std::optional<json> read_tuning(const std::string& home, const std::string& name) {
+  std::optional<json> record = read_record(home, name);
+  if (!record) record = newest_of_base(home, name);
+  if (!record) return std::nullopt;
+  json t = std::move(*record);
   if (!tuning_ended(t) && !alive(t.value("pid", int64_t{0}))) {
     t["status"] = "Failed";
     t["failure_reason"] = "its heft tune process is gone (killed, or the machine restarted)";
@@ -171,7 +198,7 @@ std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec&
 std::optional<TuningStop> request_tuning_stop(const std::string& home, const std::string& name) {
   std::optional<json> t = read_tuning(home, name);
   if (!t) return std::nullopt;
-  const std::string dir = tuning_dir(home, name);
+  const std::string dir = tuning_dir(home, t->value("name", name));  // a base name's newest
   if (t->contains("failure_reason")) {  // its heft tune is gone: record the end here
     std::ifstream in(dir + "/tuning.json");
     json raw = json::parse(in, nullptr, false);

@@ -23,8 +23,9 @@ std::string stop_file(const std::string& dir);
 void write_file_atomically(const std::string& path, const std::string& text);
 
 // tuning.json of `name`, with "trial_counts" (by status) added; a tuning InProgress whose
-// `heft tune` process is gone reads as Failed ("failure_reason" says so). nullopt when there
-// is no tuning of that name (or its record cannot be read).
+// `heft tune` process is gone reads as Failed ("failure_reason" says so). When no tuning is
+// named `name`, the newest whose spec gave it as base_name (its "name" says which). nullopt
+// when there is none (or its record cannot be read).
 std::optional<nlohmann::json> read_tuning(const std::string& home, const std::string& name);
 // Completed, Failed or Stopped.
 bool tuning_ended(const nlohmann::json& tuning);

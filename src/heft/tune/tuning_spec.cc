@@ -1,6 +1,7 @@
 #include "heft/tune/tuning_spec.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "heft/error.h"
+#include "heft/job/job_db.h"
 #include "heft/job/spec_yaml.h"
 
 namespace heft::tune {
@@ -18,7 +20,7 @@ using job::SpecReader;
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name", "objective", "strategy", "max_jobs",
+const std::vector<std::string> kTopKeys = {"name", "base_name", "objective", "strategy", "max_jobs",
                                            "max_parallel_jobs", "random_seed", "early_stopping",
                                            "hyperband", "diverged_if",
                                            "warm_start", "hyperparameter_ranges", "training_job"};
@@ -131,23 +133,40 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
 Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
                                      const std::string& base_dir,
                                      const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return Result<TuningSpec>::failure(source + ":" + std::to_string(e.mark.line + 1) +
-                                       ": not valid YAML: " + e.msg);
-  }
+  // The same reader as a job spec's (size, aliases, cycles, depth): the training_job inside
+  // is checked with the rest of the document before it is converted.
   SpecReader r(source);
-  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (const std::string& o : overrides) r.apply_override(root, o);
-  if (!r.errors().empty()) return Result<TuningSpec>::failure(r.message());
+  Result<YAML::Node> document = job::load_spec_document(text, source, overrides, r);
+  if (!document.ok()) return Result<TuningSpec>::failure(document.error());
+  YAML::Node root = document.value();
   TuningSpec spec;
   if (!r.expect_map(root, "")) return Result<TuningSpec>::failure(r.message());
   r.check_keys(root, "", kTopKeys);
 
-  if (!job::present(root["name"])) r.error("name", root, "required: the tuning job's name");
-  else r.get_string(root["name"], "name", &spec.name);
+  if (job::present(root["name"])) {
+    r.get_string(root["name"], "name", &spec.name);
+  } else if (job::present(root["base_name"])) {
+    // Trials are named <name>-001...: the base, the time and the trial number fit 63.
+    constexpr size_t kMaxBaseName = 32;
+    std::string base;
+    if (r.get_string(root["base_name"], "base_name", &base)) {
+      const bool ok = !base.empty() && base.size() <= kMaxBaseName && std::isalnum(static_cast<unsigned char>(base.front())) &&
+                      std::isalnum(static_cast<unsigned char>(base.back())) &&
+                      std::all_of(base.begin(), base.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+                      });
+      if (!ok)
+        r.error("base_name", root["base_name"],
+                "expected letters, digits and '-' (not first or last), at most " +
+                    std::to_string(kMaxBaseName) + " characters, found " + job::found(root["base_name"]));
+      else {
+        spec.base_name = base;
+        spec.name = job::timestamped_name(base, job::unix_now());
+      }
+    }
+  } else {
+    r.error("name", root, "required (or base_name): the tuning job's name");
+  }
 
   const YAML::Node objective = root["objective"];
   if (!job::present(objective)) {
@@ -258,13 +277,11 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
       std::string path;
       if (r.get_string(tj["template"], "training_job.template", &path)) {
         if (!fs::path(path).is_absolute()) path = (fs::path(base_dir) / path).string();
-        std::ifstream in(path);
-        if (!in) {
-          r.error("training_job.template", tj["template"], "cannot read '" + path + "'");
+        Result<std::string> text = job::read_spec_text(path, "the template");
+        if (!text.ok()) {
+          r.error("training_job.template", tj["template"], text.error());
         } else {
-          std::stringstream ss;
-          ss << in.rdbuf();
-          spec.training_job_yaml = ss.str();
+          spec.training_job_yaml = std::move(text).value();
           spec.training_job_source = path;
           spec.template_path = path;
         }
@@ -309,14 +326,10 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
 
 Result<TuningSpec> load_tuning_spec(const std::string& path,
                                     const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  std::error_code ec;
-  if (!in || fs::is_directory(path, ec))
-    return Result<TuningSpec>::failure("cannot read the tuning spec '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  Result<std::string> text = job::read_spec_text(path, "the tuning spec");
+  if (!text.ok()) return Result<TuningSpec>::failure(text.error());
   const fs::path parent = fs::path(path).parent_path();
-  return parse_tuning_spec(ss.str(), path, parent.empty() ? "." : parent.string(), overrides);
+  return parse_tuning_spec(text.value(), path, parent.empty() ? "." : parent.string(), overrides);
 }
 
 }  // namespace heft::tune

@@ -19,7 +19,10 @@
 namespace heft::tune {
 
 struct TuningSpec {
+  // The spec's `name`, or, when it gives `base_name` instead, base_name-<UTC time> made when
+  // the spec is read (job::timestamped_name), so that each run of a spec has its own name.
   std::string name;
+  std::string base_name;  // empty unless the spec gave one (then in tuning.json too)
   std::string objective_metric;  // one of the training job's metric_definitions
   bool maximize = false;         // objective type Maximize (else Minimize)
   std::string strategy = "Bayesian";  // Grid, Random, Bayesian or Hyperband
