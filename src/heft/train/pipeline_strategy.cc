@@ -1,5 +1,7 @@
 #include "heft/train/pipeline_strategy.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -321,7 +323,7 @@ class Pipelined : public MeshStrategy {
     char line[320];
     std::snprintf(line, sizeof(line),
                   "profile: by the ranks at pipeline 0 and data 0 alone, on micro-batches of %lld "
-                  "samples, each layer's median of %d rounds after %d warm-up rounds; splits within "
+                  "samples, each layer's median CPU time of %d rounds after %d warm-up rounds; splits within "
                   "%.0f%% of the best count as equal (then the fewest activation bytes across the "
                   "cuts, the most even layer counts)",
                   static_cast<long long>(profile_microbatch()), profile_options_.repeats,
@@ -443,25 +445,30 @@ std::vector<parallel::pipeline::LayerCost> profile_pipeline_layers(
     for (size_t i = 0; i + 1 < names.size(); ++i)
       inputs.push_back(model.forward_range(static_cast<int>(i), static_cast<int>(i), inputs.back()));
   }
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
+  // CPU time of the process (every intra-op thread), not wall time: on a shared machine
+  // the time a layer waits for a core is noise that moves the split, the CPU it uses is not.
+  const auto cpu_seconds = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
   };
   std::vector<int64_t> activation_bytes(names.size(), 0);
   parallel::pipeline::profile_layers(out, options, [&](int i, double* forward_s, double* backward_s) {
     const torch::Tensor& x = inputs[static_cast<size_t>(i)];
     const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-    const Clock::time_point t0 = Clock::now();
+    const double t0 = cpu_seconds();
     const torch::Tensor y = model.forward_range(i, i, in);
-    const Clock::time_point t1 = Clock::now();
+    const double t1 = cpu_seconds();
     y.backward(torch::ones_like(y));
-    const Clock::time_point t2 = Clock::now();
-    *forward_s = seconds(t0, t1);
-    *backward_s = seconds(t1, t2);
+    const double t2 = cpu_seconds();
+    *forward_s = t1 - t0;
+    *backward_s = t2 - t1;
     activation_bytes[static_cast<size_t>(i)] = bytes_of(y);
-    for (const torch::Tensor& p : model.layer_parameters(i)) p.mutable_grad().reset();
   });
+  // The gradients accumulate over the rounds, as over a step's micro-batches (a reset each
+  // round would time allocating them instead).
   for (size_t i = 0; i < names.size(); ++i) {
+    for (const torch::Tensor& p : model.layer_parameters(static_cast<int>(i))) p.mutable_grad().reset();
     out[i].activation_bytes = activation_bytes[i];
     for (const torch::Tensor& p : model.layer_parameters(static_cast<int>(i))) out[i].param_bytes += bytes_of(p);
   }

@@ -164,7 +164,7 @@ TEST(Partitioner, ProfilesDifferingByNoiseChooseOneSplitWithinTheTolerance) {
   }
   EXPECT_EQ(exact.size(), 2u) << "without a tolerance the noise should flip the split";
   ASSERT_EQ(tolerant.size(), 1u);
-  EXPECT_EQ(*tolerant.begin(), (std::vector<int>{0, 2}));  // the fixed order's choice
+  EXPECT_EQ(*tolerant.begin(), (std::vector<int>{0, 3}));  // the fixed order's: latest cut
 }
 
 TEST(Partitioner, WithinTheToleranceTakesTheMostEvenLayerCounts) {

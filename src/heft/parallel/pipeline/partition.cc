@@ -80,7 +80,8 @@ Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w, 
         best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], cost(p, i, j, w)));
   const double target = best[stages][n] * (1 + tolerance) * (1 + 1e-12) + 1e-15;
   // Among splits whose every stage costs at most target, the smallest (cut bytes, sum of
-  // squared stage sizes); the first i found on a tie (strict <), so the order is fixed.
+  // squared stage sizes); the last i found on a tie (<=): the latest start of each stage
+  // from the last one back, a fixed order.
   using Score = std::pair<int64_t, int64_t>;
   const Score none{std::numeric_limits<int64_t>::max(), 0};
   std::vector<std::vector<Score>> score(stages + 1, std::vector<Score>(n + 1, none));
@@ -92,7 +93,7 @@ Plan auto_partition(const std::vector<LayerCost>& layers, int stages, double w, 
         if (score[k - 1][i] == none || cost(p, i, j, w) > target) continue;
         const Score c{score[k - 1][i].first + (j < n ? layers[j - 1].activation_bytes : 0),
                       score[k - 1][i].second + static_cast<int64_t>(j - i) * (j - i)};
-        if (c < score[k][j]) {
+        if (c <= score[k][j]) {
           score[k][j] = c;
           from[k][j] = i;
         }

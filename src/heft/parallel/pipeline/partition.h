@@ -45,7 +45,8 @@ struct Plan {
 // every split whose largest cost is at most (1 + t) x the smallest counts as equally good,
 // and the choice among them depends only on the layers' activation bytes and order (fewest
 // bytes crossing the cuts, then the smallest sum of squared stage sizes in layers, then the
-// earliest start of the last stage, of the stage before it, ...): two profiles whose times
+// latest start of the last stage, of the stage before it, ...: the extra layers of an uneven
+// split go to the earlier stages, away from a language model's head): two profiles whose times
 // differ by less than the tolerance choose the same split unless a split sits at its edge.
 // t = 0: only optimal splits. Deterministic: the same costs give the same plan.
 // Throws heft::InvalidArgument naming partitions when stages exceed the layers (or < 1),
@@ -68,8 +69,8 @@ std::string describe_measured(const Plan& plan, const std::vector<LayerCost>& la
 
 // How profile_layers times: `warmup` untimed rounds, then `repeats` timed rounds.
 struct ProfileOptions {
-  int warmup = 2;
-  int repeats = 7;
+  int warmup = 3;
+  int repeats = 15;
 };
 
 // Runs time_layer(i, &forward_s, &backward_s) for every layer i in order, options.warmup
