@@ -41,6 +41,7 @@ std::string read_file(const fs::path& p) {
 struct Log {
   std::map<long, std::string> steps;
   int resumes = 0;
+  long resumed_at = -1;  // the step the last resumed: line names
   std::string final_line;
 };
 
@@ -48,7 +49,10 @@ Log parse(const std::string& text) {
   Log log;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("resumed: ", 0) == 0) ++log.resumes;
+    if (line.rfind("resumed: step=", 0) == 0) {
+      ++log.resumes;
+      log.resumed_at = std::stol(line.substr(14));
+    }
     if (line.rfind("final: ", 0) == 0)
       log.final_line = line.substr(0, line.find(" samples_per_s="));
     if (line.rfind("step=", 0) != 0 || line.find(" loss=") == std::string::npos) continue;
@@ -129,6 +133,7 @@ TEST_F(MainJob, TwoRunsAndAResumedOneGiveTheSameLossAtEveryStep) {
   const Log lc = log_of("resumed");
   ASSERT_EQ(lc.resumes, 1) << "not interrupted and resumed once: "
                            << read_file(job("resumed") / "logs" / "rank-0.log");
+  ASSERT_LT(lc.resumed_at, la.steps.rbegin()->first) << "resumed after the last step line";
   size_t compared = 0;
   for (const auto& [step, line] : lc.steps) {
     ASSERT_TRUE(la.steps.count(step)) << "step " << step << " not in the uninterrupted run";
