@@ -275,6 +275,23 @@ TEST(SpecLimitsBinary, MisspeltTrainerSettingIsRefusedBeforeTheJobIsRecorded) {
   expect_refused(r, "misspelt setting", "did you mean 'lr'?");
   const HeftRun jobs = run_heft({"jobs", "--json"}, dir);
   EXPECT_EQ(jobs.output.find("typo"), std::string::npos) << jobs.output;
+  // A tuning's ranges of heft-train settings too, before any trial starts.
+  write(dir + "/tune.yaml",
+        "name: t\nobjective: {metric: 'test:acc', type: Maximize}\nmax_jobs: 2\n"
+        "hyperparameter_ranges:\n"
+        "  continuous: [{name: learning_rate, min: 0.01, max: 0.1}]\n"
+        "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
+        "training_job: {entry_point: heft-train}\n");
+  expect_refused(run_heft({"tune", dir + "/tune.yaml"}, dir), "tune: misspelt range",
+                 "hyperparameter_ranges: 'learning_rate': unknown heft-train setting; did you "
+                 "mean 'lr'?");
+  write(dir + "/tune.yaml",
+        "name: t\nobjective: {metric: 'test:acc', type: Maximize}\nmax_jobs: 2\n"
+        "hyperparameter_ranges:\n"
+        "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
+        "training_job: {entry_point: heft-train}\n");
+  expect_refused(run_heft({"tune", dir + "/tune.yaml"}, dir), "tune: bad value",
+                 "hyperparameter_ranges: 'optimizer': expected one of sgd, adamw, found 'adam'");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "heft/config/hyperparameters.h"
 #include "heft/error.h"
 #include "heft/job/job_db.h"
 #include "heft/job/spec_yaml.h"
@@ -302,6 +303,21 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
       job::parse_spec(spec.training_job_yaml, spec.training_job_source, {"name=" + spec.name + "-001"});
   if (!training.ok()) return Result<TuningSpec>::failure(training.error());
   spec.training_job = std::move(training).value();
+  // heft-train's ranges name its settings: a misspelt one would fail every trial.
+  if (spec.training_job.builtin_trainer())
+    for (const Range& range : spec.ranges.ranges()) {
+      std::string problem;
+      if (!config::is_hyperparameter(range.name)) {
+        problem = "unknown heft-train setting" +
+                  config::unknown_hyperparameter_text(range.name).substr(std::string("unknown").size());
+      } else {
+        for (const std::string& v : range.values)
+          if (problem.empty()) problem = config::check_hyperparameter(range.name, v);
+      }
+      if (!problem.empty())
+        return Result<TuningSpec>::failure(source + ": hyperparameter_ranges: '" + range.name +
+                                           "': " + problem);
+    }
   std::string defined;
   bool found = false;
   for (const job::MetricDefinition& m : spec.training_job.metric_definitions) {
