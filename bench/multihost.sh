@@ -37,7 +37,10 @@ for rate in $RATES; do
   $HOSTS up 2 --net 79 --prefix hbench --rate "$rate" >/dev/null 2>&1
   out=$(mktemp -d)
   for algo in auto hierarchical ring; do
-    build/heft run --launcher mpirun --hostfile "$HF" -n 2 --mpi-options "$OPTS" -- \
+    # auto measures afresh at each link rate: no record of an earlier rate's choice
+    # (docs/comm.md, "Same result twice").
+    HEFT_ALLREDUCE_CACHE=off build/heft run --launcher mpirun --hostfile "$HF" -n 2 \
+      --mpi-options "$OPTS -x HEFT_ALLREDUCE_CACHE" -- \
       build/heft bench allreduce --worker --min "$MIN" --max "$MAX" --factor 4 --iters "$ITERS" --algo "$algo" \
       | grep -v '^#' > "$out/$algo"
   done
