@@ -31,12 +31,17 @@ echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  steps=$STEPS n_layer=$LAYERS n_embd=$
 if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
 run() {  # $1 ranks, $2 strategy -> "tokens_per_s state_bytes peak_rss_mb" (rank 0)
-  OMP_NUM_THREADS=1 $HEFT run -n "$1" --no-prefix -- $PY -u examples/gpt_sharded.py \
-    --strategy "$2" --steps "$STEPS" --n_layer "$LAYERS" --n_embd "$WIDTH" --n_head 4 \
-    --batch_size "$BATCH" --block_size "$BLOCK" --log_every 100000 |
-    awk '/^final: rank=0 / { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-           printf "%s %s %s", v["tokens_per_s"], v["state_bytes"], v["peak_rss_mb"] }'
+  if ! OMP_NUM_THREADS=1 $HEFT run -n "$1" -- $PY -u examples/gpt_sharded.py \
+      --strategy "$2" --steps "$STEPS" --n_layer "$LAYERS" --n_embd "$WIDTH" --n_head 4 \
+      --batch_size "$BATCH" --block_size "$BLOCK" --log_every 100000 >"$LOG" 2>&1; then
+    echo "sharded_python: $1 ranks, $2 failed:" >&2
+    tail -20 "$LOG" >&2
+  fi
+  awk '/^\[rank 0\] final: rank=0 / { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           printf "%s %s %s", v["tokens_per_s"], v["state_bytes"], v["peak_rss_mb"] }' "$LOG"
 }
 echo
 echo "| ranks | strategy | tokens/s | state bytes per rank | state / DDP's | tokens/s / DDP's | peak RSS MiB |"

@@ -11,7 +11,9 @@ out as one reduce-scatter (asynchronous, overlapping the rest of backward); an e
 callback at the end of backward waits for them, averages across replicas (hybrid) and
 leaves the result in the shards' .grad, which any torch.optim optimizer then steps."""
 import contextlib
+import ctypes
 import functools
+import os
 
 import torch
 import torch.distributed as dist
@@ -24,6 +26,20 @@ _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.fl
           "bf16": (torch.bfloat16, torch.float32), "bf16-reduce": (torch.bfloat16, torch.bfloat16)}
 _COUNTERS = ("recomputed", "allgathers", "prefetched", "gather_overlapped_compute", "reduce_scatters",
              "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered")
+
+
+def _fixed_mmap_threshold():
+    """glibc raises its mmap threshold (up to 32 MiB) after the first large free, after
+    which freed unit buffers stay in its heap and the RSS keeps its high-water mark.
+    HEFT_SDP_MMAP_THRESHOLD=BYTES fixes the threshold, so buffers at least that large are
+    unmapped when freed: a lower peak RSS for page faults on every large allocation (off by
+    default; docs/sharded.md has the figures)."""
+    value = int(os.environ.get("HEFT_SDP_MMAP_THRESHOLD", 0))
+    if value > 0:
+        try:
+            ctypes.CDLL("libc.so.6").mallopt(-3, value)  # M_MMAP_THRESHOLD
+        except (OSError, AttributeError):
+            pass
 
 
 def _groups(sharded_degree):
@@ -85,6 +101,7 @@ class ShardedDataParallel(torch.nn.Module):
         if zero_stage not in (2, 3):
             raise ValueError(f"ShardedDataParallel: zero_stage={zero_stage!r}: expected 2 or 3")
         self.compute_dtype, self.reduce_dtype = _MIXED[mixed_precision]
+        _fixed_mmap_threshold()
         self.reshard_after_forward = zero_stage == 3
         self.counters = dict.fromkeys(_COUNTERS, 0)
         state_keys = list(module.state_dict().keys())
