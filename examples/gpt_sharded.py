@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import heft.torch  # noqa: F401  # heft: registers the torch.distributed backend "heft"
-from heft.torch import parallel  # heft
+from heft.torch import parallel, profile  # heft
 
 
 def load_text(root):
@@ -135,19 +135,28 @@ def main():
             os.listdir(a.checkpoint_dir):
         start, _ = parallel.load_checkpoint(a.checkpoint_dir, model, opt)  # heft
     per = a.batch_size // world
+    # heft: step phases for `heft train`'s profile (no-op without HEFT_PROFILE_DIR); the
+    # sharded model reports its waits for collectives as "communication" inside them.
+    profiler = profile.StepProfiler.from_env().activate()
     t0, tokens, loss_value = None, 0, float("nan")
     for step in range(start, a.steps):
         if step == start + 2:
             t0, tokens = time.perf_counter(), 0
-        x, y = batch(text, step, a.batch_size, a.block_size, rank * per, (rank + 1) * per)
-        loss = F.cross_entropy(model(x).float().reshape(-1, 256), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if a.strategy == "sharded":
-            model.clip_grad_norm_(1.0)  # heft: the global norm over every rank's shard
-        else:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        profiler.begin_step(step)
+        with profiler.phase("data"):
+            x, y = batch(text, step, a.batch_size, a.block_size, rank * per, (rank + 1) * per)
+        with profiler.phase("forward"):
+            loss = F.cross_entropy(model(x).float().reshape(-1, 256), y.reshape(-1))
+        with profiler.phase("backward"):
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        with profiler.phase("optimizer"):
+            if a.strategy == "sharded":
+                model.clip_grad_norm_(1.0)  # heft: the global norm over every rank's shard
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        profiler.end_step()
         tokens += a.batch_size * a.block_size
         t = loss.detach().reshape(1).clone()
         dist.all_reduce(t)

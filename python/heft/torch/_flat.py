@@ -8,6 +8,8 @@ them."""
 import torch
 import torch.distributed as dist
 
+from .profile import phase
+
 _flatten = torch._C._nn.flatten_dense_tensors
 _unflatten = torch._C._nn.unflatten_dense_tensors
 
@@ -88,7 +90,8 @@ class FlatUnit:
             self.owner.counters["prefetched"] += 1
         self.start_gather()
         if self.work is not None:
-            self.work.wait()
+            with phase("communication"):
+                self.work.wait()
             self.work, self.send = None, None
         self.gathered = True
         o = self.owner

@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from . import _deferred, _units
 from ._flat import FlatUnit, Group
+from .profile import phase
 
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
           "bf16": (torch.bfloat16, torch.float32), "bf16-reduce": (torch.bfloat16, torch.bfloat16)}
@@ -236,6 +237,12 @@ class ShardedDataParallel(torch.nn.Module):
 
     def _end_backward(self):
         """The engine's callback once backward is over: shard gradients in place."""
+        with phase("communication"):
+            self._await_reductions()
+        self._pending = []
+        self._finish_pass()
+
+    def _await_reductions(self):
         r = self.replicate_group
         done = []
         for unit, work, out in self._pending:
@@ -255,8 +262,6 @@ class ShardedDataParallel(torch.nn.Module):
                 unit.shard.grad = g
             else:
                 unit.shard.grad.add_(g)
-        self._pending = []
-        self._finish_pass()
 
     def _finish_pass(self):
         self._in_backward = False
