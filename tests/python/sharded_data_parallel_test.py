@@ -3,7 +3,8 @@
 a tied embedding/head and buffers (tests/python/sharded_models.py), at 2, 3 and 4 ranks and
 hybrid 2 x 2, 20 AdamW steps with global-norm clipping: the loss of every step and the final
 parameters equal one process on the global batch (relative 1e-5, fp32); bf16 within 3e-2 of
-fp32's losses; activation checkpointing and ZeRO-2 equal too. The counters show that a
+fp32's losses; activation checkpointing, ZeRO-2, sharded_degree=1 (replicas only) and
+models built under deferred_init equal too. The counters show that a
 gather was in flight while a unit computed and that reduce-scatters started before backward
 ended. This file is also the worker (HEFT_SDP_WORKER=1): rank 0 prints one `case ` JSON line
 per case."""
@@ -21,7 +22,8 @@ FP32_TOL, BF16_TOL = 1e-5, 3e-2
 CASES = {
     2: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
         ("gpt", 0, None, True, 3), ("gpt", 0, "bf16", False, 3), ("gpt", 0, None, False, 2),
-        ("tied", 0, None, False, 3, True), ("gpt", 0, "bf16-reduce", False, 3)],
+        ("tied", 0, None, False, 3, True), ("gpt", 0, "bf16-reduce", False, 3),
+        ("cnn", 1, None, False, 3)],
     3: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3)],
     4: [("cnn", 0, None, False, 3), ("gpt", 0, None, False, 3), ("tied", 0, None, False, 3),
         ("cnn", 2, None, False, 3), ("gpt", 2, None, True, 3), ("tied", 2, None, False, 3),
@@ -148,8 +150,9 @@ class ShardedEquivalence:
                 self.assertLess(k["materialize_peak_bytes"], 4 * c["full_params"], c)
             self.assertEqual(k["out_dtypes"], ["torch.bfloat16" if mixed else "torch.float32"], c)
             self.assertEqual(k["recomputed"] > 0, bool(c["case"][3]), c)
-            self.assertGreater(k["gather_overlapped_compute"], 0, c)
-            self.assertGreater(k["prefetched"], 0, c)
+            if degree != 1:  # degree 1 replicates: no gathers to overlap
+                self.assertGreater(k["gather_overlapped_compute"], 0, c)
+                self.assertGreater(k["prefetched"], 0, c)
             self.assertGreater(k["reduce_scatters_before_backward_end"], 0, c)
             self.assertEqual(k["replicate_allreduces"] > 0, degree not in (0, world), c)
             shards = (degree or world)

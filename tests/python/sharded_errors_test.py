@@ -49,6 +49,21 @@ class BadInput(unittest.TestCase):
         model.steps = torch.nn.Parameter(torch.zeros(3, dtype=torch.long), requires_grad=False)
         self.refused(TypeError, ["module", "'steps'", "torch.int64", "floating-point"], model)
 
+    def test_frozen_and_trainable_in_one_unit(self):
+        model = M.make("gpt")
+        model.blocks[0].fc.weight.requires_grad_(False)
+        self.refused(ValueError, ["units", "'blocks.0'", "blocks.0.fc.weight", "frozen"], model,
+                     units=[M.Block])
+        model = M.make("gpt")  # a whole unit frozen: its shard is too, and gets no gradient
+        for p in model.blocks[1].parameters():
+            p.requires_grad_(False)
+        wrapped = SDP(model, units=[M.Block])
+        x, y = M.batch("gpt", 0, 0, 2)
+        M.loss_of("gpt", wrapped(x), y).backward()
+        grads = [u.shard.grad is not None for u in wrapped.units]
+        self.assertEqual(grads, [True, True, False])
+        self.assertFalse(wrapped.units[2].shard.requires_grad)
+
     def test_wrapping_twice(self):
         model = M.make("cnn")
         wrapped = SDP(model)

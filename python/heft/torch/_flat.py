@@ -52,10 +52,18 @@ class FlatUnit:
         self.likes = [torch.empty(p.shape, device="meta") for p in spec.params]
         self.likes.append(torch.empty(self.padded - n, device="meta"))
         self.grad_pad = torch.zeros(self.padded - n, dtype=dtype)
-        self.shard = torch.nn.Parameter(shard_fp32)
+        trainable = {p.requires_grad for p in spec.params}
+        if len(trainable) > 1:
+            frozen = [places[0].name for p, places in zip(spec.params, spec.slots)
+                      if not p.requires_grad]
+            raise ValueError(f"ShardedDataParallel: units: unit {spec.name or '(root)'!r} mixes "
+                             f"frozen parameters ({', '.join(frozen[:4])}) with trainable ones; "
+                             "choose units that keep them apart")
+        requires_grad = trainable != {False}
+        self.shard = torch.nn.Parameter(shard_fp32, requires_grad=requires_grad)
         self.full = torch.empty(self.padded, dtype=dtype)
         self.full_data = self.full.data  # writes through it leave the views' version alone
-        self.anchor = torch.empty(0, requires_grad=True)
+        self.anchor = torch.empty(0, requires_grad=requires_grad)
         self.work = None       # the all-gather in flight
         self.gathered = False
         self.views = None      # this pass's views (one autograd node per forward pass)
