@@ -1,5 +1,6 @@
 # ctest-labels: multiproc
-"""examples/gpt_sharded.py under `heft run -n 2` (a small GPT, 6 steps): ShardedDataParallel
+"""examples/gpt_sharded.py under `heft run --hosts 2 -n 1` (2 simulated hosts, so the
+collectives go over TCP; a small GPT, 6 steps): ShardedDataParallel
 ends with DDP's loss (relative 1e-5) at half of DDP's training state per rank, bf16 within
 3e-2; with HEFT_PROFILE_DIR each rank writes one step line per step in heft's step-profile
 format, the sharded run's communication phase above zero; saved to --checkpoint_dir and run
@@ -17,7 +18,7 @@ SMALL = ["--n_layer", "2", "--n_embd", "64", "--n_head", "4", "--block_size", "3
 
 
 def run(*extra, env=None):
-    r = support.heft_run(["-n", "2", "--", support.PYTHON, "-u", EXAMPLE] + SMALL + list(extra),
+    r = support.heft_run(["--hosts", "2", "-n", "1", "--", support.PYTHON, "-u", EXAMPLE] + SMALL + list(extra),
                          timeout=240, env=env)
     m = re.search(r"\[rank 0\] final: rank=0 step=(\d+) loss=(\S+) .*state_bytes=(\d+)", r.stdout)
     return r, m
