@@ -3,7 +3,9 @@
 trained 10 AdamW steps at 4 ranks is saved (heft's multi-writer format: one part per rank,
 committed by rank 0) and trains 10 more; loaded at 2 ranks, at 4 ranks hybrid 2 x 2 and in
 one process without a process group, the next 10 losses equal the uninterrupted run's
-(relative 1e-5); load_full_state_dict gives a plain model the saved parameters exactly.
+(relative 1e-5); load_full_state_dict gives a plain model the saved parameters exactly; a
+model the checkpoint does not fit is refused naming a missing parameter. Loading reads one
+saved unit at a time.
 This file is also the worker (HEFT_SDP_PHASE=save|load)."""
 import json
 import os
@@ -103,6 +105,10 @@ class Checkpoints:
             _, losses = phase("load", d, None)  # this process, no process group
             print("loaded in one process:", losses)
             self.close(losses, ref)
+            other = parallel.ShardedDataParallel(M.make("cnn"))
+            with self.assertRaises(KeyError) as ctx:  # another model: refused, naming what
+                parallel.load_checkpoint(d, other)
+            self.assertIn("the checkpoint has no parameter conv1.weight", str(ctx.exception))
             full, expected = parallel.load_full_state_dict(d), torch.load(os.path.join(d, "expected.pt"))
             plain = M.make("gpt")
             plain.load_state_dict(full)

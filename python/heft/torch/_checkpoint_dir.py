@@ -93,20 +93,32 @@ def checkpoints(directory):
     return sorted(out, reverse=True)
 
 
-def _read_files(d, entries):
-    files = {}
-    for e in entries:
-        with open(os.path.join(d, e["name"]), "rb") as f:
-            data = f.read()
-        if _entry(e["name"], data) != {"name": e["name"], "size": e["size"], "crc32": e["crc32"]}:
-            raise ValueError(f"{e['name']} does not match its size or crc32")
-        files[e["name"]] = data
-    return files
+class Part:
+    """One committed part: its files checked (size and CRC-32, streamed) and read one at a
+    time, so a reader never holds every part's bytes at once."""
+
+    def __init__(self, d, entries):
+        self.dir, self.names = d, []
+        for e in entries:
+            path, crc, size = os.path.join(d, e["name"]), 0, 0
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+            if size != e["size"] or (crc & 0xFFFFFFFF) != e["crc32"]:
+                raise ValueError(f"{path} does not match its size or crc32 in part.json")
+            self.names.append(e["name"])
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def read(self, name):
+        with open(os.path.join(self.dir, name), "rb") as f:
+            return f.read()
 
 
 def load_latest(directory, warn):
-    """(step, meta, [files of part K]) of the newest valid multi-writer checkpoint, or None;
-    each skipped one is reported through warn(text)."""
+    """(step, meta, [Part K]) of the newest valid multi-writer checkpoint, or None; each
+    skipped one is reported through warn(text)."""
     for step, path in checkpoints(directory):
         try:
             with open(os.path.join(path, _MANIFEST)) as f:
@@ -118,7 +130,7 @@ def load_latest(directory, warn):
             for k in range(int(m["parts"])):
                 d = os.path.join(path, part_name(k))
                 with open(os.path.join(d, _PART)) as f:
-                    parts.append(_read_files(d, json.load(f)["files"]))
+                    parts.append(Part(d, json.load(f)["files"]))
             return step, m.get("meta", {}), parts
         except (OSError, ValueError, KeyError) as e:
             warn(f"heft checkpoint: warning: skipping {path}: {e}")

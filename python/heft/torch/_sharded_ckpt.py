@@ -33,6 +33,10 @@ def _layout(sdp):
             "units": units, "state_keys": sdp._state_keys}
 
 
+def _unit_file(i):
+    return f"unit-{i:05d}.pt"
+
+
 def _bytes(obj):
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -56,9 +60,9 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
         for i, u in enumerate(model.units):
             state = optimizer.state.get(u.shard, {})
             optim[i] = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
-    files = {"layout.json": json.dumps(_layout(model)).encode(),
-             "shards.pt": _bytes({"shards": [u.shard.detach() for u in model.units],
-                                  "optimizer": optim})}
+    files = {"layout.json": json.dumps(_layout(model)).encode()}
+    for i, u in enumerate(model.units):  # a file per unit: a reader loads one unit at a time
+        files[_unit_file(i)] = _bytes({"shard": u.shard.detach(), "optimizer": optim.get(i, {})})
     if rank == 0:
         groups = [{k: v for k, v in g.items() if k != "params"}
                   for g in (optimizer.param_groups if optimizer is not None else [])]
@@ -75,81 +79,99 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
 
 
 def _read(directory):
+    """(step, meta, layout, parts of replica 0 by shard rank, replicated state)."""
     found = ckdir.load_latest(directory, lambda text: print(text, file=sys.stderr))
     if found is None:
-        raise FileNotFoundError(f"load_checkpoint: dir={directory!r} holds no valid heft "
-                                "multi-writer checkpoint")
+        raise FileNotFoundError(f"dir={directory!r} holds no valid heft multi-writer "
+                                "checkpoint")
     step, meta, parts = found
-    layouts = [json.loads(p["layout.json"]) for p in parts]
+    layouts = [json.loads(p.read("layout.json")) for p in parts]
     keep = sorted((k for k, l in enumerate(layouts) if l["replica"] == 0),
                   key=lambda k: layouts[k]["shard_rank"])
-    blobs = [torch.load(io.BytesIO(parts[k]["shards.pt"])) for k in keep]
-    replicated = torch.load(io.BytesIO(parts[0]["replicated.pt"]))
-    return step, meta, layouts[keep[0]], blobs, replicated
+    replicated = torch.load(io.BytesIO(parts[0].read("replicated.pt")))
+    return step, meta, layouts[keep[0]], [parts[k] for k in keep], replicated
 
 
-def _named_full(layout, flats_of_unit):
-    """{parameter name: full tensor} from each old unit's full flat tensor."""
+def _old_units(layout, parts):
+    """Per old unit, one at a time: (its saved optimizer state of part 0, {name: full
+    parameter}, {state key: {name: full state tensor}})."""
+    for i, unit in enumerate(layout["units"]):
+        blobs = [torch.load(io.BytesIO(p.read(_unit_file(i)))) for p in parts]
+        named = _named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs]))
+        states = {}
+        for key, v in blobs[0]["optimizer"].items():
+            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == unit["shard_numel"]:
+                states[key] = _named(unit, torch.cat([b["optimizer"][key].reshape(-1)
+                                                      for b in blobs]))
+        yield blobs[0]["optimizer"], named, states
+
+
+def _named(unit, flat):
     out = {}
-    for unit, flat in zip(layout["units"], flats_of_unit):
-        for m in unit["members"]:
-            t = flat[m["offset"]:m["offset"] + m["numel"]].view(m["shape"])
-            for name in m["names"]:
-                out[name] = t
+    for m in unit["members"]:
+        t = flat[m["offset"]:m["offset"] + m["numel"]].view(m["shape"])
+        for name in m["names"]:
+            out[name] = t
     return out
-
-
-def _full_flats(layout, blobs, get):
-    """Per old unit: its shards (get(blob, unit) each) back to back."""
-    return [torch.cat([get(b, i).reshape(-1) for b in blobs]) for i in range(len(layout["units"]))]
 
 
 def load_full_state_dict(directory):
     """The newest checkpoint as the unwrapped model's state_dict (full tensors; no process
     group needed)."""
-    _, _, layout, blobs, replicated = _read(directory)
-    params = _named_full(layout, _full_flats(layout, blobs, lambda b, i: b["shards"][i]))
+    _, _, layout, parts, replicated = _read(directory)
+    params = {}
+    for _, named, _ in _old_units(layout, parts):
+        params.update({k: v.clone() for k, v in named.items()})
     buffers = replicated["buffers"]
     return {k: (params[k] if k in params else buffers[k]).clone()
             for k in layout["state_keys"] if k in params or k in buffers}
 
 
-def _new_shard(unit, named, dtype=torch.float32):
-    names = [places[0].name for places in unit.slots]
-    flat = torch._C._nn.flatten_dense_tensors([named[n].to(dtype) for n in names]) \
-        if names else torch.zeros(0, dtype=dtype)
-    flat = torch.cat([flat, flat.new_zeros(unit.padded - unit.numel)])
-    lo = unit.owner.shard_group.rank * unit.shard_numel
-    return flat[lo:lo + unit.shard_numel].clone()
+def _copy_into(unit, named, target):
+    """Copies the parts of `named`'s tensors that fall in this rank's shard of `unit` into
+    target (a flat shard-sized tensor)."""
+    lo, offset = unit.owner.shard_group.rank * unit.shard_numel, 0
+    for like, places in zip(unit.likes[:-1], unit.slots):
+        n = like.numel()
+        a, b = max(lo, offset), min(lo + unit.shard_numel, offset + n)
+        t = named.get(places[0].name)
+        if t is not None and a < b:
+            target[a - lo:b - lo].copy_(t.reshape(-1)[a - offset:b - offset])
+        offset += n
 
 
 @torch.no_grad()
 def load_checkpoint(directory, model, optimizer=None):
     """Loads the newest checkpoint into a ShardedDataParallel model (any degree) and its
-    optimizer; returns (step, meta)."""
-    step, meta, layout, blobs, replicated = _read(directory)
-    params = _named_full(layout, _full_flats(layout, blobs, lambda b, i: b["shards"][i]))
-    for u in model.units:
-        u.shard.copy_(_new_shard(u, params))
+    optimizer, one saved unit at a time; returns (step, meta)."""
+    step, meta, layout, parts, replicated = _read(directory)
+    wanted = [places[0].name for u in model.units for places in u.slots]
+    saved_names = {n for unit in layout["units"] for m in unit["members"] for n in m["names"]}
+    missing = [n for n in wanted if n not in saved_names]
+    if missing:
+        raise KeyError(f"load_checkpoint: dir={directory!r}: the checkpoint has no parameter "
+                       f"{', '.join(missing[:5])} of this model")
+    new_state = {}
+    for saved, named, states in _old_units(layout, parts):
+        for u in model.units:
+            _copy_into(u, named, u.shard.data)
+            if optimizer is None:
+                continue
+            state = new_state.setdefault(u.shard, {})
+            for key, value in saved.items():
+                if key in states:
+                    if key not in state:
+                        state[key] = torch.zeros(u.shard_numel, dtype=value.dtype)
+                    _copy_into(u, states[key], state[key])
+                elif key not in state:
+                    state[key] = value.clone() if torch.is_tensor(value) else value
     buffers = dict(model.module.named_buffers())
     for name, value in replicated["buffers"].items():
         if name in buffers:
             buffers[name].copy_(value)
-    if optimizer is None:
-        return step, meta
-    for g, saved in zip(optimizer.param_groups, replicated["param_groups"]):
-        g.update(saved)
-    old_state = [blobs[0]["optimizer"].get(i, {}) for i in range(len(layout["units"]))]
-    keys = {k for s in old_state for k, v in s.items()}
-    for u in model.units:
-        state = {}
-        for key in keys:
-            first = next(s[key] for s in old_state if key in s)
-            if torch.is_tensor(first) and first.dim() == 1 and any(
-                    first.numel() == unit["shard_numel"] for unit in layout["units"]):
-                flats = _full_flats(layout, blobs, lambda b, i: b["optimizer"][i][key])
-                state[key] = _new_shard(u, _named_full(layout, flats), first.dtype)
-            else:
-                state[key] = first.clone() if torch.is_tensor(first) else first
-        optimizer.state[u.shard] = state
+    if optimizer is not None:
+        for g, saved in zip(optimizer.param_groups, replicated["param_groups"]):
+            g.update(saved)
+        for shard, state in new_state.items():
+            optimizer.state[shard] = state
     return step, meta
