@@ -1,7 +1,8 @@
 # ctest-labels: unit
 """heft.torch.parallel.ShardedDataParallel refuses bad input with an error naming the
 argument: a unit policy that matches nothing, an unknown mixed precision, a degree that does
-not divide the world, a non-float parameter, wrapping twice, an unknown ZeRO stage. One
+not divide the world, a non-float parameter, wrapping twice, an unknown ZeRO stage, a unit
+mixing frozen and trainable parameters, a default group of another backend. One
 process (a world of one heft rank where a group is needed)."""
 import os
 import sys
@@ -86,6 +87,14 @@ class BadInput(unittest.TestCase):
             losses = [M.loss_of("tied", m(x), y) for m in (ref, model)]
             self.assertAlmostEqual(losses[0].item(), losses[1].item(), places=6)
             self.assertEqual(model.full_state_dict().keys(), ref.state_dict().keys())
+        finally:
+            dist.destroy_process_group()
+
+    def test_another_backend(self):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{support.free_port()}",
+                                rank=0, world_size=1)
+        try:
+            self.refused(RuntimeError, ["backend 'gloo'", "heft"], M.make("cnn"))
         finally:
             dist.destroy_process_group()
 

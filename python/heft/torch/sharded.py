@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from . import _deferred, _units
+from . import BACKEND, _deferred, _units
 from ._flat import FlatUnit, Group
 from .profile import phase
 
@@ -51,6 +51,10 @@ def _groups(sharded_degree):
             raise ValueError(f"ShardedDataParallel: sharded_degree={sharded_degree}: no process "
                              "group is initialized (one process: only 1 or None)")
         return Group(None, 0, 1), None
+    if str(dist.get_backend()).lower() != BACKEND:
+        raise RuntimeError(f"ShardedDataParallel: the default process group uses backend "
+                           f"{dist.get_backend()!r}; its collectives must be heft's: "
+                           f"init_process_group({BACKEND!r}, ...)")
     world, rank = dist.get_world_size(), dist.get_rank()
     degree = world if sharded_degree is None else sharded_degree
     if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1 or world % degree:
