@@ -164,7 +164,7 @@ def run_block(block, machine_text):
             if code != expected:
                 return None, f"`{cmd}` exited {code}, expected {expected}:\n{text[-3000:]}"
             last = code
-            text = text.replace(home, os.path.expanduser("~/.heft")).rstrip("\n")
+            text = text.replace(home, "~/.heft").rstrip("\n")
             dropped = False
             for line in text.split("\n") if text else []:
                 if keep is None or keep.search(line):

@@ -110,12 +110,16 @@ std::vector<json> list_tunings(const std::string& home) {
 
 std::string tunings_table(const std::vector<json>& tunings) {
   std::ostringstream os;
-  os << std::left << std::setw(24) << "NAME" << std::setw(12) << "STATUS" << std::setw(10)
+  // Names made from a base name are long (tune-fashion-2026-11-25-13-37-40-957).
+  int name_width = 24;
+  for (const json& t : tunings)
+    name_width = std::max(name_width, static_cast<int>(t.value("name", "").size()) + 2);
+  os << std::left << std::setw(name_width) << "NAME" << std::setw(12) << "STATUS" << std::setw(10)
      << "STRATEGY" << std::setw(9) << "TRIALS" << std::setw(10) << "DIVERGED" << std::setw(14)
      << "BEST" << "CREATED\n";
   for (const json& t : tunings) {
     const std::string trials = std::to_string(t["trials"].size()) + "/" + std::to_string(t.value("max_jobs", 0));
-    os << std::setw(24) << t.value("name", "") << std::setw(12) << t.value("status", "")
+    os << std::setw(name_width) << t.value("name", "") << std::setw(12) << t.value("status", "")
        << std::setw(10) << t.value("strategy", "") << std::setw(9) << trials << std::setw(10)
        << t["trial_counts"].value("Diverged", 0) << std::setw(14)
        << (t["best_trial"].is_object() ? objective_text(t["best_trial"]["objective"]) : "-")
