@@ -1,7 +1,8 @@
 // ctest-labels: unit
 // CheckpointDirectory: round trips of blobs, modules, optimizers and the RNG; a corrupt
 // newest checkpoint falls back to the previous one with a warning; half-written ones are
-// ignored; keep bounds how many stay.
+// ignored; keep bounds how many stay; locate_latest_parts (heft.torch's reader) verifies
+// every part's files streamed and skips a corrupt or single-writer newer checkpoint.
 #include "heft/parallel/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "heft/error.h"
 
@@ -188,6 +190,48 @@ TEST_F(CheckpointTest, ACommitWithAMissingPartCommitsNothing) {
   EXPECT_FALSE(fs::exists(dir_ / ".tmp-ckpt-000000000002"));
   EXPECT_TRUE(fs::exists(dir_ / ".tmp-ckpt-000000000009" / "part-00000" / "part.json"));
   EXPECT_EQ(ckpt.load_latest_part(1)->files.at("s"), "three");
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST_F(CheckpointTest, LocateLatestPartsChecksEveryPartStreamedAndReturnsPaths) {
+  CheckpointDirectory ckpt(dir_.string(), 5);
+  const std::string big(3 * (1 << 20) + 5, 'x');  // spans several 1 MiB CRC chunks
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (int k = 0; k < 2; ++k)
+      ckpt.save_part(step, k, {{"big.bin", big}, {"k.txt", std::to_string(step * 10 + k)}});
+    ckpt.commit(step, 2, "{\"step\":" + std::to_string(step) + "}");
+  }
+  ckpt.save(data(3));  // a newer single-writer checkpoint: not a multi-writer one, skipped
+  EXPECT_EQ(ckpt.steps(), (std::vector<int64_t>{3, 2, 1}));
+  std::ostringstream warnings;
+  auto got = ckpt.locate_latest_parts(warnings);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->step, 2);
+  EXPECT_EQ(got->meta_json, "{\"step\":2}");
+  ASSERT_EQ(got->parts.size(), 2u);
+  EXPECT_EQ(file_bytes(got->parts[1].at("k.txt")), "21");
+  EXPECT_EQ(file_bytes(got->parts[0].at("big.bin")), big);
+  EXPECT_NE(warnings.str().find(step_dir(3)), std::string::npos) << warnings.str();
+  // One byte of part 1's big file changed past the first chunk (same size): step 2 is
+  // skipped with a warning naming the file, step 1 is found.
+  {
+    std::fstream f(got->parts[1].at("big.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((1 << 20) + 17);
+    f.put('y');
+  }
+  std::ostringstream again;
+  got = ckpt.locate_latest_parts(again);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->step, 1);
+  EXPECT_EQ(file_bytes(got->parts[1].at("k.txt")), "11");
+  EXPECT_NE(again.str().find("part-00001/big.bin is missing or does not match its size or crc32"),
+            std::string::npos) << again.str();
 }
 
 }  // namespace

@@ -5,7 +5,10 @@ committed by rank 0) and trains 10 more; loaded at 2 ranks, at 4 ranks hybrid 2 
 one process without a process group, the next 10 losses equal the uninterrupted run's
 (relative 1e-5); load_full_state_dict gives a plain model the saved parameters exactly; a
 model the checkpoint does not fit is refused naming a missing parameter. Loading reads one
-saved unit at a time.
+saved unit at a time. The directory is written and checked by the C++ CheckpointDirectory
+through the extension (heft.torch._c10d.checkpoint): its version-2 manifest is on disk, a
+bad file name raises ValueError, and a corrupted unit file makes the C++ reader skip the
+checkpoint with its warning naming the file.
 This file is also the worker (HEFT_SDP_PHASE=save|load)."""
 import json
 import os
@@ -115,6 +118,30 @@ class Checkpoints:
             self.assertEqual(list(full), list(plain.state_dict()))
             for k, v in expected.items():
                 self.assertTrue(torch.equal(full[k], v), k)
+            self.format_is_the_cpp_ones(d)
+
+    def format_is_the_cpp_ones(self, d):
+        import contextlib
+        import io
+        from heft.torch import _c10d, _checkpoint_dir, parallel
+        self.assertIs(_checkpoint_dir._cc, _c10d.checkpoint)
+        with open(os.path.join(d, "ckpt-000000000001", "manifest.json")) as f:
+            self.assertEqual(json.load(f), {"format": "heft-checkpoint", "version": 2, "step": 1,
+                                            "meta": {"steps": STEPS}, "parts": 4})
+        with self.assertRaises(ValueError) as ctx:
+            _checkpoint_dir.save_part(d, 5, 0, {"a/b": b"x"})
+        self.assertIn("expected a plain name, found 'a/b'", str(ctx.exception))
+        unit = os.path.join(d, "ckpt-000000000001", "part-00002", "unit-00001.pt")
+        with open(unit, "r+b") as f:  # one byte changed, same size: only the CRC sees it
+            f.seek(100)
+            byte = f.read(1)
+            f.seek(100)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(FileNotFoundError):
+            parallel.load_full_state_dict(d)
+        self.assertIn("part-00002/unit-00001.pt is missing or does not match its size or crc32",
+                      err.getvalue())
 
 
 if __name__ == "__main__":

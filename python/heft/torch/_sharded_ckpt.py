@@ -49,8 +49,8 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
     rank = dist.get_rank() if _dist_on() else 0
     world = dist.get_world_size() if _dist_on() else 1
     if step is None:
-        found = ckdir.checkpoints(directory)
-        step = found[0][0] + 1 if found else 1
+        found = ckdir.steps(directory)
+        step = found[0] + 1 if found else 1
         if _dist_on():
             t = torch.tensor([step], dtype=torch.int64)
             dist.broadcast(t, 0)

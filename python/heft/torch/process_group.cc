@@ -725,6 +725,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::thread thread_;
 };
 
+// checkpoint_binding.cc: the module's `checkpoint` submodule.
+void bind_checkpoint(pybind11::module_& parent);
+
 }  // namespace heft::torch_backend
 
 PYBIND11_MODULE(_c10d, m) {
@@ -732,6 +735,7 @@ PYBIND11_MODULE(_c10d, m) {
   using heft::torch_backend::ProcessGroupHeft;
   py::module::import("torch.distributed");  // registers c10d's Store and ProcessGroup types
   m.doc() = "heft's torch.distributed backend (see heft.torch)";
+  heft::torch_backend::bind_checkpoint(m);
   py::class_<ProcessGroupHeft, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        double timeout_s) {
