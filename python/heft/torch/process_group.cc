@@ -1,6 +1,7 @@
 // heft.torch._c10d: the torch.distributed backend "heft" (torch 1.13's c10d::ProcessGroup)
 // over heft's Communicator, and the two store adapters it needs. The one place that knows
-// c10d: torch 2.x moves backends to c10d::Backend, and only this file changes.
+// c10d: torch 2.x moves backends to c10d::Backend, and only this file changes. The module's
+// `checkpoint` submodule (heft's checkpoint directory) is bound in checkpoint_binding.cc.
 //
 // Each operation stages its tensors (a contiguous buffer of a dtype the communicator
 // reduces: the tensor itself when it already is one; int8, uint8 and bool go through
