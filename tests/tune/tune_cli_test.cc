@@ -47,7 +47,10 @@ std::string tuning_spec(const std::string& strategy, int max_jobs, int parallel,
 
 TEST(TuneCli, BayesianFindsTheOptimumRegionAndRecordsEveryTrialAsAJob) {
   test::TempDir home("heft-tune");
-  const std::string spec = write(home, "tune.yaml", tuning_spec("Bayesian", 12, 2));
+  // One trial at a time: which suggestions a pair of parallel trials gets depends on whether
+  // both end in the same poll (machine load), and under load that made the best of 12 miss
+  // the region 3 times in 23; sequential, the seed alone decides the trials.
+  const std::string spec = write(home, "tune.yaml", tuning_spec("Bayesian", 12, 1));
   const test::CommandOutput out =
       test::run_command("HEFT_HOME=" + home.path() + " " + kHeft + " tune " + spec);
   ASSERT_EQ(out.code, 0) << out.text;
