@@ -319,9 +319,6 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
       {base + "distribution: {modelparallel: {enabled: maybe}}\n",
        "distribution.modelparallel.enabled: expected true or false, found 'maybe'"},
       {base + "distribution: {dataparallel: []}\n", "distribution.dataparallel: expected a map"},
-      {"name: d\nentry_point: heft-train\ndistribution: {modelparallel: {enabled: true, "
-       "parameters: {bf16: true}}}\n",
-       "distribution.modelparallel.parameters.bf16 needs sharded_data_parallel_degree > 1"},
 
   };
   for (const auto& [yaml, fragment] : bad) {
@@ -353,6 +350,14 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
   EXPECT_EQ(manual.value().distribution_config.modelparallel.partition_boundaries,
             (std::vector<int>{1, 3, 4}));
   EXPECT_EQ(manual.value().distribution_config.modelparallel.virtual_stages, 2);
+  // bf16 without sharding is accepted (it was refused before issue 27).
+  const Result<JobSpec> bf16 = parse_spec(
+      "name: d\nentry_point: heft-train\ndistribution: {modelparallel: {enabled: true, "
+      "parameters: {bf16: true}}}\n",
+      "spec.yaml");
+  ASSERT_TRUE(bf16.ok()) << bf16.error();
+  EXPECT_TRUE(bf16.value().distribution_config.modelparallel.bf16);
+  EXPECT_TRUE(bf16.value().distribution_config.unsupported_by_trainer().empty());
 }
 
 }  // namespace

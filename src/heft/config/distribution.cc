@@ -224,13 +224,8 @@ std::vector<std::string> Distribution::check_world(int world) const {
 }
 
 std::vector<std::string> Distribution::unsupported_by_trainer() const {
-  std::vector<std::string> out;
-  if (!modelparallel.enabled) return out;
-  const std::string p = "distribution.modelparallel.parameters.";
-  if (modelparallel.bf16 && modelparallel.sharded_data_parallel_degree <= 1)
-    out.push_back(p + "bf16 needs sharded_data_parallel_degree > 1 (heft-train computes in "
-                      "bfloat16 with float32 master weights in the shards)");
-  return out;
+  // Nothing today: bf16, the last refusal, runs under every strategy (issue 27).
+  return {};
 }
 
 }  // namespace heft::config

@@ -5,6 +5,7 @@
 // strategy's state_bytes() reports. Header-only: both translation units include it.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -47,6 +48,37 @@ inline int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
   return n;
 }
 
+// bf16 for a replicated module (data parallel, tensor parallel, a pipeline's DDP stages):
+// while alive, CPU autocast to bfloat16 (LibTorch's autocast: matmuls, linear layers and
+// convolutions run in bfloat16, forward and so backward, from casts of the float32 master
+// parameters; the casts' backward hands float32 gradients to the parameters, which DDP then
+// reduces in float32). Off: nothing. Scoped to a forward pass; the cast cache is dropped
+// at the outermost exit, so the next forward casts the updated parameters.
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~Bf16Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  }
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
 // What both strategies share: the mesh's groups, who reports, the tensor-parallel layout of
 // the model, its loss and outputs, and gathering tensor slices into full parameters.
 class MeshStrategy : public Strategy {
@@ -81,6 +113,13 @@ class MeshStrategy : public Strategy {
                         const Task& task) {
     torch::Tensor l = model_->loss_sum(outputs, targets);
     return l.defined() ? l : task.loss_sum(outputs, targets);
+  }
+  // The model's outputs for inputs, float32: with bf16 (a replicated module) computed under
+  // Bf16Autocast, so the loss is taken in float32.
+  torch::Tensor forward_outputs(const torch::Tensor& inputs) {
+    if (!hp_.bf16) return model_->forward(inputs);
+    Bf16Autocast bf16(true);
+    return model_->forward(inputs).to(torch::kFloat);
   }
   // Tensor slices by name -> full parameters (a collective over the tensor group).
   std::map<std::string, torch::Tensor> join_tensor_slices(std::map<std::string, torch::Tensor> local) {

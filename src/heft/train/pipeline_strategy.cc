@@ -19,6 +19,7 @@ namespace heft::train {
 
 namespace {
 
+using detail::Bf16Autocast;
 using detail::bytes_of;
 using detail::ddp_options;
 using detail::MeshStrategy;
@@ -102,9 +103,15 @@ class Pipelined : public MeshStrategy {
       const int vs = chunk * pipe_.size() + pipe_.rank();
       const auto [first, last] = chunks_[static_cast<size_t>(chunk)];
       if (sdp_) sdp_->begin_forward();
-      // Activations cross stages in float32 (bf16: cast to the compute dtype on arrival).
-      torch::Tensor out = model_->forward_range(first, last, vs == 0 ? xs[j] : to_compute(input));
+      // Activations cross stages in float32. bf16: a sharded stage casts them to the compute
+      // dtype on arrival; a DDP stage computes under autocast (Bf16Autocast), its parameters
+      // and their gradients float32.
+      torch::Tensor out = [&] {
+        Bf16Autocast bf16(hp_.bf16 && !sdp_);
+        return model_->forward_range(first, last, vs == 0 ? xs[j] : to_compute(input));
+      }();
       if (vs != V - 1) return out.to(torch::kFloat);
+      out = out.to(torch::kFloat);
       torch::Tensor loss = loss_of(out, ys[j], task);
       total += loss.detach().to(torch::kDouble);
       return loss * scale;
@@ -266,7 +273,7 @@ class Pipelined : public MeshStrategy {
 
  private:
   torch::Tensor to_compute(const torch::Tensor& x) const {
-    return hp_.bf16 ? x.to(torch::kBFloat16) : x;
+    return hp_.bf16 && sdp_ ? x.to(torch::kBFloat16) : x;
   }
 
   // The activation a stage receives for a micro-batch of b samples with inputs like x:

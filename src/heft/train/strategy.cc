@@ -48,7 +48,7 @@ class DataParallel : public MeshStrategy {
 
   std::string describe() const override {
     return "data_parallel (" + std::to_string(data_.size()) + " ranks" + tensor_text() + ", " +
-           std::to_string(ddp_.buckets().size()) + " buckets)";
+           std::to_string(ddp_.buckets().size()) + " buckets" + (hp_.bf16 ? ", bf16" : "") + ")";
   }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
@@ -63,7 +63,7 @@ class DataParallel : public MeshStrategy {
     for (size_t m = 0; m < micro.size(); ++m) {
       torch::Tensor loss_sum = [&] {
         auto timed = profile::phase(profile::Phase::kForward);
-        return loss_of(model_->forward(micro[m].inputs), micro[m].targets, task);
+        return loss_of(forward_outputs(micro[m].inputs), micro[m].targets, task);
       }();
       total += loss_sum.detach().to(torch::kDouble);
       auto timed = profile::phase(profile::Phase::kBackward);
@@ -83,7 +83,7 @@ class DataParallel : public MeshStrategy {
   torch::Tensor evaluate(const torch::Tensor& inputs) override {
     torch::NoGradGuard no_grad;
     model_->eval();
-    torch::Tensor out = model_->full_outputs(model_->forward(inputs));
+    torch::Tensor out = model_->full_outputs(forward_outputs(inputs));
     model_->train();
     return out;
   }
@@ -282,19 +282,17 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
                                         const OptimizerConfig& optimizer) {
   const std::vector<std::string> unsupported = distribution.unsupported_by_trainer();
   if (!unsupported.empty()) throw InvalidArgument(unsupported.front());
+  // A replicated module's recomputation runs in backward, outside the forward's autocast.
+  if (hp.bf16 && hp.activation_checkpointing && sharded_degree(distribution, hp) <= 1)
+    throw InvalidArgument("bf16 with activation_checkpointing: needs sharded_data_parallel_degree > 1");
   const PipelineSettings pipe = pipeline_settings(distribution, hp);
   if (pipe.partitions > 1) {
     PipelineSettings settings = pipe;
     settings.sharded = sharded_degree(distribution, hp) > 1;
-    if (hp.bf16 && !settings.sharded)
-      throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1");
     return make_pipeline_strategy(hp, settings, mesh, std::move(model), optimizer);
   }
   if (sharded_degree(distribution, hp) > 1)
     return std::make_unique<Sharded>(hp, mesh, std::move(model), optimizer);
-  if (hp.bf16)
-    throw InvalidArgument("bf16: needs sharded_data_parallel_degree > 1 (the sharded strategy "
-                          "computes in bfloat16 with float32 master weights in its shards)");
   return std::make_unique<DataParallel>(hp, mesh, std::move(model), optimizer);
 }
 

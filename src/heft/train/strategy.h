@@ -12,7 +12,11 @@
 // chosen by sharded_data_parallel_degree > 1, each tensor-parallel inside when the model is;
 // both take gradient_accumulation (micro-batches, communicating on the last), grad_clip
 // (global norm) and activation_checkpointing (the model's units). partitions > 1 chooses the
-// pipelined strategy (pipeline_strategy.h), whose stages are either of the two.
+// pipelined strategy (pipeline_strategy.h), whose stages are either of the two. bf16 runs
+// under every strategy: forward and backward in bfloat16, float32 master parameters and
+// optimizer state, gradients reduced in float32 (sharded: bfloat16 gathers of the float32
+// shards; replicated modules: CPU autocast, mesh_strategy.h's Bf16Autocast), the loss taken
+// in float32. bf16 with activation_checkpointing needs sharding.
 //
 //   loop                      strategy (DDP)                      parallel/
 //   task.batch(step) ──────▶ step(batch, task, lr)
