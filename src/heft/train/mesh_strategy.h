@@ -149,13 +149,23 @@ class MeshStrategy : public Strategy {
   std::string tensor_text() const {
     return tensor_.size > 1 ? " x tensor " + std::to_string(tensor_.size) : "";
   }
-  // Activation checkpointing of the model's units (a dropped unit: nothing to recompute).
+  // Activation checkpointing of the model's units (a dropped unit: nothing to recompute) on a
+  // replicated module. With bf16 the recomputation in backward runs under the forward's
+  // autocast too (it runs outside the forward's scope), so it computes what forward did.
   void recompute_units() {
     std::vector<std::vector<torch::Tensor>> params;
     for (const auto& unit : model_->units())
       params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
-    model_->set_unit_runner([params](size_t i, const torch::Tensor& x, const Model::UnitFn& f) {
-      return parallel::recompute_in_backward(x, f, params.at(i));
+    const bool bf16 = hp_.bf16;
+    model_->set_unit_runner([params, bf16](size_t i, const torch::Tensor& x,
+                                           const Model::UnitFn& f) {
+      Model::UnitFn unit = f;
+      if (bf16)
+        unit = [f](const torch::Tensor& in) {
+          Bf16Autocast autocast(true);
+          return f(in);
+        };
+      return parallel::recompute_in_backward(x, unit, params.at(i));
     });
   }
   // A replicated module's state: its parameters, DDP's buckets, the optimizer's state.

@@ -282,9 +282,6 @@ std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution
                                         const OptimizerConfig& optimizer) {
   const std::vector<std::string> unsupported = distribution.unsupported_by_trainer();
   if (!unsupported.empty()) throw InvalidArgument(unsupported.front());
-  // A replicated module's recomputation runs in backward, outside the forward's autocast.
-  if (hp.bf16 && hp.activation_checkpointing && sharded_degree(distribution, hp) <= 1)
-    throw InvalidArgument("bf16 with activation_checkpointing: needs sharded_data_parallel_degree > 1");
   const PipelineSettings pipe = pipeline_settings(distribution, hp);
   if (pipe.partitions > 1) {
     PipelineSettings settings = pipe;
