@@ -67,7 +67,6 @@ constexpr int kMaxMetricDefinitions = 40;
 constexpr size_t kMaxMetricName = 255;
 constexpr size_t kMaxMetricRegex = 500;
 constexpr size_t kMaxName = 63;
-constexpr size_t kMaxBaseName = 32;  // + "-YYYY-MM-DD-HH-MM-SS-mmm" and a counter fit in kMaxName
 constexpr int kMaxWorld = kMaxWorkers;
 
 bool is_identifier(const std::string& s, bool allow_dash) {
@@ -122,7 +121,7 @@ class Validator {
   void name(const YAML::Node& n, const YAML::Node& base) {
     std::string b;
     if (present(base) && r_.get_string(base, "base_name", &b)) {
-      if (is_job_name(b) && b.size() <= kMaxBaseName)
+      if (is_base_name(b))
         spec_.base_name = b;
       else
         r_.error("base_name", base,
@@ -661,6 +660,8 @@ void check_relations(SpecReader& r, const YAML::Node& root, JobSpec& spec) {
 }
 
 }  // namespace
+
+bool is_base_name(const std::string& s) { return is_job_name(s) && s.size() <= kMaxBaseName; }
 
 std::vector<MetricDefinition> builtin_metric_definitions() {
   // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S [tokens_per_s=T]",

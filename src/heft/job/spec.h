@@ -109,6 +109,12 @@ struct JobSpec {
   int world_size() const { return cluster.instance_count * cluster.processes_per_host; }
 };
 
+// A base name (`base_name:` of a job or tuning spec): letters, digits and '-' (not first or
+// last), at most kMaxBaseName characters, so that the time suffix, a counter and a trial
+// number still fit a job name.
+inline constexpr size_t kMaxBaseName = 32;
+bool is_base_name(const std::string& s);
+
 // The built-in trainer's metric lines (train:loss, train:throughput, train:tokens_per_s,
 // test:acc, validation:loss).
 std::vector<MetricDefinition> builtin_metric_definitions();

@@ -147,19 +147,13 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
   if (job::present(root["name"])) {
     r.get_string(root["name"], "name", &spec.name);
   } else if (job::present(root["base_name"])) {
-    // Trials are named <name>-001...: the base, the time and the trial number fit 63.
-    constexpr size_t kMaxBaseName = 32;
     std::string base;
     if (r.get_string(root["base_name"], "base_name", &base)) {
-      const bool ok = !base.empty() && base.size() <= kMaxBaseName && std::isalnum(static_cast<unsigned char>(base.front())) &&
-                      std::isalnum(static_cast<unsigned char>(base.back())) &&
-                      std::all_of(base.begin(), base.end(), [](char c) {
-                        return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
-                      });
+      const bool ok = job::is_base_name(base);  // the trial number fits too
       if (!ok)
         r.error("base_name", root["base_name"],
                 "expected letters, digits and '-' (not first or last), at most " +
-                    std::to_string(kMaxBaseName) + " characters, found " + job::found(root["base_name"]));
+                    std::to_string(job::kMaxBaseName) + " characters, found " + job::found(root["base_name"]));
       else {
         spec.base_name = base;
         spec.name = job::timestamped_name(base, job::unix_now());
