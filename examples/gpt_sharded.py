@@ -12,12 +12,16 @@ every rank for a step), prints `step=N loss=L tokens_per_s=T` every log_every st
 summary line `final: step=N loss=L tokens_per_s=T state_bytes=B peak_rss_mb=M strategy=S`
 (tokens of all ranks per second after the first 2 steps; state_bytes: this rank's
 parameters + gradients + optimizer state). Hyperparameters come as `--name value` (what
-heft train passes); see --help.
+heft train passes); see --help. Before building the model, rank 0 prints
+`parameters=N` and every rank runs heft's memory pre-flight on a meta copy: when the ranks
+on this machine cannot hold the training state (DDP of a model too large for them), each
+exits 1 with the MemoryError, allocating nothing.
 """
 import argparse
 import math
 import os
 import resource
+import sys
 import time
 
 import torch
@@ -119,6 +123,17 @@ def main():
     if a.batch_size % world:
         raise SystemExit(f"gpt_sharded: --batch_size {a.batch_size} must divide by {world} ranks")
     text = load_text(a.data)
+    degree = 1 if a.strategy == "ddp" else a.sharded_degree or world
+    with parallel.deferred_init():  # heft: sized on meta tensors, nothing allocated
+        sizing = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+    if rank == 0:
+        print(f"parameters={parallel.parameter_count(sizing)}", flush=True)
+    try:  # heft: refuse what the ranks on this machine cannot hold, before allocating it
+        parallel.require_memory(sizing, "adamw", degree, what=f"gpt_sharded --strategy {a.strategy}")
+    except MemoryError as e:  # every rank decided alike: each says so, then all exit 1
+        print(f"MemoryError: {e}", file=sys.stderr, flush=True)
+        dist.barrier()
+        raise SystemExit(1)
     torch.manual_seed(0)
     if a.strategy == "ddp":
         model = parallel.DistributedDataParallel(GPT(a.n_layer, a.n_head, a.n_embd, a.block_size))

@@ -3,12 +3,16 @@
 ``DistributedDataParallel``: torch's DDP over the heft group (the cloud library's
 ``smdistributed.dataparallel.torch.parallel.DistributedDataParallel``).
 ``ShardedDataParallel``: parameters, gradients and optimizer state sharded over the ranks
-(ZeRO-3 / FSDP), with ``deferred_init`` and checkpoints (docs/sharded.md)."""
+(ZeRO-3 / FSDP), with ``deferred_init`` and checkpoints (docs/sharded.md).
+``training_state_bytes`` and ``require_memory``: a memory pre-flight that refuses a model
+the ranks on this machine cannot hold before anything is allocated."""
 import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import BACKEND
 from ._deferred import deferred_init  # noqa: F401
+from ._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
+                      require_memory, training_state_bytes)
 from ._sharded_ckpt import load_checkpoint, load_full_state_dict, save_checkpoint  # noqa: F401
 from .sharded import ShardedDataParallel  # noqa: F401
 
