@@ -1,5 +1,5 @@
-// Result values for expected failures in the user-facing job layer (a bad spec, a missing
-// job, a name already taken): docs/errors.md says these are values, not exceptions. A
+// Result values for expected failures in every layer (a bad spec, a missing job, a name
+// already taken, a bad hyperparameter): docs/errors.md says these are values, not exceptions. A
 // Result either holds a value or the product text of the error (what a command prints
 // after its name: "spec.yaml:3: cluster.instance_count: expected ...").
 //
@@ -12,7 +12,7 @@
 
 #include "heft/check.h"
 
-namespace heft::job {
+namespace heft {
 
 template <class T>
 class [[nodiscard]] Result {
@@ -59,4 +59,4 @@ class [[nodiscard]] Status {
   std::string error_;
 };
 
-}  // namespace heft::job
+}  // namespace heft

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/progress.h"
 
 namespace heft::job {

@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "heft/job/spec_env.h"
+#include "heft/job/spec/spec_env.h"
 #include "support/files.h"
 
 namespace heft::job {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "heft/job/rule_spec.h"
+#include "heft/job/spec/rule_spec.h"
 
 namespace heft::profile {
 namespace {

@@ -6,7 +6,7 @@ code):
 - every hyperparameter of heft-train --help has a row in docs/training.md's table, and every
   `--set hyperparameters.NAME=...` on a heft-train spec names one of them;
 - every metric a built-in job records (the trainer's metric definitions in
-  src/heft/job/spec.cc, the profiler's series in src/heft/profile/job_profiler.cc) is named in
+  src/heft/job/spec/spec.cc, the profiler's series in src/heft/profile/job_profiler.cc) is named in
   docs/;
 - every link between the docs leads to a file and a heading that exist;
 - every recorded run (a block with a `$ command` line and the output it printed) follows a
@@ -67,10 +67,10 @@ def heft_train_options(help_out):
 def builtin_metric_names():
     """The metrics a built-in job records: the trainer's metric definitions and the profiler's
     series (a name built with a number reads as coreN)."""
-    with open(os.path.join(SOURCE, "src/heft/job/spec.cc"), encoding="utf-8") as f:
+    with open(os.path.join(SOURCE, "src/heft/job/spec/spec.cc"), encoding="utf-8") as f:
         spec = f.read()
     body = re.search(r"builtin_metric_definitions\(\) \{(.*?)\n\}", spec, re.S)
-    assert body, "builtin_metric_definitions() not found in src/heft/job/spec.cc"
+    assert body, "builtin_metric_definitions() not found in src/heft/job/spec/spec.cc"
     names = set(re.findall(r'\{"([a-z_]+:[a-z_]+)",', body[1]))
     with open(os.path.join(SOURCE, "src/heft/profile/job_profiler.cc"), encoding="utf-8") as f:
         profiler = f.read()

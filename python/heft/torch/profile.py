@@ -1,5 +1,5 @@
 """``heft.torch.profile``: step timings by phase for a Python training script, in the file
-heft's supervisor collects (the format of src/heft/profile/step_profiler.h, which
+heft's supervisor collects (the format of src/heft/step_profiler/step_profiler.h, which
 heft-train writes; docs/observability.md):
 
     profiler = heft.torch.profile.StepProfiler.from_env()   # $HEFT_PROFILE_DIR/rank-$RANK.steps

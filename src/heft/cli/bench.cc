@@ -20,7 +20,7 @@
 #include "heft/comm/cpu.h"
 #include "heft/comm/init.h"
 #include "heft/error.h"
-#include "heft/job/local_launcher.h"
+#include "heft/job/launch/local_launcher.h"
 
 namespace heft::cli {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::cli {
 

@@ -10,7 +10,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/tune/tuning_record.h"
 
@@ -40,7 +40,7 @@ bool remove_dir(const std::string& dir) {
 // directories; 0, or 1 after saying why on stderr.
 int delete_recorded(job::JobDb& db, const std::string& home,
                     const std::vector<std::string>& names, bool quiet) {
-  const job::Result<std::vector<job::JobRecord>> deleted = db.delete_jobs(names);
+  const heft::Result<std::vector<job::JobRecord>> deleted = db.delete_jobs(names);
   if (!deleted.ok()) {
     std::cerr << kName << ": " << deleted.error() << "\n";
     return 1;

@@ -6,7 +6,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/tune/tuning_record.h"
 

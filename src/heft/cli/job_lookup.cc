@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 
 namespace heft::cli {
@@ -15,7 +15,7 @@ std::optional<FoundJob> find_job_or_report(const std::string& command, const std
     return std::nullopt;
   }
   db->fail_orphaned_jobs();
-  job::Result<job::JobRecord> found = db->find_job(name);
+  heft::Result<job::JobRecord> found = db->find_job(name);
   if (!found.ok()) {
     std::cerr << command << ": " << found.error() << "\n";
     return std::nullopt;

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::cli {
 

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "heft/cli/commands.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/tune/tuning_record.h"
 
@@ -24,14 +24,14 @@ struct JobsArgs {
 
 // The filter the options ask for, or exit code 2 (bad value) or 1 (no such tuning).
 int make_filter(const JobsArgs& args, job::JobFilter* filter) {
-  const job::Result<std::vector<std::string>> statuses = job::parse_statuses(args.statuses);
+  const heft::Result<std::vector<std::string>> statuses = job::parse_statuses(args.statuses);
   if (!statuses.ok()) {
     std::cerr << kName << ": " << statuses.error() << "\n";
     return 2;
   }
   filter->statuses = statuses.value();
   if (!args.since.empty()) {
-    const job::Result<double> since = job::parse_since(args.since, job::unix_now());
+    const heft::Result<double> since = job::parse_since(args.since, job::unix_now());
     if (!since.ok()) {
       std::cerr << kName << ": " << since.error() << "\n";
       return 2;

@@ -10,8 +10,8 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/job/local_launcher.h"
-#include "heft/job/job_report.h"
+#include "heft/job/launch/local_launcher.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 
 namespace heft::cli {
@@ -81,7 +81,7 @@ int show_logs(const LogsArgs& args) {
   }
   for (;;) {
     db->fail_orphaned_jobs();
-    const job::Result<job::JobRecord> now = db->find_job(j.name);  // the job found above
+    const heft::Result<job::JobRecord> now = db->find_job(j.name);  // the job found above
     const bool ended = !now.ok() || now.value().ended();
     for (LogReader& r : readers) r.print_new(ended);  // after the check: nothing is missed
     if (ended) return 0;

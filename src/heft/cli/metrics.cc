@@ -8,7 +8,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 
 namespace heft::cli {

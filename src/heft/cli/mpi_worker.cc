@@ -13,7 +13,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/error.h"
-#include "heft/job/mpirun_launcher.h"
+#include "heft/job/launch/mpirun_launcher.h"
 
 namespace heft::cli {
 

@@ -6,7 +6,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/job/paths.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/job_profiler.h"

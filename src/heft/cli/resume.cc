@@ -11,10 +11,10 @@
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
 #include "heft/profile/job_profiler.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
-#include "heft/job/spec.h"
-#include "heft/job/spec_env.h"
+#include "heft/job/spec/spec.h"
+#include "heft/job/spec/spec_env.h"
 #include "heft/job/supervisor.h"
 
 namespace heft::cli {
@@ -30,19 +30,19 @@ int resume(const std::string& job_arg) {
   if (!found) return 1;
   const std::string name = found->job.name;  // a base name resolves to its newest job
   std::unique_ptr<job::JobDb> db = std::move(found->db);
-  const job::Result<job::JobSpec> spec =
+  const heft::Result<job::JobSpec> spec =
       job::spec_from_json(found->job.spec, "job '" + name + "'");
   if (!spec.ok()) {
     std::cerr << kName << ": the recorded spec no longer holds: " << spec.error() << "\n";
     return job::kExitBadSpec;
   }
-  const job::Result<std::vector<std::string>> command =
+  const heft::Result<std::vector<std::string>> command =
       job::worker_command(spec.value(), heft_binary_dir());
   if (!command.ok()) {
     std::cerr << kName << ": " << command.error() << "\n";
     return job::kExitBadSpec;
   }
-  job::Result<job::JobRecord> record = db->resume_job(name);
+  heft::Result<job::JobRecord> record = db->resume_job(name);
   if (!record.ok()) {
     std::cerr << kName << ": " << record.error() << "\n";
     return job::kExitBadSpec;

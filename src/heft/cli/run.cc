@@ -12,9 +12,9 @@
 
 #include "heft/cli/commands.h"
 #include "heft/error.h"
-#include "heft/job/local_launcher.h"
-#include "heft/job/mpirun_launcher.h"
-#include "heft/job/slurm_launcher.h"
+#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
 
 namespace heft::cli {
 
@@ -135,7 +135,7 @@ Command add_run_command(CLI::App& app) {
       o.heft_binary = heft_binary_dir() + "/heft";
     };
     if (args->launcher == "mpirun") {
-      job::Result<std::vector<job::MpiHost>> hosts = job::read_hostfile(args->hostfile);
+      heft::Result<std::vector<job::MpiHost>> hosts = job::read_hostfile(args->hostfile);
       if (!hosts.ok()) throw InvalidArgument(hosts.error());
       job::MpirunOptions o;
       engine(o);

@@ -2,7 +2,7 @@
 // runs): maps SLURM_* onto the environment contract (job::slurm_worker_environment) and
 // executes CMD in its place (Gloo's interface chosen as for mpi-worker).
 #include "heft/cli/commands.h"
-#include "heft/job/slurm_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
 
 namespace heft::cli {
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "heft/cli/commands.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/tune/tuning_record.h"
 
@@ -56,13 +56,13 @@ int stop_job(const StopArgs& args) {
   }
   // A base name means its newest job: resolved once, so the wait below follows that job
   // even when a newer one of the same base name starts meanwhile.
-  const job::Result<job::JobRecord> found = db->find_job(args.job);
+  const heft::Result<job::JobRecord> found = db->find_job(args.job);
   if (!found.ok()) {
     std::cerr << "heft stop: " << found.error() << "\n";
     return 1;
   }
   const std::string name = found.value().name;
-  const job::Result<job::StopRequest> r = db->request_stop(name);
+  const heft::Result<job::StopRequest> r = db->request_stop(name);
   if (!r.ok()) {
     std::cerr << "heft stop: " << r.error() << "\n";
     return 1;
@@ -82,7 +82,7 @@ int stop_job(const StopArgs& args) {
   std::cerr << "heft stop: stopping job '" << name << "'" << std::endl;
   if (!args.wait) return 0;
   for (;;) {
-    const job::Result<job::JobRecord> j = db->find_job(name);
+    const heft::Result<job::JobRecord> j = db->find_job(name);
     if (!j.ok() || j.value().ended()) {
       if (j.ok()) {
         const std::string& secondary = j.value().secondary_status;

@@ -12,10 +12,10 @@
 
 #include "heft/cli/commands.h"
 #include "heft/profile/job_profiler.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
-#include "heft/job/spec.h"
-#include "heft/job/spec_env.h"
+#include "heft/job/spec/spec.h"
+#include "heft/job/spec/spec_env.h"
 #include "heft/job/supervisor.h"
 
 namespace heft::cli {
@@ -46,7 +46,7 @@ struct Recorded {
 
 // Records the job under its name, or under its base_name and the time (spec.name becomes
 // that), and makes its directory. An error for a name taken or a directory refused.
-job::Result<Recorded> record_job(job::JobDb& db, const std::string& home, job::JobSpec& spec) {
+heft::Result<Recorded> record_job(job::JobDb& db, const std::string& home, job::JobSpec& spec) {
   const bool generated = spec.name.empty();
   const double now = job::unix_now();
   std::string error;
@@ -55,44 +55,44 @@ job::Result<Recorded> record_job(job::JobDb& db, const std::string& home, job::J
     if (db.has_job(spec.name)) {
       if (generated) continue;
       const job::JobRecord existing = db.find_job(spec.name).value();
-      return job::Result<Recorded>::failure(
+      return heft::Result<Recorded>::failure(
           "a job named '" + spec.name + "' already exists (" + existing.status + ", created " +
           job::local_time_text(existing.created_at) +
           "); job names are unique: choose another with --name, delete it (heft delete " +
           spec.name + "), or give the spec a base_name instead of a name");
     }
     const job::JobPaths paths = job::job_paths(home, spec.name);
-    if (const job::Status made = job::make_job_dirs(paths); !made.ok()) {
+    if (const heft::Status made = job::make_job_dirs(paths); !made.ok()) {
       error = made.error();
       if (generated) continue;
       break;
     }
-    job::Result<job::JobRecord> record =
+    heft::Result<job::JobRecord> record =
         db.create_job(spec.name, job::spec_to_json(spec), paths.root, spec.cluster.instance_count,
                       spec.world_size(), generated ? spec.base_name : "");
-    if (record.ok()) return job::Result<Recorded>::success({std::move(record).value(), paths});
+    if (record.ok()) return heft::Result<Recorded>::success({std::move(record).value(), paths});
     error = record.error();  // another heft train took the name a moment ago
     if (!generated) break;
   }
-  return job::Result<Recorded>::failure(error);
+  return heft::Result<Recorded>::failure(error);
 }
 
 int train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.name.empty()) overrides.push_back("name=" + args.name);
-  const job::Result<job::JobSpec> spec = job::load_spec(args.spec_path, overrides);
+  const heft::Result<job::JobSpec> spec = job::load_spec(args.spec_path, overrides);
   if (!spec.ok()) {
     report(spec.error());
     return job::kExitBadSpec;
   }
-  const job::Result<std::vector<std::string>> command =
+  const heft::Result<std::vector<std::string>> command =
       job::worker_command(spec.value(), heft_binary_dir());
   if (!command.ok()) {
     report(command.error());
     return job::kExitBadSpec;
   }
   const std::string home = job::heft_home();
-  if (const job::Status made = job::make_home(home); !made.ok()) {
+  if (const heft::Status made = job::make_home(home); !made.ok()) {
     report(made.error());
     return job::kExitFailed;
   }
@@ -101,7 +101,7 @@ int train(const TrainArgs& args) {
   std::unique_ptr<job::JobDb> db = job::open_job_db(home, true);
   db->fail_orphaned_jobs();
   job::JobSpec job_spec = spec.value();
-  job::Result<Recorded> recorded = record_job(*db, home, job_spec);
+  heft::Result<Recorded> recorded = record_job(*db, home, job_spec);
   if (!recorded.ok()) {
     report(recorded.error());
     return job::kExitBadSpec;

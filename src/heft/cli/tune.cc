@@ -25,13 +25,13 @@ struct TuneArgs {
 int tune(const TuneArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.name.empty()) overrides.push_back("name=" + args.name);
-  const job::Result<tune::TuningSpec> spec = tune::load_tuning_spec(args.spec_path, overrides);
+  const heft::Result<tune::TuningSpec> spec = tune::load_tuning_spec(args.spec_path, overrides);
   if (!spec.ok()) {
     std::cerr << "heft tune: " << spec.error() << "\n";
     return job::kExitBadSpec;
   }
   const std::string home = job::heft_home();
-  if (const job::Status made = job::make_home(home); !made.ok()) {
+  if (const heft::Status made = job::make_home(home); !made.ok()) {
     std::cerr << "heft tune: " << made.error() << "\n";
     return 1;
   }

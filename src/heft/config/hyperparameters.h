@@ -2,7 +2,7 @@
 // docs/training.md is this list), and how they are read from `--name value` arguments and
 // from SM_HPS, the JSON object a training job gives its workers. Torch-free, in config/, so
 // that `heft train` and `heft tune` check a heft-train job's hyperparameters against this
-// same table before anything is recorded or started (job/spec.cc), and heft-train reads
+// same table before anything is recorded or started (job/spec/spec.cc), and heft-train reads
 // them with it (train/main.cc).
 //
 // Values may be JSON strings or numbers/booleans in SM_HPS ({"lr": "0.05"} and {"lr": 0.05}

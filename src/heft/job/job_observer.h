@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
 

@@ -14,11 +14,11 @@
 #include <string_view>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/job/metric_extractor.h"
 #include "heft/job/paths.h"
 #include "heft/job/progress.h"
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 
 namespace heft::job {
 

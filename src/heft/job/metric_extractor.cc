@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "heft/error.h"
-#include "heft/job/metric_regex.h"
+#include "heft/job/spec/metric_regex.h"
 
 namespace heft::job {
 

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "heft/job/job_db.h"
-#include "heft/job/spec.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/spec/spec.h"
 
 namespace re2 {
 class RE2;

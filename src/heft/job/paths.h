@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "heft/job/result.h"
+#include "heft/result.h"
 
 namespace heft::job {
 

@@ -19,13 +19,13 @@
 #include <iostream>
 
 #include "heft/job/job_output.h"
-#include "heft/job/job_report.h"
-#include "heft/job/local_launcher.h"
-#include "heft/job/mpirun_launcher.h"
-#include "heft/job/slurm_launcher.h"
-#include "heft/job/process.h"
-#include "heft/job/spec_env.h"
-#include "heft/job/spec_yaml.h"
+#include "heft/job/record/job_report.h"
+#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
+#include "heft/job/launch/process.h"
+#include "heft/job/spec/spec_env.h"
+#include "heft/job/spec/spec_yaml.h"
 
 namespace heft::job {
 

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/job/job_observer.h"
 #include "heft/job/paths.h"
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 
 namespace heft::job {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "heft/error.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 
 namespace heft::parallel {
 

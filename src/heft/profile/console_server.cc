@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 
 #include "heft/error.h"
-#include "heft/job/job_db.h"
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/profile/console_guard.h"
 #include "heft/profile/console_http.h"
@@ -181,7 +181,7 @@ class ConsoleServer::Impl {
       send_error(res, 404, "no job named '" + name + "' (no job has run yet)");
       return std::nullopt;
     }
-    job::Result<job::JobRecord> j = db->find_job(name);
+    heft::Result<job::JobRecord> j = db->find_job(name);
     if (!j.ok()) {
       send_error(res, 404, j.error());
       return std::nullopt;
@@ -318,7 +318,7 @@ class ConsoleServer::Impl {
       auto d = db();
       for (nlohmann::json& trial : (*t)["trials"]) {
         if (!d) break;
-        job::Result<job::JobRecord> j = d->find_job(trial.value("name", ""));
+        heft::Result<job::JobRecord> j = d->find_job(trial.value("name", ""));
         if (!j.ok()) continue;
         trial["created_at"] = j.value().created_at;
         trial["end_time"] = j.value().end_time ? nlohmann::json(*j.value().end_time)
@@ -342,7 +342,7 @@ class ConsoleServer::Impl {
       }
       auto d = db();
       if (!d) return send_error(res, 404, "no job named '" + name + "'");
-      job::Result<job::StopRequest> r = d->request_stop(name);
+      heft::Result<job::StopRequest> r = d->request_stop(name);
       if (!r.ok()) return send_error(res, 404, r.error());
       send_json(res, {{"stop", r.value() == job::StopRequest::kAlreadyEnded ? "already ended"
                                                                            : "requested"}});

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/rules.h"
 

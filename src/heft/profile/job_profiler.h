@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/job/job_observer.h"
 #include "heft/job/paths.h"
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 #include "heft/profile/observations.h"
 #include "heft/profile/system_sampler.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 #include "heft/profile/system_sampler.h"
 
 namespace heft::profile {

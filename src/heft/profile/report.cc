@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 #include "heft/profile/rules.h"
 
 namespace heft::profile {

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::profile {
 

@@ -1,4 +1,4 @@
-// The profiler rules (the catalogue and defaults: job/rule_spec.h; docs/observability.md):
+// The profiler rules (the catalogue and defaults: job/spec/rule_spec.h; docs/observability.md):
 // pure functions of what was observed, so each is tested on synthetic series. A rule returns
 // its findings; the job profiler records each (rule, rank) once and stops the job when the
 // rule's action says so.
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/rule_spec.h"
+#include "heft/job/spec/rule_spec.h"
 #include "heft/profile/observations.h"
 
 namespace heft::profile {

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::profile {
 

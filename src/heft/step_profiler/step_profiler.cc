@@ -1,4 +1,4 @@
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 
 #include <fcntl.h>
 #include <unistd.h>

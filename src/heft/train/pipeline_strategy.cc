@@ -12,7 +12,7 @@
 #include "heft/error.h"
 #include "heft/parallel/pipeline/pipeline.h"
 #include "heft/parallel/pipeline/schedule.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 #include "heft/train/mesh_strategy.h"
 
 namespace heft::train {

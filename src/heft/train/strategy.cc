@@ -5,7 +5,7 @@
 
 #include "heft/error.h"
 #include "heft/parallel/checkpoint.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 #include "heft/train/mesh_strategy.h"
 #include "heft/train/pipeline_strategy.h"
 

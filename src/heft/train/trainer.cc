@@ -14,7 +14,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/checkpoint_collective.h"
 #include "heft/parallel/mesh.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 #include "heft/train/gpt.h"
 #include "heft/train/models.h"
 #include "heft/train/optimizer.h"
@@ -314,7 +314,7 @@ class Training {
   double eval_seconds_ = 0;                  // evaluation inside the current epoch
   bool memory_printed_ = false;
   int64_t evaluated_step_ = -1;              // the step of the last evaluation
-  // Step timings for the supervisor (profile/step_profiler.h); active while run() runs.
+  // Step timings for the supervisor (step_profiler/step_profiler.h); active while run() runs.
   profile::StepProfiler profiler_ = profile::StepProfiler::from_env();
   struct Activation {
     explicit Activation(profile::StepProfiler* p) { profile::StepProfiler::activate(p); }

@@ -5,7 +5,7 @@
 #include <climits>
 #include <sstream>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::tune {
 
@@ -65,7 +65,7 @@ std::string divergence_reason(const DivergenceRule& rule, bool maximize,
 
 std::vector<double> metric_values(job::JobDb& db, const std::string& job, const std::string& metric) {
   std::vector<double> out;
-  job::Result<job::JobRecord> record = db.find_job(job);
+  heft::Result<job::JobRecord> record = db.find_job(job);
   if (!record.ok() || metric.empty()) return out;
   const auto points = db.metrics(record.value().id, metric);
   int rank = INT_MAX;

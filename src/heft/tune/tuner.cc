@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "heft/error.h"
-#include "heft/job/job_db.h"
-#include "heft/job/job_report.h"
-#include "heft/job/process.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/record/job_report.h"
+#include "heft/job/launch/process.h"
 #include "heft/job/supervisor.h"
 #include "heft/tune/divergence.h"
 #include "heft/tune/early_stopping.h"
@@ -262,8 +262,8 @@ class Run {
     t.log_fd = -1;
     std::string note;
     std::unique_ptr<job::JobDb> db = job::open_job_db(options_.home, false);
-    job::Result<job::JobRecord> record =
-        db ? db->find_job(t.name) : job::Result<job::JobRecord>::failure("no job database");
+    heft::Result<job::JobRecord> record =
+        db ? db->find_job(t.name) : heft::Result<job::JobRecord>::failure("no job database");
     if (record.ok()) {
       t.status = record.value().status;
       // A stop that came after the trial finished does not count.

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "heft/error.h"
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::tune {
 

@@ -10,13 +10,13 @@
 
 #include "heft/config/hyperparameters.h"
 #include "heft/error.h"
-#include "heft/job/job_db.h"
-#include "heft/job/spec_yaml.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/spec/spec_yaml.h"
 
 namespace heft::tune {
 
 namespace fs = std::filesystem;
-using job::Result;
+using heft::Result;
 using job::SpecReader;
 
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/result.h"
-#include "heft/job/spec.h"
+#include "heft/result.h"
+#include "heft/job/spec/spec.h"
 #include "heft/tune/divergence.h"
 #include "heft/tune/search_space.h"
 
@@ -49,10 +49,10 @@ struct TuningSpec {
 
 // Parses `text` (read from `source`, for messages; relative template paths resolve against
 // `base_dir`). `overrides` are `--set key.path=value` lines applied first.
-job::Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
+heft::Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
                                           const std::string& base_dir,
                                           const std::vector<std::string>& overrides = {});
-job::Result<TuningSpec> load_tuning_spec(const std::string& path,
+heft::Result<TuningSpec> load_tuning_spec(const std::string& path,
                                          const std::vector<std::string>& overrides = {});
 
 }  // namespace heft::tune

@@ -3,7 +3,7 @@
 // extra environment, unprefixed output, exit codes, the launcher's own log lines, and that
 // run() gives this process's signal handlers back. End-to-end behaviour of the command
 // (signals, survivors, torch) is tests/cli/run_test.cc.
-#include "heft/job/local_launcher.h"
+#include "heft/job/launch/local_launcher.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #include <string>
 
 #include "heft/error.h"
-#include "heft/job/process.h"
+#include "heft/job/launch/process.h"
 #include "support/files.h"
 
 namespace heft::job {

@@ -1,7 +1,7 @@
 // ctest-labels: unit
 // The mpirun launcher's pure parts: hostfiles, word splitting of custom options, mpirun's
 // argument vector (the token never on it), and the OMPI_COMM_WORLD_* -> contract mapping.
-#include "heft/job/mpirun_launcher.h"
+#include "heft/job/launch/mpirun_launcher.h"
 
 #include <gtest/gtest.h>
 

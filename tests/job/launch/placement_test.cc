@@ -1,6 +1,6 @@
 // ctest-labels: unit
 // Where the local launcher puts its workers (placement.h).
-#include "heft/job/placement.h"
+#include "heft/job/launch/placement.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // ctest-labels: unit
 // The Slurm launcher's pure parts: host lists, srun's arguments, SLURM_* -> the contract.
-#include "heft/job/slurm_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Unit tests of the worker environment (src/heft/job/worker_env.h): every variable of the
+// Unit tests of the worker environment (src/heft/job/launch/worker_env.h): every variable of the
 // contract in docs/run.md, the host-major rank layout, OMP_NUM_THREADS, what is inherited
 // and what overrides what.
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 #include <gtest/gtest.h>
 

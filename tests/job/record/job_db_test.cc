@@ -1,9 +1,9 @@
 // ctest-labels: multiproc
-// Tests of the job database (src/heft/job/job_db.h): unique names, transitions with
+// Tests of the job database (src/heft/job/record/job_db.h): unique names, transitions with
 // timestamps, metric series and final values, stop requests (running and orphaned
 // supervisors), concurrent writers in separate processes losing nothing, deleting jobs,
 // base names and the migration of a version 1 database.
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "heft/job/paths.h"
-#include "heft/job/sqlite.h"
+#include "heft/job/record/sqlite.h"
 #include "support/files.h"
 
 namespace heft::job {

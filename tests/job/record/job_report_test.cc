@@ -1,8 +1,8 @@
 // ctest-labels: unit
-// Tests of what the job commands show (src/heft/job/job_report.h) from records alone: the one
+// Tests of what the job commands show (src/heft/job/record/job_report.h) from records alone: the one
 // billable figure and its text, a status said once, and `heft jobs`' filters (statuses,
 // names, since, limit) with their parsers' answers to bad input.
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 
 #include <gtest/gtest.h>
 

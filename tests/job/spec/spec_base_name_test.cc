@@ -1,13 +1,13 @@
 // ctest-labels: unit
-// A spec's base_name (src/heft/job/spec.h): it stands in for `name` (the job is named
+// A spec's base_name (src/heft/job/spec/spec.h): it stands in for `name` (the job is named
 // base_name-<UTC time> when recorded), is checked like a name with room left for the suffix,
 // and a name, in the spec or from --name, wins over it.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "heft/job/job_db.h"
-#include "heft/job/spec.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/spec/spec.h"
 
 namespace heft::job {
 namespace {

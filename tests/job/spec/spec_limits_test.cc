@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "heft/job/spec.h"
-#include "heft/job/spec_yaml.h"
+#include "heft/job/spec/spec.h"
+#include "heft/job/spec/spec_yaml.h"
 #include "support/files.h"
 
 namespace heft::job {

@@ -1,8 +1,8 @@
 // ctest-labels: unit
-// Tests of the job spec (src/heft/job/spec.h): a table of bad specs and the message
+// Tests of the job spec (src/heft/job/spec/spec.h): a table of bad specs and the message
 // fragments each must produce (field, expectation, what was found, where), the
 // nearest-key suggestion, --set overrides, defaults, and the built-in trainer's metrics.
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 
 #include <gtest/gtest.h>
 

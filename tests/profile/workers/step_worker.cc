@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "heft/comm/init.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 
 namespace {
 

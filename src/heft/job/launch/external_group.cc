@@ -1,4 +1,4 @@
-#include "heft/job/external_group.h"
+#include "heft/job/launch/external_group.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "heft/job/local_launcher.h"
-#include "heft/job/process.h"
+#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 

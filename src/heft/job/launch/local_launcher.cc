@@ -8,7 +8,7 @@
 // that the signal handler writes each caught signal number to (SIGCHLD included), so no
 // work happens inside the handler. The store server's thread is started with these signals
 // blocked, so the handler only ever interrupts this thread.
-#include "heft/job/local_launcher.h"
+#include "heft/job/launch/local_launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -32,8 +32,8 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
-#include "heft/job/placement.h"
-#include "heft/job/process.h"
+#include "heft/job/launch/placement.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
 

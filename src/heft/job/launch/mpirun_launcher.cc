@@ -1,4 +1,4 @@
-#include "heft/job/mpirun_launcher.h"
+#include "heft/job/launch/mpirun_launcher.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -19,8 +19,8 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/error.h"
-#include "heft/job/external_group.h"
-#include "heft/job/process.h"
+#include "heft/job/launch/external_group.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 

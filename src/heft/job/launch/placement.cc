@@ -1,4 +1,4 @@
-#include "heft/job/placement.h"
+#include "heft/job/launch/placement.h"
 
 #include <sched.h>
 

@@ -4,7 +4,7 @@
 // because the launcher has other threads (the store server): between fork and execve the
 // child may only make async-signal-safe calls. An exec failure travels back through a
 // close-on-exec "exec pipe": EOF means execve succeeded, 4 bytes are the child's errno.
-#include "heft/job/process.h"
+#include "heft/job/launch/process.h"
 
 #include <fcntl.h>
 #include <sched.h>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "heft/error.h"
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
 

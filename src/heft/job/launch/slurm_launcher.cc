@@ -1,4 +1,4 @@
-#include "heft/job/slurm_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,9 +16,9 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/error.h"
-#include "heft/job/external_group.h"
-#include "heft/job/mpirun_launcher.h"
-#include "heft/job/process.h"
+#include "heft/job/launch/external_group.h"
+#include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 

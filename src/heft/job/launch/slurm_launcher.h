@@ -22,9 +22,9 @@
 
 #include <chrono>
 
-#include "heft/job/external_group.h"
-#include "heft/job/local_launcher.h"
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/external_group.h"
+#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
 

@@ -1,6 +1,6 @@
 // Builds each worker's environment (worker_env.h). The table of variables is docs/run.md;
 // keep the two in step.
-#include "heft/job/worker_env.h"
+#include "heft/job/launch/worker_env.h"
 
 #include <sched.h>
 #include <unistd.h>

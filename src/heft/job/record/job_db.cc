@@ -1,6 +1,6 @@
 // The job database over SQLite (job_db.h). The schema below is the one docs/jobs.md
 // documents; keep the two in step. Every write is one SqliteTransaction (BEGIN IMMEDIATE).
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "heft/error.h"
-#include "heft/job/process.h"
-#include "heft/job/sqlite.h"
+#include "heft/job/launch/process.h"
+#include "heft/job/record/sqlite.h"
 
 namespace heft::job {
 

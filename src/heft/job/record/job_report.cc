@@ -1,5 +1,5 @@
 // Tables, JSON and CSV of jobs and metrics (job_report.h).
-#include "heft/job/job_report.h"
+#include "heft/job/record/job_report.h"
 
 #include "heft/error.h"
 
@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "heft/job/paths.h"
-#include "heft/job/spec_yaml.h"
+#include "heft/job/spec/spec_yaml.h"
 
 namespace heft::job {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/job_db.h"
+#include "heft/job/record/job_db.h"
 
 namespace heft::job {
 

@@ -1,5 +1,5 @@
 // SQLite RAII wrappers (sqlite.h).
-#include "heft/job/sqlite.h"
+#include "heft/job/record/sqlite.h"
 
 #include <sqlite3.h>
 

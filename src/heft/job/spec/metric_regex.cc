@@ -1,4 +1,4 @@
-#include "heft/job/metric_regex.h"
+#include "heft/job/spec/metric_regex.h"
 
 #include <re2/re2.h>
 

@@ -1,4 +1,4 @@
-#include "heft/job/rule_spec.h"
+#include "heft/job/spec/rule_spec.h"
 
 #include "heft/error.h"
 

@@ -4,7 +4,7 @@
 //   "<where> <path>: expected <what>, found <what>"
 // where <where> is "file:line:" for a field from the file and "--set" for one an override
 // put there, and <path> is dotted with list indices in brackets (metric_definitions[1].regex).
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 
 #include <re2/re2.h>
 
@@ -21,11 +21,11 @@
 #include <sstream>
 
 #include "heft/config/distribution.h"
-#include "heft/job/local_launcher.h"
+#include "heft/job/launch/local_launcher.h"
 #include "heft/config/hyperparameters.h"
-#include "heft/job/metric_regex.h"
-#include "heft/job/mpirun_launcher.h"
-#include "heft/job/spec_yaml.h"
+#include "heft/job/spec/metric_regex.h"
+#include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/spec/spec_yaml.h"
 
 namespace heft::job {
 

@@ -14,8 +14,8 @@
 
 #include "heft/config/distribution.h"
 #include "heft/config/nearest.h"
-#include "heft/job/result.h"
-#include "heft/job/rule_spec.h"
+#include "heft/result.h"
+#include "heft/job/spec/rule_spec.h"
 
 namespace heft::job {
 

@@ -1,5 +1,5 @@
 // The job's worker variables and command (spec_env.h).
-#include "heft/job/spec_env.h"
+#include "heft/job/spec/spec_env.h"
 
 #include <unistd.h>
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "heft/job/paths.h"
-#include "heft/job/result.h"
-#include "heft/job/spec.h"
-#include "heft/job/worker_env.h"
+#include "heft/result.h"
+#include "heft/job/spec/spec.h"
+#include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
 

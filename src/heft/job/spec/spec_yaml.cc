@@ -1,5 +1,5 @@
 // Typed field reads, key checks and overrides for spec validation (spec_yaml.h).
-#include "heft/job/spec_yaml.h"
+#include "heft/job/spec/spec_yaml.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "heft/job/spec.h"
+#include "heft/job/spec/spec.h"
 
 namespace heft::job {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/job/result.h"
+#include "heft/result.h"
 
 namespace heft::job {
 

@@ -12,7 +12,7 @@
 #include "heft/check.h"
 #include "heft/error.h"
 #include "heft/parallel/grad_buffer.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 
 namespace heft::parallel::data {
 

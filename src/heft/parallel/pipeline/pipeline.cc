@@ -5,7 +5,7 @@
 #include <map>
 
 #include "heft/error.h"
-#include "heft/profile/step_profiler.h"
+#include "heft/step_profiler/step_profiler.h"
 
 namespace heft::parallel::pipeline {
 

@@ -6,7 +6,7 @@
 // sent per micro-batch. A stage's backward runs torch::autograd::backward on its outputs
 // with the received gradients; the last stage's output is its loss.
 //
-// Step phases (profile/step_profiler.h): each forward action is timed as the step's forward
+// Step phases (step_profiler/step_profiler.h): each forward action is timed as the step's forward
 // phase, each backward action (with what around_backward wraps it in) as its backward phase,
 // and the waits for exchanges as its communication phase (ProcessGroup's Work).
 #pragma once
