@@ -1,9 +1,11 @@
 #include "heft/parallel/process_group.h"
 
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "heft/error.h"
+#include "heft/parallel/torch_dtype.h"
 #include "heft/step_profiler/step_profiler.h"
 
 namespace heft::parallel {
@@ -21,15 +23,7 @@ void Work::wait() {
 bool Work::test() { return work_->test(); }
 
 comm::DataType to_comm_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat: return comm::DataType::f32;
-    case torch::kDouble: return comm::DataType::f64;
-    case torch::kHalf: return comm::DataType::f16;
-    case torch::kBFloat16: return comm::DataType::bf16;
-    case torch::kInt: return comm::DataType::i32;
-    case torch::kLong: return comm::DataType::i64;
-    default: break;
-  }
+  if (const std::optional<comm::DataType> d = comm_dtype_of(t)) return *d;
   throw InvalidArgument(std::string("unsupported tensor dtype ") + c10::toString(t) +
                         ": expected one of Float, Double, Half, BFloat16, Int, Long");
 }

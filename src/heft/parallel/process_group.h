@@ -43,8 +43,8 @@ class Work {
   const std::vector<torch::Tensor> tensors_;  // kept alive as long as this Work
 };
 
-// The communicator dtype of a torch scalar type; throws heft::InvalidArgument naming it
-// when the communicator cannot move it.
+// The communicator dtype of a torch scalar type (the map of torch_dtype.h); throws
+// heft::InvalidArgument naming it when the communicator cannot move it.
 comm::DataType to_comm_dtype(torch::ScalarType t);
 
 // One send or receive of ProcessGroup::exchange.
