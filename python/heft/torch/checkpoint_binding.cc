@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "bindings.h"
 #include "heft/error.h"
 #include "heft/parallel/checkpoint_dir.h"
 

@@ -1,209 +1,65 @@
-// heft.torch._c10d: the torch.distributed backend "heft" (torch 1.13's c10d::ProcessGroup)
-// over heft's Communicator, and the two store adapters it needs. The one place that knows
-// c10d: torch 2.x moves backends to c10d::Backend, and only this file changes. The module's
-// `checkpoint` submodule (heft's checkpoint directory) is bound in checkpoint_binding.cc.
-//
-// Each operation stages its tensors (a contiguous buffer of a dtype the communicator
-// reduces: the tensor itself when it already is one; int8, uint8 and bool go through
-// int32), queues the communicator's asynchronous call(s) and returns a Work over a
-// c10::ivalue::Future. A caller blocked in wait() completes its own operation (copies staged
-// results back into its tensors, completes the future) as soon as the communicator's work
-// finishes: no thread in between. An operation nobody waits on (DDP's, comm hooks') is handed
-// by the communicator, when it finishes, to one completion thread per group, which completes
-// it there, so DDP's hooks and Python comm hooks (then()) run off the communicator's thread. A
-// failed operation (a lost peer, the timeout) sets the future's error: wait() raises a
-// RuntimeError naming the lost rank.
-//
-// Deliberately left out: GPU tensors (NCCL's domain), PRODUCT and the bitwise ops, recv from
-// any source, coalescing managers.
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+// The process group of heft's torch.distributed backend (process_group.h): the collectives
+// staged (staging.h) onto heft's communicator, and the completion of their operations.
+#include "process_group.h"
+
 #include <torch/csrc/utils/pybind.h>
 
-#include <atomic>
-#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <mutex>
 #include <random>
-#include <thread>
 
-#include "heft/comm/communicator.h"
-#include "heft/comm/store/tcp_store.h"
-#include "heft/error.h"
+#include "staging.h"
+#include "store_adapter.h"
 
 namespace heft::torch_backend {
 
-namespace py = pybind11;
-using comm::DataType;
+namespace {
 
-// ---- stores ----------------------------------------------------------------------------
+// Collectives that go point to point use tags above every user tag.
+constexpr uint32_t kCollectiveTag = 0xFFFFFFF0u;
 
-// heft's Store over the c10d store torch hands the backend (a PrefixStore of the group).
-class FromC10dStore : public comm::Store {
- public:
-  explicit FromC10dStore(c10::intrusive_ptr<c10d::Store> s) : s_(std::move(s)) {
-    set_timeout(std::chrono::duration_cast<comm::Millis>(s_->getTimeout()));
-  }
-  void set(const std::string& key, const comm::Bytes& value) override { s_->set(key, value); }
-  comm::Bytes get(const std::string& key, comm::Millis timeout) override {
-    s_->wait({key}, timeout);
-    return s_->get(key);
-  }
-  int64_t add(const std::string& key, int64_t delta) override { return s_->add(key, delta); }
-  bool check(const std::vector<std::string>& keys) override { return s_->check(keys); }
-  bool delete_key(const std::string& key) override { return s_->deleteKey(key); }
-  void wait(const std::vector<std::string>& keys, comm::Millis timeout) override {
-    s_->wait(keys, timeout);
-  }
-
- private:
-  c10::intrusive_ptr<c10d::Store> s_;
-};
-
-// A c10d store over heft's authenticated TcpStore (HEFT_STORE, HEFT_TOKEN): what
-// heft.torch.distributed.init_process_group() hands torch under `heft run`.
-class ToC10dStore : public c10d::Store {
- public:
-  ToC10dStore(std::shared_ptr<comm::Store> s, std::chrono::milliseconds timeout)
-      : c10d::Store(timeout), s_(std::move(s)) {}
-  void set(const std::string& key, const std::vector<uint8_t>& value) override { s_->set(key, value); }
-  std::vector<uint8_t> get(const std::string& key) override { return s_->get(key, timeout_); }
-  int64_t add(const std::string& key, int64_t value) override { return s_->add(key, value); }
-  bool deleteKey(const std::string& key) override { return s_->delete_key(key); }
-  bool check(const std::vector<std::string>& keys) override { return s_->check(keys); }
-  int64_t getNumKeys() override {
-    TORCH_CHECK(false, "heft's store does not count its keys (getNumKeys)");
-  }
-  void wait(const std::vector<std::string>& keys) override { s_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    s_->wait(keys, timeout);
-  }
-
- private:
-  std::shared_ptr<comm::Store> s_;
-};
-
-// ---- dtypes and staging ------------------------------------------------------------------
-
-std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
-
-bool native_type(at::ScalarType t, DataType* out) {
-  switch (t) {
-    case at::kFloat: *out = DataType::f32; return true;
-    case at::kDouble: *out = DataType::f64; return true;
-    case at::kHalf: *out = DataType::f16; return true;
-    case at::kBFloat16: *out = DataType::bf16; return true;
-    case at::kInt: *out = DataType::i32; return true;
-    case at::kLong: *out = DataType::i64; return true;
-    default: return false;
-  }
+uint32_t user_tag(int tag) {
+  TORCH_CHECK(tag >= 0 && static_cast<uint32_t>(tag) < kCollectiveTag, "heft send/recv: tag ",
+              tag, " out of range (0 to ", kCollectiveTag - 1, ")");
+  return static_cast<uint32_t>(tag);
 }
 
-// A tensor as the communicator takes it: contiguous, of a dtype it knows.
-struct Staged {
-  at::Tensor user;  // the caller's tensor
-  at::Tensor buf;   // what the communicator reads and writes
-  DataType type = DataType::f32;
-  size_t count() const { return static_cast<size_t>(buf.numel()); }
-  void* data() const { return buf.data_ptr(); }
-  // Copies the result back when buf is not the caller's tensor itself.
-  void finish() const {
-    if (!buf.is_same(user)) user.copy_(buf);
-  }
-};
-
-void check_tensor(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.defined(), "heft ", op, ": an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "heft ", op, ": expected CPU tensors, found one on ",
-              t.device(), " (GPU tensors go through NCCL)");
-  TORCH_CHECK(!t.is_sparse(), "heft ", op, ": sparse tensors are not supported");
-  DataType d;
-  const at::ScalarType s = t.scalar_type();
-  TORCH_CHECK(native_type(s, &d) || s == at::kChar || s == at::kByte || s == at::kBool, "heft ", op,
-              ": unsupported dtype ", dtype_name(s),
-              " (supported: float32, float64, float16, bfloat16, int8, uint8, bool, int32, int64)");
+void one_tensor(const std::vector<at::Tensor>& ts, const char* op) {
+  TORCH_CHECK(ts.size() == 1, "heft ", op, ": expected one tensor per call (one device), found ",
+              ts.size());
 }
 
-Staged stage(const at::Tensor& t, const char* op, bool copy_in = true) {
-  check_tensor(t, op);
-  Staged s;
-  s.user = t;
-  if (native_type(t.scalar_type(), &s.type)) {
-    s.buf = t.is_contiguous() ? t : (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()));
-  } else {  // int8, uint8, bool: reduced as int32, written back (wrapping as they would)
-    s.type = DataType::i32;
-    s.buf = copy_in ? t.to(at::kInt).contiguous() : at::empty(t.sizes(), t.options().dtype(at::kInt));
-  }
-  return s;
+void check_root(int64_t root, int size, const char* op) {
+  TORCH_CHECK(root >= 0 && root < size, "heft ", op, ": root rank ", root,
+              " is outside the group of ", size);
 }
 
-comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: return comm::ReduceOp::sum;
-    case c10d::ReduceOp::AVG: return comm::ReduceOp::avg;
-    case c10d::ReduceOp::MIN: return comm::ReduceOp::min;
-    case c10d::ReduceOp::MAX: return comm::ReduceOp::max;
-    default: break;
-  }
-  TORCH_CHECK(false, "heft ", name, ": unsupported reduce op ",
-              op.op_ == c10d::ReduceOp::PRODUCT ? "PRODUCT" : "(bitwise or premultiplied sum)",
-              " (supported: SUM, AVG, MIN, MAX)");
+void check_peer(int peer, int rank, int size, const char* op) {
+  TORCH_CHECK(peer >= 0 && peer < size && peer != rank, "heft ", op, ": peer rank ", peer,
+              " is not another rank of the group of ", size);
 }
 
-// One flat staged buffer holding several tensors of one dtype back to back.
-struct Flat {
-  at::Tensor buf;
-  DataType type = DataType::f32;
-  std::vector<at::Tensor> parts;  // the caller's tensors
-};
-
-Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy_in) {
-  TORCH_CHECK(!ts.empty(), "heft ", op, ": no tensors");
-  Flat f;
-  for (const at::Tensor& t : ts) {
-    check_tensor(t, op);
-    TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "heft ", op,
-                ": tensors of different dtypes (", dtype_name(ts[0].scalar_type()), " and ",
-                dtype_name(t.scalar_type()), ")");
-  }
-  at::ScalarType st = ts[0].scalar_type();
-  if (!native_type(st, &f.type)) {
-    f.type = DataType::i32;
-    st = at::kInt;
-  }
-  int64_t n = 0;
-  for (const at::Tensor& t : ts) n += t.numel();
-  f.buf = at::empty({n}, ts[0].options().dtype(st));
-  if (copy_in) {
-    int64_t o = 0;
-    for (const at::Tensor& t : ts) {
-      f.buf.narrow(0, o, t.numel()).copy_(t.reshape({-1}));
-      o += t.numel();
-    }
-  }
-  f.parts = ts;
-  return f;
+void same_shapes(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* op) {
+  for (const at::Tensor& t : list)
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "heft ", op,
+                ": every tensor of the list must have the size and dtype of ", like.sizes(),
+                " ", dtype_name(like.scalar_type()), ", found ", t.sizes(), " ",
+                dtype_name(t.scalar_type()));
 }
-
-void unflatten(const Flat& f) {
-  int64_t o = 0;
-  for (const at::Tensor& t : f.parts) {
-    t.copy_(f.buf.narrow(0, o, t.numel()).view(t.sizes()));
-    o += t.numel();
-  }
-}
-
-// ---- the process group -------------------------------------------------------------------
 
 std::exception_ptr backend_error(const std::exception& e) {
   return std::make_exception_ptr(
       std::runtime_error(std::string("heft (backend of torch.distributed): ") + e.what()));
 }
+
+}  // namespace
+
+// Which completer completed a group's operations (tests read it: the waiter's path ran).
+struct Completions {
+  std::atomic<int64_t> by_waiter{0};
+  std::atomic<int64_t> by_thread{0};
+};
 
 // One issued operation: the communicator's works, what turns their results into the
 // caller's tensors (`finish`, which owns every staged buffer the works use) and the future
@@ -211,12 +67,6 @@ std::exception_ptr backend_error(const std::exception& e) {
 // wait(), or the group's completion thread, to which the communicator hands the operation
 // when it finishes with no waiter (on a busy machine every hand-off costs a wake-up, so a
 // waiter's operation takes none).
-// Which completer completed a group's operations (tests read it: the waiter's path ran).
-struct Completions {
-  std::atomic<int64_t> by_waiter{0};
-  std::atomic<int64_t> by_thread{0};
-};
-
 struct Operation {
   std::vector<std::shared_ptr<comm::Work>> works;
   std::function<void()> finish;
@@ -251,6 +101,8 @@ struct Operation {
   }
 };
 
+namespace {
+
 class HeftWork : public c10d::Work {
  public:
   HeftWork(std::shared_ptr<Operation> op, c10d::OpType type,
@@ -278,502 +130,402 @@ class HeftWork : public c10d::Work {
   std::shared_ptr<Completions> completions_;
 };
 
-class ProcessGroupHeft : public c10d::ProcessGroup {
- public:
-  ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout)
-      : c10d::ProcessGroup(rank, size) {
-    store_ = std::make_shared<FromC10dStore>(store);
-    store_->set_timeout(timeout);
-    // A name and a token for this group's links, the same on its ranks: the job's token
-    // under heft run, else one the group's rank 0 draws and publishes in the group's store.
-    std::string token = std::getenv("HEFT_TOKEN") ? std::getenv("HEFT_TOKEN") : "";
-    if (rank == 0) {
-      std::random_device rd;
-      char id[33];
-      std::snprintf(id, sizeof(id), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-      store_->set("heft/group", std::string(id));
-    }
-    const std::string id = store_->get_string("heft/group");
-    if (token.empty()) token = id;
-    // Tuning variables (HEFT_HOST, HEFT_TRANSPORT, HEFT_ALLREDUCE_ALGO, ...) as for any
-    // heft worker; the group's token and timeout are torch's.
-    comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
-    options.token = token;
-    options.timeout = timeout;
-    comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
-    thread_ = std::thread([this] { complete_loop(); });
-  }
+}  // namespace
 
-  ~ProcessGroupHeft() override {
-    // Destroyed from Python (the GIL held) or from C++: the threads joined below may need
-    // the GIL to drop the last reference to a Python-owned tensor, so let go of it.
-    std::unique_ptr<pybind11::gil_scoped_release> no_gil;
-    if (Py_IsInitialized() && PyGILState_Check()) no_gil = std::make_unique<pybind11::gil_scoped_release>();
-    comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
+ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                   int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), completions_(std::make_shared<Completions>()) {
+  store_ = std::make_shared<FromC10dStore>(store);
+  store_->set_timeout(timeout);
+  // A name and a token for this group's links, the same on its ranks: the job's token
+  // under heft run, else one the group's rank 0 draws and publishes in the group's store.
+  std::string token = std::getenv("HEFT_TOKEN") ? std::getenv("HEFT_TOKEN") : "";
+  if (rank == 0) {
+    std::random_device rd;
+    char id[33];
+    std::snprintf(id, sizeof(id), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    store_->set("heft/group", std::string(id));
+  }
+  const std::string id = store_->get_string("heft/group");
+  if (token.empty()) token = id;
+  // Tuning variables (HEFT_HOST, HEFT_TRANSPORT, HEFT_ALLREDUCE_ALGO, ...) as for any
+  // heft worker; the group's token and timeout are torch's.
+  comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
+  options.token = token;
+  options.timeout = timeout;
+  comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
+  thread_ = std::thread([this] { complete_loop(); });
+}
+
+ProcessGroupHeft::~ProcessGroupHeft() {
+  // Destroyed from Python (the GIL held) or from C++: the threads joined below may need
+  // the GIL to drop the last reference to a Python-owned tensor, so let go of it.
+  std::unique_ptr<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil = std::make_unique<pybind11::gil_scoped_release>();
+  comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  pending_.clear();
+  retired_.clear();
+}
+
+std::pair<int64_t, int64_t> ProcessGroupHeft::completions() const {
+  return {completions_->by_waiter.load(), completions_->by_thread.load()};
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  one_tensor(tensors, "broadcast");
+  check_root(opts.rootRank, getSize(), "broadcast");
+  auto s = std::make_shared<Staged>(stage(tensors[0], "broadcast"));
+  return submit(c10d::OpType::BROADCAST, {comm_->broadcast_async(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank))},
+                [s] { s->finish(); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  one_tensor(tensors, "allreduce");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce");
+  auto s = std::make_shared<Staged>(stage(tensors[0], "allreduce"));
+  return submit(c10d::OpType::ALLREDUCE,
+                {comm_->allreduce_async(s->data(), s->data(), s->count(), s->type, op)},
+                [s] { s->finish(); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced");
+  auto f = std::make_shared<Flat>(flatten(tensors, "allreduce_coalesced", true));
+  const size_t n = static_cast<size_t>(f->buf.numel());
+  return submit(c10d::OpType::ALLREDUCE_COALESCED,
+                {comm_->allreduce_async(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op)},
+                [f] { unflatten(*f); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::ReduceOptions& opts) {
+  one_tensor(tensors, "reduce");
+  check_root(opts.rootRank, getSize(), "reduce");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce");
+  auto s = std::make_shared<Staged>(stage(tensors[0], "reduce"));
+  const int root = static_cast<int>(opts.rootRank);
+  auto out = std::make_shared<at::Tensor>(getRank() == root ? at::empty_like(s->buf) : at::Tensor());
+  return submit(c10d::OpType::REDUCE,
+                {comm_->reduce_async(s->data(), out->defined() ? out->data_ptr() : nullptr,
+                                     s->count(), s->type, op, root)},
+                [s, out] {
+                  if (!out->defined()) return;
+                  s->buf.copy_(*out);
+                  s->finish();
+                },
+                tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  one_tensor(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+              "heft allgather: expected one list of ", getSize(), " output tensors");
+  same_shapes(outputs[0], inputs[0], "allgather");
+  auto s = std::make_shared<Staged>(stage(inputs[0], "allgather"));
+  auto f = std::make_shared<Flat>(flatten(outputs[0], "allgather", false));
+  return submit(c10d::OpType::ALLGATHER,
+                {comm_->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
+                [s, f] { unflatten(*f); }, outputs[0]);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  TORCH_CHECK(output.numel() == input.numel() * getSize(), "heft _allgather_base: output has ",
+              output.numel(), " elements, expected ", input.numel() * getSize(),
+              " (input x world size)");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft _allgather_base: dtypes differ");
+  auto s = std::make_shared<Staged>(stage(input, "_allgather_base"));
+  auto o = std::make_shared<Staged>(stage(output, "_allgather_base", false));
+  return submit(c10d::OpType::_ALLGATHER_BASE,
+                {comm_->allgather_async(s->data(), o->data(), s->count(), s->type)},
+                [s, o] { o->finish(); }, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(output_lists.size() == static_cast<size_t>(getSize()),
+              "heft allgather_coalesced: expected ", getSize(), " output lists, found ",
+              output_lists.size());
+  // Each rank's inputs flattened into one block; the blocks gathered; each block split
+  // into that rank's output list.
+  auto in = std::make_shared<Flat>(flatten(inputs, "allgather_coalesced", true));
+  std::vector<at::Tensor> all;
+  for (auto& list : output_lists) {
+    TORCH_CHECK(list.size() == inputs.size(), "heft allgather_coalesced: an output list of ",
+                list.size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < list.size(); ++i)
+      TORCH_CHECK(list[i].numel() == inputs[i].numel(),
+                  "heft allgather_coalesced: output and input sizes differ");
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  auto out = std::make_shared<Flat>(flatten(all, "allgather_coalesced", false));
+  return submit(c10d::OpType::ALLGATHER_COALESCED,
+                {comm_->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
+                                        static_cast<size_t>(in->buf.numel()), in->type)},
+                [in, out] { unflatten(*out); }, all);
+}
+
+// gather and scatter go point to point: only the root talks to each rank.
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  one_tensor(inputs, "gather");
+  check_root(opts.rootRank, getSize(), "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  auto s = std::make_shared<Staged>(stage(inputs[0], "gather"));
+  if (getRank() != root) {
+    TORCH_CHECK(outputs.empty() || outputs[0].empty(),
+                "heft gather: only the root passes output tensors");
+    return submit(c10d::OpType::GATHER,
+                  {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)})},
+                  [s] {}, {});
+  }
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+              "heft gather: expected one list of ", getSize(), " output tensors on the root");
+  same_shapes(outputs[0], inputs[0], "gather");
+  auto outs = std::make_shared<std::vector<Staged>>();
+  std::vector<comm::P2POp> ops;
+  for (int r = 0; r < getSize(); ++r) {
+    outs->push_back(stage(outputs[0][static_cast<size_t>(r)], "gather", false));
+    if (r != root)
+      ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
+  }
+  (*outs)[static_cast<size_t>(root)].buf.copy_(s->buf);
+  return submit(c10d::OpType::GATHER, {comm_->exchange_async(std::move(ops))},
+                [outs, s] {
+                  for (const Staged& o : *outs) o.finish();
+                },
+                outputs[0]);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  one_tensor(outputs, "scatter");
+  check_root(opts.rootRank, getSize(), "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  auto out = std::make_shared<Staged>(stage(outputs[0], "scatter", false));
+  if (getRank() != root) {
+    TORCH_CHECK(inputs.empty() || inputs[0].empty(),
+                "heft scatter: only the root passes input tensors");
+    return submit(c10d::OpType::SCATTER,
+                  {comm_->exchange_async({comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)})},
+                  [out] { out->finish(); }, outputs);
+  }
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "heft scatter: expected one list of ", getSize(), " input tensors on the root");
+  same_shapes(inputs[0], outputs[0], "scatter");
+  auto ins = std::make_shared<std::vector<Staged>>();
+  std::vector<comm::P2POp> ops;
+  for (int r = 0; r < getSize(); ++r) {
+    ins->push_back(stage(inputs[0][static_cast<size_t>(r)], "scatter"));
+    if (r != root)
+      ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
+  }
+  out->buf.copy_((*ins)[static_cast<size_t>(root)].buf);
+  return submit(c10d::OpType::SCATTER, {comm_->exchange_async(std::move(ops))},
+                [out, ins] { out->finish(); }, outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  one_tensor(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "heft reduce_scatter: expected one list of ", getSize(), " input tensors");
+  same_shapes(inputs[0], outputs[0], "reduce_scatter");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter");
+  auto in = std::make_shared<Flat>(flatten(inputs[0], "reduce_scatter", true));
+  auto out = std::make_shared<Staged>(stage(outputs[0], "reduce_scatter", false));
+  return submit(c10d::OpType::REDUCE_SCATTER,
+                {comm_->reduce_scatter_async(in->buf.data_ptr(), out->data(), out->count(), in->type, op)},
+                [in, out] { out->finish(); }, outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(input.numel() == output.numel() * getSize(), "heft _reduce_scatter_base: input has ",
+              input.numel(), " elements, expected ", output.numel() * getSize(),
+              " (output x world size)");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft _reduce_scatter_base: dtypes differ");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
+  auto in = std::make_shared<Staged>(stage(input, "_reduce_scatter_base"));
+  auto out = std::make_shared<Staged>(stage(output, "_reduce_scatter_base", false));
+  return submit(c10d::OpType::_REDUCE_SCATTER_BASE,
+                {comm_->reduce_scatter_async(in->data(), out->data(), out->count(), in->type, op)},
+                [in, out] { out->finish(); }, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {
+  const int n = getSize();
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft alltoall_base: dtypes differ");
+  auto in = std::make_shared<Staged>(stage(input, "alltoall_base"));
+  auto out = std::make_shared<Staged>(stage(output, "alltoall_base", false));
+  if (output_splits.empty() && input_splits.empty()) {  // equal blocks
+    TORCH_CHECK(input.numel() == output.numel() && input.numel() % n == 0,
+                "heft alltoall_base: input and output must have the same size, divisible by ",
+                n, " (found ", input.numel(), " and ", output.numel(), ")");
+    return submit(c10d::OpType::ALLTOALL_BASE,
+                  {comm_->alltoall_async(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type)},
+                  [in, out] { out->finish(); }, {output});
+  }
+  // Uneven splits (along dim 0): one batched exchange with every peer.
+  const int64_t in_row = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 1;
+  const int64_t out_row = output.dim() > 0 && output.size(0) > 0 ? output.numel() / output.size(0) : 1;
+  auto splits = [&](std::vector<int64_t> s, const at::Tensor& t, const char* which) {
+    if (s.empty()) s.assign(static_cast<size_t>(n), t.size(0) / n);
+    TORCH_CHECK(static_cast<int>(s.size()) == n, "heft alltoall_base: ", which, " has ", s.size(),
+                " entries, expected ", n);
+    return s;
+  };
+  const std::vector<int64_t> os = splits(output_splits, output, "output_split_sizes");
+  const std::vector<int64_t> is = splits(input_splits, input, "input_split_sizes");
+  std::vector<comm::P2POp> ops;
+  const size_t esize = in->buf.element_size();
+  int64_t io = 0, oo = 0;
+  for (int r = 0; r < n; ++r) {
+    const size_t icount = static_cast<size_t>(is[static_cast<size_t>(r)] * in_row);
+    const size_t ocount = static_cast<size_t>(os[static_cast<size_t>(r)] * out_row);
+    char* ip = static_cast<char*>(in->data()) + static_cast<size_t>(io) * esize;
+    char* op = static_cast<char*>(out->data()) + static_cast<size_t>(oo) * esize;
+    if (r == getRank()) {
+      TORCH_CHECK(icount == ocount, "heft alltoall_base: this rank's own block differs in size");
+      std::memcpy(op, ip, icount * esize);
+    } else {
+      ops.push_back(comm::P2POp::send(ip, icount, in->type, r, kCollectiveTag));
+      ops.push_back(comm::P2POp::recv(op, ocount, out->type, r, kCollectiveTag));
+    }
+    io += static_cast<int64_t>(icount);
+    oo += static_cast<int64_t>(ocount);
+  }
+  return submit(c10d::OpType::ALLTOALL_BASE, {comm_->exchange_async(std::move(ops))},
+                [in, out] { out->finish(); }, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllToAllOptions&) {
+  const int n = getSize();
+  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+              "heft alltoall: expected ", n, " input and output tensors");
+  auto ins = std::make_shared<std::vector<Staged>>();
+  auto outs = std::make_shared<std::vector<Staged>>();
+  std::vector<comm::P2POp> ops;
+  for (int r = 0; r < n; ++r) {
+    ins->push_back(stage(inputs[static_cast<size_t>(r)], "alltoall"));
+    outs->push_back(stage(outputs[static_cast<size_t>(r)], "alltoall", false));
+    if (r == getRank()) {
+      TORCH_CHECK(ins->back().count() == outs->back().count(),
+                  "heft alltoall: this rank's own input and output differ in size");
+      outs->back().buf.copy_(ins->back().buf);
+    } else {
+      ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
+      ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
+    }
+  }
+  return submit(c10d::OpType::ALLTOALL, {comm_->exchange_async(std::move(ops))},
+                [ins, outs] {
+                  for (const Staged& o : *outs) o.finish();
+                },
+                outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::barrier(const c10d::BarrierOptions&) {
+  return submit(c10d::OpType::BARRIER, {comm_->barrier_async()}, [] {}, {});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::send(std::vector<at::Tensor>& tensors, int dst,
+                                                      int tag) {
+  one_tensor(tensors, "send");
+  check_peer(dst, getRank(), getSize(), "send");
+  auto s = std::make_shared<Staged>(stage(tensors[0], "send"));
+  return submit(c10d::OpType::SEND,
+                {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))})},
+                [s] {}, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recv(std::vector<at::Tensor>& tensors, int src,
+                                                      int tag) {
+  one_tensor(tensors, "recv");
+  check_peer(src, getRank(), getSize(), "recv");
+  auto s = std::make_shared<Staged>(stage(tensors[0], "recv", false));
+  return submit(c10d::OpType::RECV,
+                {comm_->exchange_async({comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))})},
+                [s] { s->finish(); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false, "heft recv: a source rank is required (recv from any source is not supported)");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(
+    c10d::OpType type, std::vector<std::shared_ptr<comm::Work>> works,
+    std::function<void()> finish, std::vector<at::Tensor> outputs) {
+  ++operations_;
+  static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
+  auto op = std::make_shared<Operation>();
+  op->works = std::move(works);
+  op->finish = std::move(finish);
+  op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
+  op->outputs = std::move(outputs);
+  // Runs on the communicator's thread, which must never drop the last reference to an
+  // operation: its tensors may be Python's, and releasing one takes the GIL, which would
+  // stall every collective behind it (or deadlock with a thread that holds the GIL and
+  // waits for one). The completion thread drops them.
+  op->works.back()->on_finish([this, op] {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    pending_.clear();
-    retired_.clear();
-  }
-
-  const std::string getBackendName() const override { return "heft"; }
-
-  comm::Communicator& communicator() { return *comm_; }
-  int64_t operations() const { return operations_.load(); }
-  // Operations completed by a caller in wait() / by the completion thread.
-  std::pair<int64_t, int64_t> completions() const {
-    return {completions_->by_waiter.load(), completions_->by_thread.load()};
-  }
-
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
-                                           const c10d::BroadcastOptions& opts) override {
-    one_tensor(tensors, "broadcast");
-    check_root(opts.rootRank, "broadcast");
-    auto s = std::make_shared<Staged>(stage(tensors[0], "broadcast"));
-    return submit(c10d::OpType::BROADCAST, {comm_->broadcast_async(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank))},
-                  [s] { s->finish(); }, tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts) override {
-    one_tensor(tensors, "allreduce");
-    const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce");
-    auto s = std::make_shared<Staged>(stage(tensors[0], "allreduce"));
-    return submit(c10d::OpType::ALLREDUCE,
-                  {comm_->allreduce_async(s->data(), s->data(), s->count(), s->type, op)},
-                  [s] { s->finish(); }, tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
-    const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced");
-    auto f = std::make_shared<Flat>(flatten(tensors, "allreduce_coalesced", true));
-    const size_t n = static_cast<size_t>(f->buf.numel());
-    return submit(c10d::OpType::ALLREDUCE_COALESCED,
-                  {comm_->allreduce_async(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op)},
-                  [f] { unflatten(*f); }, tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
-                                        const c10d::ReduceOptions& opts) override {
-    one_tensor(tensors, "reduce");
-    check_root(opts.rootRank, "reduce");
-    const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce");
-    auto s = std::make_shared<Staged>(stage(tensors[0], "reduce"));
-    const int root = static_cast<int>(opts.rootRank);
-    auto out = std::make_shared<at::Tensor>(getRank() == root ? at::empty_like(s->buf) : at::Tensor());
-    return submit(c10d::OpType::REDUCE,
-                  {comm_->reduce_async(s->data(), out->defined() ? out->data_ptr() : nullptr,
-                                       s->count(), s->type, op, root)},
-                  [s, out] {
-                    if (!out->defined()) return;
-                    s->buf.copy_(*out);
-                    s->finish();
-                  },
-                  tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions&) override {
-    one_tensor(inputs, "allgather");
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-                "heft allgather: expected one list of ", getSize(), " output tensors");
-    same_shapes(outputs[0], inputs[0], "allgather");
-    auto s = std::make_shared<Staged>(stage(inputs[0], "allgather"));
-    auto f = std::make_shared<Flat>(flatten(outputs[0], "allgather", false));
-    return submit(c10d::OpType::ALLGATHER,
-                  {comm_->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
-                  [s, f] { unflatten(*f); }, outputs[0]);
-  }
-
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions&) override {
-    TORCH_CHECK(output.numel() == input.numel() * getSize(), "heft _allgather_base: output has ",
-                output.numel(), " elements, expected ", input.numel() * getSize(),
-                " (input x world size)");
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft _allgather_base: dtypes differ");
-    auto s = std::make_shared<Staged>(stage(input, "_allgather_base"));
-    auto o = std::make_shared<Staged>(stage(output, "_allgather_base", false));
-    return submit(c10d::OpType::_ALLGATHER_BASE,
-                  {comm_->allgather_async(s->data(), o->data(), s->count(), s->type)},
-                  [s, o] { o->finish(); }, {output});
-  }
-
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions&) override {
-    TORCH_CHECK(output_lists.size() == static_cast<size_t>(getSize()),
-                "heft allgather_coalesced: expected ", getSize(), " output lists, found ",
-                output_lists.size());
-    // Each rank's inputs flattened into one block; the blocks gathered; each block split
-    // into that rank's output list.
-    auto in = std::make_shared<Flat>(flatten(inputs, "allgather_coalesced", true));
-    std::vector<at::Tensor> all;
-    for (auto& list : output_lists) {
-      TORCH_CHECK(list.size() == inputs.size(), "heft allgather_coalesced: an output list of ",
-                  list.size(), " tensors for ", inputs.size(), " inputs");
-      for (size_t i = 0; i < list.size(); ++i)
-        TORCH_CHECK(list[i].numel() == inputs[i].numel(),
-                    "heft allgather_coalesced: output and input sizes differ");
-      all.insert(all.end(), list.begin(), list.end());
-    }
-    auto out = std::make_shared<Flat>(flatten(all, "allgather_coalesced", false));
-    return submit(c10d::OpType::ALLGATHER_COALESCED,
-                  {comm_->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
-                                          static_cast<size_t>(in->buf.numel()), in->type)},
-                  [in, out] { unflatten(*out); }, all);
-  }
-
-  // gather and scatter go point to point: only the root talks to each rank.
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs,
-                                        const c10d::GatherOptions& opts) override {
-    one_tensor(inputs, "gather");
-    check_root(opts.rootRank, "gather");
-    const int root = static_cast<int>(opts.rootRank);
-    auto s = std::make_shared<Staged>(stage(inputs[0], "gather"));
-    if (getRank() != root) {
-      TORCH_CHECK(outputs.empty() || outputs[0].empty(),
-                  "heft gather: only the root passes output tensors");
-      return submit(c10d::OpType::GATHER,
-                    {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)})},
-                    [s] {}, {});
-    }
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-                "heft gather: expected one list of ", getSize(), " output tensors on the root");
-    same_shapes(outputs[0], inputs[0], "gather");
-    auto outs = std::make_shared<std::vector<Staged>>();
-    std::vector<comm::P2POp> ops;
-    for (int r = 0; r < getSize(); ++r) {
-      outs->push_back(stage(outputs[0][static_cast<size_t>(r)], "gather", false));
-      if (r != root)
-        ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
-    }
-    (*outs)[static_cast<size_t>(root)].buf.copy_(s->buf);
-    return submit(c10d::OpType::GATHER, {comm_->exchange_async(std::move(ops))},
-                  [outs, s] {
-                    for (const Staged& o : *outs) o.finish();
-                  },
-                  outputs[0]);
-  }
-
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
-                                         std::vector<std::vector<at::Tensor>>& inputs,
-                                         const c10d::ScatterOptions& opts) override {
-    one_tensor(outputs, "scatter");
-    check_root(opts.rootRank, "scatter");
-    const int root = static_cast<int>(opts.rootRank);
-    auto out = std::make_shared<Staged>(stage(outputs[0], "scatter", false));
-    if (getRank() != root) {
-      TORCH_CHECK(inputs.empty() || inputs[0].empty(),
-                  "heft scatter: only the root passes input tensors");
-      return submit(c10d::OpType::SCATTER,
-                    {comm_->exchange_async({comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)})},
-                    [out] { out->finish(); }, outputs);
-    }
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-                "heft scatter: expected one list of ", getSize(), " input tensors on the root");
-    same_shapes(inputs[0], outputs[0], "scatter");
-    auto ins = std::make_shared<std::vector<Staged>>();
-    std::vector<comm::P2POp> ops;
-    for (int r = 0; r < getSize(); ++r) {
-      ins->push_back(stage(inputs[0][static_cast<size_t>(r)], "scatter"));
-      if (r != root)
-        ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
-    }
-    out->buf.copy_((*ins)[static_cast<size_t>(root)].buf);
-    return submit(c10d::OpType::SCATTER, {comm_->exchange_async(std::move(ops))},
-                  [out, ins] { out->finish(); }, outputs);
-  }
-
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                std::vector<std::vector<at::Tensor>>& inputs,
-                                                const c10d::ReduceScatterOptions& opts) override {
-    one_tensor(outputs, "reduce_scatter");
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-                "heft reduce_scatter: expected one list of ", getSize(), " input tensors");
-    same_shapes(inputs[0], outputs[0], "reduce_scatter");
-    const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter");
-    auto in = std::make_shared<Flat>(flatten(inputs[0], "reduce_scatter", true));
-    auto out = std::make_shared<Staged>(stage(outputs[0], "reduce_scatter", false));
-    return submit(c10d::OpType::REDUCE_SCATTER,
-                  {comm_->reduce_scatter_async(in->buf.data_ptr(), out->data(), out->count(), in->type, op)},
-                  [in, out] { out->finish(); }, outputs);
-  }
-
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                      const c10d::ReduceScatterOptions& opts) override {
-    TORCH_CHECK(input.numel() == output.numel() * getSize(), "heft _reduce_scatter_base: input has ",
-                input.numel(), " elements, expected ", output.numel() * getSize(),
-                " (output x world size)");
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft _reduce_scatter_base: dtypes differ");
-    const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
-    auto in = std::make_shared<Staged>(stage(input, "_reduce_scatter_base"));
-    auto out = std::make_shared<Staged>(stage(output, "_reduce_scatter_base", false));
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE,
-                  {comm_->reduce_scatter_async(in->data(), out->data(), out->count(), in->type, op)},
-                  [in, out] { out->finish(); }, {output});
-  }
-
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
-                                               const c10d::AllToAllOptions&) override {
-    const int n = getSize();
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft alltoall_base: dtypes differ");
-    auto in = std::make_shared<Staged>(stage(input, "alltoall_base"));
-    auto out = std::make_shared<Staged>(stage(output, "alltoall_base", false));
-    if (output_splits.empty() && input_splits.empty()) {  // equal blocks
-      TORCH_CHECK(input.numel() == output.numel() && input.numel() % n == 0,
-                  "heft alltoall_base: input and output must have the same size, divisible by ",
-                  n, " (found ", input.numel(), " and ", output.numel(), ")");
-      return submit(c10d::OpType::ALLTOALL_BASE,
-                    {comm_->alltoall_async(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type)},
-                    [in, out] { out->finish(); }, {output});
-    }
-    // Uneven splits (along dim 0): one batched exchange with every peer.
-    const int64_t in_row = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 1;
-    const int64_t out_row = output.dim() > 0 && output.size(0) > 0 ? output.numel() / output.size(0) : 1;
-    auto splits = [&](std::vector<int64_t> s, const at::Tensor& t, const char* which) {
-      if (s.empty()) s.assign(static_cast<size_t>(n), t.size(0) / n);
-      TORCH_CHECK(static_cast<int>(s.size()) == n, "heft alltoall_base: ", which, " has ", s.size(),
-                  " entries, expected ", n);
-      return s;
-    };
-    const std::vector<int64_t> os = splits(output_splits, output, "output_split_sizes");
-    const std::vector<int64_t> is = splits(input_splits, input, "input_split_sizes");
-    std::vector<comm::P2POp> ops;
-    const size_t esize = in->buf.element_size();
-    int64_t io = 0, oo = 0;
-    for (int r = 0; r < n; ++r) {
-      const size_t icount = static_cast<size_t>(is[static_cast<size_t>(r)] * in_row);
-      const size_t ocount = static_cast<size_t>(os[static_cast<size_t>(r)] * out_row);
-      char* ip = static_cast<char*>(in->data()) + static_cast<size_t>(io) * esize;
-      char* op = static_cast<char*>(out->data()) + static_cast<size_t>(oo) * esize;
-      if (r == getRank()) {
-        TORCH_CHECK(icount == ocount, "heft alltoall_base: this rank's own block differs in size");
-        std::memcpy(op, ip, icount * esize);
+      if (op->waiter || op->claimed) {
+        retired_.push_back(op);
+        wake = retired_.size() >= kRetiredBatch;
       } else {
-        ops.push_back(comm::P2POp::send(ip, icount, in->type, r, kCollectiveTag));
-        ops.push_back(comm::P2POp::recv(op, ocount, out->type, r, kCollectiveTag));
-      }
-      io += static_cast<int64_t>(icount);
-      oo += static_cast<int64_t>(ocount);
-    }
-    return submit(c10d::OpType::ALLTOALL_BASE, {comm_->exchange_async(std::move(ops))},
-                  [in, out] { out->finish(); }, {output});
-  }
-
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
-                                          std::vector<at::Tensor>& inputs,
-                                          const c10d::AllToAllOptions&) override {
-    const int n = getSize();
-    TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
-                "heft alltoall: expected ", n, " input and output tensors");
-    auto ins = std::make_shared<std::vector<Staged>>();
-    auto outs = std::make_shared<std::vector<Staged>>();
-    std::vector<comm::P2POp> ops;
-    for (int r = 0; r < n; ++r) {
-      ins->push_back(stage(inputs[static_cast<size_t>(r)], "alltoall"));
-      outs->push_back(stage(outputs[static_cast<size_t>(r)], "alltoall", false));
-      if (r == getRank()) {
-        TORCH_CHECK(ins->back().count() == outs->back().count(),
-                    "heft alltoall: this rank's own input and output differ in size");
-        outs->back().buf.copy_(ins->back().buf);
-      } else {
-        ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
-        ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
+        pending_.push_back(op);
+        wake = true;
       }
     }
-    return submit(c10d::OpType::ALLTOALL, {comm_->exchange_async(std::move(ops))},
-                  [ins, outs] {
-                    for (const Staged& o : *outs) o.finish();
-                  },
-                  outputs);
-  }
+    if (wake) cv_.notify_one();
+  });
+  return c10::make_intrusive<HeftWork>(std::move(op), type, completions_);
+}
 
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    return submit(c10d::OpType::BARRIER, {comm_->barrier_async()}, [] {}, {});
-  }
-
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    one_tensor(tensors, "send");
-    check_peer(dst, "send");
-    auto s = std::make_shared<Staged>(stage(tensors[0], "send"));
-    return submit(c10d::OpType::SEND,
-                  {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))})},
-                  [s] {}, tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    one_tensor(tensors, "recv");
-    check_peer(src, "recv");
-    auto s = std::make_shared<Staged>(stage(tensors[0], "recv", false));
-    return submit(c10d::OpType::RECV,
-                  {comm_->exchange_async({comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))})},
-                  [s] { s->finish(); }, tensors);
-  }
-
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    TORCH_CHECK(false, "heft recv: a source rank is required (recv from any source is not supported)");
-  }
-
- private:
-  // Collectives that go point to point use tags above every user tag.
-  static constexpr uint32_t kCollectiveTag = 0xFFFFFFF0u;
-  static uint32_t user_tag(int tag) {
-    TORCH_CHECK(tag >= 0 && static_cast<uint32_t>(tag) < kCollectiveTag, "heft send/recv: tag ",
-                tag, " out of range (0 to ", kCollectiveTag - 1, ")");
-    return static_cast<uint32_t>(tag);
-  }
-  void one_tensor(const std::vector<at::Tensor>& ts, const char* op) const {
-    TORCH_CHECK(ts.size() == 1, "heft ", op, ": expected one tensor per call (one device), found ",
-                ts.size());
-  }
-  void check_root(int64_t root, const char* op) const {
-    TORCH_CHECK(root >= 0 && root < getSize(), "heft ", op, ": root rank ", root,
-                " is outside the group of ", getSize());
-  }
-  void check_peer(int peer, const char* op) const {
-    TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "heft ", op, ": peer rank ",
-                peer, " is not another rank of the group of ", getSize());
-  }
-  static void same_shapes(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* op) {
-    for (const at::Tensor& t : list)
-      TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "heft ", op,
-                  ": every tensor of the list must have the size and dtype of ", like.sizes(),
-                  " ", dtype_name(like.scalar_type()), ", found ", t.sizes(), " ",
-                  dtype_name(t.scalar_type()));
-  }
-
-  // The Work of `works` (already issued to the communicator; they finish in order). `finish`
-  // runs after they all finished and must own (capture) every staged buffer they read or
-  // write: a buffer freed earlier is reused while the communicator still uses it.
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type,
-                                        std::vector<std::shared_ptr<comm::Work>> works,
-                                        std::function<void()> finish,
-                                        std::vector<at::Tensor> outputs) {
-    ++operations_;
-    static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
-    auto op = std::make_shared<Operation>();
-    op->works = std::move(works);
-    op->finish = std::move(finish);
-    op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
-    op->outputs = std::move(outputs);
-    // Runs on the communicator's thread, which must never drop the last reference to an
-    // operation: its tensors may be Python's, and releasing one takes the GIL, which would
-    // stall every collective behind it (or deadlock with a thread that holds the GIL and
-    // waits for one). The completion thread drops them.
-    op->works.back()->on_finish([this, op] {
-      bool wake;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (op->waiter || op->claimed) {
-          retired_.push_back(op);
-          wake = retired_.size() >= kRetiredBatch;
-        } else {
-          pending_.push_back(op);
-          wake = true;
-        }
+// Completes the operations the communicator hands over (those with no waiter when they
+// finished), so futures that nobody waits on (DDP's, comm hooks') complete.
+// Also drops the operations a waiter completed, in batches (retired_).
+void ProcessGroupHeft::complete_loop() {
+  for (;;) {
+    std::shared_ptr<Operation> op;
+    std::vector<std::shared_ptr<Operation>> retired;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !pending_.empty() || retired_.size() >= kRetiredBatch;
+      });
+      retired.swap(retired_);
+      if (pending_.empty()) {
+        if (stopping_) return;
+        continue;
       }
-      if (wake) cv_.notify_one();
-    });
-    return c10::make_intrusive<HeftWork>(std::move(op), type, completions_);
-  }
-
-  // Completes the operations the communicator hands over (those with no waiter when they
-  // finished), so futures that nobody waits on (DDP's, comm hooks') complete.
-  // Also drops the operations a waiter completed, in batches (retired_).
-  void complete_loop() {
-    for (;;) {
-      std::shared_ptr<Operation> op;
-      std::vector<std::shared_ptr<Operation>> retired;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] {
-          return stopping_ || !pending_.empty() || retired_.size() >= kRetiredBatch;
-        });
-        retired.swap(retired_);
-        if (pending_.empty()) {
-          if (stopping_) return;
-          continue;
-        }
-        op = std::move(pending_.front());
-        pending_.pop_front();
-      }
-      retired.clear();
-      if (op->complete()) ++completions_->by_thread;
+      op = std::move(pending_.front());
+      pending_.pop_front();
     }
+    retired.clear();
+    if (op->complete()) ++completions_->by_thread;
   }
-
-  std::shared_ptr<comm::Store> store_;
-  std::unique_ptr<comm::Communicator> comm_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Operation>> pending_;  // guarded by mu_
-  // Completed by a waiter, to be dropped on the completion thread; guarded by mu_.
-  std::vector<std::shared_ptr<Operation>> retired_;
-  static constexpr size_t kRetiredBatch = 64;
-  bool stopping_ = false;        // guarded by mu_
-  std::atomic<int64_t> operations_{0};
-  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
-  std::thread thread_;
-};
-
-// checkpoint_binding.cc: the module's `checkpoint` submodule.
-void bind_checkpoint(pybind11::module_& parent);
+}
 
 }  // namespace heft::torch_backend
-
-PYBIND11_MODULE(_c10d, m) {
-  namespace py = pybind11;
-  using heft::torch_backend::ProcessGroupHeft;
-  py::module::import("torch.distributed");  // registers c10d's Store and ProcessGroup types
-  m.doc() = "heft's torch.distributed backend (see heft.torch)";
-  heft::torch_backend::bind_checkpoint(m);
-  py::class_<ProcessGroupHeft, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       double timeout_s) {
-             return c10::make_intrusive<ProcessGroupHeft>(
-                 store, rank, size,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-           }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>())
-      .def("completions", &ProcessGroupHeft::completions,
-           "(by a waiter, by the completion thread): which path completed the operations")
-      .def("operations", &ProcessGroupHeft::operations,
-           "operations issued through this group (for tests: the heft path ran)")
-      .def("last_allreduce_path",
-           [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
-           "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")
-      .def("has_shared_memory",
-           [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); });
-  m.def(
-      "job_store",
-      [](double timeout_s) -> c10::intrusive_ptr<c10d::Store> {
-        const char* address = std::getenv("HEFT_STORE");
-        const char* token = std::getenv("HEFT_TOKEN");
-        if (!address || !*address || !token || !*token)
-          throw heft::InvalidArgument(
-              "heft.torch.distributed.init_process_group(): HEFT_STORE and HEFT_TOKEN are not "
-              "set (start the script with `heft run` or `heft train`, or use "
-              "torch.distributed.init_process_group(backend=\"heft\", init_method=...))");
-        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-        std::shared_ptr<heft::comm::Store> store =
-            heft::comm::TcpStore::connect(address, token, timeout);
-        store->set_timeout(timeout);
-        const char* job = std::getenv("HEFT_JOB");
-        return c10::make_intrusive<c10d::PrefixStore>(
-            std::string("torch/") + (job ? job : ""),
-            c10::make_intrusive<heft::torch_backend::ToC10dStore>(store, timeout));
-      },
-      py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
-      "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");
-}

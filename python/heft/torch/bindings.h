@@ -1,0 +1,12 @@
+// The submodules of heft.torch._c10d, each bound in its own file and registered by the
+// module definition (module.cc). Called once, with the GIL held, while the module loads.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace heft::torch_backend {
+
+// _c10d.checkpoint: heft's multi-writer checkpoint directory (checkpoint_binding.cc).
+void bind_checkpoint(pybind11::module_& parent);
+
+}  // namespace heft::torch_backend

@@ -1,0 +1,49 @@
+// heft.torch._c10d: the Python module of heft's torch.distributed backend. The process group
+// (process_group.h) and the job store (store_adapter.h) are bound here; the `checkpoint`
+// submodule in its own file (bindings.h).
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "bindings.h"
+#include "process_group.h"
+#include "store_adapter.h"
+
+namespace {
+
+namespace py = pybind11;
+using heft::torch_backend::ProcessGroupHeft;
+
+void bind_process_group(py::module_& m) {
+  py::class_<ProcessGroupHeft, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       double timeout_s) {
+             return c10::make_intrusive<ProcessGroupHeft>(
+                 store, rank, size,
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("completions", &ProcessGroupHeft::completions,
+           "(by a waiter, by the completion thread): which path completed the operations")
+      .def("operations", &ProcessGroupHeft::operations,
+           "operations issued through this group (for tests: the heft path ran)")
+      .def("last_allreduce_path",
+           [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
+           "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")
+      .def("has_shared_memory",
+           [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_c10d, m) {
+  py::module::import("torch.distributed");  // registers c10d's Store and ProcessGroup types
+  m.doc() = "heft's torch.distributed backend (see heft.torch)";
+  heft::torch_backend::bind_checkpoint(m);
+  bind_process_group(m);
+  m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
+        py::call_guard<py::gil_scoped_release>(),
+        "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");
+}

@@ -1,0 +1,129 @@
+// heft.torch._c10d's process group: the torch.distributed backend "heft" (torch 1.13's
+// c10d::ProcessGroup) over heft's Communicator. The one place that knows c10d's process
+// group: torch 2.x moves backends to c10d::Backend, and only this pair changes. Its store
+// adapters are in store_adapter.h, the tensor staging in staging.h, the Python module in
+// module.cc.
+//
+// Each operation stages its tensors (staging.h), queues the communicator's asynchronous
+// call(s) and returns a Work over a c10::ivalue::Future. A caller blocked in wait() completes
+// its own operation (copies staged results back into its tensors, completes the future) as
+// soon as the communicator's work finishes: no thread in between. An operation nobody waits
+// on (DDP's, comm hooks') is handed by the communicator, when it finishes, to one completion
+// thread per group, which completes it there, so DDP's hooks and Python comm hooks (then())
+// run off the communicator's thread. A failed operation (a lost peer, the timeout) sets the
+// future's error: wait() raises a RuntimeError naming the lost rank. As for any c10d group,
+// every rank issues the same collectives in the same order; bad arguments throw c10::Error
+// naming the operation before anything is sent.
+//
+// Deliberately left out: GPU tensors (NCCL's domain), PRODUCT and the bitwise ops, recv from
+// any source, coalescing managers.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "heft/comm/communicator.h"
+
+namespace heft::torch_backend {
+
+struct Operation;    // one issued operation (process_group.cc)
+struct Completions;  // which completer completed a group's operations
+
+class ProcessGroupHeft : public c10d::ProcessGroup {
+ public:
+  // Joins the group's ranks through `store` (blocks until all of them did, or `timeout`).
+  // The links' token: HEFT_TOKEN under heft run, else one rank 0 publishes in `store`;
+  // tuning variables (HEFT_HOST, HEFT_TRANSPORT, ...) as for any heft worker.
+  ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::chrono::milliseconds timeout);
+  // Finishes the queued operations, then stops the completion thread; releases the GIL
+  // while it waits when called with it.
+  ~ProcessGroupHeft() override;
+
+  const std::string getBackendName() const override { return "heft"; }
+
+  comm::Communicator& communicator() { return *comm_; }
+  // Operations issued through this group (for tests: the heft path ran).
+  int64_t operations() const { return operations_.load(); }
+  // Operations completed by a caller in wait() / by the completion thread.
+  std::pair<int64_t, int64_t> completions() const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions&) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions&) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions&) override;
+  // gather and scatter go point to point: only the root talks to each rank.
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions&) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override;
+
+ private:
+  // The Work of `works` (already issued to the communicator; they finish in order). `finish`
+  // runs after they all finished and must own (capture) every staged buffer they read or
+  // write: a buffer freed earlier is reused while the communicator still uses it.
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type,
+                                        std::vector<std::shared_ptr<comm::Work>> works,
+                                        std::function<void()> finish,
+                                        std::vector<at::Tensor> outputs);
+  // The completion thread's loop (see the file comment).
+  void complete_loop();
+
+  std::shared_ptr<comm::Store> store_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Operation>> pending_;  // guarded by mu_
+  // Completed by a waiter, to be dropped on the completion thread; guarded by mu_.
+  std::vector<std::shared_ptr<Operation>> retired_;
+  static constexpr size_t kRetiredBatch = 64;
+  bool stopping_ = false;  // guarded by mu_
+  std::atomic<int64_t> operations_{0};
+  std::shared_ptr<Completions> completions_;
+  std::thread thread_;
+};
+
+}  // namespace heft::torch_backend

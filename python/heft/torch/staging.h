@@ -1,0 +1,125 @@
+// Tensors as heft's communicator takes them, for the process group (process_group.cc):
+// contiguous buffers of a dtype the communicator reduces (parallel/torch_dtype.h), the
+// caller's tensor itself when it already is one; int8, uint8 and bool go through int32 and
+// are written back (wrapping as they would). Every check throws c10::Error (RuntimeError in
+// Python) naming the operation and what was wrong, before anything is sent.
+//
+// Deliberately left out: GPU and sparse tensors, the other dtypes (complex, ...).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "heft/comm/dtype.h"
+#include "heft/parallel/torch_dtype.h"
+
+namespace heft::torch_backend {
+
+inline std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+// One tensor staged: the caller's and the buffer the communicator reads and writes.
+struct Staged {
+  at::Tensor user;  // the caller's tensor
+  at::Tensor buf;   // what the communicator reads and writes
+  comm::DataType type = comm::DataType::f32;
+  size_t count() const { return static_cast<size_t>(buf.numel()); }
+  void* data() const { return buf.data_ptr(); }
+  // Copies the result back when buf is not the caller's tensor itself.
+  void finish() const {
+    if (!buf.is_same(user)) user.copy_(buf);
+  }
+};
+
+// Throws unless `t` is a defined dense CPU tensor of a dtype the backend moves.
+inline void check_tensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "heft ", op, ": an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "heft ", op, ": expected CPU tensors, found one on ",
+              t.device(), " (GPU tensors go through NCCL)");
+  TORCH_CHECK(!t.is_sparse(), "heft ", op, ": sparse tensors are not supported");
+  const at::ScalarType s = t.scalar_type();
+  TORCH_CHECK(parallel::comm_dtype_of(s) || s == at::kChar || s == at::kByte || s == at::kBool,
+              "heft ", op, ": unsupported dtype ", dtype_name(s),
+              " (supported: float32, float64, float16, bfloat16, int8, uint8, bool, int32, int64)");
+}
+
+// `t` staged for `op`; copy_in false: the buffer's contents are not read (an output).
+inline Staged stage(const at::Tensor& t, const char* op, bool copy_in = true) {
+  check_tensor(t, op);
+  Staged s;
+  s.user = t;
+  if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(t.scalar_type())) {
+    s.type = *d;
+    s.buf = t.is_contiguous() ? t : (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()));
+  } else {  // int8, uint8, bool: reduced as int32
+    s.type = comm::DataType::i32;
+    s.buf = copy_in ? t.to(at::kInt).contiguous() : at::empty(t.sizes(), t.options().dtype(at::kInt));
+  }
+  return s;
+}
+
+// The communicator's operator of a c10d reduce op; throws for PRODUCT and the bitwise ops.
+inline comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return comm::ReduceOp::sum;
+    case c10d::ReduceOp::AVG: return comm::ReduceOp::avg;
+    case c10d::ReduceOp::MIN: return comm::ReduceOp::min;
+    case c10d::ReduceOp::MAX: return comm::ReduceOp::max;
+    default: break;
+  }
+  TORCH_CHECK(false, "heft ", name, ": unsupported reduce op ",
+              op.op_ == c10d::ReduceOp::PRODUCT ? "PRODUCT" : "(bitwise or premultiplied sum)",
+              " (supported: SUM, AVG, MIN, MAX)");
+}
+
+// One flat staged buffer holding several tensors of one dtype back to back.
+struct Flat {
+  at::Tensor buf;
+  comm::DataType type = comm::DataType::f32;
+  std::vector<at::Tensor> parts;  // the caller's tensors
+};
+
+// `ts` (at least one, all of one dtype) in one buffer; copy_in false: not read (outputs).
+inline Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy_in) {
+  TORCH_CHECK(!ts.empty(), "heft ", op, ": no tensors");
+  for (const at::Tensor& t : ts) {
+    check_tensor(t, op);
+    TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "heft ", op,
+                ": tensors of different dtypes (", dtype_name(ts[0].scalar_type()), " and ",
+                dtype_name(t.scalar_type()), ")");
+  }
+  Flat f;
+  at::ScalarType st = ts[0].scalar_type();
+  if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(st)) {
+    f.type = *d;
+  } else {
+    f.type = comm::DataType::i32;
+    st = at::kInt;
+  }
+  int64_t n = 0;
+  for (const at::Tensor& t : ts) n += t.numel();
+  f.buf = at::empty({n}, ts[0].options().dtype(st));
+  if (copy_in) {
+    int64_t o = 0;
+    for (const at::Tensor& t : ts) {
+      f.buf.narrow(0, o, t.numel()).copy_(t.reshape({-1}));
+      o += t.numel();
+    }
+  }
+  f.parts = ts;
+  return f;
+}
+
+// Copies the flat buffer back into the caller's tensors.
+inline void unflatten(const Flat& f) {
+  int64_t o = 0;
+  for (const at::Tensor& t : f.parts) {
+    t.copy_(f.buf.narrow(0, o, t.numel()).view(t.sizes()));
+    o += t.numel();
+  }
+}
+
+}  // namespace heft::torch_backend
