@@ -8,14 +8,14 @@ AdamW state sharded over the ranks (ZeRO-3). The heft lines are marked `# heft`.
     ... examples/gpt_sharded.py --strategy ddp                 # torch's DDP, to compare
 
 Each rank takes its share of every global batch (random windows of the text, the same on
-every rank for a step), prints `step=N loss=L tokens_per_s=T` every log_every steps and a
-summary line `final: step=N loss=L tokens_per_s=T state_bytes=B peak_rss_mb=M strategy=S`
-(tokens of all ranks per second after the first 2 steps; state_bytes: this rank's
-parameters + gradients + optimizer state). Hyperparameters come as `--name value` (what
-heft train passes); see --help. Before building the model, rank 0 prints
-`parameters=N` and every rank runs heft's memory pre-flight on a meta copy: when the ranks
-on this machine cannot hold the training state (DDP of a model too large for them), each
-exits 1 with the MemoryError, allocating nothing.
+every rank for a step), prints `step=N loss=L tokens_per_s=T step_s=S` every log_every
+steps (S: that step's seconds) and a summary line `final: step=N loss=L tokens_per_s=T
+state_bytes=B peak_rss_mb=M strategy=S` (tokens of all ranks per second after the first 2
+steps; state_bytes: this rank's parameters + gradients + optimizer state). Hyperparameters
+come as `--name value` (what heft train passes); see --help. Before building the model,
+rank 0 prints `parameters=N` and every rank runs heft's memory pre-flight on a meta copy:
+when the ranks on this machine cannot hold the training state (DDP of a model too large
+for them), each exits 1 with the MemoryError, allocating nothing.
 """
 import argparse
 import math
@@ -157,6 +157,7 @@ def main():
     for step in range(start, a.steps):
         if step == start + 2:
             t0, tokens = time.perf_counter(), 0
+        step_start = time.perf_counter()
         profiler.begin_step(step)
         with profiler.phase("data"):
             x, y = batch(text, step, a.batch_size, a.block_size, rank * per, (rank + 1) * per)
@@ -178,7 +179,8 @@ def main():
         loss_value = t.item() / world
         if rank == 0 and (step + 1) % a.log_every == 0:
             rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
-            print(f"step={step + 1} loss={loss_value:.4f} tokens_per_s={rate:.0f}", flush=True)
+            print(f"step={step + 1} loss={loss_value:.4f} tokens_per_s={rate:.0f} "
+                  f"step_s={time.perf_counter() - step_start:.2f}", flush=True)
     if a.checkpoint_dir and a.strategy == "sharded":
         parallel.save_checkpoint(a.checkpoint_dir, model, opt, step=a.steps)  # heft
     rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
