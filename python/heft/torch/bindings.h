@@ -9,4 +9,8 @@ namespace heft::torch_backend {
 // _c10d.checkpoint: heft's multi-writer checkpoint directory (checkpoint_binding.cc).
 void bind_checkpoint(pybind11::module_& parent);
 
+// _c10d.step_profiler: heft's step profiler, behind heft.torch.profile
+// (step_profiler_binding.cc).
+void bind_step_profiler(pybind11::module_& parent);
+
 }  // namespace heft::torch_backend

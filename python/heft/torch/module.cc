@@ -1,6 +1,6 @@
 // heft.torch._c10d: the Python module of heft's torch.distributed backend. The process group
-// (process_group.h) and the job store (store_adapter.h) are bound here; the `checkpoint`
-// submodule in its own file (bindings.h).
+// (process_group.h) and the job store (store_adapter.h) are bound here; the `checkpoint` and
+// `step_profiler` submodules in their own files (bindings.h).
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
@@ -42,6 +42,7 @@ PYBIND11_MODULE(_c10d, m) {
   py::module::import("torch.distributed");  // registers c10d's Store and ProcessGroup types
   m.doc() = "heft's torch.distributed backend (see heft.torch)";
   heft::torch_backend::bind_checkpoint(m);
+  heft::torch_backend::bind_step_profiler(m);
   bind_process_group(m);
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
