@@ -79,10 +79,7 @@ double BayesianSearch::acquisition(const GaussianProcess& gp, const std::vector<
   return expected_improvement(mean, var, best, xi);
 }
 
-std::vector<double> BayesianSearch::acquire() {
-  // The model: observations, each failure at the failure value, each pending point at the
-  // best value so far.
-  const double best = *std::min_element(y_.begin(), y_.end());
+double BayesianSearch::fit_model(double best) {
   const double failed = failure_value();
   const size_t n = x_.size() + failed_.size() + pending_.size(), d = static_cast<size_t>(space_.dims());
   Eigen::MatrixXd x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(d));
@@ -103,14 +100,15 @@ std::vector<double> BayesianSearch::acquire() {
   gp_.set_data(x, y);
   gp_.fit(rng_, options_.restarts);
   const double sd = std::sqrt(std::max(1e-24, (y.array() - y.mean()).square().mean()));
-  const double xi = options_.xi * sd;
+  return options_.xi * sd;
+}
 
-  // Candidates: uniform points and perturbations of the best observed ones.
-  std::normal_distribution<double> step(0.0, 1.0);
+BayesianSearch::Scored BayesianSearch::candidates(double best, double xi,
+                                                  std::normal_distribution<double>& step) {
   std::vector<size_t> order(x_.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return y_[a] < y_[b]; });
-  std::vector<std::pair<double, std::vector<double>>> scored;
+  Scored scored;
   scored.reserve(static_cast<size_t>(options_.candidates));
   for (int c = 0; c < options_.candidates; ++c) {
     std::vector<double> u;
@@ -126,7 +124,11 @@ std::vector<double> BayesianSearch::acquire() {
   }
   std::sort(scored.begin(), scored.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
-  // Refine the best few: Gaussian steps that shrink when they stop improving.
+  return scored;
+}
+
+void BayesianSearch::refine(Scored& scored, double best, double xi,
+                            std::normal_distribution<double>& step) {
   const int refine = std::min<int>(options_.refine, static_cast<int>(scored.size()));
   for (int i = 0; i < refine; ++i) {
     auto& [score, u] = scored[static_cast<size_t>(i)];
@@ -146,6 +148,15 @@ std::vector<double> BayesianSearch::acquire() {
   }
   std::sort(scored.begin(), scored.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
+}
+
+std::vector<double> BayesianSearch::acquire() {
+  const double best = *std::min_element(y_.begin(), y_.end());
+  const double xi = fit_model(best);
+  // One Gaussian stream for the perturbations and the refinement, in this order.
+  std::normal_distribution<double> step(0.0, 1.0);
+  Scored scored = candidates(best, xi, step);
+  refine(scored, best, xi, step);
   for (const auto& [score, u] : scored)
     if (!taken(u)) return u;
   return space_.snap(uniform_point(space_, rng_));  // every candidate taken: anything new

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "heft/tune/gaussian_process.h"
@@ -51,7 +52,22 @@ class BayesianSearch : public Strategy {
   int pending() const { return static_cast<int>(pending_.size()); }
 
  private:
+  // Candidate points with their expected improvement, best first.
+  using Scored = std::vector<std::pair<double, std::vector<double>>>;
+  // The next point to try once something is observed, in three steps: fit_model, candidates,
+  // refine; then the best candidate not taken.
   std::vector<double> acquire();
+  // Fits the model to the observations, each failure at the failure value and each pending
+  // point at `best` (the best value so far). Returns EI's margin: options_.xi standard
+  // deviations of the model's data.
+  double fit_model(double best);
+  // options_.candidates points scored by EI: uniform points and, every fourth, a Gaussian
+  // `step` from one of the five best observations. `step` is shared with refine(), so the
+  // draws follow one stream.
+  Scored candidates(double best, double xi, std::normal_distribution<double>& step);
+  // The best options_.refine candidates improved by Gaussian steps that shrink when they stop
+  // improving; `scored` re-sorted, best first.
+  void refine(Scored& scored, double best, double xi, std::normal_distribution<double>& step);
   std::vector<double> away_from_failures();
   double acquisition(const GaussianProcess& gp, const std::vector<double>& u, double best,
                      double xi) const;
