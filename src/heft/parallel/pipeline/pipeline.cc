@@ -11,10 +11,163 @@ namespace heft::parallel::pipeline {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 // A message's tag: its micro-batch, the virtual stage receiving it, and its kind.
 uint32_t tag_of(bool activation, int m, int receiver, int virtual_count) {
   return static_cast<uint32_t>((m * virtual_count + receiver) * 2 + (activation ? 0 : 1));
 }
+
+bool is_send(ActionKind kind) {
+  return kind == ActionKind::kSendActivation || kind == ActionKind::kSendGradient;
+}
+
+// One step of one stage: walks its action list, holding the tensors in flight keyed by
+// (chunk, micro-batch).
+class StageRun {
+ public:
+  StageRun(const Schedule& sc, ProcessGroup& group, const StageFunctions& stage,
+           PipelineCounters* counters)
+      : group_(group),
+        stage_(stage),
+        counters_(counters),
+        s_(group.rank()),
+        p_(sc.stages),
+        virtual_count_(sc.virtual_stages * sc.stages),
+        acts_(sc.actions[static_cast<size_t>(group.rank())]) {}
+
+  void run() {
+    size_t last_backward = acts_.size();
+    for (size_t i = 0; i < acts_.size(); ++i)
+      if (acts_[i].kind == ActionKind::kBackward) last_backward = i;
+    for (size_t i = 0; i < acts_.size();) {
+      if (acts_[i].communication()) {
+        i = exchange(i);
+        continue;
+      }
+      const size_t index = i;
+      const Action& a = acts_[i++];
+      if (a.kind == ActionKind::kForward)
+        forward(a);
+      else
+        backward(a, index == last_backward);
+    }
+  }
+
+ private:
+  static int key(int chunk, int m) { return chunk * 1000003 + m; }
+  static int key(const Action& a) { return key(a.chunk, a.microbatch); }
+
+  // The actions from acts_[i] up to the next compute action, as one exchange; returns the
+  // index of that compute action (or the end).
+  size_t exchange(size_t i) {
+    std::vector<TensorP2P> ops;
+    for (; i < acts_.size() && acts_[i].communication(); ++i) {
+      const Action& a = acts_[i];
+      switch (a.kind) {
+        case ActionKind::kRecvActivation:
+          ops.push_back(receive(inputs_, stage_.activation_shape(a.microbatch), a, true));
+          break;
+        case ActionKind::kSendActivation: ops.push_back(send(to_send_act_, a, true)); break;
+        case ActionKind::kRecvGradient:
+          ops.push_back(receive(received_grads_, outputs_.at(key(a)).sizes().vec(), a, false));
+          break;
+        case ActionKind::kSendGradient: ops.push_back(send(to_send_grad_, a, false)); break;
+        default: break;
+      }
+      if (counters_) ++(is_send(a.kind) ? counters_->sends : counters_->recvs);
+    }
+    group_.exchange(ops);
+    if (counters_) ++counters_->exchanges;
+    release_sent(ops);
+    return i;
+  }
+
+  // A receive of `a` into a new tensor of `shape`, kept in `into`.
+  TensorP2P receive(std::map<int, torch::Tensor>& into, const std::vector<int64_t>& shape,
+                    const Action& a, bool activation) {
+    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(stage_.dtype));
+    into[key(a)] = t;
+    return TensorP2P::from(t, a.peer, tag_of(activation, a.microbatch, a.chunk * p_ + s_, virtual_count_));
+  }
+
+  // A send of `a`'s tensor held in `from`.
+  TensorP2P send(const std::map<int, torch::Tensor>& from, const Action& a, bool activation) {
+    return TensorP2P::to(from.at(key(a)), a.peer,
+                         tag_of(activation, a.microbatch, a.peer_chunk * p_ + a.peer, virtual_count_));
+  }
+
+  // Sent tensors are no longer needed.
+  void release_sent(const std::vector<TensorP2P>& ops) {
+    for (const TensorP2P& op : ops)
+      if (op.send) {
+        for (auto* m : {&to_send_act_, &to_send_grad_})
+          for (auto it = m->begin(); it != m->end();)
+            it = it->second.data_ptr() == op.tensor.data_ptr() ? m->erase(it) : std::next(it);
+      }
+  }
+
+  void forward(const Action& a) {
+    const Clock::time_point t0 = Clock::now();
+    const int k = key(a);
+    const int vs = a.chunk * p_ + s_;
+    torch::Tensor input;
+    if (vs > 0) input = inputs_.at(k).requires_grad_(true);
+    torch::Tensor out = [&] {
+      auto timed = profile::phase(profile::Phase::kForward);
+      return stage_.forward(a.chunk, a.microbatch, input);
+    }();
+    outputs_[k] = out;
+    if (vs < virtual_count_ - 1) to_send_act_[k] = out.detach().contiguous();
+    if (counters_) {
+      count_compute(a.microbatch, t0);
+      counters_->max_in_flight = std::max(counters_->max_in_flight, static_cast<int>(outputs_.size()));
+    }
+  }
+
+  void backward(const Action& a, bool last_backward) {
+    const Clock::time_point t0 = Clock::now();
+    const int k = key(a);
+    const int vs = a.chunk * p_ + s_;
+    auto run = [&] {
+      torch::Tensor out = outputs_.at(k);
+      if (vs == virtual_count_ - 1)
+        out.backward();
+      else
+        torch::autograd::backward({out}, {received_grads_.at(k).view(out.sizes())});
+    };
+    {
+      auto timed = profile::phase(profile::Phase::kBackward);
+      if (stage_.around_backward) stage_.around_backward(a.microbatch, last_backward, run);
+      else run();
+    }
+    if (vs > 0) {
+      const torch::Tensor& in = inputs_.at(k);
+      to_send_grad_[k] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
+    }
+    outputs_.erase(k);
+    inputs_.erase(k);
+    received_grads_.erase(k);
+    if (counters_) count_compute(a.microbatch, t0);
+  }
+
+  void count_compute(int m, Clock::time_point t0) {
+    counters_->busy_seconds += seconds_since(t0);
+    counters_->microbatch_seconds.at(static_cast<size_t>(m)) += seconds_since(t0);
+  }
+
+  ProcessGroup& group_;
+  const StageFunctions& stage_;
+  PipelineCounters* counters_;
+  const int s_, p_, virtual_count_;
+  const std::vector<Action>& acts_;
+  std::map<int, torch::Tensor> inputs_, outputs_, received_grads_;
+  std::map<int, torch::Tensor> to_send_act_, to_send_grad_;  // kept alive until sent
+};
 
 }  // namespace
 
@@ -23,114 +176,10 @@ void run_stage(const Schedule& sc, ProcessGroup& group, const StageFunctions& st
   if (sc.stages != group.size())
     throw InvalidArgument("pipeline: a schedule of " + std::to_string(sc.stages) +
                           " stages on a pipeline group of " + std::to_string(group.size()));
-  using Clock = std::chrono::steady_clock;
-  const auto since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
   const Clock::time_point start = Clock::now();
-  const int s = group.rank();
   if (counters) counters->microbatch_seconds.assign(static_cast<size_t>(sc.microbatches), 0.0);
-  const std::vector<Action>& acts = sc.actions[static_cast<size_t>(s)];
-  size_t last_backward = acts.size();
-  for (size_t i = 0; i < acts.size(); ++i)
-    if (acts[i].kind == ActionKind::kBackward) last_backward = i;
-  const int p = sc.stages, V = sc.virtual_stages * p;
-  // Keyed by (chunk, micro-batch).
-  auto key = [](int chunk, int m) { return chunk * 1000003 + m; };
-  std::map<int, torch::Tensor> inputs, outputs, received_grads;
-  std::map<int, torch::Tensor> to_send_act, to_send_grad;  // kept alive until sent
-  for (size_t i = 0; i < acts.size();) {
-    if (acts[i].communication()) {
-      std::vector<TensorP2P> ops;
-      std::vector<std::pair<int, bool>> received;  // (m, activation?)
-      for (; i < acts.size() && acts[i].communication(); ++i) {
-        const Action& a = acts[i];
-        switch (a.kind) {
-          case ActionKind::kRecvActivation: {
-            torch::Tensor t = torch::empty(stage.activation_shape(a.microbatch), torch::TensorOptions().dtype(stage.dtype));
-            inputs[key(a.chunk, a.microbatch)] = t;
-            ops.push_back(TensorP2P::from(t, a.peer, tag_of(true, a.microbatch, a.chunk * p + s, V)));
-            break;
-          }
-          case ActionKind::kSendActivation:
-            ops.push_back(TensorP2P::to(to_send_act.at(key(a.chunk, a.microbatch)), a.peer,
-                                        tag_of(true, a.microbatch, a.peer_chunk * p + a.peer, V)));
-            break;
-          case ActionKind::kRecvGradient: {
-            torch::Tensor t = torch::empty(outputs.at(key(a.chunk, a.microbatch)).sizes(),
-                                           torch::TensorOptions().dtype(stage.dtype));
-            received_grads[key(a.chunk, a.microbatch)] = t;
-            ops.push_back(TensorP2P::from(t, a.peer, tag_of(false, a.microbatch, a.chunk * p + s, V)));
-            break;
-          }
-          case ActionKind::kSendGradient:
-            ops.push_back(TensorP2P::to(to_send_grad.at(key(a.chunk, a.microbatch)), a.peer,
-                                        tag_of(false, a.microbatch, a.peer_chunk * p + a.peer, V)));
-            break;
-          default: break;
-        }
-        if (counters) ++(a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient
-                             ? counters->sends : counters->recvs);
-      }
-      group.exchange(ops);
-      if (counters) ++counters->exchanges;
-      // Sent tensors are no longer needed.
-      for (const TensorP2P& op : ops)
-        if (op.send) {
-          for (auto* m : {&to_send_act, &to_send_grad})
-            for (auto it = m->begin(); it != m->end();)
-              it = it->second.data_ptr() == op.tensor.data_ptr() ? m->erase(it) : std::next(it);
-        }
-      continue;
-    }
-    const size_t index = i;
-    const Action& a = acts[i++];
-    const int m = a.microbatch;
-    const int k = key(a.chunk, m);
-    const int vs = a.chunk * p + s;
-    const Clock::time_point t0 = Clock::now();
-    if (a.kind == ActionKind::kForward) {
-      torch::Tensor input;
-      if (vs > 0) input = inputs.at(k).requires_grad_(true);
-      torch::Tensor out = [&] {
-        auto timed = profile::phase(profile::Phase::kForward);
-        return stage.forward(a.chunk, m, input);
-      }();
-      outputs[k] = out;
-      if (vs < V - 1) to_send_act[k] = out.detach().contiguous();
-      if (counters) {
-        counters->busy_seconds += since(t0);
-        counters->microbatch_seconds.at(static_cast<size_t>(m)) += since(t0);
-        counters->max_in_flight = std::max(counters->max_in_flight, static_cast<int>(outputs.size()));
-      }
-      continue;
-    }
-    // Backward.
-    auto run = [&] {
-      torch::Tensor out = outputs.at(k);
-      if (vs == V - 1)
-        out.backward();
-      else
-        torch::autograd::backward({out}, {received_grads.at(k).view(out.sizes())});
-    };
-    {
-      auto timed = profile::phase(profile::Phase::kBackward);
-      if (stage.around_backward) stage.around_backward(m, index == last_backward, run);
-      else run();
-    }
-    if (vs > 0) {
-      const torch::Tensor& in = inputs.at(k);
-      to_send_grad[k] = in.grad().defined() ? in.grad().contiguous() : torch::zeros_like(in);
-    }
-    outputs.erase(k);
-    inputs.erase(k);
-    received_grads.erase(k);
-    if (counters) {
-      counters->busy_seconds += since(t0);
-      counters->microbatch_seconds.at(static_cast<size_t>(m)) += since(t0);
-    }
-  }
-  if (counters) counters->step_seconds += since(start);
+  StageRun(sc, group, stage, counters).run();
+  if (counters) counters->step_seconds += seconds_since(start);
 }
 
 }  // namespace heft::parallel::pipeline
