@@ -46,8 +46,11 @@ void backward(std::vector<Action>& out, int s, int p, int m, int c = 0, int v = 
 
 }  // namespace
 
-Schedule make_schedule(const std::string& kind, int stages, int microbatches, int active,
-                       int virtual_stages) {
+namespace {
+
+// The arguments' checks; returns `active` with its default (stages + 2) applied.
+int check_arguments(const std::string& kind, int stages, int microbatches, int active,
+                    int virtual_stages) {
   if (stages < 1) throw InvalidArgument("partitions: expected at least 1, found " + std::to_string(stages));
   if (microbatches < 1)
     throw InvalidArgument("microbatches: expected at least 1, found " + std::to_string(microbatches));
@@ -63,87 +66,113 @@ Schedule make_schedule(const std::string& kind, int stages, int microbatches, in
   if (virtual_stages > 1 && microbatches % stages != 0)
     throw InvalidArgument("microbatches: with virtual_stages, expected a multiple of partitions (" +
                           std::to_string(stages) + "), found " + std::to_string(microbatches));
+  return active;
+}
+
+// GPipe: every forward, then every backward.
+void simple_actions(std::vector<Action>& out, int s, int p, int microbatches) {
+  for (int j = 0; j < microbatches; ++j) forward(out, s, p, j);
+  for (int j = 0; j < microbatches; ++j) backward(out, s, p, j);
+}
+
+// 1F1B without virtual stages: warm-up forwards, forward/backward pairs, the rest backward.
+void one_f_one_b_actions(std::vector<Action>& out, int s, int p, int microbatches, int active) {
+  const int warmup = std::min({microbatches, p - s - 1, active - 1});
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) forward(out, s, p, f);
+  while (f < microbatches) {
+    forward(out, s, p, f++);
+    backward(out, s, p, b++);
+  }
+  while (b < microbatches) backward(out, s, p, b++);
+}
+
+// One compute action of a stage with the receives before it and the sends after it.
+struct Step {
+  std::vector<Action> recv;
+  Action compute;
+  std::vector<Action> send;
+};
+
+// Interleaved 1F1B with v chunks per stage: the k-th forward (or backward) of stage s.
+// Forwards go through the chunks in order p micro-batches at a time, backwards in reverse.
+Step virtual_step(bool fwd, int k, int s, int p, int v) {
+  const int c = (k / p) % v;
+  const int chunk = fwd ? c : v - 1 - c;
+  const int micro = (k / (p * v)) * p + k % p;
+  std::vector<Action> a;
+  if (fwd) forward(a, s, p, micro, chunk, v);
+  else backward(a, s, p, micro, chunk, v);
+  Step st;
+  size_t i = 0;
+  while (a[i].communication()) st.recv.push_back(a[i++]);
+  st.compute = a[i++];
+  for (; i < a.size(); ++i) st.send.push_back(a[i]);
+  return st;
+}
+
+// Stage s's compute order with virtual stages: `warmup` forwards, then one forward and one
+// backward alternately, then the remaining backwards.
+std::vector<Step> virtual_order(int s, int p, int v, int total, int warmup) {
+  std::vector<Step> seq;
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) seq.push_back(virtual_step(true, f, s, p, v));
+  while (f < total) {
+    seq.push_back(virtual_step(true, f++, s, p, v));
+    seq.push_back(virtual_step(false, b++, s, p, v));
+  }
+  for (; b < total; ++b) seq.push_back(virtual_step(false, b, s, p, v));
+  return seq;
+}
+
+// The actions of `seq`. In the steady state (after `warmup` steps) a forward and a backward
+// run back to back, and one batch before the pair carries the previous sends and both
+// receives (Megatron's combined send/receive): with the chunks' ring, sends and receives
+// posted separately can wait on each other in a cycle.
+std::vector<Action> lay_out(const std::vector<Step>& seq, size_t warmup) {
+  std::vector<Action> out, pending;
+  for (size_t i = 0; i < seq.size();) {
+    const bool pair = i >= warmup && i + 1 < seq.size() &&
+                      seq[i].compute.kind == ActionKind::kForward &&
+                      seq[i + 1].compute.kind == ActionKind::kBackward;
+    out.insert(out.end(), pending.begin(), pending.end());
+    out.insert(out.end(), seq[i].recv.begin(), seq[i].recv.end());
+    if (pair) out.insert(out.end(), seq[i + 1].recv.begin(), seq[i + 1].recv.end());
+    out.push_back(seq[i].compute);
+    pending = seq[i].send;
+    if (pair) {
+      out.push_back(seq[i + 1].compute);
+      pending.insert(pending.end(), seq[i + 1].send.begin(), seq[i + 1].send.end());
+    }
+    i += pair ? 2 : 1;
+  }
+  out.insert(out.end(), pending.begin(), pending.end());
+  return out;
+}
+
+}  // namespace
+
+Schedule make_schedule(const std::string& kind, int stages, int microbatches, int active,
+                       int virtual_stages) {
   Schedule sc;
   sc.kind = kind;
   sc.stages = stages;
   sc.microbatches = microbatches;
-  sc.active = active;
+  sc.active = check_arguments(kind, stages, microbatches, active, virtual_stages);
   sc.virtual_stages = virtual_stages;
   sc.actions.resize(static_cast<size_t>(stages));
-  if (virtual_stages > 1) {
-    const int p = stages, v = virtual_stages, total = microbatches * v;
-    auto chunk_of = [&](int k, bool fwd) {
-      const int c = (k / p) % v;
-      return fwd ? c : v - 1 - c;
-    };
-    auto micro_of = [&](int k) { return (k / (p * v)) * p + k % p; };
-    for (int s = 0; s < p; ++s) {
-      // The compute order, each with the receive before it and the send after it.
-      struct Step {
-        std::vector<Action> recv;
-        Action compute;
-        std::vector<Action> send;
-      };
-      auto step = [&](bool fwd, int k) {
-        std::vector<Action> a;
-        if (fwd) forward(a, s, p, micro_of(k), chunk_of(k, true), v);
-        else backward(a, s, p, micro_of(k), chunk_of(k, false), v);
-        Step st;
-        size_t i = 0;
-        while (a[i].communication()) st.recv.push_back(a[i++]);
-        st.compute = a[i++];
-        for (; i < a.size(); ++i) st.send.push_back(a[i]);
-        return st;
-      };
-      const int warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
-      std::vector<Step> seq;
-      int f = 0, b = 0;
-      for (; f < warmup; ++f) seq.push_back(step(true, f));
-      while (f < total) {
-        seq.push_back(step(true, f++));
-        seq.push_back(step(false, b++));
-      }
-      for (; b < total; ++b) seq.push_back(step(false, b));
-      // In the steady state a forward and a backward run back to back, and one batch before
-      // the pair carries the previous sends and both receives (Megatron's combined
-      // send/receive): with the chunks' ring, sends and receives posted separately can wait
-      // on each other in a cycle.
-      std::vector<Action>& out = sc.actions[static_cast<size_t>(s)];
-      std::vector<Action> pending;
-      for (size_t i = 0; i < seq.size();) {
-        const bool pair = i >= static_cast<size_t>(warmup) && i + 1 < seq.size() &&
-                          seq[i].compute.kind == ActionKind::kForward &&
-                          seq[i + 1].compute.kind == ActionKind::kBackward;
-        out.insert(out.end(), pending.begin(), pending.end());
-        out.insert(out.end(), seq[i].recv.begin(), seq[i].recv.end());
-        if (pair) out.insert(out.end(), seq[i + 1].recv.begin(), seq[i + 1].recv.end());
-        out.push_back(seq[i].compute);
-        pending = seq[i].send;
-        if (pair) {
-          out.push_back(seq[i + 1].compute);
-          pending.insert(pending.end(), seq[i + 1].send.begin(), seq[i + 1].send.end());
-        }
-        i += pair ? 2 : 1;
-      }
-      out.insert(out.end(), pending.begin(), pending.end());
-    }
-    return sc;
-  }
-  for (int s = 0; s < stages; ++s) {
+  const int p = stages, v = virtual_stages;
+  for (int s = 0; s < p; ++s) {
     std::vector<Action>& out = sc.actions[static_cast<size_t>(s)];
-    if (kind == "simple") {
-      for (int j = 0; j < microbatches; ++j) forward(out, s, stages, j);
-      for (int j = 0; j < microbatches; ++j) backward(out, s, stages, j);
-      continue;
+    if (v > 1) {
+      const int total = microbatches * v;
+      const int warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+      out = lay_out(virtual_order(s, p, v, total, warmup), static_cast<size_t>(warmup));
+    } else if (kind == "simple") {
+      simple_actions(out, s, p, microbatches);
+    } else {
+      one_f_one_b_actions(out, s, p, microbatches, sc.active);
     }
-    const int warmup = std::min({microbatches, stages - s - 1, active - 1});
-    int f = 0, b = 0;
-    for (; f < warmup; ++f) forward(out, s, stages, f);
-    while (f < microbatches) {
-      forward(out, s, stages, f++);
-      backward(out, s, stages, b++);
-    }
-    while (b < microbatches) backward(out, s, stages, b++);
   }
   return sc;
 }
@@ -153,122 +182,165 @@ double theoretical_bubble(int stages, int microbatches, int virtual_stages) {
          static_cast<double>(virtual_stages * microbatches + stages - 1);
 }
 
-Simulation simulate(const Schedule& sc, std::vector<double> fc, std::vector<double> bc) {
-  const int p = sc.stages;
-  if (fc.empty()) fc.assign(static_cast<size_t>(p), 1.0);
-  if (bc.empty()) bc.assign(static_cast<size_t>(p), 2.0);
-  Simulation sim;
-  sim.max_in_flight.assign(static_cast<size_t>(p), 0);
-  // A communication action's identity: (from stage, to stage, activation?, micro-batch).
-  // (from virtual stage, to virtual stage, activation?, micro-batch).
+namespace {
+
+// Runs the stages' action lists in simulated time (the terms of schedule.h): each stage
+// advances while it can (posts its next batch, completes it once every action met its
+// counterpart, or starts a compute action when it is free); then time jumps to the next
+// compute's end. Nothing left to advance and no compute running is a deadlock.
+class Simulator {
+ public:
+  Simulator(const Schedule& sc, std::vector<double> fc, std::vector<double> bc)
+      : sc_(sc), p_(sc.stages), fc_(std::move(fc)), bc_(std::move(bc)),
+        st_(static_cast<size_t>(sc.stages)) {
+    if (fc_.empty()) fc_.assign(static_cast<size_t>(p_), 1.0);
+    if (bc_.empty()) bc_.assign(static_cast<size_t>(p_), 2.0);
+    sim_.max_in_flight.assign(static_cast<size_t>(p_), 0);
+  }
+
+  Simulation run() {
+    for (;;) {
+      for (bool progressed = true; progressed;) {
+        progressed = false;
+        for (int s = 0; s < p_; ++s) progressed = advance(s) || progressed;
+      }
+      bool all_done = true;
+      double next = -1;
+      for (int s = 0; s < p_; ++s) {
+        const Stage& st = stage(s);
+        if (st.pc < actions(s).size()) all_done = false;
+        if (st.free_at > now_ && (next < 0 || st.free_at < next)) next = st.free_at;
+      }
+      if (all_done) break;
+      if (next < 0) {
+        sim_.error = deadlock();
+        return sim_;
+      }
+      now_ = next;
+    }
+    sim_.ok = true;
+    sim_.bubble = sim_.makespan > 0 ? 1.0 - busy_total_ / (p_ * sim_.makespan) : 0;
+    fill_grid();
+    return sim_;
+  }
+
+ private:
+  // A communication action's identity: (from virtual stage, to virtual stage, activation?,
+  // micro-batch).
   using Key = std::tuple<int, int, bool, int>;
-  auto key_of = [p](int stage, const Action& a) -> Key {
-    const int self = a.chunk * p + stage, other = a.peer_chunk * p + a.peer;
+
+  struct Stage {
+    size_t pc = 0;              // the next action
+    double free_at = 0;         // when the current compute ends
+    int in_flight = 0;
+    size_t begin = 0, end = 0;  // the batch posted and not yet complete
+    std::vector<std::pair<double, std::string>> busy;  // compute starts and labels
+  };
+
+  Stage& stage(int s) { return st_[static_cast<size_t>(s)]; }
+  const Stage& stage(int s) const { return st_[static_cast<size_t>(s)]; }
+  const std::vector<Action>& actions(int s) const { return sc_.actions[static_cast<size_t>(s)]; }
+  double cost(int s, bool fwd) const {
+    return fwd ? fc_[static_cast<size_t>(s)] : bc_[static_cast<size_t>(s)];
+  }
+
+  static bool is_send(const Action& a) {
+    return a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
+  }
+
+  Key key_of(int s, const Action& a) const {
+    const int self = a.chunk * p_ + s, other = a.peer_chunk * p_ + a.peer;
     switch (a.kind) {
       case ActionKind::kSendActivation: return {self, other, true, a.microbatch};
       case ActionKind::kRecvActivation: return {other, self, true, a.microbatch};
       case ActionKind::kSendGradient: return {self, other, false, a.microbatch};
       default: return {other, self, false, a.microbatch};
     }
-  };
-  std::set<Key> sends_posted, recvs_posted;
-  std::vector<size_t> pc(static_cast<size_t>(p), 0);
-  std::vector<double> free_at(static_cast<size_t>(p), 0.0);  // when the current compute ends
-  std::vector<int> in_flight(static_cast<size_t>(p), 0);
-  // Per stage: the batch posted and not yet complete: [begin, end) of its actions.
-  std::vector<std::pair<size_t, size_t>> batch(static_cast<size_t>(p), {0, 0});
-  std::vector<std::vector<std::pair<double, std::string>>> busy(static_cast<size_t>(p));
-  double now = 0, busy_total = 0;
-  for (;;) {
-    bool progressed = true;
-    while (progressed) {
-      progressed = false;
-      for (int s = 0; s < p; ++s) {
-        const auto& acts = sc.actions[static_cast<size_t>(s)];
-        size_t& i = pc[static_cast<size_t>(s)];
-        if (i >= acts.size() || free_at[static_cast<size_t>(s)] > now) continue;
-        auto& [begin, end] = batch[static_cast<size_t>(s)];
-        if (begin == end && acts[i].communication()) {  // post the next batch
-          begin = i;
-          end = i;
-          while (end < acts.size() && acts[end].communication()) {
-            const Key k = key_of(s, acts[end]);
-            const bool send = acts[end].kind == ActionKind::kSendActivation ||
-                              acts[end].kind == ActionKind::kSendGradient;
-            (send ? sends_posted : recvs_posted).insert(k);
-            ++end;
-          }
-          progressed = true;
-        }
-        if (begin != end) {  // complete when every action met its counterpart
-          bool done = true;
-          for (size_t a = begin; a < end && done; ++a) {
-            const Key k = key_of(s, acts[a]);
-            const bool send = acts[a].kind == ActionKind::kSendActivation ||
-                              acts[a].kind == ActionKind::kSendGradient;
-            done = send ? recvs_posted.count(k) > 0 : sends_posted.count(k) > 0;
-          }
-          if (!done) continue;
-          i = end;
-          begin = end = 0;
-          progressed = true;
-          continue;
-        }
-        const Action& a = acts[i];  // compute
-        const bool fwd = a.kind == ActionKind::kForward;
-        const double cost = fwd ? fc[static_cast<size_t>(s)] : bc[static_cast<size_t>(s)];
-        busy[static_cast<size_t>(s)].push_back({now, to_string(a)});
-        busy_total += cost;
-        free_at[static_cast<size_t>(s)] = now + cost;
-        in_flight[static_cast<size_t>(s)] += fwd ? 1 : -1;
-        sim.max_in_flight[static_cast<size_t>(s)] =
-            std::max(sim.max_in_flight[static_cast<size_t>(s)], in_flight[static_cast<size_t>(s)]);
-        sim.makespan = std::max(sim.makespan, now + cost);
-        ++i;
-        progressed = true;
-      }
-    }
-    bool all_done = true;
-    double next = -1;
-    for (int s = 0; s < p; ++s) {
-      if (pc[static_cast<size_t>(s)] < sc.actions[static_cast<size_t>(s)].size()) all_done = false;
-      if (free_at[static_cast<size_t>(s)] > now && (next < 0 || free_at[static_cast<size_t>(s)] < next))
-        next = free_at[static_cast<size_t>(s)];
-    }
-    if (all_done) break;
-    if (next < 0) {
-      std::ostringstream os;
-      os << "deadlock at time " << now << ":";
-      for (int s = 0; s < p; ++s) {
-        const auto& acts = sc.actions[static_cast<size_t>(s)];
-        const auto [begin, end] = batch[static_cast<size_t>(s)];
-        if (pc[static_cast<size_t>(s)] >= acts.size()) continue;
-        os << " stage " << s << " waits on";
-        for (size_t a = begin; a < end; ++a) {  // the unmatched actions of its batch
-          const Key k = key_of(s, acts[a]);
-          const bool send = acts[a].kind == ActionKind::kSendActivation ||
-                            acts[a].kind == ActionKind::kSendGradient;
-          if (!(send ? recvs_posted.count(k) : sends_posted.count(k))) os << " " << to_string(acts[a]);
-        }
-        os << ";";
-      }
-      sim.error = os.str();
-      return sim;
-    }
-    now = next;
   }
-  sim.ok = true;
-  sim.bubble = sim.makespan > 0 ? 1.0 - busy_total / (p * sim.makespan) : 0;
-  // The grid in unit slots (costs rounded up).
-  const int slots = static_cast<int>(std::ceil(sim.makespan - 1e-9));
-  sim.grid.assign(static_cast<size_t>(p), std::vector<std::string>(static_cast<size_t>(slots)));
-  for (int s = 0; s < p; ++s)
-    for (const auto& [start, label] : busy[static_cast<size_t>(s)]) {
-      const double cost = label[0] == 'F' ? fc[static_cast<size_t>(s)] : bc[static_cast<size_t>(s)];
-      for (int t = static_cast<int>(std::floor(start + 1e-9)); t < std::min(slots, static_cast<int>(std::ceil(start + cost - 1e-9))); ++t)
-        sim.grid[static_cast<size_t>(s)][static_cast<size_t>(t)] = label;
+
+  // Whether stage s's communication action a has met its counterpart.
+  bool matched(int s, const Action& a) const {
+    return (is_send(a) ? recvs_posted_ : sends_posted_).count(key_of(s, a)) > 0;
+  }
+
+  // One move of stage s; whether it made progress.
+  bool advance(int s) {
+    Stage& st = stage(s);
+    const auto& acts = actions(s);
+    if (st.pc >= acts.size() || st.free_at > now_) return false;
+    bool progressed = false;
+    if (st.begin == st.end && acts[st.pc].communication()) {  // post the next batch
+      st.begin = st.end = st.pc;
+      for (; st.end < acts.size() && acts[st.end].communication(); ++st.end)
+        (is_send(acts[st.end]) ? sends_posted_ : recvs_posted_).insert(key_of(s, acts[st.end]));
+      progressed = true;
     }
-  return sim;
+    if (st.begin != st.end) {  // complete when every action met its counterpart
+      for (size_t a = st.begin; a < st.end; ++a)
+        if (!matched(s, acts[a])) return progressed;
+      st.pc = st.end;
+      st.begin = st.end = 0;
+      return true;
+    }
+    start_compute(s, acts[st.pc++]);
+    return true;
+  }
+
+  void start_compute(int s, const Action& a) {
+    Stage& st = stage(s);
+    const bool fwd = a.kind == ActionKind::kForward;
+    const double c = cost(s, fwd);
+    st.busy.push_back({now_, to_string(a)});
+    busy_total_ += c;
+    st.free_at = now_ + c;
+    st.in_flight += fwd ? 1 : -1;
+    int& most = sim_.max_in_flight[static_cast<size_t>(s)];
+    most = std::max(most, st.in_flight);
+    sim_.makespan = std::max(sim_.makespan, now_ + c);
+  }
+
+  // Each unfinished stage and the unmatched actions of its batch.
+  std::string deadlock() const {
+    std::ostringstream os;
+    os << "deadlock at time " << now_ << ":";
+    for (int s = 0; s < p_; ++s) {
+      const Stage& st = stage(s);
+      if (st.pc >= actions(s).size()) continue;
+      os << " stage " << s << " waits on";
+      for (size_t a = st.begin; a < st.end; ++a)
+        if (!matched(s, actions(s)[a])) os << " " << to_string(actions(s)[a]);
+      os << ";";
+    }
+    return os.str();
+  }
+
+  // The grid in unit slots (costs rounded up).
+  void fill_grid() {
+    const int slots = static_cast<int>(std::ceil(sim_.makespan - 1e-9));
+    sim_.grid.assign(static_cast<size_t>(p_), std::vector<std::string>(static_cast<size_t>(slots)));
+    for (int s = 0; s < p_; ++s)
+      for (const auto& [start, label] : stage(s).busy) {
+        const double c = cost(s, label[0] == 'F');
+        const int first = static_cast<int>(std::floor(start + 1e-9));
+        const int last = std::min(slots, static_cast<int>(std::ceil(start + c - 1e-9)));
+        for (int t = first; t < last; ++t)
+          sim_.grid[static_cast<size_t>(s)][static_cast<size_t>(t)] = label;
+      }
+  }
+
+  const Schedule& sc_;
+  const int p_;
+  std::vector<double> fc_, bc_;
+  std::vector<Stage> st_;
+  std::set<Key> sends_posted_, recvs_posted_;
+  double now_ = 0, busy_total_ = 0;
+  Simulation sim_;
+};
+
+}  // namespace
+
+Simulation simulate(const Schedule& sc, std::vector<double> fc, std::vector<double> bc) {
+  return Simulator(sc, std::move(fc), std::move(bc)).run();
 }
 
 std::string render(const Schedule& sc, const Simulation& sim) {
