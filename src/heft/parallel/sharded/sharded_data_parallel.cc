@@ -66,9 +66,12 @@ ShardedDataParallel::~ShardedDataParallel() {
   }
 }
 
-void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Module>>& units) {
-  // Which unit each parameter belongs to; the root (index units.size()) takes the rest.
-  const int root = static_cast<int>(units.size());
+namespace {
+
+// Which unit each parameter belongs to (by TensorImpl); a parameter of no unit is the
+// root's. Throws heft::InvalidArgument for overlapping units or a unit outside `module`.
+std::map<const void*, int> unit_of_parameters(
+    const torch::nn::Module& module, const std::vector<std::shared_ptr<torch::nn::Module>>& units) {
   std::map<const void*, int> unit_of;
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u]) continue;  // a unit this rank does not hold (a pipeline stage's model)
@@ -80,20 +83,32 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
       unit_of[key] = static_cast<int>(u);
     }
   }
-  const auto named = module_->named_parameters();
   std::set<const void*> in_module;
-  for (const auto& item : named) in_module.insert(item.value().unsafeGetTensorImpl());
+  for (const auto& item : module.named_parameters()) in_module.insert(item.value().unsafeGetTensorImpl());
   for (const auto& [key, u] : unit_of)
     if (!in_module.count(key))
       throw InvalidArgument("ShardedDataParallel: unit " + std::to_string(u) +
                             " has parameters that are not the module's; units must be sub-modules "
                             "of the module");
+  return unit_of;
+}
 
-  // Flats: per unit, per group, members in registration order.
-  units_.assign(units.size() + 1, Unit{});
+}  // namespace
+
+void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Module>>& units) {
+  make_flats(unit_of_parameters(*module_, units), static_cast<int>(units.size()));
+  check_same_layout();
+  shard_flats();
+  hook_slots();
+}
+
+// Flats: per unit, per group, members in registration order; the root unit (index `root`)
+// takes the parameters of no unit.
+void ShardedDataParallel::make_flats(const std::map<const void*, int>& unit_of, int root) {
+  units_.assign(static_cast<size_t>(root) + 1, Unit{});
   std::map<std::pair<int, int>, int> flat_of;  // (unit, group) -> flat
   std::vector<std::pair<int, std::pair<std::string, torch::Tensor>>> order;  // flat, param
-  for (const auto& item : named) {
+  for (const auto& item : module_->named_parameters()) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;
     if (!p.device().is_cpu() || p.is_sparse() || !p.is_floating_point())
@@ -116,8 +131,7 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
   }
   for (const auto& entry : order) {
     const int u = entry.first / 1000003, g = entry.first % 1000003;
-    const int f = flat_of.at({u, g});
-    Flat& flat = flats_[f];
+    Flat& flat = flats_[flat_of.at({u, g})];
     const torch::Tensor& p = entry.second.second;
     FlatMember m;
     m.name = entry.second.first;
@@ -128,8 +142,10 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
     flat.info.members.push_back(m);
     flat.params.push_back(p);
   }
+}
 
-  // Every rank must have the same layout: compare a hash through min and max.
+// Every rank must have the same layout: compare a hash through min and max.
+void ShardedDataParallel::check_same_layout() {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (const Flat& f : flats_)
@@ -147,13 +163,14 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
       throw InvalidArgument("ShardedDataParallel: the ranks' modules differ (names or shapes of "
                             "parameters); every rank must build the same model");
   }
+}
 
-  // Full values from rank 0 of the shard and replicate groups; this rank's shard; the
-  // module's parameters become aliases of the (then freed) full buffer.
+// Full values from rank 0 of the shard and replicate groups; this rank's shard; the
+// module's parameters become aliases of the (then freed) full buffer.
+void ShardedDataParallel::shard_flats() {
   const int S = shard_.size(), k = shard_.rank();
   torch::NoGradGuard no_grad;
-  for (size_t f = 0; f < flats_.size(); ++f) {
-    Flat& flat = flats_[f];
+  for (Flat& flat : flats_) {
     flat.info.shard_numel = (flat.info.numel + S - 1) / S;
     const int64_t padded = flat.info.shard_numel * S;
     const torch::ScalarType dtype = flat.params.front().scalar_type();
@@ -176,6 +193,10 @@ void ShardedDataParallel::build(const std::vector<std::shared_ptr<torch::nn::Mod
     free_storage(flat.full);
     infos_.push_back(flat.info);
   }
+}
+
+// One slot per parameter, each with its gradient hook.
+void ShardedDataParallel::hook_slots() {
   for (size_t f = 0; f < flats_.size(); ++f)
     for (size_t i = 0; i < flats_[f].params.size(); ++i) {
       Slot s;

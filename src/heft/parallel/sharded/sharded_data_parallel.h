@@ -178,7 +178,13 @@ class ShardedDataParallel {
     GradientHookHandle hook;
   };
 
+  // The constructor's work: build() runs make_flats, check_same_layout, shard_flats and
+  // hook_slots in that order.
   void build(const std::vector<std::shared_ptr<torch::nn::Module>>& units);
+  void make_flats(const std::map<const void*, int>& unit_of, int root);
+  void check_same_layout();  // collective
+  void shard_flats();        // collective
+  void hook_slots();
   void gather(int unit, bool prefetch);  // starts the all-gathers (allocating)
   void wait_gathered(int unit);
   void release(int unit);                // frees full parameters (waits first)
