@@ -80,6 +80,45 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// GET /api/jobs/NAME/metrics: {name: {rank: [[seconds since t0, step, value], ...]}} of the
+// finite points, at most kMaxPoints a series (every k-th point and the last): a plot has no
+// more pixels, and a long job's step series would be megabytes a poll.
+nlohmann::json metric_series_json(const std::vector<job::MetricPoint>& points, double t0) {
+  constexpr size_t kMaxPoints = 1500;
+  std::map<std::string, std::map<int, std::vector<const job::MetricPoint*>>> series;
+  for (const job::MetricPoint& p : points)
+    if (std::isfinite(p.value)) series[p.name][p.rank].push_back(&p);
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, ranks] : series)
+    for (const auto& [rank, ps] : ranks) {
+      const size_t stride = (ps.size() + kMaxPoints - 1) / kMaxPoints;
+      nlohmann::json& v = out[name][std::to_string(rank)];
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (i % stride != 0 && i + 1 != ps.size()) continue;
+        const job::MetricPoint& p = *ps[i];
+        v.push_back({std::round((p.timestamp - t0) * 1000) / 1000,
+                     p.step ? nlohmann::json(*p.step) : nlohmann::json(nullptr), p.value});
+      }
+    }
+  return out;
+}
+
+// GET /api/jobs/NAME/logs: {text, offset, size} of the log at `path`, at most 64 KiB from
+// `offset` (its last 16 KiB when offset < 0); offset is where the next read starts.
+nlohmann::json log_window(const std::string& path, long long offset) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const long long size = in ? static_cast<long long>(in.tellg()) : 0;
+  constexpr long long kMax = 64 << 10;
+  long long from = offset < 0 ? std::max(0LL, size - 16384) : std::min(offset, size);
+  const long long n = std::min(kMax, size - from);
+  std::string text(static_cast<size_t>(std::max(0LL, n)), '\0');
+  if (in && n > 0) {
+    in.seekg(from);
+    in.read(text.data(), n);
+  }
+  return {{"text", text}, {"offset", from + n}, {"size", size}};
+}
+
 }  // namespace
 
 class ConsoleServer::Impl {
@@ -197,156 +236,147 @@ class ConsoleServer::Impl {
     });
   }
 
-  void routes() {
-    server_->Post("/api/login", [this](const httplib::Request& req, httplib::Response& res) {
-      auto t = bearer_token(req.get_header_value("Authorization"));
-      if (options_.no_auth) return send_json(res, {{"login", "not needed"}});
-      if (!t || !secrets_equal(*t, options_.token)) return send_error(res, 401, "wrong token");
-      res.set_header("Set-Cookie", cookie_ + "=" + session_ +
-                                       "; Path=/; HttpOnly; SameSite=Strict" +
-                                       (options_.tls_cert.empty() ? "" : "; Secure"));
-      send_json(res, {{"login", "ok"}});
+  using Handler = httplib::Server::Handler;
+  using Answer = void (Impl::*)(const httplib::Request&, httplib::Response&);
+  // An answer about the job the path's first group names, found in the open database `d`.
+  using JobAnswer = void (Impl::*)(job::JobDb& d, const job::JobRecord& j,
+                                   const httplib::Request&, httplib::Response&);
+
+  Handler on(Answer a) {
+    return [this, a](const httplib::Request& req, httplib::Response& res) { (this->*a)(req, res); };
+  }
+  // GET `pattern` answered by `a` for the job its first group names; 404 when there is none.
+  void get_job(const std::string& pattern, JobAnswer a) {
+    server_->Get(pattern, [this, a](const httplib::Request& req, httplib::Response& res) {
+      auto d = db();
+      if (auto j = find(d.get(), req.matches[1], res)) (this->*a)(*d, *j, req, res);
     });
+  }
+
+  void routes() {
+    server_->Post("/api/login", on(&Impl::login));
     asset("/", "index.html", "text/html; charset=utf-8");
     asset("/app.js", "app.js", "text/javascript");
     asset("/style.css", "style.css", "text/css");
-    server_->Get("/chart.js", [this](const httplib::Request&, httplib::Response& res) {
-      if (chart_js_.empty())
-        return send_error(res, 404, options_.chart_js + " is missing: install libjs-chart.js");
-      res.set_header("Cache-Control", "max-age=3600");
-      res.set_content(chart_js_, "text/javascript");
-    });
-    server_->Get("/api/jobs", [this](const httplib::Request&, httplib::Response& res) {
-      auto d = db();
-      nlohmann::json jobs = nlohmann::json::array();
-      if (d) {
-        d->fail_orphaned_jobs();
-        jobs = job::jobs_json(d->list_jobs());
+    server_->Get("/chart.js", on(&Impl::chart));
+    server_->Get("/api/jobs", on(&Impl::job_list));
+    get_job(R"(/api/jobs/([^/]+))", &Impl::job_details);
+    get_job(R"(/api/jobs/([^/]+)/metrics)", &Impl::metrics);
+    get_job(R"(/api/jobs/([^/]+)/logs)", &Impl::logs);
+    get_job(R"(/api/jobs/([^/]+)/diagnosis)", &Impl::diagnosis);
+    server_->Get(R"(/api/tunings/([^/]+))", on(&Impl::tuning));
+    server_->Post(R"(/api/(jobs|tunings)/([^/]+)/stop)", on(&Impl::stop_request));
+  }
+
+  void login(const httplib::Request& req, httplib::Response& res) {
+    auto t = bearer_token(req.get_header_value("Authorization"));
+    if (options_.no_auth) return send_json(res, {{"login", "not needed"}});
+    if (!t || !secrets_equal(*t, options_.token)) return send_error(res, 401, "wrong token");
+    res.set_header("Set-Cookie", cookie_ + "=" + session_ + "; Path=/; HttpOnly; SameSite=Strict" +
+                                     (options_.tls_cert.empty() ? "" : "; Secure"));
+    send_json(res, {{"login", "ok"}});
+  }
+
+  void chart(const httplib::Request&, httplib::Response& res) {
+    if (chart_js_.empty())
+      return send_error(res, 404, options_.chart_js + " is missing: install libjs-chart.js");
+    res.set_header("Cache-Control", "max-age=3600");
+    res.set_content(chart_js_, "text/javascript");
+  }
+
+  void job_list(const httplib::Request&, httplib::Response& res) {
+    auto d = db();
+    nlohmann::json jobs = nlohmann::json::array();
+    if (d) {
+      d->fail_orphaned_jobs();
+      jobs = job::jobs_json(d->list_jobs());
+    }
+    nlohmann::json tunings = nlohmann::json::array();
+    if (options_.list_tunings)
+      for (nlohmann::json t : options_.list_tunings()) {
+        t.erase("trials");
+        tunings.push_back(std::move(t));
       }
-      nlohmann::json tunings = nlohmann::json::array();
-      if (options_.list_tunings)
-        for (nlohmann::json t : options_.list_tunings()) {
-          t.erase("trials");
-          tunings.push_back(std::move(t));
-        }
-      send_json(res, {{"jobs", jobs}, {"tunings", tunings}, {"can_stop", !options_.no_auth},
-                      {"now", unix_now()}});
-    });
-    server_->Get(R"(/api/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto d = db();
-      auto j = find(d.get(), req.matches[1], res);
-      if (!j) return;
-      nlohmann::json out = job::describe_json(*j, d->transitions(j->id), d->final_metrics(j->id),
-                                              d->findings(j->id));
-      out["can_stop"] = !options_.no_auth;
-      out["log_rank"] = log_rank(*j, out["final_metrics"]);
-      send_json(res, out);
-    });
-    server_->Get(R"(/api/jobs/([^/]+)/metrics)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  auto d = db();
-                  auto j = find(d.get(), req.matches[1], res);
-                  if (!j) return;
-                  const double t0 = j->training_start ? *j->training_start : j->created_at;
-                  std::map<std::string, std::map<int, std::vector<const job::MetricPoint*>>> series;
-                  const std::vector<job::MetricPoint> points = d->metrics(j->id);
-                  for (const job::MetricPoint& p : points)
-                    if (std::isfinite(p.value)) series[p.name][p.rank].push_back(&p);
-                  // At most kMaxPoints a series (every k-th point and the last): a plot has
-                  // no more pixels, and a long job's step series would be megabytes a poll.
-                  constexpr size_t kMaxPoints = 1500;
-                  nlohmann::json out = nlohmann::json::object();
-                  for (const auto& [name, ranks] : series)
-                    for (const auto& [rank, ps] : ranks) {
-                      const size_t stride = (ps.size() + kMaxPoints - 1) / kMaxPoints;
-                      nlohmann::json& v = out[name][std::to_string(rank)];
-                      for (size_t i = 0; i < ps.size(); ++i) {
-                        if (i % stride != 0 && i + 1 != ps.size()) continue;
-                        const job::MetricPoint& p = *ps[i];
-                        v.push_back({std::round((p.timestamp - t0) * 1000) / 1000,
-                                     p.step ? nlohmann::json(*p.step) : nlohmann::json(nullptr),
-                                     p.value});
-                      }
-                    }
-                  send_json(res, out);
-                });
-    server_->Get(R"(/api/jobs/([^/]+)/logs)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  auto d = db();
-                  auto j = find(d.get(), req.matches[1], res);
-                  if (!j) return;
-                  int rank = 0;
-                  long long offset = -1;
-                  try {
-                    if (req.has_param("rank")) rank = std::stoi(req.get_param_value("rank"));
-                    if (req.has_param("offset")) offset = std::stoll(req.get_param_value("offset"));
-                  } catch (const std::exception&) {
-                    return send_error(res, 400, "rank and offset must be integers");
-                  }
-                  if (rank < 0 || rank >= j->world_size)
-                    return send_error(res, 400, "rank " + std::to_string(rank) + " is not in 0.." +
-                                                    std::to_string(j->world_size - 1));
-                  const std::string path = job::job_paths(options_.home, j->name).rank_log(rank);
-                  std::ifstream in(path, std::ios::binary | std::ios::ate);
-                  const long long size = in ? static_cast<long long>(in.tellg()) : 0;
-                  constexpr long long kMax = 64 << 10;
-                  long long from = offset < 0 ? std::max(0LL, size - 16384) : std::min(offset, size);
-                  const long long n = std::min(kMax, size - from);
-                  std::string text(static_cast<size_t>(std::max(0LL, n)), '\0');
-                  if (in && n > 0) {
-                    in.seekg(from);
-                    in.read(text.data(), n);
-                  }
-                  send_json(res, {{"rank", rank}, {"text", text}, {"offset", from + n}, {"size", size}});
-                });
-    server_->Get(R"(/api/jobs/([^/]+)/diagnosis)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  auto d = db();
-                  auto j = find(d.get(), req.matches[1], res);
-                  if (!j) return;
-                  send_json(res, diagnose(trace_dir(job::job_paths(options_.home, j->name)),
-                                          unix_now()).json());
-                });
-    server_->Get(R"(/api/tunings/([^/]+))", [this](const httplib::Request& req,
-                                                  httplib::Response& res) {
-      std::optional<nlohmann::json> t;
-      if (options_.read_tuning && valid_console_name(req.matches[1]))
-        t = options_.read_tuning(req.matches[1]);
-      if (!t)
-        return send_error(res, 404, "no tuning job named '" +
-                                        std::string(req.matches[1]).substr(0, 200) + "'");
-      auto d = db();
-      for (nlohmann::json& trial : (*t)["trials"]) {
-        if (!d) break;
-        heft::Result<job::JobRecord> j = d->find_job(trial.value("name", ""));
-        if (!j.ok()) continue;
-        trial["created_at"] = j.value().created_at;
-        trial["end_time"] = j.value().end_time ? nlohmann::json(*j.value().end_time)
-                                               : nlohmann::json(nullptr);
-      }
-      (*t)["can_stop"] = !options_.no_auth;
-      send_json(res, *t);
-    });
-    server_->Post(R"(/api/(jobs|tunings)/([^/]+)/stop)",
-                 [this](const httplib::Request& req, httplib::Response& res) {
-      if (options_.no_auth)
-        return send_error(res, 403, "this console runs with --no-auth and is read-only: start "
-                                    "it with its token (the default) to stop jobs");
-      const std::string name = req.matches[2];
-      if (!valid_console_name(name))
-        return send_error(res, 404, "no job or tuning named '" + name.substr(0, 200) + "'");
-      if (req.matches[1] == "tunings") {
-        if (!options_.stop_tuning || !options_.stop_tuning(name))
-          return send_error(res, 404, "no tuning job named '" + name + "'");
-        return send_json(res, {{"stop", "requested"}});
-      }
-      auto d = db();
-      if (!d) return send_error(res, 404, "no job named '" + name + "'");
-      heft::Result<job::StopRequest> r = d->request_stop(name);
-      if (!r.ok()) return send_error(res, 404, r.error());
-      send_json(res, {{"stop", r.value() == job::StopRequest::kAlreadyEnded ? "already ended"
-                                                                           : "requested"}});
-    });
+    send_json(res, {{"jobs", jobs}, {"tunings", tunings}, {"can_stop", !options_.no_auth},
+                    {"now", unix_now()}});
+  }
+
+  void job_details(job::JobDb& d, const job::JobRecord& j, const httplib::Request&,
+                   httplib::Response& res) {
+    nlohmann::json out =
+        job::describe_json(j, d.transitions(j.id), d.final_metrics(j.id), d.findings(j.id));
+    out["can_stop"] = !options_.no_auth;
+    out["log_rank"] = log_rank(j, out["final_metrics"]);
+    send_json(res, out);
+  }
+
+  void metrics(job::JobDb& d, const job::JobRecord& j, const httplib::Request&,
+               httplib::Response& res) {
+    const double t0 = j.training_start ? *j.training_start : j.created_at;
+    send_json(res, metric_series_json(d.metrics(j.id), t0));
+  }
+
+  void logs(job::JobDb&, const job::JobRecord& j, const httplib::Request& req,
+            httplib::Response& res) {
+    int rank = 0;
+    long long offset = -1;
+    try {
+      if (req.has_param("rank")) rank = std::stoi(req.get_param_value("rank"));
+      if (req.has_param("offset")) offset = std::stoll(req.get_param_value("offset"));
+    } catch (const std::exception&) {
+      return send_error(res, 400, "rank and offset must be integers");
+    }
+    if (rank < 0 || rank >= j.world_size)
+      return send_error(res, 400, "rank " + std::to_string(rank) + " is not in 0.." +
+                                      std::to_string(j.world_size - 1));
+    nlohmann::json out = log_window(job::job_paths(options_.home, j.name).rank_log(rank), offset);
+    out["rank"] = rank;
+    send_json(res, out);
+  }
+
+  void diagnosis(job::JobDb&, const job::JobRecord& j, const httplib::Request&,
+                 httplib::Response& res) {
+    send_json(res, diagnose(trace_dir(job::job_paths(options_.home, j.name)), unix_now()).json());
+  }
+
+  void tuning(const httplib::Request& req, httplib::Response& res) {
+    std::optional<nlohmann::json> t;
+    if (options_.read_tuning && valid_console_name(req.matches[1]))
+      t = options_.read_tuning(req.matches[1]);
+    if (!t)
+      return send_error(res, 404, "no tuning job named '" +
+                                      std::string(req.matches[1]).substr(0, 200) + "'");
+    auto d = db();
+    for (nlohmann::json& trial : (*t)["trials"]) {
+      if (!d) break;
+      heft::Result<job::JobRecord> j = d->find_job(trial.value("name", ""));
+      if (!j.ok()) continue;
+      trial["created_at"] = j.value().created_at;
+      trial["end_time"] =
+          j.value().end_time ? nlohmann::json(*j.value().end_time) : nlohmann::json(nullptr);
+    }
+    (*t)["can_stop"] = !options_.no_auth;
+    send_json(res, *t);
+  }
+
+  void stop_request(const httplib::Request& req, httplib::Response& res) {
+    if (options_.no_auth)
+      return send_error(res, 403, "this console runs with --no-auth and is read-only: start "
+                                  "it with its token (the default) to stop jobs");
+    const std::string name = req.matches[2];
+    if (!valid_console_name(name))
+      return send_error(res, 404, "no job or tuning named '" + name.substr(0, 200) + "'");
+    if (req.matches[1] == "tunings") {
+      if (!options_.stop_tuning || !options_.stop_tuning(name))
+        return send_error(res, 404, "no tuning job named '" + name + "'");
+      return send_json(res, {{"stop", "requested"}});
+    }
+    auto d = db();
+    if (!d) return send_error(res, 404, "no job named '" + name + "'");
+    heft::Result<job::StopRequest> r = d->request_stop(name);
+    if (!r.ok()) return send_error(res, 404, r.error());
+    send_json(res, {{"stop", r.value() == job::StopRequest::kAlreadyEnded ? "already ended"
+                                                                         : "requested"}});
   }
 
   // The rank whose log the page opens on: the lowest rank that reported a training metric
