@@ -248,113 +248,157 @@ std::vector<std::pair<int, std::vector<std::pair<std::string, double>>>> phase_b
   return out;
 }
 
-std::string report_html(const ReportInput& in) {
-  const job::JobRecord& j = in.job;
-  const double t0 = j.training_start ? *j.training_start : j.created_at;
+namespace {
+
+// The job's status and times.
+std::string summary_html(const job::JobRecord& j) {
   std::ostringstream o;
-  o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>heft report: " << esc(j.name)
-    << "</title><style>" << kStyle << "</style></head><body>";
-  o << "<h1>heft report: " << esc(j.name) << "</h1>";
-  const bool one_status = j.secondary_status.empty() || j.secondary_status == j.status;
-  o << "<table><tr><th>Status</th><td>" << esc(j.status)
-    << (one_status ? "" : " (" + esc(j.secondary_status) + ")")
+  o << "<table><tr><th>Status</th><td>" << esc(job::status_text(j.status, j.secondary_status))
     << "</td></tr><tr><th>Created</th><td>" << esc(iso8601(j.created_at))
     << "</td></tr><tr><th>Training time</th><td>" << num(job::live_training_seconds(j))
-    << " s</td></tr><tr><th>Billable time</th><td>" << num(job::billable_instance_seconds(j))
-    << " s (" << num(j.billable_seconds) << " s x " << j.instance_count
-    << " instances)</td></tr><tr><th>Workers</th><td>" << j.world_size
+    << " s</td></tr><tr><th>Billable time</th><td>"
+    << esc(job::billable_text(j.billable_seconds, j.instance_count))
+    << "</td></tr><tr><th>Workers</th><td>" << j.world_size
     << "</td></tr><tr><th>Attempts</th><td>" << j.attempts << "</td></tr>";
   if (!j.failure_reason.empty())
     o << "<tr><th>Failure reason</th><td><pre>" << esc(j.failure_reason) << "</pre></td></tr>";
   o << "</table>";
+  return o.str();
+}
 
-  // Findings first: they are what a reader came for.
+// The rules' findings: when (seconds since t0), what, the evidence and what to do.
+std::string findings_html(const std::vector<job::Finding>& findings, double t0) {
+  std::ostringstream o;
   o << "<h2>Rule findings</h2>";
-  if (in.findings.empty()) o << "<p>None: every rule stayed silent.</p>";
-  else {
-    o << "<table><tr><th>Rule</th><th>Rank</th><th>At</th><th>Finding</th><th>Evidence</th><th>Recommendation</th></tr>";
-    for (const job::Finding& f : in.findings) {
-      nlohmann::json ev = f.evidence;
-      const std::string rec = ev.value("recommendation", recommendation(f.rule));
-      ev.erase("recommendation");
-      o << "<tr><td>" << esc(f.rule) << (f.action == "stop" ? " <span class=\"stop\">stopped the job</span>" : "")
-        << "</td><td>" << (f.rank >= 0 ? std::to_string(f.rank) : "all")
-        << "</td><td title=\"" << esc(iso8601(f.timestamp)) << "\">" << num(f.timestamp - t0)
-        << " s</td><td>" << esc(f.message) << "</td><td>" << evidence_html(ev) << "</td><td>"
-        << esc(rec) << "</td></tr>";
-    }
-    o << "</table>";
+  if (findings.empty()) return o.str() + "<p>None: every rule stayed silent.</p>";
+  o << "<table><tr><th>Rule</th><th>Rank</th><th>At</th><th>Finding</th><th>Evidence</th>"
+       "<th>Recommendation</th></tr>";
+  for (const job::Finding& f : findings) {
+    nlohmann::json ev = f.evidence;
+    const std::string rec = ev.value("recommendation", recommendation(f.rule));
+    ev.erase("recommendation");
+    o << "<tr><td>" << esc(f.rule)
+      << (f.action == "stop" ? " <span class=\"stop\">stopped the job</span>" : "")
+      << "</td><td>" << (f.rank >= 0 ? std::to_string(f.rank) : "all")
+      << "</td><td title=\"" << esc(iso8601(f.timestamp)) << "\">" << num(f.timestamp - t0)
+      << " s</td><td>" << esc(f.message) << "</td><td>" << evidence_html(ev) << "</td><td>"
+      << esc(rec) << "</td></tr>";
   }
-  if (!in.diagnosis.empty())
-    o << "<h2>Hang diagnosis</h2><pre>" << esc(in.diagnosis) << "</pre>";
+  return o.str() + "</table>";
+}
 
-  std::set<std::string> names;
-  for (const job::MetricPoint& p : in.metrics) names.insert(p.name);
+// A chart of every series the job's metric definitions gave (the profiler's left out).
+std::string training_metrics_html(const std::vector<job::MetricPoint>& metrics,
+                                  const std::set<std::string>& names, double t0) {
+  std::ostringstream o;
   o << "<h2>Training metrics</h2>";
   int training = 0;
   for (const std::string& n : names) {
     if (job::is_profile_metric(n)) continue;
     ++training;
-    o << svg_chart(n, "seconds since training start", by_rank(in.metrics, n, t0, false));
+    o << svg_chart(n, "seconds since training start", by_rank(metrics, n, t0, false));
   }
   if (!training) o << "<p>No metric lines matched the job's metric definitions.</p>";
+  return o.str();
+}
 
-  o << "<h2>Step phases per rank</h2>";
-  const auto phases = phase_breakdown(in.metrics);
-  if (phases.empty()) o << "<p>No step timings (the program did not report them, or the profiler was off).</p>";
-  else {
-    o << "<table><tr><th>Rank</th>";
-    for (const auto& [ph, v] : phases[0].second) o << "<th>" << ph << " ms</th>";
-    o << "<th>share</th></tr>";
-    for (const auto& [rank, row] : phases) {
-      double total = 0;
-      for (const auto& [ph, v] : row) total += v;
-      o << "<tr><td>" << rank << "</td>";
-      for (const auto& [ph, v] : row) o << "<td>" << num(v, 2) << "</td>";
-      o << "<td style=\"width:320px\">";
-      for (size_t i = 0; i < row.size(); ++i)
-        o << "<span class=\"bar\" title=\"" << row[i].first << "\" style=\"background:" << kPhaseColors[i]
-          << ";width:" << num(total > 0 ? 300 * row[i].second / total : 0, 0) << "px\"></span>";
-      o << "</td></tr>";
-    }
-    o << "</table><p class=\"legend\">";
-    for (size_t i = 0; i < phases[0].second.size(); ++i)
-      o << "<span class=\"swatch\" style=\"background:" << kPhaseColors[i] << "\"></span>"
-        << phases[0].second[i].first;
-    o << "</p>";
-    o << svg_chart("step time without communication (ms)", "step",
-                   [&] {
-                     std::vector<Series> total = by_rank(in.metrics, "step:total_ms", t0, true);
-                     std::vector<Series> comm = by_rank(in.metrics, "step:communication_ms", t0, true);
-                     for (size_t i = 0; i < total.size() && i < comm.size(); ++i)
-                       for (size_t k = 0; k < total[i].points.size() && k < comm[i].points.size(); ++k)
-                         total[i].points[k].second -= comm[i].points[k].second;
-                     return total;
-                   }());
-    o << svg_chart("step time (ms)", "step", by_rank(in.metrics, "step:total_ms", t0, true));
+// The phase_breakdown() table: a row a rank, its phases' means and a bar of their shares,
+// then the colours' legend.
+std::string phase_table_html(
+    const std::vector<std::pair<int, std::vector<std::pair<std::string, double>>>>& phases) {
+  std::ostringstream o;
+  o << "<table><tr><th>Rank</th>";
+  for (const auto& [ph, v] : phases[0].second) o << "<th>" << ph << " ms</th>";
+  o << "<th>share</th></tr>";
+  for (const auto& [rank, row] : phases) {
+    double total = 0;
+    for (const auto& [ph, v] : row) total += v;
+    o << "<tr><td>" << rank << "</td>";
+    for (const auto& [ph, v] : row) o << "<td>" << num(v, 2) << "</td>";
+    o << "<td style=\"width:320px\">";
+    for (size_t i = 0; i < row.size(); ++i)
+      o << "<span class=\"bar\" title=\"" << row[i].first << "\" style=\"background:"
+        << kPhaseColors[i] << ";width:" << num(total > 0 ? 300 * row[i].second / total : 0, 0)
+        << "px\"></span>";
+    o << "</td></tr>";
   }
+  o << "</table><p class=\"legend\">";
+  for (size_t i = 0; i < phases[0].second.size(); ++i)
+    o << "<span class=\"swatch\" style=\"background:" << kPhaseColors[i] << "\"></span>"
+      << phases[0].second[i].first;
+  o << "</p>";
+  return o.str();
+}
 
-  o << "<h2>System metrics per worker</h2>";
-  o << svg_chart("CPU (% of one core)", "seconds since training start",
-                 by_rank(in.metrics, "system:cpu_percent", t0, false));
-  o << svg_chart("resident memory (MB)", "seconds since training start",
-                 by_rank(in.metrics, "system:rss_mb", t0, false));
+// Each rank's step time less its communication wait, by step.
+std::vector<Series> busy_by_rank(const std::vector<job::MetricPoint>& metrics, double t0) {
+  std::vector<Series> total = by_rank(metrics, "step:total_ms", t0, true);
+  std::vector<Series> comm = by_rank(metrics, "step:communication_ms", t0, true);
+  for (size_t i = 0; i < total.size() && i < comm.size(); ++i)
+    for (size_t k = 0; k < total[i].points.size() && k < comm[i].points.size(); ++k)
+      total[i].points[k].second -= comm[i].points[k].second;
+  return total;
+}
+
+// The step profiler's view: the phase table and the step time charts.
+std::string step_phases_html(const std::vector<job::MetricPoint>& metrics, double t0) {
+  std::string out = "<h2>Step phases per rank</h2>";
+  const auto phases = phase_breakdown(metrics);
+  if (phases.empty())
+    return out + "<p>No step timings (the program did not report them, or the profiler was "
+                 "off).</p>";
+  return out + phase_table_html(phases) +
+         svg_chart("step time without communication (ms)", "step", busy_by_rank(metrics, t0)) +
+         svg_chart("step time (ms)", "step", by_rank(metrics, "step:total_ms", t0, true));
+}
+
+// The system sampler's view: each worker's CPU and memory, and the machine's cores.
+std::string system_metrics_html(const std::vector<job::MetricPoint>& metrics,
+                                const std::set<std::string>& names, double t0) {
+  const std::string x_label = "seconds since training start";
   std::vector<Series> cores;
   for (const std::string& n : names)
     if (n.rfind("system:core", 0) == 0) {
-      std::vector<Series> s = by_rank(in.metrics, n, t0, false);
+      std::vector<Series> s = by_rank(metrics, n, t0, false);
       if (!s.empty()) {
         s[0].label = n.substr(7, n.find('_') - 7);
         cores.push_back(std::move(s[0]));
       }
     }
-  o << svg_chart("machine cores busy (%)", "seconds since training start", cores);
+  return "<h2>System metrics per worker</h2>" +
+         svg_chart("CPU (% of one core)", x_label, by_rank(metrics, "system:cpu_percent", t0, false)) +
+         svg_chart("resident memory (MB)", x_label, by_rank(metrics, "system:rss_mb", t0, false)) +
+         svg_chart("machine cores busy (%)", x_label, cores);
+}
 
+std::string transitions_html(const std::vector<job::Transition>& transitions) {
+  std::ostringstream o;
   o << "<h2>Transitions</h2><table>";
-  for (const job::Transition& t : in.transitions)
+  for (const job::Transition& t : transitions)
     o << "<tr><td>" << esc(t.status) << "</td><td>" << esc(iso8601(t.start_time))
       << "</td><td>" << esc(t.message) << "</td></tr>";
-  o << "</table></body></html>\n";
+  o << "</table>";
+  return o.str();
+}
+
+}  // namespace
+
+std::string report_html(const ReportInput& in) {
+  const job::JobRecord& j = in.job;
+  const double t0 = j.training_start ? *j.training_start : j.created_at;
+  std::set<std::string> names;
+  for (const job::MetricPoint& p : in.metrics) names.insert(p.name);
+  std::ostringstream o;
+  o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>heft report: " << esc(j.name)
+    << "</title><style>" << kStyle << "</style></head><body>";
+  o << "<h1>heft report: " << esc(j.name) << "</h1>" << summary_html(j);
+  // Findings first: they are what a reader came for.
+  o << findings_html(in.findings, t0);
+  if (!in.diagnosis.empty())
+    o << "<h2>Hang diagnosis</h2><pre>" << esc(in.diagnosis) << "</pre>";
+  o << training_metrics_html(in.metrics, names, t0) << step_phases_html(in.metrics, t0)
+    << system_metrics_html(in.metrics, names, t0) << transitions_html(in.transitions)
+    << "</body></html>\n";
   return o.str();
 }
 
