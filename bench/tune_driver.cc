@@ -1,4 +1,4 @@
-// heft's tuner on the standard test functions, through the library API (strategy.h), printing
+// heft's tuner on the standard test functions, through the library API (search_strategy.h), printing
 // the lines of ../shared/peers/tune_optuna.py so the two compare trial for trial:
 //   function=branin strategy=heft_bayesian seed=3 best@10=.. best@25=.. best@50=..
 //   summary function=branin strategy=heft_bayesian regret@10=.. regret@25=.. regret@50=..
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 
 using heft::tune::Config;
 using heft::tune::SearchSpace;
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       double last_suggest_s = 0;
       int last_count = 0;
       for (int seed = 0; seed < seeds; ++seed) {
-        auto strategy = heft::tune::make_strategy(base, fn.space, static_cast<uint64_t>(seed));
+        auto strategy = heft::tune::make_search_strategy(base, fn.space, static_cast<uint64_t>(seed));
         std::vector<double> values;
         while (static_cast<int>(values.size()) < trials) {
           const int batch = std::min(parallel, trials - static_cast<int>(values.size()));

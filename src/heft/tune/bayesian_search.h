@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "heft/tune/gaussian_process.h"
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 
 namespace heft::tune {
 
@@ -36,7 +36,7 @@ struct BayesianOptions {
   double xi = 0.01;         // EI's exploration margin, in standard deviations of the data
 };
 
-class BayesianSearch : public Strategy {
+class BayesianSearch : public SearchStrategy {
  public:
   BayesianSearch(SearchSpace space, uint64_t seed, BayesianOptions options = {});
   std::optional<Config> suggest() override;

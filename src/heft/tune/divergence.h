@@ -1,6 +1,6 @@
 // Which tuning trials diverged (`diverged_if` in a tuning spec, docs/tuning.md). A diverged
 // trial ends with status Diverged and is a failure to the search: the strategy learns to
-// avoid its region (Strategy::observe_failure), the median rule and Hyperband count it as
+// avoid its region (SearchStrategy::observe_failure), the median rule and Hyperband count it as
 // worse than any trial, and it is never the best trial.
 //
 // The rule, checked when a trial ends (and, for a non-finite loss, while it runs):

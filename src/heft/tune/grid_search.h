@@ -5,11 +5,11 @@
 // so the grid may end before size() suggestions).
 #pragma once
 
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 
 namespace heft::tune {
 
-class GridSearch : public Strategy {
+class GridSearch : public SearchStrategy {
  public:
   // Throws heft::InvalidArgument naming a continuous range, or a grid over 1,000,000 points.
   explicit GridSearch(SearchSpace space);

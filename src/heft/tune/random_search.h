@@ -5,11 +5,11 @@
 
 #include <random>
 
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 
 namespace heft::tune {
 
-class RandomSearch : public Strategy {
+class RandomSearch : public SearchStrategy {
  public:
   RandomSearch(SearchSpace space, uint64_t seed) : space_(std::move(space)), rng_(seed) {}
   std::optional<Config> suggest() override { return space_.from_unit(draw()); }

@@ -1,4 +1,4 @@
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 
 #include "heft/error.h"
 #include "heft/tune/bayesian_search.h"
@@ -7,8 +7,8 @@
 
 namespace heft::tune {
 
-std::unique_ptr<Strategy> make_strategy(const std::string& name, const SearchSpace& space,
-                                        uint64_t seed) {
+std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name,
+                                                     const SearchSpace& space, uint64_t seed) {
   if (name == "grid" || name == "Grid") return std::make_unique<GridSearch>(space);
   // Hyperband draws its configurations at random; its stopping is the tuner's (hyperband.h).
   if (name == "random" || name == "Random" || name == "Hyperband")

@@ -1,8 +1,9 @@
-// The interface every search strategy implements, usable as a library: a tuner asks for
-// configurations with suggest(), runs them, and reports each objective with observe().
-// Several suggestions may be pending at once (parallel trials); strategies that model the
-// objective account for them. Objectives are minimised: a caller with a Maximize objective
-// negates it. Warm start is observe() of earlier trials before the first suggest().
+// The interface every search strategy implements (which configuration a tuning tries next;
+// not train/'s training strategies, which run a training step), usable as a library: a tuner
+// asks for configurations with suggest(), runs them, and reports each objective with
+// observe(). Several suggestions may be pending at once (parallel trials); strategies that
+// model the objective account for them. Objectives are minimised: a caller with a Maximize
+// objective negates it. Warm start is observe() of earlier trials before the first suggest().
 //
 // Strategies: "grid" (grid_search.h), "random" (random_search.h), "bayesian"
 // (bayesian_search.h); "Hyperband" suggests as random does and stops trials in the tuner
@@ -18,9 +19,9 @@
 
 namespace heft::tune {
 
-class Strategy {
+class SearchStrategy {
  public:
-  virtual ~Strategy() = default;
+  virtual ~SearchStrategy() = default;
   // The next configuration to try; nullopt when the strategy has nothing left to try (a
   // grid done). Each returned configuration is pending until observed or forgotten.
   virtual std::optional<Config> suggest() = 0;
@@ -36,9 +37,10 @@ class Strategy {
   virtual std::string name() const = 0;
 };
 
-// "grid", "random", "bayesian" (or capitalised) or "Hyperband" over `space`, seeded. Throws heft::InvalidArgument for
-// another name, or a space the strategy cannot search (a grid over a continuous range).
-std::unique_ptr<Strategy> make_strategy(const std::string& name, const SearchSpace& space,
-                                        uint64_t seed);
+// "grid", "random", "bayesian" (or capitalised) or "Hyperband" over `space`, seeded. Throws
+// heft::InvalidArgument for another name, or a space the strategy cannot search (a grid over a
+// continuous range).
+std::unique_ptr<SearchStrategy> make_search_strategy(const std::string& name,
+                                                     const SearchSpace& space, uint64_t seed);
 
 }  // namespace heft::tune

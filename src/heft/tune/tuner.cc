@@ -26,7 +26,7 @@
 #include "heft/tune/divergence.h"
 #include "heft/tune/early_stopping.h"
 #include "heft/tune/hyperband.h"
-#include "heft/tune/strategy.h"
+#include "heft/tune/search_strategy.h"
 #include "heft/tune/tuning_record.h"
 
 namespace heft::tune {
@@ -87,7 +87,7 @@ class Run {
       template_ = dir_ + "/training-job.yaml";
       write_file_atomically(template_, spec_.training_job_yaml);
     }
-    strategy_ = make_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    strategy_ = make_search_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
     std::vector<std::string> defined;
     for (const job::MetricDefinition& m : spec_.training_job.metric_definitions) defined.push_back(m.name);
     loss_metric_ = resolve_loss_metric(spec_.diverged_if, defined, spec_.objective_metric, spec_.maximize);
@@ -372,7 +372,7 @@ class Run {
   const TuningSpec& spec_;
   const TunerOptions& options_;
   std::string dir_, template_;
-  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<SearchStrategy> strategy_;
   std::vector<Trial> trials_;
   std::vector<std::vector<double>> ended_series_;  // for the median rule
   std::string loss_metric_;                         // the divergence rule's; "" none

@@ -4,7 +4,7 @@
 // A trial's objective is the last value of the objective metric its job recorded (from the
 // job database); a trial that fails or records no value is kept with its status and the
 // tuning goes on. A trial that diverged (the spec's diverged_if, divergence.h) ends
-// Diverged with its reason, is a failure to the strategy (Strategy::observe_failure), to
+// Diverged with its reason, is a failure to the strategy (SearchStrategy::observe_failure), to
 // the median rule and to Hyperband, and is never the best; one whose loss turns non-finite
 // while it runs is stopped at once. Its state lives in <home>/tunings/<name>/: tuning.json (rewritten
 // atomically at every change: status, trials, best trial), the training job it ran
