@@ -104,28 +104,76 @@ void label_group(GroupDiagnosis& g, const GroupLabel* l) {
   g.label = "group " + g.group;
 }
 
+// A rank in the group -> its world rank: the mesh's members, else what its trace says.
+struct WorldRank {
+  const std::map<int, RankTrace>& ranks;
+  const GroupLabel* label;
+  int operator()(int r) const {
+    if (label && r >= 0 && r < static_cast<int>(label->ranks.size()))
+      return label->ranks[static_cast<size_t>(r)];
+    auto it = ranks.find(r);
+    return it == ranks.end() ? r : it->second.world_rank;
+  }
+};
+
+bool done(const TraceEntry& e) { return e.state == static_cast<int32_t>(TraceState::kDone); }
+
+// The group's frontier (0 when no rank has a collective pending) and the last sequence
+// number any rank issued.
+std::pair<uint64_t, uint64_t> frontier_and_last(const std::map<int, RankTrace>& ranks) {
+  uint64_t frontier = 0;
+  uint64_t last_issued = 0;
+  for (const auto& [r, t] : ranks) {
+    last_issued = std::max(last_issued, t.issued);
+    for (const TraceEntry& e : t.entries)
+      if (!done(e) && (!frontier || e.seq < frontier)) frontier = e.seq;
+  }
+  return {frontier, last_issued};
+}
+
+// "rank 2 never entered it (last: broadcast #6, done 3.1 s ago); its process 123 is gone".
+std::string never_entered(const RankTrace& t, int world_rank, double now) {
+  std::string what = "rank " + std::to_string(world_rank) + " never entered it";
+  const TraceEntry* last = t.issued ? t.find(t.issued) : nullptr;
+  if (last) {
+    const std::string state =
+        done(*last) ? "done " + seconds(now - last->ended_at) + " ago" : "not finished";
+    what += " (last: " + op_kind(last->op) + " #" + std::to_string(last->seq) + ", " + state + ")";
+  } else {
+    what += " (no collective yet)";
+  }
+  if (!alive(t.pid)) what += "; its process " + std::to_string(t.pid) + " is gone";
+  return what;
+}
+
+// "ranks 0, 1, 3 wait in it for rank 2 (for 4.0 s)": whom g.waiting wait for is the ranks
+// behind, else the peers they named, else the ranks whose process is gone; g.waited_for
+// becomes that list.
+std::string waiting_text(GroupDiagnosis& g, const std::map<int, RankTrace>& ranks,
+                         const WorldRank& world, double waiting_since, double now) {
+  std::string w = ranks_text(g.waiting) + (g.waiting.size() == 1 ? " waits" : " wait") + " in it";
+  std::vector<int> on = g.behind;
+  if (on.empty()) {
+    std::set<int> peers(g.waited_for.begin(), g.waited_for.end());
+    on.assign(peers.begin(), peers.end());
+  }
+  if (on.empty())
+    for (const auto& [r, t] : ranks)
+      if (!alive(t.pid)) on.push_back(world(r));
+  if (!on.empty()) w += " for " + ranks_text(on);
+  w += " (for " + seconds(now - waiting_since) + ")";
+  g.waited_for = on;
+  return w;
+}
+
 GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, RankTrace>& ranks,
                               const GroupLabel* label, double now) {
   GroupDiagnosis g;
   g.group = group;
   for (const auto& [r, t] : ranks) g.size = std::max(g.size, r + 1);
   label_group(g, label);
-  // A rank in the group -> its world rank: the mesh's members, else what its trace says.
-  auto world = [&](int r) {
-    if (label && r >= 0 && r < static_cast<int>(label->ranks.size()))
-      return label->ranks[static_cast<size_t>(r)];
-    auto it = ranks.find(r);
-    return it == ranks.end() ? r : it->second.world_rank;
-  };
-  const std::string where = (g.label.rfind("group ", 0) == 0 ? "" : "the ") + g.label;
-  uint64_t frontier = 0;
-  uint64_t last_issued = 0;
-  for (const auto& [r, t] : ranks) {
-    last_issued = std::max(last_issued, t.issued);
-    for (const TraceEntry& e : t.entries)
-      if (e.state != static_cast<int32_t>(TraceState::kDone) && (!frontier || e.seq < frontier))
-        frontier = e.seq;
-  }
+  const WorldRank world{ranks, label};
+  const auto [frontier, last_issued] = frontier_and_last(ranks);
   if (!frontier) {
     if (last_issued == 0) return g;  // a group that ran nothing: not worth a line
     g.lines.push_back(g.label + ": every rank finished collective #" +
@@ -146,54 +194,25 @@ GroupDiagnosis diagnose_group(const std::string& group, const std::map<int, Rank
     }
     if (!sample) sample = e;
     kinds[op_kind(e->op)].push_back(world(r));
-    if (e->state != static_cast<int32_t>(TraceState::kDone)) {
+    if (!done(*e)) {
       g.waiting.push_back(world(r));
-      const double since = e->started_at > 0 ? e->started_at : e->queued_at;
-      waiting_since = std::min(waiting_since, since);
+      waiting_since = std::min(waiting_since, e->started_at > 0 ? e->started_at : e->queued_at);
       if (e->peer >= 0) g.waited_for.push_back(world(e->peer));
     }
   }
   for (int r : behind) g.behind.push_back(world(r));
   g.op = sample ? sample->op : "?";
-  const std::string name = op_kind(g.op) + " #" + std::to_string(frontier);
-  std::string line = name + " in " + where + ":";
   std::vector<std::string> parts;
-  for (int r : behind) {
-    const RankTrace& t = ranks.at(r);
-    std::string what = "rank " + std::to_string(world(r)) + " never entered it";
-    const TraceEntry* last = t.issued ? t.find(t.issued) : nullptr;
-    if (last) {
-      const std::string state = last->state == static_cast<int32_t>(TraceState::kDone)
-                                    ? "done " + seconds(now - last->ended_at) + " ago"
-                                    : "not finished";
-      what += " (last: " + op_kind(last->op) + " #" + std::to_string(last->seq) + ", " + state + ")";
-    } else {
-      what += " (no collective yet)";
-    }
-    if (!alive(t.pid)) what += "; its process " + std::to_string(t.pid) + " is gone";
-    parts.push_back(what);
-  }
+  for (int r : behind) parts.push_back(never_entered(ranks.at(r), world(r), now));
   if (kinds.size() > 1) {
     std::string mismatch = "the ranks disagree on what #" + std::to_string(frontier) + " is:";
     for (const auto& [kind, rs] : kinds) mismatch += " " + ranks_text(rs) + " in " + kind + ";";
     mismatch.pop_back();
     parts.push_back(mismatch);
   }
-  if (!g.waiting.empty()) {
-    std::string w = ranks_text(g.waiting) + (g.waiting.size() == 1 ? " waits" : " wait") + " in it";
-    std::vector<int> on = g.behind;
-    if (on.empty()) {
-      std::set<int> peers(g.waited_for.begin(), g.waited_for.end());
-      on.assign(peers.begin(), peers.end());
-    }
-    if (on.empty())
-      for (const auto& [r, t] : ranks)
-        if (!alive(t.pid)) on.push_back(world(r));
-    if (!on.empty()) w += " for " + ranks_text(on);
-    w += " (for " + seconds(now - waiting_since) + ")";
-    parts.push_back(w);
-    g.waited_for = on;
-  }
+  if (!g.waiting.empty()) parts.push_back(waiting_text(g, ranks, world, waiting_since, now));
+  const std::string where = (g.label.rfind("group ", 0) == 0 ? "" : "the ") + g.label;
+  std::string line = op_kind(g.op) + " #" + std::to_string(frontier) + " in " + where + ":";
   for (size_t i = 0; i < parts.size(); ++i) line += (i ? "; " : " ") + parts[i];
   g.lines.push_back(line);
   return g;
