@@ -79,51 +79,35 @@ void SystemSampler::set_workers(const std::vector<int>& pids) {
   last_time_ = 0;
 }
 
-SystemSample SystemSampler::sample() {
-  SystemSample s;
-  s.timestamp = unix_now();
+void SystemSampler::read_groups(std::map<int, Counters>* counters,
+                                std::map<int, RankSample>* samples) const {
   std::map<int, int> rank_of_group;
   for (size_t r = 0; r < pids_.size(); ++r) rank_of_group[pids_[r]] = static_cast<int>(r);
-  std::map<int, Counters> now;
-  std::map<int, RankSample> samples;
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      const int pid = std::atoi(e->d_name);
-      if (pid <= 0) continue;
-      ProcInfo p;
-      if (!read_stat(pid, &p)) continue;
-      auto it = rank_of_group.find(p.pgrp);
-      if (it == rank_of_group.end()) continue;
-      const int rank = it->second;
-      Counters& c = now[rank];
-      c.cpu_user_s += p.utime_s;
-      c.cpu_system_s += p.stime_s;
-      read_io(pid, &c.read_bytes, &c.write_bytes);
-      RankSample& rs = samples[rank];
-      rs.rank = rank;
-      rs.rss_mb += p.rss_mb;
-      rs.threads += p.threads;
-      rs.processes += 1;
-    }
-    ::closedir(d);
+  DIR* d = ::opendir("/proc");
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    ProcInfo p;
+    if (!read_stat(pid, &p)) continue;
+    auto it = rank_of_group.find(p.pgrp);
+    if (it == rank_of_group.end()) continue;
+    const int rank = it->second;
+    Counters& c = (*counters)[rank];
+    c.cpu_user_s += p.utime_s;
+    c.cpu_system_s += p.stime_s;
+    read_io(pid, &c.read_bytes, &c.write_bytes);
+    RankSample& rs = (*samples)[rank];
+    rs.rank = rank;
+    rs.rss_mb += p.rss_mb;
+    rs.threads += p.threads;
+    rs.processes += 1;
   }
-  const double dt = last_time_ > 0 ? s.timestamp - last_time_ : 0;
-  for (auto& [rank, rs] : samples) {
-    const Counters& c = now[rank];
-    auto prev = last_.find(rank);
-    if (dt <= 0 || prev == last_.end()) continue;
-    const Counters& p = prev->second;
-    rs.user_percent = std::max(0.0, (c.cpu_user_s - p.cpu_user_s) / dt * 100);
-    rs.system_percent = std::max(0.0, (c.cpu_system_s - p.cpu_system_s) / dt * 100);
-    rs.cpu_percent = rs.user_percent + rs.system_percent;
-    rs.read_mb_s = std::max(0.0, (c.read_bytes - p.read_bytes) / dt / (1 << 20));
-    rs.write_mb_s = std::max(0.0, (c.write_bytes - p.write_bytes) / dt / (1 << 20));
-    s.ranks.push_back(rs);
-  }
-  last_ = std::move(now);
-  last_time_ = s.timestamp;
+  ::closedir(d);
+}
 
-  // /proc/stat: "cpuN user nice system idle iowait irq softirq steal ..."
+std::vector<SystemSampler::CoreTimes> SystemSampler::read_cores() {
+  // "cpuN user nice system idle iowait irq softirq steal ..."
   std::ifstream stat("/proc/stat");
   std::string line;
   std::vector<CoreTimes> cores;
@@ -139,6 +123,31 @@ SystemSample SystemSampler::sample() {
     t.busy = t.total - v[3] - v[4];
     cores.push_back(t);
   }
+  return cores;
+}
+
+SystemSample SystemSampler::sample() {
+  SystemSample s;
+  s.timestamp = unix_now();
+  std::map<int, Counters> now;
+  std::map<int, RankSample> samples;
+  read_groups(&now, &samples);
+  const double dt = last_time_ > 0 ? s.timestamp - last_time_ : 0;
+  for (auto& [rank, rs] : samples) {
+    const Counters& c = now[rank];
+    auto prev = last_.find(rank);
+    if (dt <= 0 || prev == last_.end()) continue;
+    const Counters& p = prev->second;
+    rs.user_percent = std::max(0.0, (c.cpu_user_s - p.cpu_user_s) / dt * 100);
+    rs.system_percent = std::max(0.0, (c.cpu_system_s - p.cpu_system_s) / dt * 100);
+    rs.cpu_percent = rs.user_percent + rs.system_percent;
+    rs.read_mb_s = std::max(0.0, (c.read_bytes - p.read_bytes) / dt / (1 << 20));
+    rs.write_mb_s = std::max(0.0, (c.write_bytes - p.write_bytes) / dt / (1 << 20));
+    s.ranks.push_back(rs);
+  }
+  last_ = std::move(now);
+  last_time_ = s.timestamp;
+  std::vector<CoreTimes> cores = read_cores();
   if (last_cores_.size() == cores.size()) {
     for (size_t i = 0; i < cores.size(); ++i) {
       const double total = static_cast<double>(cores[i].total - last_cores_[i].total);

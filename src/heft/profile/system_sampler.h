@@ -52,6 +52,11 @@ class SystemSampler {
   struct CoreTimes {
     uint64_t busy = 0, total = 0;
   };
+  // One pass over /proc: each worker group's counters (by rank) and its sample's memory,
+  // threads and processes (the rates left zero).
+  void read_groups(std::map<int, Counters>* counters, std::map<int, RankSample>* samples) const;
+  // /proc/stat: each core's busy and total time so far.
+  static std::vector<CoreTimes> read_cores();
   std::vector<int> pids_;
   std::map<int, Counters> last_;  // by rank
   std::vector<CoreTimes> last_cores_;
