@@ -14,7 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "heft/comm/trace.h"
@@ -33,15 +35,26 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-TEST(Diagnosis, RankThatSkipsACollectiveIsNamedWithItsSequenceNumber) {
-  const std::string dir = fresh_dir("skip");
+// Runs `body` on a world of n ranks whose collectives trace into `dir` (HEFT_TRACE_DIR);
+// each blocking call times out after `op_timeout` when given, and the run after `run_timeout`.
+test::RunResult run_traced(const std::string& dir, int n,
+                           const std::function<void(comm::Communicator&)>& body,
+                           std::optional<std::chrono::seconds> op_timeout,
+                           std::chrono::seconds run_timeout) {
   ::setenv("HEFT_TRACE_DIR", dir.c_str(), 1);
   test::StoreProcess store;
   comm::CommunicatorOptions options;
   options.token = store.token();
-  options.timeout = std::chrono::seconds(2);
-  test::RunResult res = test::run_world(
-      4, store,
+  if (op_timeout) options.timeout = *op_timeout;
+  test::RunResult res = test::run_world(n, store, body, options, run_timeout);
+  ::unsetenv("HEFT_TRACE_DIR");
+  return res;
+}
+
+TEST(Diagnosis, RankThatSkipsACollectiveIsNamedWithItsSequenceNumber) {
+  const std::string dir = fresh_dir("skip");
+  test::RunResult res = run_traced(
+      dir, 4,
       [](comm::Communicator& c) {
         std::vector<float> x(1024, 1.0f);
         for (int i = 0; i < 5; ++i) c.allreduce(x.data(), x.size(), comm::DataType::f32, comm::ReduceOp::sum);
@@ -56,8 +69,7 @@ TEST(Diagnosis, RankThatSkipsACollectiveIsNamedWithItsSequenceNumber) {
         } catch (const Error&) {
         }
       },
-      options, std::chrono::seconds(60));
-  ::unsetenv("HEFT_TRACE_DIR");
+      std::chrono::seconds(2), std::chrono::seconds(60));
   ASSERT_TRUE(res.all_ok()) << res.summary();
   const Diagnosis d = diagnose(dir, comm::trace_clock());
   EXPECT_EQ(d.traces, 4);
@@ -84,13 +96,8 @@ TEST(Diagnosis, RankThatSkipsACollectiveIsNamedWithItsSequenceNumber) {
 // labels written in the mesh's format; world rank 3 skips the second allreduce of {2,3}.
 TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
   const std::string dir = fresh_dir("dims");
-  ::setenv("HEFT_TRACE_DIR", dir.c_str(), 1);
-  test::StoreProcess store;
-  comm::CommunicatorOptions options;
-  options.token = store.token();
-  options.timeout = std::chrono::seconds(2);
-  test::RunResult res = test::run_world(
-      4, store,
+  test::RunResult res = run_traced(
+      dir, 4,
       [&dir](comm::Communicator& c) {
         ::setenv("RANK", std::to_string(c.rank()).c_str(), 1);  // as a launcher sets it
         const int first = c.rank() / 2 * 2;
@@ -113,8 +120,7 @@ TEST(Diagnosis, GroupsLabelledByTheMeshAreNamedByDimensionWithWorldRanks) {
         }
         test::expect(!finished, "allreduce #2 finished without world rank 3");
       },
-      options, std::chrono::seconds(60));
-  ::unsetenv("HEFT_TRACE_DIR");
+      std::chrono::seconds(2), std::chrono::seconds(60));
   ASSERT_TRUE(res.all_ok()) << res.summary();
   const Diagnosis d = diagnose(dir, comm::trace_clock());
   ASSERT_TRUE(d.stuck()) << d.text();
@@ -218,16 +224,14 @@ TEST(Diagnosis, MembersText) {
 
 TEST(Diagnosis, FinishedGroupIsNotStuck) {
   const std::string dir = fresh_dir("done");
-  ::setenv("HEFT_TRACE_DIR", dir.c_str(), 1);
-  test::StoreProcess store;
-  comm::CommunicatorOptions options;
-  options.token = store.token();
-  test::RunResult res = test::run_world(3, store, [](comm::Communicator& c) {
-    std::vector<float> x(16, 1.0f);
-    for (int i = 0; i < 70; ++i)  // more than the ring holds
-      c.allreduce(x.data(), x.size(), comm::DataType::f32, comm::ReduceOp::sum);
-  }, options);
-  ::unsetenv("HEFT_TRACE_DIR");
+  test::RunResult res = run_traced(
+      dir, 3,
+      [](comm::Communicator& c) {
+        std::vector<float> x(16, 1.0f);
+        for (int i = 0; i < 70; ++i)  // more than the ring holds
+          c.allreduce(x.data(), x.size(), comm::DataType::f32, comm::ReduceOp::sum);
+      },
+      std::nullopt, std::chrono::seconds(120));
   ASSERT_TRUE(res.all_ok()) << res.summary();
   const Diagnosis d = diagnose(dir, comm::trace_clock());
   EXPECT_EQ(d.traces, 3);
