@@ -100,89 +100,39 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& dir) {
   return v;
 }
 
-// Reads and verifies one checkpoint; the reason in `why` when it is not valid.
-std::optional<CheckpointData> read_checkpoint(const fs::path& path, int64_t step,
-                                              std::string& why) {
-  std::string text;
-  if (!read_file(path / kManifest, text)) {
-    why = "no readable manifest.json";
-    return std::nullopt;
+// A files entry of a manifest or part.json: {"name": a plain name, "size": bytes, "crc32"}.
+struct ListedFile {
+  std::string name;
+  int64_t size = 0;
+  uint32_t crc = 0;
+};
+
+// The entries of `list`, or nullopt when one is malformed.
+std::optional<std::vector<ListedFile>> listed_files(const json& list) {
+  std::vector<ListedFile> out;
+  for (const json& f : list) {
+    const bool ok = f.is_object() && f.contains("name") && f["name"].is_string() &&
+                    f.contains("size") && f["size"].is_number_integer() && f.contains("crc32") &&
+                    f["crc32"].is_number_unsigned();
+    const std::string name = ok ? f["name"].get<std::string>() : "";
+    if (name.empty() || name.find('/') != std::string::npos) return std::nullopt;
+    out.push_back({name, f["size"].get<int64_t>(), f["crc32"].get<uint32_t>()});
   }
-  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "heft-checkpoint" ||
-      !m.contains("step") || !m["step"].is_number_integer() || !m.contains("files") ||
-      !m["files"].is_array() || !m.contains("meta") || !m["meta"].is_object()) {
-    why = "manifest.json is not a heft-checkpoint manifest";
-    return std::nullopt;
-  }
-  if (m["step"].get<int64_t>() != step) {
-    why = "manifest.json names step " + std::to_string(m["step"].get<int64_t>());
-    return std::nullopt;
-  }
-  CheckpointData data;
-  data.step = step;
-  data.meta_json = m["meta"].dump();
-  for (const json& f : m["files"]) {
-    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") ||
-        !f.contains("crc32")) {
-      why = "manifest.json has a malformed files entry";
-      return std::nullopt;
-    }
-    const std::string name = f["name"].get<std::string>();
-    std::string bytes;
-    if (name.find('/') != std::string::npos || !read_file(path / name, bytes)) {
-      why = name + " is missing";
-      return std::nullopt;
-    }
-    if (static_cast<int64_t>(bytes.size()) != f["size"].get<int64_t>() ||
-        crc_of(bytes) != f["crc32"].get<uint32_t>()) {
-      why = name + " does not match its size or crc32 in manifest.json";
-      return std::nullopt;
-    }
-    data.files.emplace(name, std::move(bytes));
-  }
-  return data;
+  return out;
 }
 
-// The top manifest of committed multi-writer checkpoint `path` (version 2, step `step`).
-std::optional<json> committed_manifest(const fs::path& path, int64_t step, std::string& why) {
-  std::string text;
-  if (!read_file(path / kManifest, text)) {
-    why = "no readable manifest.json";
-    return std::nullopt;
-  }
-  json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "heft-checkpoint" ||
-      m.value("version", 0) != 2 || !m.contains("parts") || !m["parts"].is_number_integer() ||
-      !m.contains("meta") || !m["meta"].is_object() || m.value("step", int64_t{-1}) != step) {
-    why = "manifest.json is not a committed multi-writer checkpoint of step " + std::to_string(step);
-    return std::nullopt;
-  }
-  return m;
-}
+enum class FileCheck { kOk, kMissing, kMismatch };
 
-// Part `part`'s part.json file list (each entry an object with a plain "name").
-std::optional<json> part_files(const fs::path& path, int part, std::string& why) {
-  std::string text;
-  const fs::path dir = path / part_name(part);
-  const json pm = json::parse(read_file(dir / kPartManifest, text) ? text : "", nullptr, false);
-  bool ok = !pm.is_discarded() && pm.is_object() && pm.contains("files") && pm["files"].is_array();
-  for (size_t i = 0; ok && i < pm["files"].size(); ++i) {
-    const json& f = pm["files"][i];
-    const std::string name = f.is_object() ? f.value("name", "") : "";
-    ok = !name.empty() && name.find('/') == std::string::npos;
+// Whether the file at `path` is there with f's size and crc32. With `bytes`, reads it whole
+// into *bytes; without, streams it through the CRC 1 MiB at a time.
+FileCheck check_file(const fs::path& path, const ListedFile& f, std::string* bytes) {
+  if (bytes) {
+    if (!read_file(path, *bytes)) return FileCheck::kMissing;
+    return static_cast<int64_t>(bytes->size()) == f.size && crc_of(*bytes) == f.crc
+               ? FileCheck::kOk : FileCheck::kMismatch;
   }
-  if (!ok) {
-    why = part_name(part) + "/part.json is missing or malformed";
-    return std::nullopt;
-  }
-  return pm["files"];
-}
-
-// Whether the file at `path` has `size` bytes and crc32 `crc`, read 1 MiB at a time.
-bool file_matches(const fs::path& path, int64_t size, uint32_t crc) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  if (!in) return FileCheck::kMissing;
   std::vector<char> buf(1 << 20);
   uLong c = crc32(0L, Z_NULL, 0);
   int64_t n = 0;
@@ -193,61 +143,173 @@ bool file_matches(const fs::path& path, int64_t size, uint32_t crc) {
     c = crc32(c, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(got));
     n += got;
   }
-  return !in.bad() && n == size && static_cast<uint32_t>(c) == crc;
+  return !in.bad() && n == f.size && static_cast<uint32_t>(c) == f.crc ? FileCheck::kOk
+                                                                       : FileCheck::kMismatch;
 }
 
-// A committed multi-writer checkpoint's part `part`: the top manifest (version 2) and the
-// part's own manifest and files, each checked.
-std::optional<CheckpointData> read_part(const fs::path& path, int64_t step, int part,
-                                        std::string& why) {
-  const auto m = committed_manifest(path, step, why);
-  if (!m) return std::nullopt;
-  if (part >= (*m)["parts"].get<int>()) {
-    why = "it has " + std::to_string((*m)["parts"].get<int>()) + " parts, not part " + std::to_string(part);
+// A checkpoint's manifest.json, checked: single-writer (version 1, its files) or committed
+// multi-writer (version 2, its part count).
+struct Manifest {
+  int version = 1;
+  std::string meta_json;
+  std::vector<ListedFile> files;  // version 1
+  int parts = 0;                  // version 2
+};
+
+// The manifest of checkpoint `path` (the directory of step `step`) in form `version` (1 or
+// 2; 0: whichever it is); the reason in `why` when it is not a valid one.
+std::optional<Manifest> read_manifest(const fs::path& path, int64_t step, int version,
+                                      std::string& why) {
+  std::string text;
+  if (!read_file(path / kManifest, text)) {
+    why = "no readable manifest.json";
     return std::nullopt;
   }
-  const auto files = part_files(path, part, why);
-  if (!files) return std::nullopt;
-  CheckpointData data;
-  data.step = step;
-  data.meta_json = (*m)["meta"].dump();
-  const fs::path dir = path / part_name(part);
-  for (const json& f : *files) {
-    const std::string name = f["name"].get<std::string>();
-    std::string bytes;
-    if (!read_file(dir / name, bytes) ||
-        static_cast<int64_t>(bytes.size()) != f.value("size", int64_t{-1}) ||
-        crc_of(bytes) != f.value("crc32", uint32_t{0})) {
-      why = part_name(part) + "/" + name + " is missing or does not match its size or crc32";
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool header = m.is_object() && m.contains("format") && m["format"] == "heft-checkpoint" &&
+                      m.contains("step") && m["step"].is_number_integer() && m.contains("meta") &&
+                      m["meta"].is_object();
+  const bool multi = header && m.contains("version") && m["version"] == 2 &&
+                     m.contains("parts") && m["parts"].is_number_integer() && m["parts"] >= 1;
+  Manifest out;
+  out.version = version != 0 ? version : multi ? 2 : 1;
+  if (out.version == 2) {
+    if (!multi || m["step"].get<int64_t>() != step) {
+      why = "manifest.json is not a committed multi-writer checkpoint of step " + std::to_string(step);
       return std::nullopt;
     }
-    data.files.emplace(name, std::move(bytes));
+    out.parts = m["parts"].get<int>();
+  } else {
+    if (!header || !m.contains("files") || !m["files"].is_array()) {
+      why = "manifest.json is not a heft-checkpoint manifest";
+      return std::nullopt;
+    }
+    if (m["step"].get<int64_t>() != step) {
+      why = "manifest.json names step " + std::to_string(m["step"].get<int64_t>());
+      return std::nullopt;
+    }
+    auto files = listed_files(m["files"]);
+    if (!files) {
+      why = "manifest.json has a malformed files entry";
+      return std::nullopt;
+    }
+    out.files = std::move(*files);
   }
+  out.meta_json = m["meta"].dump();
+  return out;
+}
+
+// The files of single-writer checkpoint `path` as its manifest `m` lists them, read and checked.
+bool read_files(const fs::path& path, const Manifest& m, std::map<std::string, std::string>& out,
+                std::string& why) {
+  for (const ListedFile& f : m.files) {
+    std::string bytes;
+    switch (check_file(path / f.name, f, &bytes)) {
+      case FileCheck::kMissing: why = f.name + " is missing"; return false;
+      case FileCheck::kMismatch:
+        why = f.name + " does not match its size or crc32 in manifest.json";
+        return false;
+      case FileCheck::kOk: out.emplace(f.name, std::move(bytes)); break;
+    }
+  }
+  return true;
+}
+
+// Part `part` of committed checkpoint `path`: the files its part.json lists, each checked,
+// into `out` as bytes (read) or as paths.
+bool part_files(const fs::path& path, int part, bool read, std::map<std::string, std::string>& out,
+                std::string& why) {
+  const fs::path dir = path / part_name(part);
+  std::string text;
+  const json pm = json::parse(read_file(dir / kPartManifest, text) ? text : "", nullptr, false);
+  const auto files = pm.is_object() && pm.contains("files") && pm["files"].is_array()
+                         ? listed_files(pm["files"]) : std::nullopt;
+  if (!files) {
+    why = part_name(part) + "/part.json is missing or malformed";
+    return false;
+  }
+  for (const ListedFile& f : *files) {
+    std::string bytes;
+    if (check_file(dir / f.name, f, read ? &bytes : nullptr) != FileCheck::kOk) {
+      why = part_name(part) + "/" + f.name + " is missing or does not match its size or crc32";
+      return false;
+    }
+    out.emplace(f.name, read ? std::move(bytes) : (dir / f.name).string());
+  }
+  return true;
+}
+
+// Every part of committed checkpoint `path` (manifest `m`), as part_files gives them.
+bool all_parts(const fs::path& path, const Manifest& m, bool read,
+               std::vector<std::map<std::string, std::string>>& parts, std::string& why) {
+  for (int part = 0; part < m.parts; ++part)
+    if (!part_files(path, part, read, parts.emplace_back(), why)) return false;
+  return true;
+}
+
+// The readers of one checkpoint, each giving the reason in `why` when it is not valid.
+// A single-writer checkpoint.
+std::optional<CheckpointData> read_checkpoint(const fs::path& path, int64_t step, std::string& why) {
+  const auto m = read_manifest(path, step, 1, why);
+  CheckpointData data;
+  data.step = step;
+  if (!m || !read_files(path, *m, data.files, why)) return std::nullopt;
+  data.meta_json = m->meta_json;
   return data;
 }
 
-// Like read_part for every part, but streams each file through the check and keeps paths.
+// Part `part` of a committed multi-writer checkpoint.
+std::optional<CheckpointData> read_part(const fs::path& path, int64_t step, int part,
+                                        std::string& why) {
+  const auto m = read_manifest(path, step, 2, why);
+  if (!m) return std::nullopt;
+  if (part >= m->parts) {
+    why = "it has " + std::to_string(m->parts) + " parts, not part " + std::to_string(part);
+    return std::nullopt;
+  }
+  CheckpointData data;
+  data.step = step;
+  data.meta_json = m->meta_json;
+  if (!part_files(path, part, /*read=*/true, data.files, why)) return std::nullopt;
+  return data;
+}
+
+// Either form, with every part.
+std::optional<CheckpointSet> read_any(const fs::path& path, int64_t step, std::string& why) {
+  const auto m = read_manifest(path, step, 0, why);
+  if (!m) return std::nullopt;
+  CheckpointSet set;
+  set.step = step;
+  set.meta_json = m->meta_json;
+  const bool ok = m->version == 1 ? read_files(path, *m, set.parts.emplace_back(), why)
+                                  : all_parts(path, *m, /*read=*/true, set.parts, why);
+  if (!ok) return std::nullopt;
+  return set;
+}
+
+// Every part of a committed multi-writer checkpoint, streamed through the check, as paths.
 std::optional<CheckpointPaths> locate_parts(const fs::path& path, int64_t step, std::string& why) {
-  const auto m = committed_manifest(path, step, why);
+  const auto m = read_manifest(path, step, 2, why);
   if (!m) return std::nullopt;
   CheckpointPaths found;
   found.step = step;
-  found.meta_json = (*m)["meta"].dump();
-  for (int part = 0; part < (*m)["parts"].get<int>(); ++part) {
-    const auto files = part_files(path, part, why);
-    if (!files) return std::nullopt;
-    const fs::path dir = path / part_name(part);
-    auto& out = found.parts.emplace_back();
-    for (const json& f : *files) {
-      const std::string name = f["name"].get<std::string>();
-      if (!file_matches(dir / name, f.value("size", int64_t{-1}), f.value("crc32", uint32_t{0}))) {
-        why = part_name(part) + "/" + name + " is missing or does not match its size or crc32";
-        return std::nullopt;
-      }
-      out.emplace(name, (dir / name).string());
-    }
-  }
+  found.meta_json = m->meta_json;
+  if (!all_parts(path, *m, /*read=*/false, found.parts, why)) return std::nullopt;
   return found;
+}
+
+// The newest checkpoint of `dir` that `read` accepts (read(path, step, why)); each newer one
+// is skipped with a warning naming it, `what` ("" or " for part K") and the reason.
+template <typename Read>
+auto newest(const std::string& dir, const std::string& what, std::ostream& warnings, Read read)
+    -> decltype(read(fs::path(), int64_t{0}, std::declval<std::string&>())) {
+  for (const auto& [step, path] : checkpoints(dir)) {
+    std::string why;
+    if (auto found = read(path, step, why)) return found;
+    warnings << "heft checkpoint: warning: skipping " << path.string() << what << ": " << why
+             << std::endl;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -265,38 +327,63 @@ CheckpointDirectory::CheckpointDirectory(std::string dir, int keep)
   if (dir_.empty()) throw InvalidArgument("checkpoint directory: expected a path, found ''");
 }
 
-void CheckpointDirectory::save(const CheckpointData& data) const {
-  const json meta = json::parse(data.meta_json, nullptr, /*allow_exceptions=*/false);
+namespace {
+
+// The caller's counters: a JSON object (heft::InvalidArgument otherwise).
+json meta_object(const std::string& meta_json) {
+  json meta = json::parse(meta_json, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object())
-    throw InvalidArgument("checkpoint meta: expected a JSON object, found " + data.meta_json);
+    throw InvalidArgument("checkpoint meta: expected a JSON object, found " + meta_json);
+  return meta;
+}
+
+// Writes (and fsyncs) each file into `dir`; returns their files entries. A name that is not
+// plain (empty, a '/', a leading '.', or the manifest's own `manifest`) is refused.
+json write_files(const fs::path& dir, const std::map<std::string, std::string>& files,
+                 const char* manifest) {
+  json list = json::array();
+  for (const auto& [file, bytes] : files) {
+    if (file.empty() || file.find('/') != std::string::npos || file == manifest || file[0] == '.')
+      throw InvalidArgument("checkpoint file name: expected a plain name, found '" + file + "'");
+    write_file((dir / file).string(), bytes);
+    list.push_back({{"name", file}, {"size", bytes.size()}, {"crc32", crc_of(bytes)}});
+  }
+  return list;
+}
+
+}  // namespace
+
+void CheckpointDirectory::save(const CheckpointData& data) const {
+  const json meta = meta_object(data.meta_json);
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw IoError("cannot create checkpoint directory " + dir_ + ": " + ec.message());
-  const std::string name = step_name(data.step);
-  const fs::path tmp = fs::path(dir_) / (kTmpPrefix + name + "-" + std::to_string(::getpid()));
-  const fs::path final_path = fs::path(dir_) / (kPrefix + name);
+  const fs::path tmp =
+      fs::path(dir_) / (kTmpPrefix + step_name(data.step) + "-" + std::to_string(::getpid()));
   fs::create_directories(tmp, ec);
   if (ec) throw IoError("cannot create " + tmp.string() + ": " + ec.message());
-  json files = json::array();
-  for (const auto& [file, bytes] : data.files) {
-    if (file.empty() || file.find('/') != std::string::npos || file == kManifest || file[0] == '.')
-      throw InvalidArgument("checkpoint file name: expected a plain name, found '" + file + "'");
-    write_file((tmp / file).string(), bytes);
-    files.push_back({{"name", file}, {"size", bytes.size()}, {"crc32", crc_of(bytes)}});
-  }
+  const json files = write_files(tmp, data.files, kManifest);
   const json manifest = {{"format", "heft-checkpoint"},
                          {"version", 1},
                          {"step", data.step},
                          {"meta", meta},
                          {"files", files}};
   write_file((tmp / kManifest).string(), manifest.dump(2) + "\n");
+  publish(tmp, data.step);
+}
+
+// `tmp`, complete with its manifest, becomes checkpoint `step`: fsynced, renamed over a
+// checkpoint of the same step (older ones stay valid), D fsynced, then pruned.
+void CheckpointDirectory::publish(const fs::path& tmp, int64_t step) const {
   fsync_path(tmp.string(), /*directory=*/true);
-  fs::remove_all(final_path, ec);  // a checkpoint of the same step: older ones stay valid
+  const fs::path final_path = fs::path(dir_) / (kPrefix + step_name(step));
+  std::error_code ec;
+  fs::remove_all(final_path, ec);
   fs::rename(tmp, final_path, ec);
   if (ec) throw IoError("cannot rename " + tmp.string() + " to " + final_path.string() + ": " +
                         ec.message());
   fsync_path(dir_, /*directory=*/true);
-  prune(data.step);
+  prune(step);
 }
 
 // After `step` was committed: keep the `keep_` newest checkpoints, and remove temporary
@@ -333,14 +420,7 @@ void CheckpointDirectory::save_part(int64_t step, int part,
   fs::remove_all(dir, ec);  // this writer's own earlier attempt at this step
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create " + dir.string() + ": " + ec.message());
-  json list = json::array();
-  for (const auto& [file, bytes] : files) {
-    if (file.empty() || file.find('/') != std::string::npos || file == kPartManifest ||
-        file[0] == '.')
-      throw InvalidArgument("checkpoint file name: expected a plain name, found '" + file + "'");
-    write_file((dir / file).string(), bytes);
-    list.push_back({{"name", file}, {"size", bytes.size()}, {"crc32", crc_of(bytes)}});
-  }
+  const json list = write_files(dir, files, kPartManifest);
   write_file((dir / kPartManifest).string(),
              json{{"part", part}, {"step", step}, {"files", list}}.dump(2) + "\n");
   fsync_path(dir.string(), /*directory=*/true);
@@ -348,9 +428,7 @@ void CheckpointDirectory::save_part(int64_t step, int part,
 }
 
 void CheckpointDirectory::commit(int64_t step, int parts, const std::string& meta_json) const {
-  const json meta = json::parse(meta_json, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object())
-    throw InvalidArgument("checkpoint meta: expected a JSON object, found " + meta_json);
+  const json meta = meta_object(meta_json);
   if (parts < 1) throw InvalidArgument("checkpoint parts: expected >= 1, found " + std::to_string(parts));
   const fs::path tmp = parts_tmp(step);
   for (int k = 0; k < parts; ++k) {
@@ -366,84 +444,28 @@ void CheckpointDirectory::commit(int64_t step, int parts, const std::string& met
                                               {"meta", meta},
                                               {"parts", parts}}
                                              .dump(2) + "\n");
-  fsync_path(tmp.string(), /*directory=*/true);
-  const fs::path final_path = fs::path(dir_) / (kPrefix + step_name(step));
-  std::error_code ec;
-  fs::remove_all(final_path, ec);
-  fs::rename(tmp, final_path, ec);
-  if (ec) throw IoError("cannot rename " + tmp.string() + " to " + final_path.string() + ": " +
-                        ec.message());
-  fsync_path(dir_, /*directory=*/true);
-  prune(step);
+  publish(tmp, step);
+}
+
+std::optional<CheckpointData> CheckpointDirectory::load_latest(std::ostream& warnings) const {
+  return newest(dir_, "", warnings, read_checkpoint);
 }
 
 std::optional<CheckpointData> CheckpointDirectory::load_latest_part(
     int part, std::ostream& warnings) const {
-  for (const auto& [step, path] : checkpoints(dir_)) {
-    std::string why;
-    if (auto data = read_part(path, step, part, why)) return data;
-    warnings << "heft checkpoint: warning: skipping " << path.string() << " for part " << part
-             << ": " << why << std::endl;
-  }
-  return std::nullopt;
+  return newest(dir_, " for part " + std::to_string(part), warnings,
+                [part](const fs::path& path, int64_t step, std::string& why) {
+                  return read_part(path, step, part, why);
+                });
 }
 
 std::optional<CheckpointSet> CheckpointDirectory::load_latest_any(std::ostream& warnings) const {
-  for (const auto& [step, path] : checkpoints(dir_)) {
-    std::string why, text;
-    int parts = 0;
-    if (read_file(path / kManifest, text)) {
-      const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (m.is_object() && m.value("version", 0) == 2 && m.contains("parts") &&
-          m["parts"].is_number_integer())
-        parts = m["parts"].get<int>();
-    }
-    CheckpointSet set;
-    set.step = step;
-    bool ok = true;
-    if (parts == 0) {
-      auto data = read_checkpoint(path, step, why);
-      ok = data.has_value();
-      if (ok) {
-        set.meta_json = data->meta_json;
-        set.parts.push_back(std::move(data->files));
-      }
-    } else {
-      for (int p = 0; p < parts && ok; ++p) {
-        auto data = read_part(path, step, p, why);
-        ok = data.has_value();
-        if (ok) {
-          set.meta_json = data->meta_json;
-          set.parts.push_back(std::move(data->files));
-        }
-      }
-    }
-    if (ok) return set;
-    warnings << "heft checkpoint: warning: skipping " << path.string() << ": " << why
-             << std::endl;
-  }
-  return std::nullopt;
-}
-
-std::optional<CheckpointData> CheckpointDirectory::load_latest(std::ostream& warnings) const {
-  for (const auto& [step, path] : checkpoints(dir_)) {
-    std::string why;
-    if (auto data = read_checkpoint(path, step, why)) return data;
-    warnings << "heft checkpoint: warning: skipping " << path.string() << ": " << why
-             << std::endl;
-  }
-  return std::nullopt;
+  return newest(dir_, "", warnings, read_any);
 }
 
 std::optional<CheckpointPaths> CheckpointDirectory::locate_latest_parts(
     std::ostream& warnings) const {
-  for (const auto& [step, path] : checkpoints(dir_)) {
-    std::string why;
-    if (auto found = locate_parts(path, step, why)) return found;
-    warnings << "heft checkpoint: warning: skipping " << path.string() << ": " << why
-             << std::endl;
-  }
-  return std::nullopt;
+  return newest(dir_, "", warnings, locate_parts);
 }
 
 std::vector<int64_t> CheckpointDirectory::steps() const {

@@ -2,8 +2,8 @@
 // one loaded back. The library stores named byte blobs plus a small JSON object of counters
 // (step, epoch, sampler position: whatever the caller needs). This header and its .cc are
 // free of LibTorch (zlib and nlohmann_json only): the Python extension (heft.torch) links
-// them too, so heft.torch.parallel.save_checkpoint writes this very format. checkpoint.h
-// adds the LibTorch helpers that turn a module, an optimizer and the RNG into blobs.
+// them too, so heft.torch.parallel.save_checkpoint writes this very format. torch_state.h
+// turns a module, an optimizer and the RNG into blobs (checkpoint.h includes both).
 //
 // On-disk format, in the checkpoint directory D (SM_CHECKPOINT_DIR):
 //   D/ckpt-SSSSSSSSSSSS/          one checkpoint; S = its step, 12 decimal digits, zero-padded
@@ -116,6 +116,7 @@ class CheckpointDirectory {
   const std::string& dir() const { return dir_; }
 
  private:
+  void publish(const std::filesystem::path& tmp, int64_t step) const;
   void prune(int64_t step) const;
   std::filesystem::path parts_tmp(int64_t step) const;
 
