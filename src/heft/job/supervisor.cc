@@ -96,73 +96,88 @@ class Supervisor::Impl {
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
     remove_failure_files();
-    if (spec_.cluster.launcher == "mpirun") {
-      const LocalLauncherOptions local = launcher_options();
-      return finish(run_mpirun_group(mpirun_options(local), local.hooks, local.grace));
-    }
-    if (spec_.cluster.launcher == "slurm") {
-      const LocalLauncherOptions local = launcher_options();
-      return finish(run_srun_group(slurm_options(local), local.hooks, local.grace));
-    }
-    LocalLauncher launcher(launcher_options());
-    const GroupEnd end = launcher.run_group();
-    return finish(end);
+    const LauncherHooks hooks = launcher_hooks();
+    const Environment env = worker_extra_env();
+    if (spec_.cluster.launcher == "mpirun")
+      return finish(run_mpirun_group(mpirun_options(env), hooks, grace()));
+    if (spec_.cluster.launcher == "slurm")
+      return finish(run_srun_group(slurm_options(env), hooks, grace()));
+    return finish(LocalLauncher(local_options(env, hooks)).run_group());
   }
 
  private:
   using Clock = std::chrono::steady_clock;
 
-  LocalLauncherOptions launcher_options() {
+  // What the supervisor does as the group runs (group_watch.h), whichever launcher runs it.
+  LauncherHooks launcher_hooks() {
+    LauncherHooks hooks;
+    hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
+      output_.line(rank, is_stderr, line, elapsed(job_start_));
+    };
+    hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
+      on_start(restart_count);
+      if (options_.observer) options_.observer->on_start(restart_count, pids);
+    };
+    hooks.on_tick = [this] { return on_tick(); };
+    hooks.restart = [this](const GroupEnd& end) { return restart(end); };
+    return hooks;
+  }
+
+  std::chrono::milliseconds grace() const {
+    return std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
+  }
+
+  // What every worker gets besides the launcher's own variables: the training environment
+  // and the observer's.
+  Environment worker_extra_env() const {
+    Environment env = training_environment(spec_, paths_);
+    if (options_.observer)
+      for (const auto& [k, v] : options_.observer->environment()) env[k] = v;
+    return env;
+  }
+
+  // On this machine (local_launcher.h).
+  LocalLauncherOptions local_options(const Environment& env, const LauncherHooks& hooks) const {
     LocalLauncherOptions o;
     o.hosts = spec_.cluster.instance_count;
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
-    o.grace = std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
+    o.grace = grace();
     o.timeout_s = spec_.stopping.timeout_s;
-    o.extra_env = training_environment(spec_, paths_);
-    if (options_.observer)
-      for (const auto& [k, v] : options_.observer->environment()) o.extra_env[k] = v;
+    o.extra_env = env;
     o.log_name = options_.log_name;
     o.worker_umask = options_.worker_umask;
     o.python_path = options_.python_path;
-    o.hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
-      output_.line(rank, is_stderr, line, elapsed(job_start_));
-    };
-    o.hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
-      on_start(restart_count);
-      if (options_.observer) options_.observer->on_start(restart_count, pids);
-    };
-    o.hooks.on_tick = [this] { return on_tick(); };
-    o.hooks.restart = [this](const GroupEnd& end) { return restart(end); };
+    o.hooks = hooks;
     return o;
   }
 
-  // The same workers and environment as `local` for an outside engine (external_group.h).
-  void engine_options(const LocalLauncherOptions& local, EngineOptions& o) const {
+  // The same workers and environment for an outside engine (external_group.h).
+  void engine_options(const Environment& env, EngineOptions& o) const {
     o.processes_per_host = spec_.cluster.processes_per_host;
     o.command = command_;
     o.store_bind_address = spec_.cluster.store_address;
-    o.timeout_s = local.timeout_s;
+    o.timeout_s = spec_.stopping.timeout_s;
     o.job_name = spec_.name;
     o.python_path = options_.python_path;
-    o.extra_env = local.extra_env;
+    o.extra_env = env;
     o.heft_binary = options_.heft_binary;
     o.log_name = options_.log_name;
   }
 
   // Over OpenMPI's mpirun (mpirun_launcher.h).
-  MpirunOptions mpirun_options(const LocalLauncherOptions& local) const {
+  MpirunOptions mpirun_options(const Environment& env) const {
     MpirunOptions o;
-    engine_options(local, o);
+    engine_options(env, o);
     for (const std::string& h : spec_.cluster.hosts) o.hosts.push_back({h, 0});
     o.custom_mpi_options = spec_.cluster.custom_mpi_options;
     return o;
   }
 
   // Over Slurm (slurm_launcher.h): srun inside an allocation, else sbatch and follow.
-  SlurmOptions slurm_options(const LocalLauncherOptions& local) const {
+  SlurmOptions slurm_options(const Environment& env) const {
     SlurmOptions o;
-    engine_options(local, o);
+    engine_options(env, o);
     o.nodes = spec_.cluster.instance_count;
     o.custom_srun_options = spec_.cluster.srun_options;
     const char* allocation = std::getenv("SLURM_JOB_ID");

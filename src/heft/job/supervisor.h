@@ -1,6 +1,6 @@
 // The job supervisor: runs one training job, recorded in the job database, from Starting to
-// Completed, Failed or Stopped. It drives the local launcher (local_launcher.h) through its
-// hooks:
+// Completed, Failed or Stopped. It drives the local launcher (local_launcher.h) through the
+// launchers' hooks (LauncherHooks, group_watch.h):
 //  - output: every worker line goes to logs/rank-N.log, through the metric regexes into the
 //    database (flushed at least every half second and at the end), and to the terminal as
 //    "[rank N] line" under a progress line when stdout is a terminal;

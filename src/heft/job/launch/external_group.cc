@@ -3,42 +3,71 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "heft/error.h"
+#include "heft/job/launch/local_launcher.h"
 
 namespace heft::job {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kAbortWait{5};
+// How often the engine's pipes and state are looked at.
+constexpr useconds_t kPollMicros = 10000;
 
 volatile sig_atomic_t g_signal = 0;
 void note_signal(int sig) { g_signal = sig; }
 
-// Splits what a pipe has into lines and hands each to the hooks (or our stderr).
+// While alive, `signals` only note themselves in g_signal (cleared on entry and on exit);
+// the handlers before come back after.
+class SignalNote {
+ public:
+  explicit SignalNote(std::initializer_list<int> signals) {
+    struct sigaction sa {};
+    sa.sa_handler = note_signal;
+    for (int sig : signals) {
+      old_.push_back({sig, {}});
+      ::sigaction(sig, &sa, &old_.back().second);
+    }
+    g_signal = 0;
+  }
+  ~SignalNote() {
+    for (const auto& [sig, old] : old_) ::sigaction(sig, &old, nullptr);
+    g_signal = 0;
+  }
+  SignalNote(const SignalNote&) = delete;
+  SignalNote& operator=(const SignalNote&) = delete;
+
+ private:
+  std::vector<std::pair<int, struct sigaction>> old_;
+};
+
+// Splits what the engine's pipes have into lines and hands each rank's to the hooks; the
+// engine's own lines go to our stderr.
 class Lines {
  public:
-  Lines(const ExternalGroup& g, const LocalLauncherHooks& hooks) : g_(g), hooks_(hooks) {}
+  Lines(const ExternalGroup& g, const LauncherHooks& hooks) : g_(g), hooks_(hooks) {}
   // The first rank the engine said failed, and its exit code (-1 if none).
   int failed_rank = -1, failed_code = 0;
-  // Reads what `fd` has now; false at end of file.
-  bool read(int fd, std::string& pending) {
+  // Reads what `fd` has now; false at end of file. A last line without '\n' is not
+  // delivered.
+  bool read(int fd, LineSplitter& lines) {
     char buf[65536];
     for (;;) {
       const ssize_t n = ::read(fd, buf, sizeof(buf));
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EINTR;
-      pending.append(buf, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
-        line(std::string_view(pending).substr(start, nl - start));
-      pending.erase(0, start);
+      lines.feed(std::string_view(buf, static_cast<size_t>(n)),
+                 [this](std::string_view l) { line(l); });
     }
   }
 
@@ -58,7 +87,115 @@ class Lines {
     }
   }
   const ExternalGroup& g_;
-  const LocalLauncherHooks& hooks_;
+  const LauncherHooks& hooks_;
+};
+
+// One start of the group under its engine, from the engine's start to its reaping: its
+// output, the signals this process receives, the hooks' ticks, and an engine that hangs in
+// its own abort.
+class EngineRun {
+ public:
+  EngineRun(const ExternalGroup& g, const LauncherHooks& hooks, std::chrono::milliseconds grace,
+            const ExternalStart& start, Process& engine, int restart_count)
+      : g_(g), hooks_(hooks), grace_(grace), start_(start), engine_(engine), lines_(g, hooks) {
+    end_.restart_count = restart_count;
+  }
+
+  GroupEnd run() {
+    while (!step()) ::usleep(kPollMicros);
+    return conclude();
+  }
+
+ private:
+  // One look at the engine; true once it is reaped.
+  bool step() {
+    if (out_open_ && !lines_.read(engine_.stdout_fd(), out_)) out_open_ = false;
+    if (err_open_ && !lines_.read(engine_.stderr_fd(), err_)) err_open_ = false;
+    if (engine_.try_reap()) {  // what it wrote last is in the pipes: read it once more
+      if (out_open_) lines_.read(engine_.stdout_fd(), out_);
+      if (err_open_) lines_.read(engine_.stderr_fd(), err_);
+      return true;
+    }
+    if (g_signal && !end_.interrupt_signal) {
+      end_.interrupt_signal = g_signal;
+      stop(g_signal);  // the engine stops its ranks on every host
+    }
+    if (Clock::now() >= next_tick_) {
+      next_tick_ += hooks_.tick;
+      tick();
+    }
+    if (kill_at_ && Clock::now() >= *kill_at_) {
+      engine_.signal_group(SIGKILL);
+      kill_at_.reset();
+    }
+    return false;
+  }
+
+  void tick() {
+    // A rank recorded a failure: the engine should end the group by itself, but one that
+    // cannot reach a lost host may hang in its own abort (mpirun does): after `grace` and
+    // kAbortWait more it is stopped as if asked to.
+    if (!abort_seen_ && start_.abort_record(g_.group)) {
+      abort_seen_ = abort_pending_ = true;
+      abort_deadline_ = Clock::now() + grace_ + kAbortWait;
+    }
+    if (abort_pending_ && Clock::now() >= abort_deadline_ && !kill_at_) {
+      std::cerr << g_.log_name << ": " << g_.engine << " did not end the group "
+                << std::chrono::duration_cast<std::chrono::seconds>(grace_ + kAbortWait).count()
+                << " s after a rank failed; stopping it" << std::endl;
+      stop(SIGTERM);
+      abort_pending_ = false;
+    }
+    if (hooks_.on_tick && hooks_.on_tick() && !end_.stop_requested && !end_.interrupt_signal) {
+      end_.stop_requested = true;
+      stop(SIGTERM);
+    }
+  }
+
+  // `sig` to the engine's group now, SIGKILL after the grace.
+  void stop(int sig) {
+    engine_.signal_group(sig);
+    kill_at_ = Clock::now() + grace_;
+  }
+
+  // The end of the reaped engine: its code and, for a failure, the rank and host to blame.
+  GroupEnd conclude() {
+    const int code = shell_exit_code(engine_.wait_status());
+    end_.exit_code = end_.interrupt_signal ? 128 + end_.interrupt_signal : code;
+    if (code == 0 || end_.stop_requested || end_.interrupt_signal) return end_;
+    end_.failed_wait_status = engine_.wait_status();
+    // A rank the engine saw exit with a code failed by itself (its peers then record it as
+    // lost); otherwise name the host that was lost, from the ranks' record of whom they lost.
+    if (lines_.failed_rank >= 0) {
+      end_.failed_rank = lines_.failed_rank;
+      end_.failed_wait_status = (lines_.failed_code & 0xff) << 8;  // as waitpid's exit
+    } else if (const std::optional<std::string> why = start_.abort_record(g_.group)) {
+      const auto nl = why->find('\n');
+      const int peer = std::atoi(why->substr(0, nl).c_str());
+      if (peer >= 0 && peer < g_.world) {
+        end_.failed_rank = peer;
+        end_.failure_detail = "host " + g_.host_of_rank(peer) + " was lost (rank " +
+                              std::to_string(peer) + " on it stopped answering: " +
+                              (nl == std::string::npos ? "" : why->substr(nl + 1)) + ")";
+      }
+    }
+    return end_;
+  }
+
+  const ExternalGroup& g_;
+  const LauncherHooks& hooks_;
+  const std::chrono::milliseconds grace_;
+  const ExternalStart& start_;
+  Process& engine_;
+  Lines lines_;
+  // The engine's output is tagged by rank: a line is kept whole however long.
+  LineSplitter out_{LineSplitter::kNoLimit}, err_{LineSplitter::kNoLimit};
+  bool out_open_ = true, err_open_ = true;
+  Clock::time_point next_tick_ = Clock::now() + hooks_.tick;
+  std::optional<Clock::time_point> kill_at_;
+  bool abort_seen_ = false, abort_pending_ = false;
+  Clock::time_point abort_deadline_ = Clock::now();
+  GroupEnd end_;
 };
 
 }  // namespace
@@ -115,27 +252,10 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
   return vars;
 }
 
-GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
+GroupEnd run_external_group(const ExternalGroup& g, const LauncherHooks& hooks,
                             std::chrono::milliseconds grace) {
-  using Clock = std::chrono::steady_clock;
-  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
-  sa.sa_handler = note_signal;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  ::sigaction(SIGHUP, &sa, &old_hup);
-  g_signal = 0;
-  struct Restore {
-    struct sigaction i, t, h;
-    ~Restore() {
-      ::sigaction(SIGINT, &i, nullptr);
-      ::sigaction(SIGTERM, &t, nullptr);
-      ::sigaction(SIGHUP, &h, nullptr);
-      g_signal = 0;
-    }
-  } restore{old_int, old_term, old_hup};
+  SignalNote note({SIGINT, SIGTERM, SIGHUP});
   for (int restart_count = 0;; ++restart_count) {
-    GroupEnd end;
-    end.restart_count = restart_count;
     std::unique_ptr<ExternalStart> start = g.start();
     SpawnOptions spawn = start->spawn();
     spawn.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
@@ -144,81 +264,14 @@ GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& ho
     try {
       engine = Process::spawn(spawn);
     } catch (const SpawnError& e) {
+      GroupEnd end;
+      end.restart_count = restart_count;
       end.exit_code = e.exit_code();
       end.spawn_error = e.what();
       return end;
     }
     if (hooks.on_start) hooks.on_start(restart_count, {});
-    Lines lines(g, hooks);
-    std::string out_pending, err_pending;
-    bool out_open = true, err_open = true;
-    Clock::time_point next_tick = Clock::now() + hooks.tick;
-    std::optional<Clock::time_point> kill_at;
-    bool abort_seen = false, abort_pending = false;
-    Clock::time_point abort_deadline = Clock::now();
-    for (;;) {
-      if (out_open && !lines.read(engine->stdout_fd(), out_pending)) out_open = false;
-      if (err_open && !lines.read(engine->stderr_fd(), err_pending)) err_open = false;
-      if (engine->try_reap()) {  // what it wrote last is in the pipes: read it once more
-        if (out_open) lines.read(engine->stdout_fd(), out_pending);
-        if (err_open) lines.read(engine->stderr_fd(), err_pending);
-        break;
-      }
-      if (g_signal && !end.interrupt_signal) {
-        end.interrupt_signal = g_signal;
-        engine->signal_group(g_signal);  // the engine stops its ranks on every host
-        kill_at = Clock::now() + grace;
-      }
-      if (Clock::now() >= next_tick) {
-        next_tick += hooks.tick;
-        // A rank recorded a failure: the engine should end the group by itself, but one that
-        // cannot reach a lost host may hang in its own abort (mpirun does): after `grace`
-        // and kAbortWait more it is stopped as if asked to.
-        if (!abort_seen && start->abort_record(g.group)) {
-          abort_seen = abort_pending = true;
-          abort_deadline = Clock::now() + grace + kAbortWait;
-        }
-        if (abort_pending && Clock::now() >= abort_deadline && !kill_at) {
-          std::cerr << g.log_name << ": " << g.engine << " did not end the group " 
-                    << std::chrono::duration_cast<std::chrono::seconds>(grace + kAbortWait).count()
-                    << " s after a rank failed; stopping it" << std::endl;
-          engine->signal_group(SIGTERM);
-          kill_at = Clock::now() + grace;
-          abort_pending = false;
-        }
-        if (hooks.on_tick && hooks.on_tick() && !end.stop_requested && !end.interrupt_signal) {
-          end.stop_requested = true;
-          engine->signal_group(SIGTERM);
-          kill_at = Clock::now() + grace;
-        }
-      }
-      if (kill_at && Clock::now() >= *kill_at) {
-        engine->signal_group(SIGKILL);
-        kill_at.reset();
-      }
-      ::usleep(10000);
-    }
-    const int code = shell_exit_code(engine->wait_status());
-    end.exit_code = end.interrupt_signal ? 128 + end.interrupt_signal : code;
-    if (code != 0 && !end.stop_requested && !end.interrupt_signal) {
-      end.failed_wait_status = engine->wait_status();
-      // A rank the engine saw exit with a code failed by itself (its peers then record it
-      // as lost); otherwise name the host that was lost, from the ranks' record of whom
-      // they lost.
-      if (lines.failed_rank >= 0) {
-        end.failed_rank = lines.failed_rank;
-        end.failed_wait_status = (lines.failed_code & 0xff) << 8;  // as waitpid's exit
-      } else if (const std::optional<std::string> why = start->abort_record(g.group)) {
-        const auto nl = why->find('\n');
-        const int peer = std::atoi(why->substr(0, nl).c_str());
-        if (peer >= 0 && peer < g.world) {
-          end.failed_rank = peer;
-          end.failure_detail = "host " + g.host_of_rank(peer) + " was lost (rank " +
-                               std::to_string(peer) + " on it stopped answering: " +
-                               (nl == std::string::npos ? "" : why->substr(nl + 1)) + ")";
-        }
-      }
-    }
+    const GroupEnd end = EngineRun(g, hooks, grace, *start, *engine, restart_count).run();
     if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
   }
 }
@@ -227,19 +280,7 @@ int run_external_passthrough(const ExternalStart& start, const std::string& log_
                              const std::string& install_hint) {
   SpawnOptions spawn = start.spawn();
   spawn.capture_output = false;
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = note_signal;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  g_signal = 0;
-  struct Restore {
-    struct sigaction i, t;
-    ~Restore() {
-      ::sigaction(SIGINT, &i, nullptr);
-      ::sigaction(SIGTERM, &t, nullptr);
-      g_signal = 0;
-    }
-  } restore{old_int, old_term};
+  SignalNote note({SIGINT, SIGTERM});
   std::unique_ptr<Process> engine;
   try {
     engine = Process::spawn(spawn);

@@ -1,6 +1,7 @@
 // A group of workers started by an outside engine (mpirun, srun) and supervised like the
-// local launcher's: the same hooks (every rank's line, ticks that may stop the group, restarts
-// with a fresh store and token), the engine's own output tags telling which rank wrote a line.
+// local launcher's: the same LauncherHooks (group_watch.h: every rank's line, ticks that may
+// stop the group, restarts with a fresh store and token), the engine's own output tags
+// telling which rank wrote a line.
 // Internal to the job layer; mpirun_launcher.h and slurm_launcher.h build on it.
 //
 // Deliberately left out: worker pids (they run on other hosts: on_start gets none).
@@ -14,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/group_watch.h"
 #include "heft/job/launch/process.h"
 
 namespace heft::job {
@@ -77,7 +78,7 @@ struct ExternalGroup {
 // A failed start whose ranks recorded a lost peer names its host in failure_detail. Once a
 // rank recorded a failure, an engine still running `grace` + 5 s later is stopped (mpirun
 // hangs in its own abort when a host is unreachable).
-GroupEnd run_external_group(const ExternalGroup& g, const LocalLauncherHooks& hooks,
+GroupEnd run_external_group(const ExternalGroup& g, const LauncherHooks& hooks,
                             std::chrono::milliseconds grace);
 
 // A variable an engine sets for each rank: its value, or heft::InvalidArgument "<NAME> is not

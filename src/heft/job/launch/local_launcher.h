@@ -5,19 +5,19 @@
 // and stops the whole group when one fails or when it is interrupted. `heft run` is a thin
 // command line over it (docs/run.md); `heft bench` uses it to start its ranks.
 //
-// The job supervisor (supervisor.h) drives it through LocalLauncherHooks: it sees every
-// output line, may stop the group at any tick, and may start it again when it ends.
+// The job supervisor (supervisor.h) drives it through LauncherHooks (group_watch.h, the
+// contract every launcher shares): it sees every output line, may stop the group at any
+// tick, and may start it again when it ends.
 //
 // Deliberately left out: log files, metrics, statuses (the job supervisor does those), and
 // hosts other than this machine (the mpirun and ssh launchers).
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "heft/job/launch/group_watch.h"
 #include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
@@ -25,49 +25,6 @@ namespace heft::job {
 // The most workers one group may have (a job's instance_count x processes_per_host, `heft
 // run`'s --hosts x -n, `heft bench --ranks`): beyond it a launch is refused up front.
 constexpr int kMaxWorkers = 1024;
-
-// How one start of the group ended.
-struct GroupEnd {
-  int restart_count = 0;  // 0 for the first start, then 1, 2, ...
-  // What run() returns for this start (see there).
-  int exit_code = 0;
-  // The first worker to fail (a non-zero exit or a signal) and its waitpid() status; -1
-  // when none failed. Exits of workers that were being stopped are not failures.
-  int failed_rank = -1;
-  int failed_wait_status = 0;
-  // The rank the others timed out waiting for, and in which operation ("allreduce(shm,
-  // 4096 B)"), when the failure was a hang (their communicators record it; see
-  // docs/errors.md); -1 and "" otherwise.
-  int hung_rank = -1;
-  std::string hung_operation;
-  // SIGINT, SIGTERM or SIGHUP received by this process; 0 if none.
-  int interrupt_signal = 0;
-  // LocalLauncherHooks::on_tick asked to stop the group.
-  bool stop_requested = false;
-  // The command could not be started (what() of the SpawnError); nothing ran.
-  std::string spawn_error;
-  // Launchers that know more than an exit status say what happened here (the mpirun
-  // launcher: which host was lost); "" otherwise.
-  std::string failure_detail;
-};
-
-// Called on the launcher's thread (never concurrently); each may be left empty.
-struct LocalLauncherHooks {
-  // Every complete line a worker writes, without its '\n' (a line over 64 KiB comes in
-  // 64 KiB pieces). When set, lines go here instead of to this process's stdout/stderr.
-  std::function<void(int rank, bool is_stderr, std::string_view line)> on_line;
-  // Once every worker of a start runs; pids by rank.
-  std::function<void(int restart_count, const std::vector<int>& pids)> on_start;
-  // About every `tick` while the group runs and while it is being stopped. Returning true
-  // stops the group as a failure would: SIGTERM to every worker's process group, SIGKILL
-  // after `grace`. Ignored once the group is stopping.
-  std::function<bool()> on_tick;
-  std::chrono::milliseconds tick{200};
-  // When a start has ended (not called when this process was interrupted): return true to
-  // start the group again, with restart_count + 1 (TORCHELASTIC_RESTART_COUNT), a fresh
-  // store and a fresh token, so nothing from the previous start confuses the rendezvous.
-  std::function<bool(const GroupEnd&)> restart;
-};
 
 struct LocalLauncherOptions {
   // Simulated hosts and workers on each; ranks are host-major (host h runs ranks
@@ -101,7 +58,7 @@ struct LocalLauncherOptions {
   std::string store_bind_address = "127.0.0.1";
   // Leads every line the launcher itself writes on stderr ("heft run: rank 2 exited...").
   std::string log_name = "heft run";
-  LocalLauncherHooks hooks;
+  LauncherHooks hooks;
 };
 
 // A port nothing listens on at `address` now: torch's own store (MASTER_PORT), which rank 0

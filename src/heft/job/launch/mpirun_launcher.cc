@@ -239,7 +239,7 @@ bool parse_tagged(std::string_view l, ExternalLine* out) {
 
 }  // namespace
 
-GroupEnd run_mpirun_group(const MpirunOptions& o, const LocalLauncherHooks& hooks,
+GroupEnd run_mpirun_group(const MpirunOptions& o, const LauncherHooks& hooks,
                           std::chrono::milliseconds grace) {
   check_options(o);
   ExternalGroup g;

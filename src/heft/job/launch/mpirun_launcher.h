@@ -18,7 +18,7 @@
 #include <chrono>
 
 #include "heft/job/launch/external_group.h"
-#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/group_watch.h"
 #include "heft/result.h"
 #include "heft/job/launch/worker_env.h"
 
@@ -61,12 +61,12 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& options, const std::st
 // cannot bind.
 int run_mpirun(const MpirunOptions& options);
 
-// As run_mpirun, for the job supervisor: the same hooks as the local launcher's (every
+// As run_mpirun, for the job supervisor: the launchers' hooks (group_watch.h; every
 // rank's line through --tag-output, ticks that may stop the group: SIGTERM to mpirun, SIGKILL
 // after `grace`; restarts with a fresh store and token). Worker pids are not known here
 // (they run on other hosts): on_start gets none. A failure's rank is not known either: the
 // end has failed_rank -1 and mpirun's exit status.
-GroupEnd run_mpirun_group(const MpirunOptions& options, const LocalLauncherHooks& hooks,
+GroupEnd run_mpirun_group(const MpirunOptions& options, const LauncherHooks& hooks,
                           std::chrono::milliseconds grace);
 
 // In a rank started by mpirun: `parent` with the contract's variables set from

@@ -23,7 +23,7 @@
 #include <chrono>
 
 #include "heft/job/launch/external_group.h"
-#include "heft/job/launch/local_launcher.h"
+#include "heft/job/launch/group_watch.h"
 #include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
@@ -67,9 +67,9 @@ std::vector<std::string> expand_hostlist(const std::string& list);
 // the tasks through srun's environment (never on the command line).
 std::vector<std::string> srun_argv(const SlurmOptions& options);
 
-// For the job supervisor: the group under the local launcher's hooks (srun --label tells
+// For the job supervisor: the group under the launchers' hooks (srun --label tells
 // each line's task), restarts with a fresh store and token (external_group.h).
-GroupEnd run_srun_group(const SlurmOptions& options, const LocalLauncherHooks& hooks,
+GroupEnd run_srun_group(const SlurmOptions& options, const LauncherHooks& hooks,
                         std::chrono::milliseconds grace);
 
 // Runs the group; returns srun's exit code (128 + signal if killed). SIGINT/SIGTERM go to srun.
