@@ -2,15 +2,13 @@
 // attempt in its record, from its last checkpoints (the workers find them in
 // SM_CHECKPOINT_DIR, as after a spot interruption). The spec is the one recorded when the
 // job was created, validated again. Exit codes as `heft train`'s (docs/jobs.md).
-#include <unistd.h>
-
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
-#include "heft/profile/job_profiler.h"
+#include "heft/cli/supervise.h"
 #include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec/spec.h"
@@ -48,17 +46,7 @@ int resume(const std::string& job_arg) {
     return job::kExitBadSpec;
   }
   const job::JobPaths paths = job::job_paths(home, name);
-  job::SupervisorOptions options;
-  options.log_name = kName;
-  options.progress = ::isatty(STDOUT_FILENO) == 1;
-  options.worker_umask = user_umask();
-  options.python_path = heft_python_dir();
-  options.heft_binary = heft_binary_dir() + "/heft";
-  profile::JobProfiler profiler(*db, record.value().id, spec.value(), paths, kName);
-  options.observer = &profiler;
-  job::Supervisor supervisor(*db, std::move(record).value(), spec.value(), paths, command.value(),
-                             options);
-  return supervisor.run();
+  return supervise(*db, std::move(record).value(), spec.value(), paths, command.value(), kName);
 }
 
 }  // namespace

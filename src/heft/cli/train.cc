@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "heft/cli/commands.h"
-#include "heft/profile/job_profiler.h"
+#include "heft/cli/supervise.h"
 #include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec/spec.h"
@@ -106,18 +106,9 @@ int train(const TrainArgs& args) {
     report(recorded.error());
     return job::kExitBadSpec;
   }
-  const job::JobPaths& paths = recorded.value().paths;
-  job::SupervisorOptions options;
-  options.log_name = kName;
-  options.progress = ::isatty(STDOUT_FILENO) == 1;
-  options.worker_umask = user_umask();
-  options.python_path = heft_python_dir();
-  options.heft_binary = heft_binary_dir() + "/heft";
-  profile::JobProfiler profiler(*db, recorded.value().record.id, job_spec, paths, kName);
-  options.observer = &profiler;
-  job::Supervisor supervisor(*db, recorded.value().record, job_spec, paths, command.value(),
-                             options);
-  return supervisor.run();
+  Recorded& created = recorded.value();
+  return supervise(*db, std::move(created.record), job_spec, created.paths, command.value(),
+                   kName);
 }
 
 }  // namespace
