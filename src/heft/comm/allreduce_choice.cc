@@ -1,6 +1,6 @@
-// The allreduce form across hosts under kAuto (communicator.h, choose_allreduce): rank 0's
-// record of earlier runs (choice_cache.h), else a measurement before the first call of a
-// size, recorded for the next runs.
+// Which allreduce form runs (communicator_impl.h): by options, size and topology, and across
+// hosts under kAuto (choose_allreduce) rank 0's record of earlier runs (choice_cache.h), else
+// a measurement before the first call of a size, recorded for the next runs.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -12,7 +12,7 @@
 #include "heft/comm/algo/recursive_doubling_allreduce.h"
 #include "heft/comm/algo/ring_allreduce.h"
 #include "heft/comm/choice_cache.h"
-#include "heft/comm/communicator.h"
+#include "heft/comm/communicator_impl.h"
 #include "heft/error.h"
 
 namespace heft::comm {
@@ -22,12 +22,31 @@ namespace {
 constexpr int kMeasureRounds = 4;
 }  // namespace
 
-Algorithm Communicator::measured_allreduce(size_t bytes) const {
+Algorithm Communicator::Impl::allreduce_algorithm(size_t bytes) const {
+  Algorithm a = options_.allreduce_algorithm;
+  // The allreduce forms of the broadcast shapes, so the name reported is the one that runs.
+  if (a == Algorithm::kTree) a = Algorithm::kRecursiveDoubling;
+  if (a == Algorithm::kChain) a = Algorithm::kRing;
+  const bool shared = options_.shared_memory && topology_.any_shared_host();
+  if ((a == Algorithm::kShm && !single_shm_host()) || (a == Algorithm::kHierarchical && !shared))
+    a = Algorithm::kAuto;  // not possible on this topology: fall back
+  if (a != Algorithm::kAuto) return a;
+  if (single_shm_host()) return Algorithm::kShm;
+  if (shared && topology_.hosts() > 1) {
+    if (bytes <= options_.small_message_bytes || !options_.measure_allreduce)
+      return Algorithm::kHierarchical;
+    return measured_allreduce(bytes);  // kAuto until measured: run_allreduce measures
+  }
+  return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
+                                               : Algorithm::kRing;
+}
+
+Algorithm Communicator::Impl::measured_allreduce(size_t bytes) const {
   const int m = measured_[size_bucket(bytes)].load(std::memory_order_acquire);
   return m < 0 ? Algorithm::kAuto : static_cast<Algorithm>(m);
 }
 
-std::string Communicator::choice_fingerprint() const {
+std::string Communicator::Impl::choice_fingerprint() const {
   std::string hosts;
   for (const auto& ranks : topology_.ranks_of_host)
     hosts += (hosts.empty() ? "" : ",") + std::to_string(ranks.size());
@@ -42,7 +61,8 @@ std::string Communicator::choice_fingerprint() const {
   return key;
 }
 
-int Communicator::agree_on_rank0(int value, Deadline deadline, const std::string& name) {
+int Communicator::Impl::agree_on_rank0(int value, Deadline deadline,
+                                       const std::string& name) {
   int32_t v = rank_ == 0 ? value : -1;
   algo::Links links{*transport_, deadline, name,
                     algo::call_signature(algo::Call::allreduce, 1, DataType::i32, ReduceOp::max)};
@@ -50,7 +70,7 @@ int Communicator::agree_on_rank0(int value, Deadline deadline, const std::string
   return v;
 }
 
-void Communicator::load_choices(Deadline deadline, const std::string& name) {
+void Communicator::Impl::load_choices(Deadline deadline, const std::string& name) {
   std::array<int32_t, kSizeBuckets> known;
   known.fill(-1);
   if (rank_ == 0 && !choice_cache_.empty()) {
@@ -83,8 +103,8 @@ void Communicator::load_choices(Deadline deadline, const std::string& name) {
                                                       : " " + choice_cache_);
 }
 
-Algorithm Communicator::choose_allreduce(size_t count, DataType t, ReduceOp op,
-                                         Deadline deadline, const std::string& name) {
+Algorithm Communicator::Impl::choose_allreduce(size_t count, DataType t, ReduceOp op,
+                                               Deadline deadline, const std::string& name) {
   if (!choices_loaded_) {
     load_choices(deadline, name);
     choices_loaded_ = true;
@@ -93,8 +113,8 @@ Algorithm Communicator::choose_allreduce(size_t count, DataType t, ReduceOp op,
   return known != Algorithm::kAuto ? known : measure_allreduce(count, t, op, deadline, name);
 }
 
-Algorithm Communicator::measure_allreduce(size_t count, DataType t, ReduceOp op,
-                                          Deadline deadline, const std::string& name) {
+Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, ReduceOp op,
+                                                Deadline deadline, const std::string& name) {
   const size_t bytes = count * element_size(t);
   std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
   const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);

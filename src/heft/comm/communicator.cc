@@ -1,3 +1,7 @@
+// The communicator's set-up and its calls (communicator.h): create() builds the links, each
+// collective names its operation and queues a closure over Communicator::Impl
+// (communicator_impl.h) that runs the algorithm chosen. The queue itself is
+// communicator_queue.cc; the allreduce's choice of form, allreduce_choice.cc.
 #include "heft/comm/communicator.h"
 
 #include <unistd.h>
@@ -22,7 +26,8 @@
 #include "heft/comm/algo/hierarchical_allreduce.h"
 #include "heft/comm/algo/shm_allreduce.h"
 #include "heft/comm/algo/shm_collectives.h"
-#include "heft/comm/choice_cache.h"  // size_bucket, choice_cache_path
+#include "heft/comm/choice_cache.h"  // size_bucket
+#include "heft/comm/communicator_impl.h"
 #include "heft/comm/transport/shm/context.h"
 #include "heft/comm/transport/tcp/context.h"
 
@@ -85,75 +90,63 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
                                topology.local_rank, topology.local(), shm_options, deadline);
   }
-  return std::unique_ptr<Communicator>(
-      new Communicator(std::move(store), group, rank, size, std::move(options),
-                       std::move(transport), std::move(topology), std::move(shm)));
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<Impl>(
+      std::move(store), group, rank, size, std::move(options), std::move(transport),
+      std::move(topology), std::move(shm))));
 }
 
-Communicator::Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
-                           CommunicatorOptions options, std::unique_ptr<Transport> transport,
-                           Topology topology, std::unique_ptr<shm::Context> shm)
-    : store_(std::move(store)),
-      group_(std::move(group)),
-      rank_(rank),
-      size_(size),
-      options_(std::move(options)),
-      transport_(std::move(transport)),
-      topology_(std::move(topology)),
-      shm_(std::move(shm)) {
-  for (auto& m : measured_) m.store(-1, std::memory_order_relaxed);
-  if (rank_ == 0) choice_cache_ = choice_cache_path();
-  if (shm_) {
-    // A peer blocked in shared memory cannot see a socket close; look at its TCP link
-    // while waiting for it.
-    shm_->set_liveness_check([this](int local_peer, const std::string& op) {
-      transport_->check_link(topology_.local()[local_peer], op);
-    });
-  }
-  try {
-    const char* world_rank = std::getenv("RANK");
-    trace_ = CollectiveTrace::open(CollectiveTrace::dir_from_env(), group_, rank_, size_,
-                                   world_rank && *world_rank ? std::atoi(world_rank) : rank_);
-  } catch (const Error& e) {
-    spdlog::warn("rank {}: no collective trace: {}", rank_, e.what());
-  }
-  thread_ = std::thread([this] { loop(); });
-}
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Communicator::~Communicator() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+Communicator::~Communicator() = default;  // ~Impl finishes the queue, then closes the links
 
-bool Communicator::healthy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !broken_;
-}
+int Communicator::rank() const { return impl_->rank_; }
+int Communicator::size() const { return impl_->size_; }
+const std::string& Communicator::group() const { return impl_->group_; }
+const CommunicatorOptions& Communicator::options() const { return impl_->options_; }
+const Topology& Communicator::topology() const { return impl_->topology_; }
+bool Communicator::has_shared_memory() const { return impl_->shm_ != nullptr; }
 
 Algorithm Communicator::allreduce_algorithm(size_t bytes) const {
-  Algorithm a = options_.allreduce_algorithm;
-  // The allreduce forms of the broadcast shapes, so the name reported is the one that runs.
-  if (a == Algorithm::kTree) a = Algorithm::kRecursiveDoubling;
-  if (a == Algorithm::kChain) a = Algorithm::kRing;
-  const bool shared = options_.shared_memory && topology_.any_shared_host();
-  if ((a == Algorithm::kShm && !single_shm_host()) || (a == Algorithm::kHierarchical && !shared))
-    a = Algorithm::kAuto;  // not possible on this topology: fall back
-  if (a != Algorithm::kAuto) return a;
-  if (single_shm_host()) return Algorithm::kShm;
-  if (shared && topology_.hosts() > 1) {
-    if (bytes <= options_.small_message_bytes || !options_.measure_allreduce)
-      return Algorithm::kHierarchical;
-    return measured_allreduce(bytes);  // kAuto until measured: run_allreduce measures
-  }
-  return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
-                                               : Algorithm::kRing;
+  return impl_->allreduce_algorithm(bytes);
 }
 
 Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
+  return impl_->broadcast_algorithm(bytes);
+}
+
+bool Communicator::healthy() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return !impl_->broken_;
+}
+
+std::string Communicator::last_allreduce_path() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->last_path_;
+}
+
+shm::PathCounts Communicator::shm_path_counts() const {
+  // The counters are written on the communicator thread; a caller reads them after its
+  // Work finished, which orders the two.
+  return impl_->shm_ ? impl_->shm_->path_counts() : shm::PathCounts{};
+}
+
+int Communicator::allreduce_measurements() const {
+  return impl_->measurements_.load(std::memory_order_acquire);
+}
+
+int Communicator::recorded_allreduce_choices() const {
+  return impl_->cached_choices_.load(std::memory_order_acquire);
+}
+
+Algorithm Communicator::measured_allreduce(size_t bytes) const {
+  return impl_->measured_allreduce(bytes);
+}
+
+uint64_t Communicator::inline_operations() const {
+  return impl_->inline_ops_.load(std::memory_order_relaxed);
+}
+
+Algorithm Communicator::Impl::broadcast_algorithm(size_t bytes) const {
   Algorithm a = options_.broadcast_algorithm;
   if (a == Algorithm::kRing) a = Algorithm::kChain;  // a pipelined chain is the ring's broadcast
   if (a == Algorithm::kRecursiveDoubling) a = Algorithm::kTree;
@@ -164,176 +157,42 @@ Algorithm Communicator::broadcast_algorithm(size_t bytes) const {
   return bytes <= options_.small_message_bytes ? Algorithm::kTree : Algorithm::kChain;
 }
 
-namespace {
-// Set by blocking() around its submit call on this thread: enqueue may then run inline.
-thread_local bool t_blocking_call = false;
-}  // namespace
-
-std::shared_ptr<Work> Communicator::enqueue(std::string op, std::function<void(Deadline)> fn) {
-  auto work = std::make_shared<Work>();
-  uint64_t seq = 0;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (trace_) seq = trace_->queued(op);
-    if (!(t_blocking_call && queue_.empty() && !busy_)) {
-      queue_.push_back(Op{std::move(op), std::move(fn), work, seq});
-      lock.unlock();
-      cv_.notify_all();
-      return work;
-    }
-    busy_ = true;  // the communicator thread starts nothing until this is cleared
-  }
-  run_one(op, fn, *work, seq);
-  inline_ops_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-  }
-  cv_.notify_all();
-  return work;
-}
-
-void Communicator::blocking(const std::function<std::shared_ptr<Work>()>& submit) {
-  struct Flag {
-    Flag() { t_blocking_call = true; }
-    ~Flag() { t_blocking_call = false; }
-  };
-  std::shared_ptr<Work> work;
-  {
-    Flag flag;
-    work = submit();
-  }
-  work->wait();
-}
-
-void Communicator::loop() {
-  for (;;) {
-    Op op;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    run_one(op.name, op.fn, *op.work, op.seq);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-    }
-  }
-}
-
-void Communicator::run_one(const std::string& op, const std::function<void(Deadline)>& fn,
-                           Work& work, uint64_t seq) {
-  std::exception_ptr earlier;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    earlier = broken_;
-  }
-  if (earlier) {
-    if (trace_) trace_->ended(seq, false);
-    work.finish(earlier);
-    return;
-  }
-  if (trace_) trace_->started(seq);
-  try {
-    fn(std::chrono::steady_clock::now() + options_.timeout);
-    if (trace_) trace_->ended(seq, true);
-    work.finish(nullptr);
-  } catch (...) {
-    if (trace_) {
-      int peer = -1;
-      try {
-        throw;
-      } catch (const Timeout& e) {
-        peer = e.peer();
-      } catch (const PeerLost& e) {
-        peer = e.peer();
-      } catch (...) {
-      }
-      trace_->ended(seq, false, peer);
-    }
-    std::exception_ptr error = on_failure(op, std::current_exception());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      broken_ = error;
-    }
-    work.finish(error);
-  }
-}
-
-// The first rank to fail records why under "<group>/abort" before breaking its links, so a
-// rank that then sees one of those links close can name the peer that was really lost.
-std::exception_ptr Communicator::on_failure(const std::string& op, std::exception_ptr error) {
-  const std::string key = group_ + "/abort";
-  std::exception_ptr result = error;
-  try {
-    try {
-      std::rethrow_exception(error);
-    } catch (const PeerLost& e) {
-      if (store_->check({key})) {
-        std::string why = store_->get_string(key, Millis(1000));
-        auto nl = why.find('\n');
-        int lost = std::atoi(why.substr(0, nl).c_str());
-        result = std::make_exception_ptr(
-            PeerLost(rank_, lost, op, "first seen by " + why.substr(nl + 1)));
-      } else {
-        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
-      }
-    } catch (const Timeout& e) {
-      // A vote for who hung: the launcher names the rank that everyone waited for and that
-      // itself waited for nobody (docs/errors.md).
-      if (e.peer() >= 0)
-        store_->set(group_ + "/timeout/" + std::to_string(rank_),
-                    std::to_string(e.peer()) + "\n" + op);
-      if (!store_->check({key}))
-        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
-    } catch (const Error& e) {
-      if (!store_->check({key}))
-        store_->set(key, std::string("-1\n") + e.what());
-    }
-  } catch (...) {
-    // The store is unreachable too (the launcher died): keep the original error.
-  }
-  transport_->abort();
-  if (shm_) shm_->abort();
-  return result;
-}
-
-void Communicator::check_peer(int peer, const char* what) const {
+void Communicator::Impl::check_peer(int peer, const char* what) const {
   if (peer < 0 || peer >= size_)
     throw InvalidArgument(std::string(what) + ": rank " + std::to_string(peer) +
                           " is not in this group of " + std::to_string(size_));
 }
 
+// Each call below names its operation and queues a closure over `m`, the Impl (the one
+// pointer hop from the public object): the closure runs on whichever thread runs the queue.
 std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv, size_t count,
                                                     DataType t, ReduceOp op,
                                                     Compression compression) {
-  if (compression == Compression::kDefault) compression = options_.compression;
+  Impl* m = impl_.get();
+  if (compression == Compression::kDefault) compression = m->options_.compression;
   if (compression == Compression::kBf16 && t == DataType::f32) {
     // Lossy: the f32 data travels and is reduced as bf16 (half the bytes), then widens back.
-    std::string name = describe("allreduce", allreduce_algorithm(count * 2), count * 2) + "[bf16 wire]";
-    return enqueue(name, [=](Deadline deadline) {
+    std::string name =
+        describe("allreduce", m->allreduce_algorithm(count * 2), count * 2) + "[bf16 wire]";
+    return m->enqueue(name, [=](Deadline deadline) {
       std::vector<uint16_t> wire(count);
       const float* in = static_cast<const float*>(send);
       for (size_t i = 0; i < count; ++i) wire[i] = float_to_bf16(in[i]);
-      run_allreduce(wire.data(), count, DataType::bf16, op, deadline, name);
+      m->run_allreduce(wire.data(), count, DataType::bf16, op, deadline, name);
       float* out = static_cast<float*>(recv);
       for (size_t i = 0; i < count; ++i) out[i] = bf16_to_float(wire[i]);
     });
   }
   const size_t bytes = count * element_size(t);
-  std::string name = describe("allreduce", allreduce_algorithm(bytes), bytes);
-  return enqueue(name, [=](Deadline deadline) {
+  std::string name = describe("allreduce", m->allreduce_algorithm(bytes), bytes);
+  return m->enqueue(name, [=](Deadline deadline) {
     if (send != recv) std::memcpy(recv, send, bytes);
-    run_allreduce(recv, count, t, op, deadline, name);
+    m->run_allreduce(recv, count, t, op, deadline, name);
   });
 }
 
-void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
-                                 Deadline deadline, const std::string& name) {
+void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
+                                       Deadline deadline, const std::string& name) {
   const size_t bytes = count * element_size(t);
   const shm::PathCounts before = shm_ ? shm_->path_counts() : shm::PathCounts{};
   // The shared-memory form that ran, from the counters shm_allreduce bumps.
@@ -386,66 +245,56 @@ void Communicator::run_allreduce(void* recv, size_t count, DataType t, ReduceOp 
   last_path_ = std::move(path);
 }
 
-std::string Communicator::last_allreduce_path() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_path_;
-}
-
-shm::PathCounts Communicator::shm_path_counts() const {
-  // The counters are written on the communicator thread; a caller reads them after its
-  // Work finished, which orders the two.
-  return shm_ ? shm_->path_counts() : shm::PathCounts{};
-}
-
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,
                                                          size_t recv_count, DataType t,
                                                          ReduceOp op) {
-  std::string name = describe("reduce_scatter", single_shm_host() ? Algorithm::kShm : Algorithm::kRing,
-                              recv_count * element_size(t) * size_);
-  return enqueue(name, [=](Deadline deadline) {
-    if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name,
-                           algo::call_signature(algo::Call::reduce_scatter, recv_count, t, op)};
-      return algo::shm_reduce_scatter(local, send, recv, recv_count, t, op, size_);
+  Impl* m = impl_.get();
+  const bool shm = m->single_shm_host();
+  std::string name = describe("reduce_scatter", shm ? Algorithm::kShm : Algorithm::kRing,
+                              recv_count * element_size(t) * m->size_);
+  return m->enqueue(name, [=](Deadline deadline) {
+    const auto call = algo::call_signature(algo::Call::reduce_scatter, recv_count, t, op);
+    if (shm) {
+      algo::ShmLinks local{*m->shm_, deadline, name, call};
+      return algo::shm_reduce_scatter(local, send, recv, recv_count, t, op, m->size_);
     }
-    algo::Links links{*transport_, deadline, name,
-                      algo::call_signature(algo::Call::reduce_scatter, recv_count, t, op)};
+    algo::Links links{*m->transport_, deadline, name, call};
     algo::ring_reduce_scatter(links, send, recv, recv_count, t, op);
   });
 }
 
 std::shared_ptr<Work> Communicator::allgather_async(const void* send, void* recv,
                                                     size_t send_count, DataType t) {
-  std::string name = describe("allgather", single_shm_host() ? Algorithm::kShm : Algorithm::kRing,
-                              send_count * element_size(t) * size_);
-  return enqueue(name, [=](Deadline deadline) {
-    if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name,
-                           algo::call_signature(algo::Call::allgather, send_count, t)};
+  Impl* m = impl_.get();
+  const bool shm = m->single_shm_host();
+  std::string name = describe("allgather", shm ? Algorithm::kShm : Algorithm::kRing,
+                              send_count * element_size(t) * m->size_);
+  return m->enqueue(name, [=](Deadline deadline) {
+    const auto call = algo::call_signature(algo::Call::allgather, send_count, t);
+    if (shm) {
+      algo::ShmLinks local{*m->shm_, deadline, name, call};
       return algo::shm_allgather(local, send, recv, send_count, t);
     }
-    algo::Links links{*transport_, deadline, name,
-                      algo::call_signature(algo::Call::allgather, send_count, t)};
+    algo::Links links{*m->transport_, deadline, name, call};
     algo::ring_allgather(links, send, recv, send_count, t);
   });
 }
 
 std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, DataType t,
                                                     int root) {
-  check_peer(root, "broadcast root");
+  Impl* m = impl_.get();
+  m->check_peer(root, "broadcast root");
   const size_t bytes = count * element_size(t);
-  const Algorithm algo = broadcast_algorithm(bytes);
+  const Algorithm algo = m->broadcast_algorithm(bytes);
   std::string name = describe("broadcast", algo, bytes);
-  return enqueue(name, [=](Deadline deadline) {
+  return m->enqueue(name, [=](Deadline deadline) {
+    const auto call =
+        algo::call_signature(algo::Call::broadcast, bytes, DataType::f32, ReduceOp::sum, root);
     if (algo == Algorithm::kShm) {
-      algo::ShmLinks local{*shm_, deadline, name,
-                           algo::call_signature(algo::Call::broadcast, bytes, DataType::f32,
-                                                ReduceOp::sum, root)};
+      algo::ShmLinks local{*m->shm_, deadline, name, call};
       return algo::shm_broadcast(local, buf, bytes, root);
     }
-    algo::Links links{*transport_, deadline, name,
-                      algo::call_signature(algo::Call::broadcast, bytes, DataType::f32,
-                                           ReduceOp::sum, root)};
+    algo::Links links{*m->transport_, deadline, name, call};
     if (algo == Algorithm::kChain)
       algo::chain_broadcast(links, buf, bytes, root);
     else
@@ -455,41 +304,45 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
 
 std::shared_ptr<Work> Communicator::reduce_async(const void* send, void* recv, size_t count,
                                                  DataType t, ReduceOp op, int root) {
-  check_peer(root, "reduce root");
-  std::string name = describe("reduce", single_shm_host() ? Algorithm::kShm : Algorithm::kTree,
-                              count * element_size(t));
-  return enqueue(name, [=](Deadline deadline) {
-    if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, name,
-                           algo::call_signature(algo::Call::reduce, count, t, op, root)};
-      return algo::shm_reduce(local, send, recv, count, t, op, root, size_);
+  Impl* m = impl_.get();
+  m->check_peer(root, "reduce root");
+  const bool shm = m->single_shm_host();
+  std::string name =
+      describe("reduce", shm ? Algorithm::kShm : Algorithm::kTree, count * element_size(t));
+  return m->enqueue(name, [=](Deadline deadline) {
+    const auto call = algo::call_signature(algo::Call::reduce, count, t, op, root);
+    if (shm) {
+      algo::ShmLinks local{*m->shm_, deadline, name, call};
+      return algo::shm_reduce(local, send, recv, count, t, op, root, m->size_);
     }
-    algo::Links links{*transport_, deadline, name,
-                      algo::call_signature(algo::Call::reduce, count, t, op, root)};
+    algo::Links links{*m->transport_, deadline, name, call};
     algo::tree_reduce(links, send, recv, count, t, op, root);
   });
 }
 
 std::shared_ptr<Work> Communicator::alltoall_async(const void* send, void* recv, size_t count,
                                                    DataType t) {
-  if (send == recv && count > 0 && size_ > 1)
+  Impl* m = impl_.get();
+  if (send == recv && count > 0 && m->size_ > 1)
     throw InvalidArgument("alltoall: send and recv must be different buffers");
   std::string name =
-      "alltoall(pairwise, " + std::to_string(count * element_size(t) * size_) + " B)";
-  return enqueue(name, [=](Deadline deadline) {
-    algo::Links links{*transport_, deadline, name, algo::call_signature(algo::Call::alltoall, count, t)};
+      "alltoall(pairwise, " + std::to_string(count * element_size(t) * m->size_) + " B)";
+  return m->enqueue(name, [=](Deadline deadline) {
+    algo::Links links{*m->transport_, deadline, name,
+                      algo::call_signature(algo::Call::alltoall, count, t)};
     algo::pairwise_alltoall(links, send, recv, count, t);
   });
 }
 
 std::shared_ptr<Work> Communicator::barrier_async() {
-  return enqueue("barrier", [=](Deadline deadline) {
-    if (single_shm_host()) {
-      algo::ShmLinks local{*shm_, deadline, "barrier(shm)",
-                           algo::call_signature(algo::Call::barrier, 0)};
+  Impl* m = impl_.get();
+  return m->enqueue("barrier", [m](Deadline deadline) {
+    const auto call = algo::call_signature(algo::Call::barrier, 0);
+    if (m->single_shm_host()) {
+      algo::ShmLinks local{*m->shm_, deadline, "barrier(shm)", call};
       return algo::shm_barrier(local);
     }
-    algo::Links links{*transport_, deadline, "barrier", algo::call_signature(algo::Call::barrier, 0)};
+    algo::Links links{*m->transport_, deadline, "barrier", call};
     algo::dissemination_barrier(links);
   });
 }
@@ -505,11 +358,13 @@ std::shared_ptr<Work> Communicator::recv_async(void* buf, size_t count, DataType
 }
 
 std::shared_ptr<Work> Communicator::exchange_async(std::vector<P2POp> ops) {
+  Impl* m = impl_.get();
+  const int rank = m->rank_;
   std::string name;
   for (const P2POp& o : ops) {
     const bool send = o.kind == P2POp::Kind::kSend;
-    check_peer(o.peer, send ? "send" : "recv");
-    if (o.peer == rank_)
+    m->check_peer(o.peer, send ? "send" : "recv");
+    if (o.peer == rank)
       throw InvalidArgument(std::string(send ? "send" : "recv") + ": a rank cannot " +
                             (send ? "send to" : "receive from") + " itself");
     name += std::string(name.empty() ? "" : ", ") + (send ? "send(to rank " : "recv(from rank ") +
@@ -517,7 +372,7 @@ std::shared_ptr<Work> Communicator::exchange_async(std::vector<P2POp> ops) {
             std::to_string(o.count * element_size(o.type)) + " B)";
   }
   if (ops.size() > 1) name = "exchange[" + name + "]";
-  return enqueue(name, [this, ops = std::move(ops), name](Deadline deadline) {
+  return m->enqueue(name, [m, rank, ops = std::move(ops), name](Deadline deadline) {
     // Each op: a header, then its payload. A receiver checks each header as soon as it has
     // arrived, before the payload, so a mismatch fails at once instead of at the deadline.
     std::vector<P2PHeader> headers(ops.size());
@@ -535,10 +390,10 @@ std::shared_ptr<Work> Communicator::exchange_async(std::vector<P2POp> ops) {
       }
       headers[i].magic = 0;
       Transfer header = Transfer::recv(o.peer, &headers[i], sizeof(P2PHeader));
-      header.on_progress = [this, &h = headers[i], o, bytes](size_t got) {
+      header.on_progress = [rank, &h = headers[i], o, bytes](size_t got) {
         if (got < sizeof(P2PHeader)) return;
         if (h.magic != P2PHeader{}.magic || h.tag != o.tag || h.bytes != bytes)
-          throw InvalidArgument("rank " + std::to_string(rank_) + ": recv(from rank " +
+          throw InvalidArgument("rank " + std::to_string(rank) + ": recv(from rank " +
                                 std::to_string(o.peer) + ", tag " + std::to_string(o.tag) +
                                 ", " + std::to_string(bytes) +
                                 " B) does not match the message rank " +
@@ -548,25 +403,26 @@ std::shared_ptr<Work> Communicator::exchange_async(std::vector<P2POp> ops) {
       transfers.push_back(std::move(header));
       transfers.push_back(Transfer::recv(o.peer, o.buf, bytes));
     }
-    transport_->exchange(transfers.data(), transfers.size(), deadline, name);
+    m->transport_->exchange(transfers.data(), transfers.size(), deadline, name);
   });
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  Impl& m = *impl_;
   int32_t mine[2] = {color, key};
-  std::vector<int32_t> all(2 * static_cast<size_t>(size_));
+  std::vector<int32_t> all(2 * static_cast<size_t>(m.size_));
   allgather(mine, all.data(), 2, DataType::i32);
-  const int seq = split_count_++;
+  const int seq = m.split_count_++;
   if (color < 0) return nullptr;
   std::vector<std::pair<int, int>> members;  // (key, rank here)
-  for (int r = 0; r < size_; ++r)
+  for (int r = 0; r < m.size_; ++r)
     if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
   std::sort(members.begin(), members.end());
   int new_rank = 0;
-  while (members[new_rank].second != rank_) ++new_rank;
+  while (members[new_rank].second != m.rank_) ++new_rank;
   const std::string group =
-      group_ + "/split" + std::to_string(seq) + "/" + std::to_string(color);
-  return create(store_, group, new_rank, static_cast<int>(members.size()), options_);
+      m.group_ + "/split" + std::to_string(seq) + "/" + std::to_string(color);
+  return create(m.store_, group, new_rank, static_cast<int>(members.size()), m.options_);
 }
 
 }  // namespace heft::comm

@@ -20,31 +20,30 @@
 // with the same error. Not copyable; methods are thread-safe (calls from several threads are
 // ordered by who gets the queue first, which is rarely what you want).
 //
+// This header is the contract; the transports, the queue and the measurements live behind it
+// in Communicator::Impl (communicator_impl.h, internal to comm/).
+//
 // Deliberately left out: tags on collectives, cancellation, non-contiguous buffers.
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "heft/comm/dtype.h"
 #include "heft/comm/options.h"
-#include "heft/comm/topology.h"
-#include "heft/comm/trace.h"
 #include "heft/comm/store/store.h"
-#include "heft/comm/transport/shm/context.h"
-#include "heft/comm/transport/transport.h"
+#include "heft/comm/topology.h"
+// Not needed here: kept for users that reach CollectiveTrace (HEFT_TRACE_DIR) through this
+// header (parallel/mesh.cc).
+#include "heft/comm/trace.h"
+#include "heft/comm/transport/shm/path_counts.h"
 #include "heft/comm/work.h"
 
 namespace heft::comm {
-
 
 // One send or receive of a batched point-to-point exchange (Communicator::exchange).
 struct P2POp {
@@ -78,13 +77,13 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  const std::string& group() const { return group_; }
-  const CommunicatorOptions& options() const { return options_; }
-  const Topology& topology() const { return topology_; }
+  int rank() const;
+  int size() const;
+  const std::string& group() const;
+  const CommunicatorOptions& options() const;
+  const Topology& topology() const;
   // Whether this rank shares memory with others of its host.
-  bool has_shared_memory() const { return shm_ != nullptr; }
+  bool has_shared_memory() const;
   // The algorithm an allreduce / broadcast of `bytes` runs with under these options.
   Algorithm allreduce_algorithm(size_t bytes) const;
   Algorithm broadcast_algorithm(size_t bytes) const;
@@ -93,7 +92,8 @@ class Communicator {
   // compression kBf16 (f32 only; lossy, ~3 significant digits): the data crosses the wire
   // and is reduced as bf16, halving the bytes moved; kDefault: options().compression.
   std::shared_ptr<Work> allreduce_async(const void* send, void* recv, size_t count, DataType t,
-                                        ReduceOp op, Compression compression = Compression::kDefault);
+                                        ReduceOp op,
+                                        Compression compression = Compression::kDefault);
   // send: size()*recv_count elements, block j for rank j; recv: this rank's block reduced.
   // recv == send + rank()*recv_count: in place.
   std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recv_count,
@@ -177,87 +177,22 @@ class Communicator {
   // communicator measured the hierarchical form against the flat ring for, how many sizes'
   // forms it took from rank 0's record of earlier runs (choice_cache.h) instead, and the form
   // chosen for allreduces of `bytes` either way (kAuto: not decided yet).
-  int allreduce_measurements() const { return measurements_.load(std::memory_order_acquire); }
-  int recorded_allreduce_choices() const {
-    return cached_choices_.load(std::memory_order_acquire);
-  }
+  int allreduce_measurements() const;
+  int recorded_allreduce_choices() const;
   Algorithm measured_allreduce(size_t bytes) const;
   // Operations that ran on their caller's thread (blocking calls on an idle communicator).
-  uint64_t inline_operations() const { return inline_ops_.load(std::memory_order_relaxed); }
+  uint64_t inline_operations() const;
 
  private:
-  Communicator(std::shared_ptr<Store> store, std::string group, int rank, int size,
-               CommunicatorOptions options, std::unique_ptr<Transport> transport,
-               Topology topology, std::unique_ptr<shm::Context> shm);
-  // True when the whole group is one host with shared memory.
-  bool single_shm_host() const { return shm_ && topology_.hosts() == 1; }
-  // Queues fn to run on the communicator thread as operation `op`; inside blocking(), runs
-  // it on the calling thread instead when nothing is queued or running.
-  std::shared_ptr<Work> enqueue(std::string op, std::function<void(Deadline)> fn);
-  // Calls submit (an `_async` call) asking enqueue to run inline, then waits for its Work.
+  // The transports, the operation queue and its thread, the measurements: everything behind
+  // the calls above (communicator_impl.h; internal to comm/).
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  // Calls submit (an `_async` call) letting it run on this thread when nothing is queued or
+  // running, then waits for its Work.
   void blocking(const std::function<std::shared_ptr<Work>()>& submit);
-  void loop();
-  void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work,
-               uint64_t seq);
-  // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
-  void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
-                     const std::string& name);
-  // The form of an allreduce of count elements across hosts under kAuto, the same on every
-  // rank and in every run that reads the same record: at the first such call, rank 0's
-  // record of earlier runs (load_choices); for a size it lacks, measure_allreduce. Comm
-  // thread; collective: every rank calls it at the same call.
-  Algorithm choose_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
-                             const std::string& name);
-  void load_choices(Deadline deadline, const std::string& name);
-  // Times the hierarchical and flat-ring allreduce of count elements on a scratch buffer,
-  // agrees on the faster (slowest rank's times), has rank 0 record it, and returns the
-  // recorded decision (another run's, when it recorded one meanwhile).
-  Algorithm measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
-                              const std::string& name);
-  // Rank 0's value on every rank (others pass anything >= -1 smaller; one tiny allreduce).
-  int agree_on_rank0(int value, Deadline deadline, const std::string& name);
-  // What the record's decisions depend on: world, ranks per host, machine, options.
-  std::string choice_fingerprint() const;
-  std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
-  void check_peer(int peer, const char* what) const;
 
-  std::shared_ptr<Store> store_;
-  const std::string group_;
-  const int rank_;
-  const int size_;
-  const CommunicatorOptions options_;
-  std::unique_ptr<Transport> transport_;
-  const Topology topology_;
-  std::unique_ptr<shm::Context> shm_;  // null when alone on the host or shm is off
-  int split_count_ = 0;  // only touched by split(), which is collective and ordered
-  // Paths already logged, by power-of-two size bucket (communicator thread only).
-  std::string logged_paths_[64];
-  // The measured allreduce choice by power-of-two size bucket (an Algorithm, -1 not yet):
-  // written by the comm thread, read by callers naming an operation.
-  std::array<std::atomic<int>, 64> measured_;
-  std::atomic<int> measurements_{0};
-  std::atomic<int> cached_choices_{0};
-  bool choices_loaded_ = false;  // rank 0's record read (comm thread)
-  std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
-
-  struct Op {
-    std::string name;
-    std::function<void(Deadline)> fn;
-    std::shared_ptr<Work> work;
-    uint64_t seq = 0;  // in the collective trace; 0 without one
-  };
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Op> queue_;            // guarded by mu_
-  bool stopping_ = false;           // guarded by mu_
-  bool busy_ = false;               // an operation runs (either thread); guarded by mu_
-  std::atomic<uint64_t> inline_ops_{0};
-  std::exception_ptr broken_;       // guarded by mu_
-  std::string last_path_;           // guarded by mu_
-  // This rank's flight recorder (trace.h), when HEFT_TRACE_DIR is set; written under mu_ or
-  // by the thread running the operation.
-  std::unique_ptr<CollectiveTrace> trace_;
-  std::thread thread_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace heft::comm

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "heft/comm/store/store.h"
+#include "heft/comm/transport/shm/path_counts.h"
 #include "heft/comm/transport/shm/segment.h"
 #include "heft/comm/transport/transport.h"
 
@@ -53,13 +54,6 @@ struct ContextOptions {
 
 constexpr int kSpinDisjointUs = 500;
 constexpr int kSpinSharedUs = 50;
-
-// Which form each shared-memory allreduce took on this rank (tests and `heft bench` read it).
-struct PathCounts {
-  uint64_t small = 0;        // every rank reduces whole chunks through the slots
-  uint64_t slots = 0;        // reduce-scatter + allgather through the slots (two copies)
-  uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
-};
 
 class Context {
  public:

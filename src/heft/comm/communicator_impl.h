@@ -1,0 +1,130 @@
+// Communicator::Impl: what stands behind the communicator's public calls (communicator.h).
+// Internal to comm/: only the communicator's own files include it (communicator.cc: set-up
+// and the collectives; communicator_queue.cc: the operation queue, its thread and failures;
+// allreduce_choice.cc: which allreduce form runs, measured across hosts). Users, tests
+// included, go through communicator.h.
+//
+// Threads: the fields marked "comm thread" are touched only by whichever thread runs the
+// current operation (the communicator's own thread, or a caller running a blocking call
+// inline while `busy_` keeps the thread out); the ones marked "mu_" only under mu_; the
+// atomics are read by any caller. The identity (group, rank, size, options, topology) and the
+// transports are set once at construction.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "heft/comm/communicator.h"
+#include "heft/comm/trace.h"
+#include "heft/comm/transport/shm/context.h"
+#include "heft/comm/transport/transport.h"
+
+namespace heft::comm {
+
+struct Communicator::Impl {
+  // Takes the links made by Communicator::create, opens the collective trace and starts the
+  // communicator thread.
+  Impl(std::shared_ptr<Store> store, std::string group, int rank, int size,
+       CommunicatorOptions options, std::unique_ptr<Transport> transport, Topology topology,
+       std::unique_ptr<shm::Context> shm);
+  // Finishes queued operations, then stops the thread (the links close after it).
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // --- the operation queue (communicator_queue.cc) ---
+  // Queues fn to run on the communicator thread as operation `op`; inside a blocking call
+  // (Communicator::blocking), runs it on the calling thread instead when nothing is queued
+  // or running.
+  std::shared_ptr<Work> enqueue(std::string op, std::function<void(Deadline)> fn);
+  void loop();
+  void run_one(const std::string& op, const std::function<void(Deadline)>& fn, Work& work,
+               uint64_t seq);
+  // Records the failure under "<group>/abort" (the first rank to fail), breaks the links and
+  // returns the error every later call rethrows.
+  std::exception_ptr on_failure(const std::string& op, std::exception_ptr error);
+
+  // --- choosing and running the allreduce (allreduce_choice.cc, communicator.cc) ---
+  // The algorithm an allreduce / broadcast of `bytes` runs with under options_.
+  Algorithm allreduce_algorithm(size_t bytes) const;
+  Algorithm broadcast_algorithm(size_t bytes) const;
+  // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
+  void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
+                     const std::string& name);
+  // The form of an allreduce of count elements across hosts under kAuto, the same on every
+  // rank and in every run that reads the same record: at the first such call, rank 0's
+  // record of earlier runs (load_choices); for a size it lacks, measure_allreduce. Comm
+  // thread; collective: every rank calls it at the same call.
+  Algorithm choose_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                             const std::string& name);
+  void load_choices(Deadline deadline, const std::string& name);
+  // Times the hierarchical and flat-ring allreduce of count elements on a scratch buffer,
+  // agrees on the faster (slowest rank's times), has rank 0 record it, and returns the
+  // recorded decision (another run's, when it recorded one meanwhile).
+  Algorithm measure_allreduce(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                              const std::string& name);
+  // The decision taken for allreduces of `bytes` (kAuto: none yet). Any thread.
+  Algorithm measured_allreduce(size_t bytes) const;
+  // Rank 0's value on every rank (others pass anything >= -1 smaller; one tiny allreduce).
+  int agree_on_rank0(int value, Deadline deadline, const std::string& name);
+  // What the record's decisions depend on: world, ranks per host, machine, options.
+  std::string choice_fingerprint() const;
+
+  // True when the whole group is one host with shared memory.
+  bool single_shm_host() const { return shm_ && topology_.hosts() == 1; }
+  // Throws InvalidArgument when `peer` is not a rank of this group.
+  void check_peer(int peer, const char* what) const;
+
+  // --- identity and transports (set once) ---
+  std::shared_ptr<Store> store_;
+  const std::string group_;
+  const int rank_;
+  const int size_;
+  const CommunicatorOptions options_;
+  std::unique_ptr<Transport> transport_;
+  const Topology topology_;
+  std::unique_ptr<shm::Context> shm_;  // null when alone on the host or shm is off
+  int split_count_ = 0;  // only touched by split(), which is collective and ordered
+
+  // --- measurements ---
+  // Paths already logged, by power-of-two size bucket (comm thread).
+  std::string logged_paths_[64];
+  // The measured allreduce choice by power-of-two size bucket (an Algorithm, -1 not yet):
+  // written by the comm thread, read by callers naming an operation.
+  std::array<std::atomic<int>, 64> measured_;
+  std::atomic<int> measurements_{0};
+  std::atomic<int> cached_choices_{0};
+  bool choices_loaded_ = false;  // rank 0's record read (comm thread)
+  std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
+
+  // --- the queue ---
+  struct Op {
+    std::string name;
+    std::function<void(Deadline)> fn;
+    std::shared_ptr<Work> work;
+    uint64_t seq = 0;  // in the collective trace; 0 without one
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;            // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  bool busy_ = false;               // an operation runs (either thread); guarded by mu_
+  std::atomic<uint64_t> inline_ops_{0};
+  std::exception_ptr broken_;       // guarded by mu_
+  std::string last_path_;           // guarded by mu_
+  // This rank's flight recorder (trace.h), when HEFT_TRACE_DIR is set; written under mu_ or
+  // by the thread running the operation.
+  std::unique_ptr<CollectiveTrace> trace_;
+  std::thread thread_;  // last: started once everything above is set up
+};
+
+}  // namespace heft::comm

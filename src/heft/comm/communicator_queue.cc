@@ -1,0 +1,196 @@
+// The communicator's operation queue (communicator_impl.h): operations run one at a time in
+// issue order, on the communicator's thread or, for a blocking call on an idle communicator,
+// on the caller's; a failure records why in the store, breaks the links and is rethrown by
+// every later call.
+#include <cstdlib>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "heft/comm/choice_cache.h"  // choice_cache_path
+#include "heft/comm/communicator_impl.h"
+#include "heft/error.h"
+
+namespace heft::comm {
+
+namespace {
+// Set by Communicator::blocking() around its submit call on this thread: enqueue may then run
+// inline.
+thread_local bool t_blocking_call = false;
+}  // namespace
+
+Communicator::Impl::Impl(std::shared_ptr<Store> store, std::string group, int rank, int size,
+                         CommunicatorOptions options, std::unique_ptr<Transport> transport,
+                         Topology topology, std::unique_ptr<shm::Context> shm)
+    : store_(std::move(store)),
+      group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      transport_(std::move(transport)),
+      topology_(std::move(topology)),
+      shm_(std::move(shm)) {
+  for (auto& m : measured_) m.store(-1, std::memory_order_relaxed);
+  if (rank_ == 0) choice_cache_ = choice_cache_path();
+  if (shm_) {
+    // A peer blocked in shared memory cannot see a socket close; look at its TCP link
+    // while waiting for it.
+    shm_->set_liveness_check([this](int local_peer, const std::string& op) {
+      transport_->check_link(topology_.local()[local_peer], op);
+    });
+  }
+  try {
+    const char* world_rank = std::getenv("RANK");
+    trace_ = CollectiveTrace::open(CollectiveTrace::dir_from_env(), group_, rank_, size_,
+                                   world_rank && *world_rank ? std::atoi(world_rank) : rank_);
+  } catch (const Error& e) {
+    spdlog::warn("rank {}: no collective trace: {}", rank_, e.what());
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Communicator::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Work> Communicator::Impl::enqueue(std::string op,
+                                                  std::function<void(Deadline)> fn) {
+  auto work = std::make_shared<Work>();
+  uint64_t seq = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (trace_) seq = trace_->queued(op);
+    if (!(t_blocking_call && queue_.empty() && !busy_)) {
+      queue_.push_back(Op{std::move(op), std::move(fn), work, seq});
+      lock.unlock();
+      cv_.notify_all();
+      return work;
+    }
+    busy_ = true;  // the communicator thread starts nothing until this is cleared
+  }
+  run_one(op, fn, *work, seq);
+  inline_ops_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void Communicator::blocking(const std::function<std::shared_ptr<Work>()>& submit) {
+  struct Flag {
+    Flag() { t_blocking_call = true; }
+    ~Flag() { t_blocking_call = false; }
+  };
+  std::shared_ptr<Work> work;
+  {
+    Flag flag;
+    work = submit();
+  }
+  work->wait();
+}
+
+void Communicator::Impl::loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    run_one(op.name, op.fn, *op.work, op.seq);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+  }
+}
+
+void Communicator::Impl::run_one(const std::string& op, const std::function<void(Deadline)>& fn,
+                                 Work& work, uint64_t seq) {
+  std::exception_ptr earlier;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    earlier = broken_;
+  }
+  if (earlier) {
+    if (trace_) trace_->ended(seq, false);
+    work.finish(earlier);
+    return;
+  }
+  if (trace_) trace_->started(seq);
+  try {
+    fn(std::chrono::steady_clock::now() + options_.timeout);
+    if (trace_) trace_->ended(seq, true);
+    work.finish(nullptr);
+  } catch (...) {
+    if (trace_) {
+      int peer = -1;
+      try {
+        throw;
+      } catch (const Timeout& e) {
+        peer = e.peer();
+      } catch (const PeerLost& e) {
+        peer = e.peer();
+      } catch (...) {
+      }
+      trace_->ended(seq, false, peer);
+    }
+    std::exception_ptr error = on_failure(op, std::current_exception());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = error;
+    }
+    work.finish(error);
+  }
+}
+
+// The first rank to fail records why under "<group>/abort" before breaking its links, so a
+// rank that then sees one of those links close can name the peer that was really lost.
+std::exception_ptr Communicator::Impl::on_failure(const std::string& op,
+                                                  std::exception_ptr error) {
+  const std::string key = group_ + "/abort";
+  std::exception_ptr result = error;
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const PeerLost& e) {
+      if (store_->check({key})) {
+        std::string why = store_->get_string(key, Millis(1000));
+        auto nl = why.find('\n');
+        int lost = std::atoi(why.substr(0, nl).c_str());
+        result = std::make_exception_ptr(
+            PeerLost(rank_, lost, op, "first seen by " + why.substr(nl + 1)));
+      } else {
+        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
+      }
+    } catch (const Timeout& e) {
+      // A vote for who hung: the launcher names the rank that everyone waited for and that
+      // itself waited for nobody (docs/errors.md).
+      if (e.peer() >= 0)
+        store_->set(group_ + "/timeout/" + std::to_string(rank_),
+                    std::to_string(e.peer()) + "\n" + op);
+      if (!store_->check({key}))
+        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
+    } catch (const Error& e) {
+      if (!store_->check({key}))
+        store_->set(key, std::string("-1\n") + e.what());
+    }
+  } catch (...) {
+    // The store is unreachable too (the launcher died): keep the original error.
+  }
+  transport_->abort();
+  if (shm_) shm_->abort();
+  return result;
+}
+
+}  // namespace heft::comm

@@ -1,0 +1,16 @@
+// Which form each shared-memory allreduce took on one rank: counted by the shared-memory
+// allreduce (algo/shm_allreduce.cc), read through Communicator::shm_path_counts() by tests and
+// `heft bench`. Its own header so the communicator's public one need not show the transport.
+#pragma once
+
+#include <cstdint>
+
+namespace heft::comm::shm {
+
+struct PathCounts {
+  uint64_t small = 0;        // every rank reduces whole chunks through the slots
+  uint64_t slots = 0;        // reduce-scatter + allgather through the slots (two copies)
+  uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
+};
+
+}  // namespace heft::comm::shm
