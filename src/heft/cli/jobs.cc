@@ -22,40 +22,47 @@ struct JobsArgs {
   int limit = 0;  // 0: no limit
 };
 
-// The filter the options ask for, or exit code 2 (bad value) or 1 (no such tuning).
-int make_filter(const JobsArgs& args, job::JobFilter* filter) {
+// The filter --status, --since and --limit ask for; an error names the bad value.
+heft::Result<job::JobFilter> make_filter(const JobsArgs& args) {
+  job::JobFilter filter;
   const heft::Result<std::vector<std::string>> statuses = job::parse_statuses(args.statuses);
-  if (!statuses.ok()) {
-    std::cerr << kName << ": " << statuses.error() << "\n";
-    return 2;
-  }
-  filter->statuses = statuses.value();
+  if (!statuses.ok()) return heft::Result<job::JobFilter>::failure(statuses.error());
+  filter.statuses = statuses.value();
   if (!args.since.empty()) {
     const heft::Result<double> since = job::parse_since(args.since, job::unix_now());
-    if (!since.ok()) {
-      std::cerr << kName << ": " << since.error() << "\n";
-      return 2;
-    }
-    filter->since = since.value();
+    if (!since.ok()) return heft::Result<job::JobFilter>::failure(since.error());
+    filter.since = since.value();
   }
-  if (args.limit > 0) filter->limit = static_cast<size_t>(args.limit);
+  if (args.limit > 0) filter.limit = static_cast<size_t>(args.limit);
+  return heft::Result<job::JobFilter>::success(std::move(filter));
+}
+
+// The names of the tuning job's trials; nothing when there is no tuning job of that name.
+std::optional<std::vector<std::string>> tuning_trials(const std::string& tuning) {
+  const std::optional<nlohmann::json> t = tune::read_tuning(job::heft_home(), tuning);
+  if (!t) return std::nullopt;
+  std::vector<std::string> names;
+  for (const nlohmann::json& trial : t->value("trials", nlohmann::json::array()))
+    names.push_back(trial.value("name", ""));
+  return names;
+}
+
+int list_jobs(const JobsArgs& args) {
+  heft::Result<job::JobFilter> made = make_filter(args);
+  if (!made.ok()) {
+    std::cerr << kName << ": " << made.error() << "\n";
+    return 2;
+  }
+  job::JobFilter filter = std::move(made).value();
   if (!args.tuning.empty()) {
-    const std::optional<nlohmann::json> t = tune::read_tuning(job::heft_home(), args.tuning);
-    if (!t) {
+    std::optional<std::vector<std::string>> trials = tuning_trials(args.tuning);
+    if (!trials) {
       std::cerr << kName << ": --tuning: no tuning job named '" << args.tuning
                 << "' (heft tunings lists them)\n";
       return 1;
     }
-    filter->names.emplace();
-    for (const nlohmann::json& trial : t->value("trials", nlohmann::json::array()))
-      filter->names->push_back(trial.value("name", ""));
+    filter.names = std::move(trials);
   }
-  return 0;
-}
-
-int list_jobs(const JobsArgs& args) {
-  job::JobFilter filter;
-  if (const int code = make_filter(args, &filter); code != 0) return code;
   std::unique_ptr<job::JobDb> db = job::open_job_db(job::heft_home(), false);
   std::vector<job::JobRecord> jobs;
   if (db) {

@@ -25,47 +25,43 @@ namespace {
 
 constexpr const char* kDefaultPath = "/bin:/usr/bin";
 
-bool is_executable_file(const std::string& path, int* err) {
+SpawnError spawn_error(const std::string& command, int err) {
+  const char* reason = ::strerrordesc_np(err);  // "No such file or directory", as a shell says
+  return SpawnError("cannot execute '" + command + "': " +
+                        (reason ? reason : "error " + std::to_string(err)),
+                    err == ENOENT ? 127 : 126);
+}
+
+// 0 when `path` is an executable file; ENOENT when nothing is there; EACCES when what is
+// there is not an executable file.
+int executable_error(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return false;
-  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
-    *err = EACCES;
-    return false;
-  }
-  return true;
+  if (::stat(path.c_str(), &st) != 0) return ENOENT;
+  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) return EACCES;
+  return 0;
 }
 
 // The path execve() gets for `name`: as given when it has a '/', else the first executable
-// file on PATH. Sets *err (ENOENT or EACCES, as execvp) and returns "" when none fits.
-std::string resolve_command(const std::string& name, const Environment& env, int* err) {
-  *err = ENOENT;
-  if (name.empty()) return "";
-  if (name.find('/') != std::string::npos) {
-    *err = 0;
-    return name;
-  }
+// file on PATH. Throws the SpawnError a shell's code goes with when none fits (not found,
+// or found but not executable: as execvp).
+std::string resolve_command(const std::string& name, const Environment& env) {
+  if (name.empty()) throw spawn_error(name, ENOENT);
+  if (name.find('/') != std::string::npos) return name;
   const auto path_var = env.find("PATH");
   const std::string path = path_var == env.end() ? kDefaultPath : path_var->second;
+  int err = ENOENT;
   size_t begin = 0;
   while (begin <= path.size()) {
     size_t end = path.find(':', begin);
     if (end == std::string::npos) end = path.size();
     const std::string dir = end == begin ? "." : path.substr(begin, end - begin);
     const std::string candidate = dir + "/" + name;
-    if (is_executable_file(candidate, err)) {
-      *err = 0;
-      return candidate;
-    }
+    const int found = executable_error(candidate);
+    if (found == 0) return candidate;
+    if (found == EACCES) err = EACCES;
     begin = end + 1;
   }
-  return "";
-}
-
-SpawnError spawn_error(const std::string& command, int err) {
-  const char* reason = ::strerrordesc_np(err);  // "No such file or directory", as a shell says
-  return SpawnError("cannot execute '" + command + "': " +
-                        (reason ? reason : "error " + std::to_string(err)),
-                    err == ENOENT ? 127 : 126);
+  throw spawn_error(name, err);
 }
 
 void make_pipe(int fds[2], const char* what) {
@@ -140,9 +136,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 
 std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   if (options.argv.empty()) throw InvalidArgument("heft: spawn: empty command");
-  int err = 0;
-  const std::string path = resolve_command(options.argv[0], options.env, &err);
-  if (path.empty()) throw spawn_error(options.argv[0], err);
+  const std::string path = resolve_command(options.argv[0], options.env);
   std::vector<std::string> argv_strings = options.argv;
   std::vector<std::string> env_strings = to_envp(options.env);
   std::vector<char*> argv = c_strings(argv_strings);
