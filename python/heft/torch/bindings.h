@@ -13,4 +13,7 @@ void bind_checkpoint(pybind11::module_& parent);
 // (step_profiler_binding.cc).
 void bind_step_profiler(pybind11::module_& parent);
 
+// _c10d.mesh: the device mesh's layout, behind heft.torch.parallel.DeviceMesh (mesh_binding.cc).
+void bind_mesh(pybind11::module_& parent);
+
 }  // namespace heft::torch_backend

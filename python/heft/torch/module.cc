@@ -43,6 +43,7 @@ PYBIND11_MODULE(_c10d, m) {
   m.doc() = "heft's torch.distributed backend (see heft.torch)";
   heft::torch_backend::bind_checkpoint(m);
   heft::torch_backend::bind_step_profiler(m);
+  heft::torch_backend::bind_mesh(m);
   bind_process_group(m);
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
