@@ -1,4 +1,4 @@
-// A multi-writer checkpoint saved by every rank of a group (checkpoint.h): each rank writes
+// A multi-writer checkpoint saved by every rank of a group (checkpoint_dir.h): each rank writes
 // its part, the group passes a barrier (every part is in), rank 0 commits, and a second
 // barrier lets no rank go on before the checkpoint is visible. A rank that dies in between
 // makes the barrier raise heft::PeerLost on the others and nothing is committed: the
@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "heft/parallel/checkpoint.h"
+#include "heft/parallel/checkpoint_dir.h"
 #include "heft/parallel/process_group.h"
 
 namespace heft::parallel {

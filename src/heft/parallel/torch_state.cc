@@ -1,19 +1,21 @@
-#include "heft/parallel/checkpoint.h"
+#include "heft/parallel/torch_state.h"
 
 #include <mutex>
 #include <sstream>
 
 namespace heft::parallel {
 
-std::string module_to_bytes(const torch::nn::Module& module) {
-  torch::serialize::OutputArchive archive;
-  module.save(archive);
+namespace {
+
+std::string bytes_of(torch::serialize::OutputArchive& archive) {
   std::ostringstream s;
   archive.save_to(s);
   return s.str();
 }
 
-namespace {
+void load(torch::serialize::InputArchive& archive, const std::string& bytes) {
+  archive.load_from(bytes.data(), bytes.size());
+}
 
 // Like Module::load, but copies into the existing tensors rather than swapping their
 // storage (Module::load's set_), so that views and references held elsewhere (DDP's
@@ -39,23 +41,27 @@ void copy_from_archive(torch::nn::Module& module, torch::serialize::InputArchive
 
 }  // namespace
 
+std::string module_to_bytes(const torch::nn::Module& module) {
+  torch::serialize::OutputArchive archive;
+  module.save(archive);
+  return bytes_of(archive);
+}
+
 void module_from_bytes(torch::nn::Module& module, const std::string& bytes) {
   torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  load(archive, bytes);
   copy_from_archive(module, archive);
 }
 
 std::string optimizer_to_bytes(const torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
-  std::ostringstream s;
-  archive.save_to(s);
-  return s.str();
+  return bytes_of(archive);
 }
 
 void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes) {
   torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  load(archive, bytes);
   optimizer.load(archive);
 }
 
@@ -68,14 +74,12 @@ std::string rng_to_bytes() {
   }
   torch::serialize::OutputArchive archive;
   archive.write("cpu", state);
-  std::ostringstream s;
-  archive.save_to(s);
-  return s.str();
+  return bytes_of(archive);
 }
 
 void rng_from_bytes(const std::string& bytes) {
   torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  load(archive, bytes);
   torch::Tensor state;
   archive.read("cpu", state);
   at::Generator gen = at::detail::getDefaultCPUGenerator();

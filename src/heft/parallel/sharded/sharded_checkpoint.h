@@ -2,7 +2,7 @@
 // belong to; any later layout (another world size, shard degree, hybrid, or no sharding at
 // all) reads the parts back as full tensors by parameter name and takes what it holds.
 //
-// A rank's part (multi-writer checkpoint, parallel/checkpoint.h) holds two files:
+// A rank's part (multi-writer checkpoint, parallel/checkpoint_dir.h) holds two files:
 //   shard.pt     torch archive: for flat parameter f, "f<f>.param" (this rank's shard of
 //                the flat, padded), and the optimizer's state of that shard:
 //                "f<f>.exp_avg", "f<f>.exp_avg_sq", "f<f>.step" (adamw) or
