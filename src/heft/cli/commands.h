@@ -59,18 +59,8 @@ Command add_report_command(CLI::App& app);
 // `heft console [--port P] [--host H] [--token-file F] [--allow-host N]... [--no-auth]
 // [--tls-cert C --tls-key K]` (console.cc)
 Command add_console_command(CLI::App& app);
-// `heft mpi-worker -- CMD` (hidden; mpi_worker.cc)
+// `heft mpi-worker -- CMD` and `heft slurm-worker -- CMD` (hidden; engine_worker.cc)
 Command add_mpi_worker_command(CLI::App& app);
-// Executes `command` with `env` in place of this process (PATH from `env`); returns only on
-// failure: 127 not found, 126 not executable, after one line on stderr led by `name`
-// (mpi_worker.cc; the mpi-worker and slurm-worker commands).
-int exec_worker(const job::Environment& env, std::vector<std::string> command,
-                const std::string& name);
-// Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
-// cluster often resolves to loopback: points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
-// interface this host reaches the store (HEFT_STORE) through, unless set (mpi_worker.cc).
-void choose_socket_interface(job::Environment& env);
-// `heft slurm-worker -- CMD` (hidden; slurm_worker.cc)
 Command add_slurm_worker_command(CLI::App& app);
 // `heft slurm-batch --dir D ... -- SRUN...` (hidden; slurm_batch.cc)
 Command add_slurm_batch_command(CLI::App& app);

@@ -1,7 +1,10 @@
-// `heft mpi-worker -- CMD ARGS...` (hidden; what every rank of `heft run --launcher mpirun`
-// runs): maps OpenMPI's OMPI_COMM_WORLD_* variables onto the environment contract
-// (job::mpi_worker_environment), points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
-// interface that reaches the store (unless set), and executes CMD in its place.
+// The worker shims every rank an engine starts runs (hidden commands):
+//  - `heft mpi-worker -- CMD ARGS...` under `heft run --launcher mpirun` maps OpenMPI's
+//    OMPI_COMM_WORLD_* variables onto the environment contract (job::mpi_worker_environment);
+//  - `heft slurm-worker -- CMD ARGS...` under `--launcher slurm` maps SLURM_*
+//    (job::slurm_worker_environment).
+// Both point GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the interface that reaches the
+// store (unless set) and execute CMD in their place.
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -14,6 +17,7 @@
 #include "heft/cli/commands.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/launch/slurm_launcher.h"
 
 namespace heft::cli {
 
@@ -34,8 +38,9 @@ std::string interface_of(const std::string& address) {
   return name;
 }
 
-}  // namespace
-
+// Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
+// cluster often resolves to loopback: points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
+// interface this host reaches the store (HEFT_STORE) through, unless set.
 void choose_socket_interface(job::Environment& env) {
   const auto store = env.find("HEFT_STORE");
   if (store == env.end()) return;
@@ -50,6 +55,8 @@ void choose_socket_interface(job::Environment& env) {
   }
 }
 
+// Executes `command` with `env` in place of this process (PATH from `env`); returns only on
+// failure: 127 not found, 126 not executable, after one line on stderr led by `name`.
 int exec_worker(const job::Environment& env, std::vector<std::string> command,
                 const std::string& name) {
   std::vector<std::string> envp = job::to_envp(env);
@@ -66,16 +73,31 @@ int exec_worker(const job::Environment& env, std::vector<std::string> command,
   return errno == ENOENT ? 127 : 126;
 }
 
-Command add_mpi_worker_command(CLI::App& app) {
+// `heft <name> -- CMD`: `environment` maps the engine's variables onto the contract.
+Command add_engine_worker_command(CLI::App& app, const std::string& name,
+                                  const std::string& description,
+                                  job::Environment (*environment)(const job::Environment&)) {
   auto command = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("mpi-worker", "Run CMD as a rank of an mpirun group");
+  CLI::App* cmd = app.add_subcommand(name, description);
   cmd->group("");  // hidden from help and from the list of commands
   cmd->add_option("command", *command, "The worker command, after --")->required();
-  return [command]() -> int {
-    job::Environment env = job::mpi_worker_environment(job::current_environment());
+  return [command, name, environment]() -> int {
+    job::Environment env = environment(job::current_environment());
     choose_socket_interface(env);
-    return exec_worker(env, *command, "heft mpi-worker");
+    return exec_worker(env, *command, "heft " + name);
   };
+}
+
+}  // namespace
+
+Command add_mpi_worker_command(CLI::App& app) {
+  return add_engine_worker_command(app, "mpi-worker", "Run CMD as a rank of an mpirun group",
+                                   job::mpi_worker_environment);
+}
+
+Command add_slurm_worker_command(CLI::App& app) {
+  return add_engine_worker_command(app, "slurm-worker", "Run CMD as a task of an srun group",
+                                   job::slurm_worker_environment);
 }
 
 }  // namespace heft::cli

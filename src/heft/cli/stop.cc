@@ -84,13 +84,9 @@ int stop_job(const StopArgs& args) {
   for (;;) {
     const heft::Result<job::JobRecord> j = db->find_job(name);
     if (!j.ok() || j.value().ended()) {
-      if (j.ok()) {
-        const std::string& secondary = j.value().secondary_status;
-        std::cerr << "heft stop: job '" << name << "' " << j.value().status
-                  << (secondary.empty() || secondary == j.value().status ? ""
-                                                                          : " (" + secondary + ")")
-                  << "\n";
-      }
+      if (j.ok())
+        std::cerr << "heft stop: job '" << name << "' "
+                  << job::status_text(j.value().status, j.value().secondary_status) << "\n";
       return 0;
     }
     db->fail_orphaned_jobs();

@@ -252,6 +252,14 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
   return vars;
 }
 
+void append_worker_shim(std::vector<std::string>& argv, const EngineOptions& o,
+                        const char* worker) {
+  argv.push_back(o.heft_binary);
+  argv.push_back(worker);
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+}
+
 GroupEnd run_external_group(const ExternalGroup& g, const LauncherHooks& hooks,
                             std::chrono::milliseconds grace) {
   SignalNote note({SIGINT, SIGTERM, SIGHUP});

@@ -42,6 +42,11 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
                                    int store_port, const std::string& token,
                                    const std::string& pythonpath);
 
+// Appends what every rank runs to an engine's argument vector: `<heft_binary> <worker> --
+// <command...>` (the worker shim maps the engine's variables, then executes the command).
+void append_worker_shim(std::vector<std::string>& argv, const EngineOptions& o,
+                        const char* worker);
+
 // One start of the group: what to run (the engine and its arguments and environment), and,
 // after it ended, what the first rank to see a failure recorded in the store
 // (communicator.cc: "<group>/abort" = "<peer>\n<what>"). Owns the store for the start.

@@ -131,10 +131,7 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& o, const std::string& 
     argv.push_back(k);  // the value travels in mpirun's environment
   }
   for (std::string& w : split_words(o.custom_mpi_options)) argv.push_back(std::move(w));
-  argv.push_back(o.heft_binary);
-  argv.push_back("mpi-worker");
-  argv.push_back("--");
-  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  append_worker_shim(argv, o, "mpi-worker");
   return argv;
 }
 

@@ -82,10 +82,7 @@ std::vector<std::string> srun_argv(const SlurmOptions& o) {
                                    "--ntasks=" + std::to_string(o.nodes * o.processes_per_host),
                                    "--kill-on-bad-exit=1", "--export=ALL"};
   for (std::string& w : split_words(o.custom_srun_options)) argv.push_back(std::move(w));
-  argv.push_back(o.heft_binary);
-  argv.push_back("slurm-worker");
-  argv.push_back("--");
-  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  append_worker_shim(argv, o, "slurm-worker");
   return argv;
 }
 

@@ -52,6 +52,20 @@ JobRecord read_job(const SqliteStatement& s) {
 }
 
 
+// The counters the supervisor keeps, inside the caller's transaction.
+void write_progress(SqliteDb& db, int64_t job_id, const JobProgress& p) {
+  db.prepare(
+        "UPDATE jobs SET attempts = ?2, interruptions = ?3, training_seconds = ?4, "
+        "billable_seconds = ?5, training_start = COALESCE(training_start, ?6) WHERE id = ?1")
+      .bind(1, job_id)
+      .bind(2, p.attempts)
+      .bind(3, p.interruptions)
+      .bind(4, p.training_seconds)
+      .bind(5, p.billable_seconds)
+      .bind(6, p.training_start)
+      .run();
+}
+
 }  // namespace
 
 double unix_now() {
@@ -238,16 +252,7 @@ void JobDb::transition(int64_t job_id, const std::string& secondary_status,
 
 void JobDb::update_progress(int64_t job_id, const JobProgress& p) {
   SqliteTransaction tx(*db_);
-  db_->prepare(
-         "UPDATE jobs SET attempts = ?2, interruptions = ?3, training_seconds = ?4, "
-         "billable_seconds = ?5, training_start = COALESCE(training_start, ?6) WHERE id = ?1")
-      .bind(1, job_id)
-      .bind(2, p.attempts)
-      .bind(3, p.interruptions)
-      .bind(4, p.training_seconds)
-      .bind(5, p.billable_seconds)
-      .bind(6, p.training_start)
-      .run();
+  write_progress(*db_, job_id, p);
   tx.commit();
 }
 
@@ -256,20 +261,15 @@ void JobDb::finish(int64_t job_id, const JobEnd& end) {
   SqliteTransaction tx(*db_);
   transition_locked(job_id, end.secondary, end.message, now);
   // The final transition is a state, not a phase: it has no end.
+  write_progress(*db_, job_id, end.progress);
   db_->prepare(
-         "UPDATE jobs SET status = ?2, failure_reason = ?3, exit_code = ?4, end_time = ?5, "
-         "attempts = ?6, interruptions = ?7, training_seconds = ?8, billable_seconds = ?9, "
-         "training_start = COALESCE(training_start, ?10) WHERE id = ?1")
+         "UPDATE jobs SET status = ?2, failure_reason = ?3, exit_code = ?4, end_time = ?5 "
+         "WHERE id = ?1")
       .bind(1, job_id)
       .bind(2, end.status)
       .bind(3, end.failure_reason)
       .bind(4, end.exit_code)
       .bind(5, now)
-      .bind(6, end.progress.attempts)
-      .bind(7, end.progress.interruptions)
-      .bind(8, end.progress.training_seconds)
-      .bind(9, end.progress.billable_seconds)
-      .bind(10, end.progress.training_start)
       .run();
   tx.commit();
 }
