@@ -4,9 +4,9 @@
 //   "<where> <path>: expected <what>, found <what>"
 // where <where> is "file:line:" for a field from the file and "--set" for one an override
 // put there, and <path> is dotted with list indices in brackets (metric_definitions[1].regex).
+// The monitoring blocks (metric_definitions, rules, profiler) are read in
+// spec_monitoring.cc, the JSON form of a spec in spec_json.cc.
 #include "heft/job/spec/spec.h"
-
-#include <re2/re2.h>
 
 #include <yaml-cpp/yaml.h>
 
@@ -23,8 +23,8 @@
 #include "heft/config/distribution.h"
 #include "heft/job/launch/local_launcher.h"
 #include "heft/config/hyperparameters.h"
-#include "heft/job/spec/metric_regex.h"
 #include "heft/job/launch/mpirun_launcher.h"
+#include "heft/job/spec/spec_monitoring.h"
 #include "heft/job/spec/spec_yaml.h"
 
 namespace heft::job {
@@ -37,8 +37,6 @@ const std::vector<std::string> kTopKeys = {
     "name",     "base_name", "entry_point", "hyperparameters", "inputs", "cluster",
     "distribution", "metric_definitions", "checkpoint", "stopping", "retry", "spot", "environment",
     "rules", "profiler"};
-const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
-const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
                                                "launcher", "hosts", "hostfile",
                                                "custom_mpi_options", "srun_options",
@@ -48,7 +46,6 @@ const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "tim
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
-const std::vector<std::string> kMetricKeys = {"name", "regex"};
 
 // Variables heft sets for every worker; a spec may not replace them.
 const std::set<std::string> kReservedVariables = {
@@ -63,9 +60,6 @@ constexpr size_t kMaxHyperparameterValue = 2500;
 constexpr size_t kMaxEnvironment = 100;
 constexpr size_t kMaxEnvironmentValue = 4096;
 constexpr size_t kMaxInputs = 20;
-constexpr int kMaxMetricDefinitions = 40;
-constexpr size_t kMaxMetricName = 255;
-constexpr size_t kMaxMetricRegex = 500;
 constexpr size_t kMaxName = 63;
 constexpr int kMaxWorld = kMaxWorkers;
 
@@ -106,14 +100,14 @@ class Validator {
     inputs(root["inputs"]);
     cluster(root["cluster"]);
     distribution(root["distribution"]);
-    metric_definitions(root["metric_definitions"]);
+    read_metric_definitions(r_, root["metric_definitions"], spec_);
     checkpoint(root["checkpoint"]);
     stopping(root["stopping"]);
     retry(root["retry"]);
     spot(root["spot"]);
     environment(root["environment"]);
-    rules(root["rules"]);
-    profiler(root["profiler"]);
+    read_rules(r_, root["rules"], spec_);
+    read_profiler(r_, root["profiler"], spec_);
   }
 
  private:
@@ -406,90 +400,6 @@ class Validator {
     }
   }
 
-  void metric_definitions(const YAML::Node& n) {
-    std::vector<MetricDefinition> defs;
-    if (present(n)) {
-      if (!n.IsSequence()) {
-        r_.error("metric_definitions", n,
-                 "expected a list of {name, regex}, found " + found(n));
-        return;
-      }
-      if (static_cast<int>(n.size()) > kMaxMetricDefinitions)
-        r_.error("metric_definitions", n,
-                 "expected at most " + std::to_string(kMaxMetricDefinitions) +
-                     " definitions, found " + std::to_string(n.size()));
-      for (size_t i = 0; i < n.size(); ++i) {
-        MetricDefinition def;
-        if (metric_definition(n[i], "metric_definitions[" + std::to_string(i) + "]", &def)) {
-          const bool duplicate = std::any_of(defs.begin(), defs.end(), [&](const auto& d) {
-            return d.name == def.name;
-          });
-          if (duplicate)
-            r_.error("metric_definitions[" + std::to_string(i) + "].name", n[i]["name"],
-                     "expected a name not used by another definition, found '" + def.name +
-                         "' again");
-          else
-            defs.push_back(def);
-        }
-      }
-    }
-    // entry_point is read before this, so the trainer's defaults can be added.
-    if (spec_.builtin_trainer())
-      for (const MetricDefinition& d : builtin_metric_definitions())
-        if (std::none_of(defs.begin(), defs.end(), [&](const auto& x) { return x.name == d.name; }))
-          defs.push_back(d);
-    spec_.metric_definitions = defs;
-  }
-
-  bool metric_definition(const YAML::Node& n, const std::string& path, MetricDefinition* def) {
-    if (!n.IsMap()) {
-      r_.error(path, n, "expected {name, regex}, found " + found(n));
-      return false;
-    }
-    r_.check_keys(n, path, kMetricKeys);
-    bool ok = true;
-    for (const char* field : {"name", "regex"}) {
-      if (!present(n[field])) {
-        r_.error(path + "." + field, n, std::string("required; expected ") +
-                                            (field[0] == 'n' ? "a metric name such as train:loss"
-                                                             : "a regular expression whose first "
-                                                               "group is the number"));
-        ok = false;
-      }
-    }
-    if (!ok) return false;
-    if (!r_.get_string(n["name"], path + ".name", &def->name)) return false;
-    if (!r_.get_string(n["regex"], path + ".regex", &def->regex)) return false;
-    if (def->name.empty() || def->name.size() > kMaxMetricName) {
-      r_.error(path + ".name", n["name"], "expected 1 to " + std::to_string(kMaxMetricName) +
-                                              " characters, found " + found(n["name"]));
-      return false;
-    }
-    if (def->regex.size() > kMaxMetricRegex) {
-      r_.error(path + ".regex", n["regex"], "expected at most " +
-                                                std::to_string(kMaxMetricRegex) +
-                                                " characters, found " +
-                                                std::to_string(def->regex.size()));
-      return false;
-    }
-    std::string why;
-    const auto re = compile_metric_regex(def->regex, &why);
-    if (!re) {
-      r_.error(path + ".regex", n["regex"],
-               "expected a regular expression in RE2 syntax (no backreferences or look-around: "
-               "heft matches worker output in linear time), found " + found(n["regex"]) + " (" +
-               why + ")");
-      return false;
-    }
-    if (capturing_groups(*re) < 1) {
-      r_.error(path + ".regex", n["regex"],
-               "expected a regular expression with a group around the number, such as "
-               "loss=([0-9.eE+-]+), found " + found(n["regex"]));
-      return false;
-    }
-    return true;
-  }
-
   void checkpoint(const YAML::Node& n) {
     if (!r_.expect_map(n, "checkpoint")) return;
     r_.check_keys(n, "checkpoint", kCheckpointKeys);
@@ -571,75 +481,6 @@ class Validator {
     }
   }
 
-  void rules(const YAML::Node& n) {
-    if (!present(n)) return;
-    spec_.rules.clear();
-    if (!n.IsSequence()) {
-      r_.error("rules", n, "expected a list of {rule, parameters, action}, found " + found(n));
-      return;
-    }
-    std::vector<std::string> names;
-    for (const RuleInfo& info : rule_catalogue()) names.push_back(info.name);
-    for (size_t i = 0; i < n.size(); ++i) {
-      const std::string path = "rules[" + std::to_string(i) + "]";
-      const YAML::Node r = n[i];
-      if (!r.IsMap()) {
-        r_.error(path, r, "expected {rule, parameters, action}, found " + found(r));
-        continue;
-      }
-      r_.check_keys(r, path, kRuleKeys);
-      std::string name;
-      if (!r_.get_string(r["rule"], path + ".rule", &name)) continue;
-      const RuleInfo* info = find_rule(name);
-      if (!info) {
-        std::string all;
-        for (const std::string& x : names) all += (all.empty() ? "" : ", ") + x;
-        const std::string near = nearest(name, names);
-        r_.error(path + ".rule", r["rule"], "expected one of " + all + ", found '" + name + "'" +
-                                              (near.empty() ? "" : "; did you mean '" + near + "'?"));
-        continue;
-      }
-      RuleSpec rule = rule_with_defaults(*info);
-      const YAML::Node params = r["parameters"];
-      if (present(params) && r_.expect_map(params, path + ".parameters")) {
-        std::vector<std::string> known;
-        for (const RuleParameter& p : info->parameters) known.push_back(p.name);
-        r_.check_keys(params, path + ".parameters", known);
-        for (const RuleParameter& p : info->parameters) {
-          const YAML::Node v = params[p.name];
-          if (!present(v)) continue;
-          const std::string vpath = path + ".parameters." + p.name;
-          const nlohmann::json value = v.IsScalar() ? scalar_json(v) : nlohmann::json();
-          if (p.default_value.is_number()) {
-            if (!value.is_number() || value.get<double>() < 0) {
-              r_.error(vpath, v, "expected a non-negative number, found " + found(v));
-              continue;
-            }
-          } else if (!v.IsScalar() || v.Scalar().empty()) {
-            r_.error(vpath, v, "expected a metric name, found " + found(v));
-            continue;
-          }
-          rule.parameters[p.name] = p.default_value.is_number() ? value : nlohmann::json(v.Scalar());
-        }
-      }
-      std::string action = "none";
-      if (present(r["action"]) && r_.get_string(r["action"], path + ".action", &action) &&
-          action != "none" && action != "stop") {
-        r_.error(path + ".action", r["action"], "expected stop or none, found " + found(r["action"]));
-        continue;
-      }
-      rule.stop = action == "stop";
-      spec_.rules.push_back(std::move(rule));
-    }
-  }
-
-  void profiler(const YAML::Node& n) {
-    if (!r_.expect_map(n, "profiler")) return;
-    r_.check_keys(n, "profiler", kProfilerKeys);
-    r_.get_bool(n["enabled"], "profiler.enabled", &spec_.profiler.enabled);
-    r_.get_seconds(n["interval_s"], "profiler.interval_s", false, &spec_.profiler.interval_s);
-  }
-
   SpecReader& r_;
   JobSpec& spec_;
 };
@@ -695,76 +536,6 @@ Result<JobSpec> load_spec(const std::string& path, const std::vector<std::string
   Result<std::string> text = read_spec_text(path, "the spec");
   if (!text.ok()) return Result<JobSpec>::failure(text.error());
   return parse_spec(text.value(), path, overrides);
-}
-
-nlohmann::json spec_to_json(const JobSpec& spec) {
-  using nlohmann::json;
-  json hps = json::object();
-  for (const auto& [k, hp] : spec.hyperparameters) hps[k] = hp.value;
-  json metrics = json::array();
-  for (const auto& m : spec.metric_definitions)
-    metrics.push_back({{"name", m.name}, {"regex", m.regex}});
-  json j = {
-      {"name", spec.name},
-      {"entry_point", spec.entry_point},
-      {"hyperparameters", hps},
-      {"inputs", spec.inputs},
-      {"cluster",
-       {{"instance_count", spec.cluster.instance_count},
-        {"processes_per_host", spec.cluster.processes_per_host},
-        {"launcher", spec.cluster.launcher}}},
-      {"distribution", spec.distribution},
-      {"metric_definitions", metrics},
-      {"checkpoint",
-       {{"every_steps", spec.checkpoint.every_steps}, {"keep", spec.checkpoint.keep}}},
-      {"stopping",
-       {{"max_runtime_s", spec.stopping.max_runtime_s},
-        {"grace_s", spec.stopping.grace_s},
-        {"timeout_s", spec.stopping.timeout_s}}},
-      {"retry", {{"max_attempts", spec.retry.max_attempts}}},
-      {"spot",
-       {{"enabled", spec.spot.enabled},
-        {"max_wait_s", spec.spot.max_wait_s},
-        {"simulate",
-         {{"every_s", spec.spot.simulate_every_s}, {"count", spec.spot.simulate_count}}}}},
-      {"environment", spec.environment},
-      {"profiler",
-       {{"enabled", spec.profiler.enabled}, {"interval_s", spec.profiler.interval_s}}}};
-  if (spec.cluster.launcher == "slurm" && !spec.cluster.srun_options.empty())
-    j["cluster"]["srun_options"] = spec.cluster.srun_options;
-  if (spec.cluster.launcher == "slurm" && !spec.cluster.sbatch_options.empty())
-    j["cluster"]["sbatch_options"] = spec.cluster.sbatch_options;
-  if (!spec.cluster.store_address.empty())
-    j["cluster"]["store_address"] = spec.cluster.store_address;
-  if (spec.cluster.launcher == "mpirun") {
-    j["cluster"]["hosts"] = spec.cluster.hosts;  // the hostfile as read when the job began
-    if (!spec.cluster.custom_mpi_options.empty())
-      j["cluster"]["custom_mpi_options"] = spec.cluster.custom_mpi_options;
-  }
-  json rules = json::array();
-  for (const RuleSpec& r : spec.rules)
-    rules.push_back({{"rule", r.rule},
-                     {"parameters", r.parameters},
-                     {"action", r.stop ? "stop" : "none"}});
-  j["rules"] = rules;
-  return j;
-}
-
-Result<JobSpec> spec_from_json(const nlohmann::json& recorded, const std::string& source) {
-  nlohmann::json spec = recorded;
-  // spec_to_json writes every field with its value, defaults included; the spot block's
-  // defaults are not valid input while spot is off (they are the absence of the block).
-  if (spec.contains("spot")) {
-    nlohmann::json& spot = spec["spot"];
-    if (!spot.value("enabled", false)) {
-      spec.erase("spot");
-    } else {
-      if (spot.value("max_wait_s", 0.0) <= 0) spot.erase("max_wait_s");
-      if (spot.contains("simulate") && spot["simulate"].value("count", 0) == 0)
-        spot.erase("simulate");
-    }
-  }
-  return parse_spec(spec.dump(), source, {});  // JSON is YAML
 }
 
 }  // namespace heft::job
