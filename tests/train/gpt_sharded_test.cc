@@ -29,6 +29,11 @@
 namespace heft::train {
 namespace {
 
+// The distribution heft-train runs with these hyperparameters and no spec block.
+config::Distribution resolved(const Hyperparameters& hp) {
+  return config::Distribution{}.with_overrides(hp).value();
+}
+
 using test::expect;
 
 constexpr double kRelative = 1e-4;
@@ -53,7 +58,7 @@ Hyperparameters small_gpt() {
 
 struct Stack {
   Stack(comm::Communicator& world, const Hyperparameters& hp)
-      : mesh(world, mesh_shape({}, hp, world.size())),
+      : mesh(world, mesh_shape(resolved(hp), world.size())),
         task(make_task("text", hp, "", mesh.coordinate(parallel::Dim::kData),
                        mesh.size(parallel::Dim::kData))) {
     torch::manual_seed(static_cast<uint64_t>(hp.seed));
@@ -68,7 +73,7 @@ struct Stack {
     o.warmup_steps = hp.warmup_steps;
     o.decay_matrices_only = true;
     optimizer = o;
-    strategy = make_strategy({}, hp, mesh, make_model("gpt", context), o);
+    strategy = make_strategy(resolved(hp), hp, mesh, make_model("gpt", context), o);
     task->set_epoch(0);
   }
   double step(int64_t i) {

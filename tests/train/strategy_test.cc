@@ -37,6 +37,11 @@
 namespace heft::train {
 namespace {
 
+// The distribution heft-train runs with these hyperparameters and no spec block.
+config::Distribution resolved(const Hyperparameters& hp) {
+  return config::Distribution{}.with_overrides(hp).value();
+}
+
 using test::expect;
 
 constexpr double kTolerance = 2e-5;
@@ -60,7 +65,7 @@ Hyperparameters small_run() {
 // One process's run of the whole stack: mesh, task, model, strategy.
 struct Stack {
   Stack(comm::Communicator& world, const Hyperparameters& hp)
-      : mesh(world, mesh_shape({}, hp, world.size())),
+      : mesh(world, mesh_shape(resolved(hp), world.size())),
         task(make_task(find_model(hp.model).task, hp, kDefaultFashionMnistDir,
                        mesh.coordinate(parallel::Dim::kData), mesh.size(parallel::Dim::kData))) {
     torch::manual_seed(static_cast<uint64_t>(hp.seed));
@@ -69,7 +74,7 @@ struct Stack {
     context.mesh = &mesh;
     OptimizerConfig o;
     o.lr = hp.lr;
-    strategy = make_strategy({}, hp, mesh, make_model(hp.model, context), o);
+    strategy = make_strategy(resolved(hp), hp, mesh, make_model(hp.model, context), o);
   }
   // The global mean loss of one step at a constant rate.
   double step(int64_t i, double lr) {
@@ -275,7 +280,7 @@ Hyperparameters small_gpt() {
 // One process's (or one rank's) GPT run with the text task and the job's optimizer.
 struct GptStack {
   GptStack(comm::Communicator& world, const Hyperparameters& hp)
-      : mesh(world, mesh_shape({}, hp, world.size())),
+      : mesh(world, mesh_shape(resolved(hp), world.size())),
         task(make_task("text", hp, "", mesh.coordinate(parallel::Dim::kData),
                        mesh.size(parallel::Dim::kData))) {
     torch::manual_seed(static_cast<uint64_t>(hp.seed));
@@ -288,7 +293,7 @@ struct GptStack {
     optimizer.weight_decay = hp.weight_decay;
     optimizer.warmup_steps = hp.warmup_steps;
     optimizer.decay_matrices_only = true;
-    strategy = make_strategy({}, hp, mesh, make_model("gpt", context), optimizer);
+    strategy = make_strategy(resolved(hp), hp, mesh, make_model("gpt", context), optimizer);
     task->set_epoch(0);
   }
   double step(int64_t i) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "heft/config/nearest.h"
 
@@ -19,10 +20,58 @@ const std::vector<std::string> kModelParallelKeys = {
     "tensor_parallel_degree",   "sharded_data_parallel_degree", "partition_boundaries",
     "virtual_stages"};
 constexpr int kMaxDegree = 1024;
+constexpr int kMaxMicrobatches = 1 << 16;
+const std::string kParameters = "distribution.modelparallel.parameters";
+
+// One rule per integer knob: its range, read from the block and from a hyperparameter.
+struct IntKnob {
+  const char* name;
+  int lo, hi;
+  int ModelParallel::*member;
+};
+const IntKnob kPartitions{"partitions", 1, kMaxDegree, &ModelParallel::partitions};
+const IntKnob kMicrobatches{"microbatches", 1, kMaxMicrobatches, &ModelParallel::microbatches};
+const IntKnob kDefaultPartition{"default_partition", 0, kMaxDegree - 1,
+                                &ModelParallel::default_partition};
+const IntKnob kActiveMicrobatches{"active_microbatches", 1, kMaxMicrobatches,
+                                  &ModelParallel::active_microbatches};
+const IntKnob kTensorDegree{"tensor_parallel_degree", 1, kMaxDegree,
+                            &ModelParallel::tensor_parallel_degree};
+const IntKnob kShardedDegree{"sharded_data_parallel_degree", 1, kMaxDegree,
+                             &ModelParallel::sharded_data_parallel_degree};
+const IntKnob kVirtualStages{"virtual_stages", 1, kMaxDegree, &ModelParallel::virtual_stages};
 
 std::string found(const nlohmann::json& v) {
   if (v.is_string()) return "'" + v.get<std::string>() + "'";
   return v.dump();
+}
+
+std::string integer_expected(const IntKnob& k) {
+  return "expected an integer from " + std::to_string(k.lo) + " to " + std::to_string(k.hi);
+}
+
+// partition_boundaries against the rest of m: ascending layer indices from 1, one per stage
+// after the first. Empty when they fit. `shown`: the value as the user wrote it.
+std::string boundaries_problem(const std::vector<int>& b, const ModelParallel& m,
+                               const std::string& shown) {
+  bool ascending = true;
+  for (size_t i = 0; ascending && i < b.size(); ++i)
+    ascending = b[i] >= 1 && (i == 0 || b[i] > b[i - 1]);
+  if (!ascending)
+    return "expected a list of ascending layer indices from 1 (the first layer of each stage "
+           "after the first, such as [3, 5]), found " + shown;
+  const int want = m.partitions * m.virtual_stages - 1;
+  if (static_cast<int>(b.size()) != want)
+    return "expected " + std::to_string(want) +
+           " layer indices (one per stage after the first: partitions x virtual_stages - 1), "
+           "found " + std::to_string(b.size());
+  return "";
+}
+
+std::string virtual_stages_problem(const ModelParallel& m) {
+  if (m.virtual_stages > 1 && m.pipeline != "interleaved")
+    return "needs pipeline: interleaved, found pipeline: " + m.pipeline;
+  return "";
 }
 
 class Reader {
@@ -60,17 +109,16 @@ class Reader {
     *out = m[key].get<bool>();
   }
 
-  void integer(const nlohmann::json& m, const std::string& key, const std::string& path, int lo,
-               int hi, int* out) {
-    if (!m.contains(key)) return;
-    const nlohmann::json& v = m[key];
+  void integer(const nlohmann::json& m, const std::string& path, const IntKnob& k,
+               ModelParallel& into) {
+    if (!m.contains(k.name)) return;
+    const nlohmann::json& v = m[k.name];
     const bool whole = v.is_number_integer() ||
                        (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
     const double x = v.is_number() ? v.get<double>() : 0;
-    if (!whole || x < lo || x > hi)
-      return error(path + "." + key, "expected an integer from " + std::to_string(lo) + " to " +
-                                         std::to_string(hi) + ", found " + found(v));
-    *out = static_cast<int>(x);
+    if (!whole || x < k.lo || x > k.hi)
+      return error(path + "." + k.name, integer_expected(k) + ", found " + found(v));
+    into.*k.member = static_cast<int>(x);
   }
 
   void number(const nlohmann::json& m, const std::string& key, const std::string& path,
@@ -109,91 +157,190 @@ bool valid_placement(const std::string& p) {
   return sorted == "DPT";
 }
 
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+void parse_placement(Reader& r, const nlohmann::json& p, ModelParallel& m) {
+  if (!p.contains("placement_strategy")) return;
+  const nlohmann::json& v = p["placement_strategy"];
+  if (v.is_string() && valid_placement(v.get<std::string>()))
+    m.placement_strategy = v.get<std::string>();
+  else
+    r.error(kParameters + ".placement_strategy",
+            "expected cluster, spread or an order of the letters D, P and T (such as DTP), "
+            "found " + found(v));
+}
+
+void parse_boundaries(Reader& r, const nlohmann::json& p, ModelParallel& m) {
+  if (!p.contains("partition_boundaries")) return;
+  const nlohmann::json& v = p["partition_boundaries"];
+  const std::string path = kParameters + ".partition_boundaries";
+  bool integers = v.is_array();
+  for (size_t i = 0; integers && i < v.size(); ++i) integers = v[i].is_number_integer();
+  const std::vector<int> b = integers ? v.get<std::vector<int>>() : std::vector<int>{0};
+  if (const std::string problem = boundaries_problem(b, m, found(v)); !problem.empty())
+    r.error(path, problem);
+  else if (m.auto_partition)
+    r.error(path, "applies with auto_partition: false only (the automatic partitioner "
+                  "chooses the boundaries otherwise)");
+  else
+    m.partition_boundaries = b;
+}
+
+// modelparallel.parameters, in the order of the documentation.
+void parse_parameters(Reader& r, const nlohmann::json& p, ModelParallel& m) {
+  const std::string& path = kParameters;
+  r.keys(p, path, kModelParallelKeys);
+  r.integer(p, path, kPartitions, m);
+  r.integer(p, path, kMicrobatches, m);
+  r.choice(p, "pipeline", path, kPipelineKinds, &m.pipeline);
+  r.choice(p, "optimize", path, {"speed", "memory"}, &m.optimize);
+  m.memory_weight = m.optimize == "memory" ? 0.8 : 0.2;
+  r.number(p, "memory_weight", path, 0.0, 1.0, &m.memory_weight);
+  parse_placement(r, p, m);
+  r.boolean(p, "auto_partition", path, &m.auto_partition);
+  r.integer(p, path, kDefaultPartition, m);
+  r.integer(p, path, kActiveMicrobatches, m);
+  r.boolean(p, "activation_checkpointing", path, &m.activation_checkpointing);
+  r.boolean(p, "bf16", path, &m.bf16);
+  r.boolean(p, "ddp", path, &m.ddp);
+  r.integer(p, path, kTensorDegree, m);
+  r.integer(p, path, kShardedDegree, m);
+  r.integer(p, path, kVirtualStages, m);
+  parse_boundaries(r, p, m);
+  if (const std::string problem = virtual_stages_problem(m); !problem.empty())
+    r.error(path + ".virtual_stages", problem);
+  if (m.default_partition >= m.partitions && p.contains("default_partition"))
+    r.error(path + ".default_partition",
+            "expected a stage below partitions (" + std::to_string(m.partitions) + "), found " +
+                std::to_string(m.default_partition));
+}
+
+// Hyperparameters over a ModelParallel: each given knob checked by its rule, noted in
+// `overridden`; problems led by "hyperparameters.<name>".
+class Overrides {
+ public:
+  Overrides(ModelParallel& m, std::vector<std::string>& overridden)
+      : m_(m), overridden_(overridden) {}
+
+  void integer(int64_t value, const IntKnob& k) {
+    if (value == 0) return;
+    if (value < k.lo || value > k.hi)
+      return error(k.name, integer_expected(k) + ", found " + std::to_string(value));
+    m_.*k.member = static_cast<int>(value);
+    given(k.name);
+  }
+  void pipeline(const std::string& value) {
+    if (value.empty()) return;
+    if (std::find(kPipelineKinds.begin(), kPipelineKinds.end(), value) == kPipelineKinds.end())
+      return error("pipeline", "expected simple or interleaved, found '" + value + "'");
+    m_.pipeline = value;
+    given("pipeline");
+  }
+  void flag(bool value, const char* name, bool ModelParallel::*member) {
+    if (!value) return;
+    m_.*member = true;
+    given(name);
+  }
+  // "3,5": read into the list; checked with the other knobs by relations().
+  void boundaries(const std::string& value) {
+    if (value.empty()) return;
+    std::vector<int> b;
+    std::stringstream list(value);
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item.empty()) continue;
+      if (item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+        return error("partition_boundaries", "expected layer indices separated by commas "
+                                             "(\"3,5\"), found '" + value + "'");
+      b.push_back(std::stoi(item));
+    }
+    if (b.empty()) return;
+    m_.partition_boundaries = b;
+    m_.auto_partition = false;  // a given split
+    given("partition_boundaries");
+    boundaries_text_ = "'" + value + "'";
+  }
+  // The rules between knobs, once some came from hyperparameters.
+  void relations() {
+    if (overridden_.empty() || !problems_.empty()) return;
+    if (const std::string p = virtual_stages_problem(m_); !p.empty())
+      problems_.push_back(path("virtual_stages") + ": " + p);
+    if (m_.partition_boundaries.empty()) return;
+    const std::string shown = boundaries_text_.empty() ? "the block's" : boundaries_text_;
+    if (const std::string p = boundaries_problem(m_.partition_boundaries, m_, shown); !p.empty())
+      problems_.push_back(path("partition_boundaries") + ": " + p);
+  }
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  void given(const char* name) {
+    overridden_.emplace_back(name);
+    m_.enabled = true;
+  }
+  void error(const std::string& name, const std::string& text) {
+    problems_.push_back("hyperparameters." + name + ": " + text);
+  }
+  std::string path(const std::string& name) const {
+    return std::find(overridden_.begin(), overridden_.end(), name) != overridden_.end()
+               ? "hyperparameters." + name
+               : kParameters + "." + name;
+  }
+
+  ModelParallel& m_;
+  std::vector<std::string>& overridden_;
+  std::vector<std::string> problems_;
+  std::string boundaries_text_;
+};
+
 }  // namespace
 
-Distribution Distribution::parse(const nlohmann::json& block, std::vector<std::string>* errors) {
+Result<Distribution> Distribution::parse(const nlohmann::json& block) {
   Distribution d;
-  Reader r(errors);
+  std::vector<std::string> errors;
+  Reader r(&errors);
   const std::string top = "distribution";
-  if (block.is_null()) return d;
-  if (!r.map(block, top)) return d;
-  r.keys(block, top, kTopKeys);
-  if (block.contains("dataparallel")) {
-    const std::string path = top + ".dataparallel";
-    const nlohmann::json& dp = block["dataparallel"];
-    if (r.map(dp, path)) {
-      r.keys(dp, path, kStrategyKeys);
-      r.boolean(dp, "enabled", path, &d.dataparallel);
+  if (block.is_null()) return Result<Distribution>::success(d);
+  if (r.map(block, top)) {
+    r.keys(block, top, kTopKeys);
+    for (const char* strategy : {"dataparallel", "modelparallel"}) {
+      const std::string path = top + "." + strategy;
+      if (!block.contains(strategy) || !r.map(block[strategy], path)) continue;
+      const nlohmann::json& s = block[strategy];
+      r.keys(s, path, kStrategyKeys);
+      r.boolean(s, "enabled", path, strategy == std::string("dataparallel")
+                                        ? &d.dataparallel
+                                        : &d.modelparallel.enabled);
+      if (strategy == std::string("modelparallel") && s.contains("parameters") &&
+          r.map(s["parameters"], kParameters))
+        parse_parameters(r, s["parameters"], d.modelparallel);
     }
   }
-  if (block.contains("modelparallel")) {
-    const std::string path = top + ".modelparallel";
-    const nlohmann::json& mp = block["modelparallel"];
-    if (r.map(mp, path)) {
-      r.keys(mp, path, kStrategyKeys);
-      ModelParallel& m = d.modelparallel;
-      r.boolean(mp, "enabled", path, &m.enabled);
-      const std::string ppath = path + ".parameters";
-      if (mp.contains("parameters") && r.map(mp["parameters"], ppath)) {
-        const nlohmann::json& p = mp["parameters"];
-        r.keys(p, ppath, kModelParallelKeys);
-        r.integer(p, "partitions", ppath, 1, kMaxDegree, &m.partitions);
-        r.integer(p, "microbatches", ppath, 1, 1 << 16, &m.microbatches);
-        r.choice(p, "pipeline", ppath, {"simple", "interleaved"}, &m.pipeline);
-        r.choice(p, "optimize", ppath, {"speed", "memory"}, &m.optimize);
-        m.memory_weight = m.optimize == "memory" ? 0.8 : 0.2;
-        r.number(p, "memory_weight", ppath, 0.0, 1.0, &m.memory_weight);
-        if (p.contains("placement_strategy")) {
-          const nlohmann::json& v = p["placement_strategy"];
-          if (v.is_string() && valid_placement(v.get<std::string>()))
-            m.placement_strategy = v.get<std::string>();
-          else
-            r.error(ppath + ".placement_strategy",
-                    "expected cluster, spread or an order of the letters D, P and T (such as "
-                    "DTP), found " + found(v));
-        }
-        r.boolean(p, "auto_partition", ppath, &m.auto_partition);
-        r.integer(p, "default_partition", ppath, 0, kMaxDegree - 1, &m.default_partition);
-        r.integer(p, "active_microbatches", ppath, 1, 1 << 16, &m.active_microbatches);
-        r.boolean(p, "activation_checkpointing", ppath, &m.activation_checkpointing);
-        r.boolean(p, "bf16", ppath, &m.bf16);
-        r.boolean(p, "ddp", ppath, &m.ddp);
-        r.integer(p, "tensor_parallel_degree", ppath, 1, kMaxDegree, &m.tensor_parallel_degree);
-        r.integer(p, "sharded_data_parallel_degree", ppath, 1, kMaxDegree,
-                  &m.sharded_data_parallel_degree);
-        r.integer(p, "virtual_stages", ppath, 1, kMaxDegree, &m.virtual_stages);
-        if (p.contains("partition_boundaries")) {
-          const nlohmann::json& v = p["partition_boundaries"];
-          const std::string bpath = ppath + ".partition_boundaries";
-          bool ok = v.is_array();
-          for (size_t i = 0; ok && i < v.size(); ++i)
-            ok = v[i].is_number_integer() && v[i].get<int>() >= 1 &&
-                 (i == 0 || v[i].get<int>() > v[i - 1].get<int>());
-          const int want = m.partitions * m.virtual_stages - 1;
-          if (!ok)
-            r.error(bpath, "expected a list of ascending layer indices from 1 (the first layer "
-                           "of each stage after the first, such as [3, 5]), found " + found(v));
-          else if (static_cast<int>(v.size()) != want)
-            r.error(bpath, "expected " + std::to_string(want) +
-                               " layer indices (one per stage after the first: partitions x "
-                               "virtual_stages - 1), found " + std::to_string(v.size()));
-          else if (m.auto_partition)
-            r.error(bpath, "applies with auto_partition: false only (the automatic "
-                           "partitioner chooses the boundaries otherwise)");
-          else
-            m.partition_boundaries = v.get<std::vector<int>>();
-        }
-        if (m.virtual_stages > 1 && m.pipeline != "interleaved")
-          r.error(ppath + ".virtual_stages", "needs pipeline: interleaved, found pipeline: " + m.pipeline);
-        if (m.default_partition >= m.partitions && p.contains("default_partition"))
-          r.error(ppath + ".default_partition",
-                  "expected a stage below partitions (" + std::to_string(m.partitions) +
-                      "), found " + std::to_string(m.default_partition));
-      }
-      if (m.active_microbatches == 0) m.active_microbatches = m.partitions + 2;
-    }
-  }
-  return d;
+  if (!errors.empty()) return Result<Distribution>::failure(joined(errors));
+  return Result<Distribution>::success(d);
+}
+
+Result<Distribution> Distribution::with_overrides(const Hyperparameters& hp) const {
+  Distribution d = *this;
+  ModelParallel& m = d.modelparallel;
+  if (!m.enabled) m = ModelParallel{};  // a disabled block's parameters are not used
+  Overrides o(m, d.overridden);
+  o.integer(hp.partitions, kPartitions);
+  o.integer(hp.microbatches, kMicrobatches);
+  o.pipeline(hp.pipeline);
+  o.integer(hp.virtual_stages, kVirtualStages);
+  o.integer(hp.tensor_parallel_degree, kTensorDegree);
+  o.integer(hp.sharded_data_parallel_degree, kShardedDegree);
+  o.boundaries(hp.partition_boundaries);
+  o.flag(hp.activation_checkpointing, "activation_checkpointing",
+         &ModelParallel::activation_checkpointing);
+  o.flag(hp.bf16, "bf16", &ModelParallel::bf16);
+  o.relations();
+  if (!o.problems().empty()) return Result<Distribution>::failure(joined(o.problems()));
+  if (m.active_microbatches == 0) m.active_microbatches = m.partitions + 2;
+  return Result<Distribution>::success(d);
 }
 
 int Distribution::data_parallel_degree(int world) const {
@@ -202,30 +349,34 @@ int Distribution::data_parallel_degree(int world) const {
   return mp > 0 && world % mp == 0 ? world / mp : 0;
 }
 
-std::vector<std::string> Distribution::check_world(int world) const {
-  std::vector<std::string> out;
-  if (!modelparallel.enabled) return out;
-  const std::string p = "distribution.modelparallel.parameters";
+Status Distribution::check_world(int world) const {
+  if (!modelparallel.enabled) return Status::success();
   const ModelParallel& m = modelparallel;
+  const auto from_hyperparameters = [&](const char* name) {
+    return std::find(overridden.begin(), overridden.end(), name) != overridden.end();
+  };
   const int mp = m.tensor_parallel_degree * m.partitions;
+  const std::string workers = std::to_string(world) + " workers";
   if (world % mp != 0) {
-    out.push_back(p + ": tensor_parallel_degree x partitions = " + std::to_string(mp) +
-                  " must divide the " + std::to_string(world) +
-                  " workers (instance_count x processes_per_host)");
-    return out;
+    if (from_hyperparameters("tensor_parallel_degree") || from_hyperparameters("partitions"))
+      return Status::failure("hyperparameters.tensor_parallel_degree: " +
+                             std::to_string(m.tensor_parallel_degree) + " x partitions " +
+                             std::to_string(m.partitions) + " must divide the " + workers);
+    return Status::failure(kParameters + ": tensor_parallel_degree x partitions = " +
+                           std::to_string(mp) + " must divide the " + workers +
+                           " (instance_count x processes_per_host)");
   }
   const int dp = world / mp;
-  if (dp % m.sharded_data_parallel_degree != 0)
-    out.push_back(p + ".sharded_data_parallel_degree: expected a divisor of the data-parallel "
-                      "degree " + std::to_string(dp) + " (" + std::to_string(world) +
-                  " workers / tensor_parallel_degree / partitions), found " +
-                  std::to_string(m.sharded_data_parallel_degree));
-  return out;
-}
-
-std::vector<std::string> Distribution::unsupported_by_trainer() const {
-  // Nothing today: bf16, the last refusal, runs under every strategy (issue 27).
-  return {};
+  if (dp % m.sharded_data_parallel_degree == 0) return Status::success();
+  const std::string expected = "expected a divisor of the data-parallel degree " +
+                               std::to_string(dp);
+  const std::string sdp = std::to_string(m.sharded_data_parallel_degree);
+  if (from_hyperparameters("sharded_data_parallel_degree"))
+    return Status::failure("hyperparameters.sharded_data_parallel_degree: " + expected +
+                           ", found " + sdp + " (" + workers +
+                           " / tensor_parallel_degree / partitions)");
+  return Status::failure(kParameters + ".sharded_data_parallel_degree: " + expected + " (" +
+                         workers + " / tensor_parallel_degree / partitions), found " + sdp);
 }
 
 }  // namespace heft::config

@@ -1,6 +1,7 @@
 // The spec's `distribution` block as a type, parsed and validated once, torch-free: `heft
 // train` checks it before any worker starts (exit 2 naming the field), and heft-train reads
-// the same type from HEFT_DISTRIBUTION.
+// the same type from HEFT_DISTRIBUTION; both resolve heft-train's hyperparameters into it
+// once (with_overrides), so each knob has one source, one default and one rule.
 //
 //   distribution:
 //     dataparallel: {enabled: true}
@@ -18,7 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "heft/config/hyperparameters.h"
+#include "heft/result.h"
+
 namespace heft::config {
+
+// The pipeline schedules (ModelParallel::pipeline): the block's rule and the
+// hyperparameter's.
+inline const std::vector<std::string> kPipelineKinds = {"simple", "interleaved"};
 
 struct ModelParallel {
   bool enabled = false;
@@ -35,7 +43,7 @@ struct ModelParallel {
   std::vector<int> partition_boundaries;
   int default_partition = 0;               // the stage of the layers an even split leaves
   int virtual_stages = 1;                  // model chunks per stage (interleaved only)
-  int active_microbatches = 0;             // 0: partitions + 2
+  int active_microbatches = 0;             // 0: partitions + 2 (with_overrides resolves it)
   bool activation_checkpointing = false;
   bool bf16 = false;
   bool ddp = false;                        // data parallel across pipeline replicas
@@ -46,21 +54,32 @@ struct ModelParallel {
 struct Distribution {
   bool dataparallel = false;
   ModelParallel modelparallel;
+  // The knobs whose values came from heft-train's hyperparameters (with_overrides), by name
+  // ("partitions"): messages about them name the hyperparameter, not the spec's block.
+  std::vector<std::string> overridden;
 
-  // The spec's block (JSON; an empty object is no distribution). Every problem is one line
-  // in *errors, led by its field ("distribution.modelparallel.parameters.partitions:
+  // The spec's block (JSON; null or an empty object is no distribution). The error has one
+  // line per problem, led by its field ("distribution.modelparallel.parameters.partitions:
   // expected an integer from 1 to 1024, found 0"); an unknown key names the nearest known.
-  static Distribution parse(const nlohmann::json& block, std::vector<std::string>* errors);
+  static Result<Distribution> parse(const nlohmann::json& block);
 
-  // Problems of running on `world` ranks: tensor x pipeline must divide the world and
-  // sharded_data_parallel_degree the data-parallel degree that is left.
-  std::vector<std::string> check_world(int world) const;
+  // The distribution a run uses: this one with heft-train's hyperparameters that name a
+  // knob (partitions, microbatches, pipeline, virtual_stages, partition_boundaries,
+  // tensor_parallel_degree, sharded_data_parallel_degree: when not 0 or empty;
+  // activation_checkpointing, bf16: when true) put over it, each checked by the same rule
+  // as in the block (errors led by "hyperparameters.<name>"). A given knob enables
+  // modelparallel; the parameters of a block that stays disabled are the defaults, and
+  // active_microbatches 0 becomes partitions + 2, so a resolved distribution is read
+  // without looking at `enabled`. heft-train's main and `heft train`'s spec check both
+  // resolve it here, once; train/ reads only the result for these knobs.
+  Result<Distribution> with_overrides(const Hyperparameters& hp) const;
+
+  // Running on `world` ranks: tensor x pipeline must divide the world and
+  // sharded_data_parallel_degree the data-parallel degree that is left. The error names
+  // the spec's block, or the hyperparameters where the degrees came from them.
+  Status check_world(int world) const;
   // The data-parallel degree on `world` ranks: world / (tensor x pipeline).
   int data_parallel_degree(int world) const;
-
-  // What heft-train cannot run yet, one line each ("... is not supported yet by heft-train
-  // (...)"); empty when it can.
-  std::vector<std::string> unsupported_by_trainer() const;
 };
 
 }  // namespace heft::config

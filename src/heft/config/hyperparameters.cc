@@ -1,6 +1,5 @@
 #include "heft/config/hyperparameters.h"
 
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -8,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "heft/config/distribution.h"
 #include "heft/config/nearest.h"
 
 namespace heft::config {
@@ -128,6 +128,13 @@ Field string_field(const char* name, std::string Hyperparameters::*member,
                }};
 }
 
+// "" (the distribution block's) or one of the distribution's schedules.
+std::vector<std::string> pipeline_options() {
+  std::vector<std::string> options{""};
+  options.insert(options.end(), kPipelineKinds.begin(), kPipelineKinds.end());
+  return options;
+}
+
 const std::vector<Field>& fields() {
   using H = Hyperparameters;
   static const std::vector<Field> f{
@@ -192,7 +199,7 @@ const std::vector<Field>& fields() {
       int_field("microbatches", &H::microbatches, 0,
                 "pipeline micro-batches per step (must divide each data-parallel rank's "
                 "share); 0: the distribution block's"),
-      string_field("pipeline", &H::pipeline, {"", "simple", "interleaved"},
+      string_field("pipeline", &H::pipeline, pipeline_options(),
                    "simple (GPipe) | interleaved (1F1B); empty: the distribution block's"),
       int_field("virtual_stages", &H::virtual_stages, 0,
                 "interleaved pipeline: model chunks per stage (Megatron's interleaved 1F1B; "
@@ -362,11 +369,6 @@ ParsedHyperparameters parse_hyperparameters(const std::vector<std::string>& args
   if (r.value.n_embd % r.value.n_head != 0)
     return fail_on({"n_head", "expected a divisor of n_embd (" + std::to_string(r.value.n_embd) +
                                   "), found " + std::to_string(r.value.n_head)}, "");
-  for (const char c : r.value.partition_boundaries)
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == ','))
-      return fail_on({"partition_boundaries", "expected layer indices separated by commas "
-                                              "(\"3,5\"), found '" +
-                                                  r.value.partition_boundaries + "'"}, "");
   apply_model_defaults(r.value, r.given);
   return r;
 }

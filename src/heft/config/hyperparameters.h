@@ -55,8 +55,9 @@ struct Hyperparameters {
   int64_t block_size = 128;       // context length (bytes)
   int64_t eval_every = 0;         // steps between val_loss= lines; 0: after each epoch only
   int64_t generate = 0;           // bytes to sample after training (gpt)
-  // The distribution's model-parallel parameters, also accepted as hyperparameters (they
-  // override the spec's distribution block).
+  // The distribution's model-parallel parameters, also accepted as hyperparameters: they
+  // override the spec's distribution block, and config::Distribution::with_overrides
+  // (distribution.h) holds their rules and defaults; 0, empty or false here: not given.
   int64_t sharded_data_parallel_degree = 0;  // 0: the distribution's (1: no sharding)
   int64_t tensor_parallel_degree = 0;  // 0: the distribution's (1: no tensor parallelism)
   int64_t partitions = 0;         // pipeline stages; 0: the distribution's (1: no pipeline)

@@ -55,22 +55,29 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// A message of several lines (a Result's, one problem a line) on one line, "; "-separated.
+std::string one_line(const std::string& message) {
+  std::string out;
+  for (char c : message) out += c == '\n' ? std::string("; ") : std::string(1, c);
+  return out;
+}
+
 // HEFT_DISTRIBUTION (the job spec's distribution block), read as the same type `heft train`
-// validated (config/distribution.h). A spec that enables what heft-train cannot run yet is
-// refused rather than silently ignored. Returns the problems, "; "-separated.
-std::string read_distribution(heft::config::Distribution* out) {
+// validated (config/distribution.h), with the hyperparameters that name its knobs resolved
+// into it as `heft train` did: the one source of those knobs from here on.
+heft::Result<heft::config::Distribution> read_distribution(const heft::train::Hyperparameters& hp) {
+  using Distribution = heft::config::Distribution;
   const char* v = std::getenv("HEFT_DISTRIBUTION");
-  if (!v || !*v) return "";
-  nlohmann::json d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
-  if (d.is_discarded() || !d.is_object())
-    return "HEFT_DISTRIBUTION is not a JSON object: " + std::string(v);
-  std::vector<std::string> errors;
-  *out = heft::config::Distribution::parse(d, &errors);
-  const std::vector<std::string> unsupported = out->unsupported_by_trainer();
-  errors.insert(errors.end(), unsupported.begin(), unsupported.end());
-  std::string text;
-  for (const std::string& e : errors) text += (text.empty() ? "" : "; ") + e;
-  return text;
+  nlohmann::json d = nlohmann::json::object();
+  if (v && *v) {
+    d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+    if (d.is_discarded() || !d.is_object())
+      return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION is not a JSON object: " +
+                                                 std::string(v));
+  }
+  heft::Result<Distribution> parsed = Distribution::parse(d);
+  if (!parsed.ok()) return parsed;
+  return parsed.value().with_overrides(hp);
 }
 
 std::atomic<bool> g_stop{false};
@@ -88,128 +95,124 @@ void install_stop_handler() {
 
 // Fills the checkpoint settings from SM_CHECKPOINT_DIR and HEFT_CHECKPOINT
 // ({"every_steps": N, "keep": K}) where the hyperparameters leave them unset.
-std::string apply_checkpoint_env(heft::train::Hyperparameters& hp) {
+heft::Status apply_checkpoint_env(heft::train::Hyperparameters& hp) {
   if (hp.checkpoint_dir.empty()) hp.checkpoint_dir = heft::comm::env_or("SM_CHECKPOINT_DIR", "");
   const char* v = std::getenv("HEFT_CHECKPOINT");
-  if (!v || !*v) return "";
+  if (!v || !*v) return heft::Status::success();
   nlohmann::json c = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
   const auto bad = [&](const char* field) {
     return c.contains(field) && !(c[field].is_number_integer() && c[field].get<int64_t>() >= 0);
   };
   if (c.is_discarded() || !c.is_object() || bad("every_steps") || bad("keep"))
-    return "HEFT_CHECKPOINT: expected {\"every_steps\": integer >= 0, \"keep\": integer >= 1}, "
-           "found " + std::string(v);
+    return heft::Status::failure(
+        "HEFT_CHECKPOINT: expected {\"every_steps\": integer >= 0, \"keep\": integer >= 1}, "
+        "found " + std::string(v));
   if (hp.checkpoint_every == 0) hp.checkpoint_every = c.value("every_steps", int64_t{0});
   if (hp.checkpoint_keep == 0) hp.checkpoint_keep = c.value("keep", int64_t{0});
-  return "";
+  return heft::Status::success();
 }
 
-void set_threads() {
-  const char* v = std::getenv("OMP_NUM_THREADS");
-  if (!v || !*v) return;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1)
-    throw heft::InvalidArgument(
-        std::string("OMP_NUM_THREADS: expected a positive integer, found '") + v + "'");
-  torch::set_num_threads(static_cast<int>(n));
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  ::umask(077);  // checkpoints and the model are heft's files: private, as heft's own
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& a : args)
-    if (a == "--help" || a == "-h") {
-      std::cout << "usage: heft-train [--print-mesh | --print-schedule] [--name value]...  (also from SM_HPS, a "
-                   "JSON object)\n"
-                << "--print-mesh: print the ranks' layout for WORLD_SIZE workers and exit\n"
-                << "--print-schedule: print the pipeline's schedule (partitions, microbatches,\n"
-                << "  pipeline) as stages x time slots with its bubble, and exit\n"
-                << "hyperparameters (name, default, meaning):\n"
-                << heft::train::hyperparameters_help();
-      return 0;
-    }
-  bool print_mesh = false, print_schedule = false;
-  for (auto it = args.begin(); it != args.end();)
-    if (*it == "--print-mesh" || *it == "--print-schedule") {
-      (*it == "--print-mesh" ? print_mesh : print_schedule) = true;
-      it = args.erase(it);
-    } else {
-      ++it;
-    }
-  const char* sm_hps = std::getenv("SM_HPS");
-  heft::train::ParsedHyperparameters parsed =
-      heft::train::parse_hyperparameters(args, sm_hps ? sm_hps : "");
-  if (!parsed.ok()) {
-    std::cerr << "heft-train: " << parsed.error << "\n";
-    return 2;
-  }
-  heft::config::Distribution distribution;
-  if (std::string e = read_distribution(&distribution); !e.empty()) {
-    std::cerr << "heft-train: " << e << "\n";
-    return 2;
-  }
-  heft::train::Hyperparameters hp = parsed.value;
-  if (print_schedule) {  // the pipeline's action lists, simulated, then exit
-    try {
-      const heft::train::PipelineSettings p = heft::train::pipeline_settings(distribution, hp);
-      const auto schedule =
-          heft::parallel::pipeline::make_schedule(p.kind, p.partitions, p.microbatches, p.active,
-                                                  p.virtual_stages);
-      const auto simulation = heft::parallel::pipeline::simulate(schedule);
-      std::cout << heft::parallel::pipeline::render(schedule, simulation);
-      return simulation.ok ? 0 : 1;
-    } catch (const std::exception& e) {
-      std::cerr << "heft-train: " << e.what() << "\n";
-      return 2;
-    }
-  }
-  if (print_mesh) {  // the layout this job would run on, then exit: WORLD_SIZE ranks
-    try {
-      const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));
-      const heft::parallel::MeshLayout layout(world, heft::train::mesh_shape(distribution, hp, world));
-      std::cout << layout.describe();
-      for (int r = 0; r < world; ++r)
-        std::cout << "rank " << r << ": data " << layout.coordinate(r, heft::parallel::Dim::kData)
-                  << " pipeline " << layout.coordinate(r, heft::parallel::Dim::kPipeline)
-                  << " tensor " << layout.coordinate(r, heft::parallel::Dim::kTensor) << " shard "
-                  << layout.coordinate(r, heft::parallel::Dim::kShard) << " replicate "
-                  << layout.coordinate(r, heft::parallel::Dim::kReplicate) << "\n";
-      return 0;
-    } catch (const std::exception& e) {
-      std::cerr << "heft-train: " << e.what() << "\n";
-      return 2;
-    }
-  }
-  if (distribution.modelparallel.enabled && distribution.modelparallel.activation_checkpointing)
-    hp.activation_checkpointing = true;
-  if (distribution.modelparallel.enabled && distribution.modelparallel.bf16) hp.bf16 = true;
+// The data and model directories from the environment where the hyperparameters leave them
+// unset, then the checkpoint settings.
+heft::Status apply_environment(heft::train::Hyperparameters& hp) {
   const bool text = heft::train::find_model(hp.model).task == "text";
   if (hp.data.empty())
     hp.data = heft::comm::env_or("SM_CHANNEL_TRAIN", text ? heft::train::kDefaultFortunesDir
                                                           : heft::train::kDefaultFashionMnistDir);
   if (hp.model_dir.empty()) hp.model_dir = heft::comm::env_or("SM_MODEL_DIR", "");
-  if (std::string e = apply_checkpoint_env(hp); !e.empty()) {
-    std::cerr << "heft-train: " << e << "\n";
-    return 2;
+  return apply_checkpoint_env(hp);
+}
+
+heft::Status set_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return heft::Status::success();
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1)
+    return heft::Status::failure(
+        std::string("OMP_NUM_THREADS: expected a positive integer, found '") + v + "'");
+  torch::set_num_threads(static_cast<int>(n));
+  return heft::Status::success();
+}
+
+// The command line: --help, --print-mesh and --print-schedule taken out of the
+// hyperparameters' arguments.
+struct CommandLine {
+  bool help = false;
+  bool print_mesh = false;
+  bool print_schedule = false;
+  std::vector<std::string> hyperparameters;
+};
+
+CommandLine read_command_line(int argc, char** argv) {
+  CommandLine c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") c.help = true;
+    else if (a == "--print-mesh") c.print_mesh = true;
+    else if (a == "--print-schedule") c.print_schedule = true;
+    else c.hyperparameters.push_back(a);
   }
-  const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
+  return c;
+}
+
+void print_help() {
+  std::cout << "usage: heft-train [--print-mesh | --print-schedule] [--name value]...  (also from SM_HPS, a "
+               "JSON object)\n"
+            << "--print-mesh: print the ranks' layout for WORLD_SIZE workers and exit\n"
+            << "--print-schedule: print the pipeline's schedule (partitions, microbatches,\n"
+            << "  pipeline) as stages x time slots with its bubble, and exit\n"
+            << "hyperparameters (name, default, meaning):\n"
+            << heft::train::hyperparameters_help();
+}
+
+int fail(const std::string& message, int code) {
+  std::cerr << "heft-train: " << message << "\n";
+  return code;
+}
+
+// --print-schedule: the pipeline's action lists, simulated.
+int print_schedule(const heft::config::Distribution& distribution) {
+  const heft::config::ModelParallel& p = distribution.modelparallel;
   try {
-    set_threads();  // a bad OMP_NUM_THREADS is bad input: exit 2, as every other
-  } catch (const heft::InvalidArgument& e) {
-    std::cerr << "heft-train: " << e.what() << "\n";
-    return 2;
+    const auto schedule = heft::parallel::pipeline::make_schedule(
+        p.pipeline, p.partitions, p.microbatches, p.active_microbatches, p.virtual_stages);
+    const auto simulation = heft::parallel::pipeline::simulate(schedule);
+    std::cout << heft::parallel::pipeline::render(schedule, simulation);
+    return simulation.ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    return fail(e.what(), 2);
   }
+}
+
+// --print-mesh: the layout this job would run on, WORLD_SIZE ranks.
+int print_mesh(const heft::config::Distribution& distribution) {
+  using heft::parallel::Dim;
+  try {
+    const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));
+    const heft::parallel::MeshLayout layout(world, heft::train::mesh_shape(distribution, world));
+    std::cout << layout.describe();
+    for (int r = 0; r < world; ++r)
+      std::cout << "rank " << r << ": data " << layout.coordinate(r, Dim::kData) << " pipeline "
+                << layout.coordinate(r, Dim::kPipeline) << " tensor "
+                << layout.coordinate(r, Dim::kTensor) << " shard "
+                << layout.coordinate(r, Dim::kShard) << " replicate "
+                << layout.coordinate(r, Dim::kReplicate) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(e.what(), 2);
+  }
+}
+
+// Joins the job and trains; the exit code.
+int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution& distribution,
+        const std::string& test_dir) {
   install_stop_handler();
   try {
     keep_freed_memory();
     heft::comm::World world = join();
-    if (const auto problems = distribution.check_world(world.comm->size()); !problems.empty()) {
-      for (const std::string& e : problems) std::cerr << "heft-train: " << e << "\n";
-      return 2;
-    }
+    if (const heft::Status fits = distribution.check_world(world.comm->size()); !fits.ok())
+      return fail(fits.error(), 2);
     const heft::train::TrainResult r =
         heft::train::train(hp, distribution, test_dir, *world.comm, std::cout, &g_stop);
     if (r.stopped)
@@ -218,11 +221,34 @@ int main(int argc, char** argv) {
                                               : "; checkpointed in " + hp.checkpoint_dir)
                 << "\n";
   } catch (const heft::InvalidArgument& e) {
-    std::cerr << "heft-train: " << e.what() << "\n";
-    return 2;  // bad input: a hyperparameter, a degree, a checkpoint of another model
+    return fail(e.what(), 2);  // bad input: a hyperparameter, a degree, a checkpoint of another model
   } catch (const std::exception& e) {
-    std::cerr << "heft-train: " << e.what() << "\n";
-    return 1;
+    return fail(e.what(), 1);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::umask(077);  // checkpoints and the model are heft's files: private, as heft's own
+  const CommandLine command = read_command_line(argc, argv);
+  if (command.help) {
+    print_help();
+    return 0;
+  }
+  const char* sm_hps = std::getenv("SM_HPS");
+  const heft::train::ParsedHyperparameters parsed =
+      heft::train::parse_hyperparameters(command.hyperparameters, sm_hps ? sm_hps : "");
+  if (!parsed.ok()) return fail(parsed.error, 2);
+  heft::train::Hyperparameters hp = parsed.value;
+  const heft::Result<heft::config::Distribution> distribution = read_distribution(hp);
+  if (!distribution.ok()) return fail(one_line(distribution.error()), 2);
+  if (command.print_schedule) return print_schedule(distribution.value());
+  if (command.print_mesh) return print_mesh(distribution.value());
+  if (const heft::Status s = apply_environment(hp); !s.ok()) return fail(s.error(), 2);
+  const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
+  // A bad OMP_NUM_THREADS is bad input: exit 2, as every other.
+  if (const heft::Status s = set_threads(); !s.ok()) return fail(s.error(), 2);
+  return run(hp, distribution.value(), test_dir);
 }

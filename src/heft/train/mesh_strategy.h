@@ -1,8 +1,9 @@
-// What the strategies of strategy.cc and pipeline_strategy.cc share (internal to train/):
-// MeshStrategy, the base that holds the mesh's groups, who reports, the tensor-parallel
-// layout of the model, its loss, gathering tensor slices into full parameters, clipping by
-// the global norm, and building the sharded form of the model; and the byte counts a
-// strategy's state_bytes() reports. Header-only: both translation units include it.
+// What the strategies (data_parallel_strategy.cc, sharded_strategy.cc,
+// pipeline_strategy.cc) share, internal to train/: MeshStrategy, the base that holds the
+// mesh's groups, who reports, the tensor-parallel layout of the model, its loss, the
+// gradient-accumulation loop, gathering tensor slices into full parameters, clipping by the
+// global norm, and building the sharded form of the model; and the byte counts a
+// strategy's state_bytes() reports. Header-only: each strategy's translation unit includes it.
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -20,6 +21,7 @@
 #include "heft/parallel/recompute.h"
 #include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/parallel/sharded/sharded_data_parallel.h"
+#include "heft/step_profiler/step_profiler.h"
 #include "heft/train/strategy.h"
 
 namespace heft::train::detail {
@@ -79,12 +81,33 @@ class Bf16Autocast {
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
-// What both strategies share: the mesh's groups, who reports, the tensor-parallel layout of
+// A share cut into k micro-batches along the batch dimension (the first ones one sample
+// larger when k does not divide it). Throws heft::InvalidArgument naming
+// gradient_accumulation when the share has fewer than k samples.
+struct MicroBatch {
+  torch::Tensor inputs, targets;
+};
+inline std::vector<MicroBatch> split_micro_batches(const Batch& batch, int64_t k) {
+  if (k <= 1) return {{batch.inputs, batch.targets}};
+  if (batch.inputs.size(0) < k)
+    throw InvalidArgument("gradient_accumulation (" + std::to_string(k) +
+                          ") is larger than this rank's share of the batch (" +
+                          std::to_string(batch.inputs.size(0)) + " samples)");
+  const auto xs = batch.inputs.tensor_split(k, 0), ys = batch.targets.tensor_split(k, 0);
+  std::vector<MicroBatch> out;
+  for (int64_t i = 0; i < k; ++i) out.push_back({xs[i], ys[i]});
+  return out;
+}
+
+// What the strategies share: the mesh's groups, who reports, the tensor-parallel layout of
 // the model, its loss and outputs, and gathering tensor slices into full parameters.
 class MeshStrategy : public Strategy {
  protected:
-  MeshStrategy(const Hyperparameters& hp, parallel::DeviceMesh& mesh, std::shared_ptr<Model> model)
+  MeshStrategy(const Hyperparameters& hp, const config::ModelParallel& mp,
+               parallel::DeviceMesh& mesh, std::shared_ptr<Model> model)
       : hp_(hp),
+        bf16_(mp.bf16),
+        activation_checkpointing_(mp.activation_checkpointing),
         data_(mesh.group(parallel::Dim::kData)),
         tensor_group_(mesh.group(parallel::Dim::kTensor)),
         data_rank_(mesh.coordinate(parallel::Dim::kData)),
@@ -117,9 +140,37 @@ class MeshStrategy : public Strategy {
   // The model's outputs for inputs, float32: with bf16 (a replicated module) computed under
   // Bf16Autocast, so the loss is taken in float32.
   torch::Tensor forward_outputs(const torch::Tensor& inputs) {
-    if (!hp_.bf16) return model_->forward(inputs);
+    if (!bf16_) return model_->forward(inputs);
     Bf16Autocast bf16(true);
     return model_->forward(inputs).to(torch::kFloat);
+  }
+  // Forward and backward of one step over this rank's share, cut into gradient_accumulation
+  // micro-batches: forward(inputs) gives a micro-batch's outputs (timed as the forward
+  // phase), whose loss (loss_of) times data size / global count goes backward (so the data
+  // group's average is the gradient of the global-batch mean), under the guard no_sync()
+  // returns for every micro-batch but the last (gradients communicated once). Returns the
+  // share's loss sum (double).
+  template <class Forward, class NoSync>
+  torch::Tensor accumulate_gradients(const Batch& batch, const Task& task, Forward forward,
+                                     NoSync no_sync) {
+    const double scale = static_cast<double>(data_.size()) / static_cast<double>(batch.global_count);
+    torch::Tensor total = torch::zeros({}, torch::kDouble);
+    const std::vector<MicroBatch> micro = split_micro_batches(batch, hp_.gradient_accumulation);
+    for (size_t m = 0; m < micro.size(); ++m) {
+      torch::Tensor loss_sum = [&] {
+        auto timed = profile::phase(profile::Phase::kForward);
+        return loss_of(forward(micro[m].inputs), micro[m].targets, task);
+      }();
+      total += loss_sum.detach().to(torch::kDouble);
+      auto timed = profile::phase(profile::Phase::kBackward);
+      if (m + 1 < micro.size()) {
+        auto guard = no_sync();
+        (loss_sum * scale).backward();
+      } else {
+        (loss_sum * scale).backward();
+      }
+    }
+    return total;
   }
   // Tensor slices by name -> full parameters (a collective over the tensor group).
   std::map<std::string, torch::Tensor> join_tensor_slices(std::map<std::string, torch::Tensor> local) {
@@ -156,7 +207,7 @@ class MeshStrategy : public Strategy {
     std::vector<std::vector<torch::Tensor>> params;
     for (const auto& unit : model_->units())
       params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
-    const bool bf16 = hp_.bf16;
+    const bool bf16 = bf16_;
     model_->set_unit_runner([params, bf16](size_t i, const torch::Tensor& x,
                                            const Model::UnitFn& f) {
       Model::UnitFn unit = f;
@@ -205,8 +256,8 @@ class MeshStrategy : public Strategy {
       parallel::DeviceMesh& mesh, const OptimizerConfig& optimizer) {
     parallel::sharded::ShardedOptions o;
     o.reshard_after_forward = hp_.zero_stage == 3;
-    o.activation_checkpointing = hp_.activation_checkpointing;
-    if (hp_.bf16) o.compute_dtype = torch::kBFloat16;
+    o.activation_checkpointing = activation_checkpointing_;
+    if (bf16_) o.compute_dtype = torch::kBFloat16;
     const bool matrices_only = optimizer.decay_matrices_only;
     const parallel::sharded::TensorLayout tensor = tensor_;
     o.group_of = [matrices_only, tensor](const std::string& name, const torch::Tensor& p) {
@@ -256,6 +307,10 @@ class MeshStrategy : public Strategy {
   }
 
   const Hyperparameters& hp_;
+  // The resolved distribution's (config::Distribution::with_overrides) precision and
+  // recomputation.
+  const bool bf16_;
+  const bool activation_checkpointing_;
   parallel::ProcessGroup& data_;
   parallel::ProcessGroup& tensor_group_;
   const int data_rank_;

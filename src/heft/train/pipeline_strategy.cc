@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "heft/check.h"
 #include "heft/error.h"
 #include "heft/parallel/pipeline/pipeline.h"
 #include "heft/parallel/pipeline/schedule.h"
@@ -32,13 +33,15 @@ using detail::optimizer_state_bytes;
 // loss lives on the last stage, whose first data and tensor rank reports.
 class Pipelined : public MeshStrategy {
  public:
-  Pipelined(const Hyperparameters& hp, const PipelineSettings& settings, parallel::DeviceMesh& mesh,
-            std::shared_ptr<Model> model, const OptimizerConfig& optimizer)
-      : MeshStrategy(hp, mesh, std::move(model)),
+  Pipelined(const Hyperparameters& hp, const config::ModelParallel& settings,
+            parallel::DeviceMesh& mesh, std::shared_ptr<Model> model,
+            const OptimizerConfig& optimizer)
+      : MeshStrategy(hp, settings, mesh, std::move(model)),
         settings_(settings),
         pipe_(mesh.group(parallel::Dim::kPipeline)),
-        schedule_(parallel::pipeline::make_schedule(settings.kind, pipe_.size(),
-                                                    settings.microbatches, settings.active,
+        schedule_(parallel::pipeline::make_schedule(settings.pipeline, pipe_.size(),
+                                                    settings.microbatches,
+                                                    settings.active_microbatches,
                                                     settings.virtual_stages)) {
     const std::vector<std::string> names = model_->layer_names();
     if (names.empty())
@@ -58,7 +61,7 @@ class Pipelined : public MeshStrategy {
     model_->keep_layers(keep);
     const parallel::pipeline::Simulation sim = parallel::pipeline::simulate(schedule_);
     if (!sim.ok) throw InvalidArgument("pipeline schedule: " + sim.error);
-    if (settings.sharded) {
+    if (settings.sharded_data_parallel_degree > 1) {
       // Each stage's layers sharded over the stage's data ranks (its units: the blocks it
       // holds; the rest of its layers the root).
       sdp_ = shard_model(mesh, optimizer);
@@ -69,7 +72,7 @@ class Pipelined : public MeshStrategy {
     ddp_ = std::make_unique<parallel::data::DistributedDataParallel>(
         std::static_pointer_cast<torch::nn::Module>(model_), data_, ddp_options(hp));
     optimizer_ = make_optimizer(optimizer, model_->parameters());
-    if (hp.activation_checkpointing) recompute_units();
+    if (activation_checkpointing_) recompute_units();
   }
 
   std::string describe() const override {
@@ -80,7 +83,7 @@ class Pipelined : public MeshStrategy {
               names[static_cast<size_t>(last)];
     return "pipeline (" + std::to_string(pipe_.size()) + " stages" +
            (settings_.virtual_stages > 1 ? " x " + std::to_string(settings_.virtual_stages) + " virtual" : "") +
-           ", " + settings_.kind + ", " + std::to_string(settings_.microbatches) +
+           ", " + settings_.pipeline + ", " + std::to_string(settings_.microbatches) +
            " micro-batches; this stage: layers " + mine + ") x data_parallel " +
            std::to_string(data_.size()) + tensor_text() + "\n" +
            parallel::pipeline::describe(plan_, costs_) + profile_text();
@@ -107,7 +110,7 @@ class Pipelined : public MeshStrategy {
       // dtype on arrival; a DDP stage computes under autocast (Bf16Autocast), its parameters
       // and their gradients float32.
       torch::Tensor out = [&] {
-        Bf16Autocast bf16(hp_.bf16 && !sdp_);
+        Bf16Autocast bf16(bf16_ && !sdp_);
         return model_->forward_range(first, last, vs == 0 ? xs[j] : to_compute(input));
       }();
       if (vs != V - 1) return out.to(torch::kFloat);
@@ -273,7 +276,7 @@ class Pipelined : public MeshStrategy {
 
  private:
   torch::Tensor to_compute(const torch::Tensor& x) const {
-    return hp_.bf16 && sdp_ ? x.to(torch::kBFloat16) : x;
+    return bf16_ && sdp_ ? x.to(torch::kBFloat16) : x;
   }
 
   // The activation a stage receives for a micro-batch of b samples with inputs like x:
@@ -300,12 +303,11 @@ class Pipelined : public MeshStrategy {
     std::vector<int> first(static_cast<size_t>(V));
     costs_.assign(names.size(), {});
     for (size_t i = 0; i < names.size(); ++i) costs_[i].name = names[i];
-    if (!settings_.boundaries.empty()) {
-      if (static_cast<int>(settings_.boundaries.size()) != V - 1)
-        throw InvalidArgument("partition_boundaries: expected " + std::to_string(V - 1) +
-                              " layer indices (one per stage after the first), found " +
-                              std::to_string(settings_.boundaries.size()));
-      for (int s = 1; s < V; ++s) first[static_cast<size_t>(s)] = settings_.boundaries[static_cast<size_t>(s - 1)];
+    if (!settings_.partition_boundaries.empty()) {
+      HEFT_CHECK(static_cast<int>(settings_.partition_boundaries.size()) == V - 1,
+                 "partition_boundaries unchecked: resolve with Distribution::with_overrides");
+      for (int s = 1; s < V; ++s)
+        first[static_cast<size_t>(s)] = settings_.partition_boundaries[static_cast<size_t>(s - 1)];
     } else if (settings_.auto_partition) {
       if (mesh.coordinate(parallel::Dim::kPipeline) == 0 && mesh.coordinate(parallel::Dim::kData) == 0)
         costs_ = profile_pipeline_layers(*model_, profile_microbatch(), profile_options_);
@@ -326,7 +328,7 @@ class Pipelined : public MeshStrategy {
 
   // How the automatic split's costs were found (empty for a given or even split).
   std::string profile_text() const {
-    if (!settings_.boundaries.empty() || !settings_.auto_partition) return "";
+    if (!settings_.partition_boundaries.empty() || !settings_.auto_partition) return "";
     char line[320];
     std::snprintf(line, sizeof(line),
                   "profile: by the ranks at pipeline 0 and data 0 alone, on micro-batches of %lld "
@@ -396,7 +398,7 @@ class Pipelined : public MeshStrategy {
     }
   }
 
-  const PipelineSettings settings_;
+  const config::ModelParallel settings_;  // the resolved distribution's
   parallel::ProcessGroup& pipe_;
   parallel::pipeline::Schedule schedule_;
   parallel::pipeline::Plan plan_;
@@ -419,7 +421,7 @@ class Pipelined : public MeshStrategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_pipeline_strategy(const Hyperparameters& hp,
-                                                 const PipelineSettings& settings,
+                                                 const config::ModelParallel& settings,
                                                  parallel::DeviceMesh& mesh,
                                                  std::shared_ptr<Model> model,
                                                  const OptimizerConfig& optimizer) {

@@ -17,13 +17,14 @@
 
 namespace heft::train {
 
-// The strategy for settings.partitions > 1 (make_strategy calls it). Profiles the model on
+// The strategy for settings.partitions > 1 (make_strategy calls it, with the resolved
+// distribution's modelparallel: config::Distribution::with_overrides). Profiles the model on
 // the ranks at pipeline 0 and data 0 when the split is automatic, and every rank takes their
 // costs (collective over the mesh). Throws heft::InvalidArgument naming the setting for a
 // model that cannot be cut, more stages than layers, bad partition_boundaries, or a schedule
 // the simulator finds deadlocked.
 std::unique_ptr<Strategy> make_pipeline_strategy(const Hyperparameters& hp,
-                                                 const PipelineSettings& settings,
+                                                 const config::ModelParallel& settings,
                                                  parallel::DeviceMesh& mesh,
                                                  std::shared_ptr<Model> model,
                                                  const OptimizerConfig& optimizer);

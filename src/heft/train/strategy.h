@@ -6,17 +6,20 @@
 // the last stage does; with data parallelism the first data-parallel rank), and what this
 // rank writes to a checkpoint.
 //
-// Strategies: "data_parallel" (DistributedDataParallel over the mesh's data group; each rank
-// a full replica) and "sharded_data_parallel" (parallel/sharded: parameters, gradients and
-// optimizer state sharded over the mesh's shard group, hybrid across its replicate group),
-// chosen by sharded_data_parallel_degree > 1, each tensor-parallel inside when the model is;
+// Strategies, one file each: "data_parallel" (data_parallel_strategy.h: DistributedDataParallel
+// over the mesh's data group; each rank a full replica) and "sharded_data_parallel"
+// (sharded_strategy.h, parallel/sharded: parameters, gradients and optimizer state sharded
+// over the mesh's shard group, hybrid across its replicate group), chosen by
+// sharded_data_parallel_degree > 1, each tensor-parallel inside when the model is;
 // both take gradient_accumulation (micro-batches, communicating on the last), grad_clip
 // (global norm) and activation_checkpointing (the model's units). partitions > 1 chooses the
 // pipelined strategy (pipeline_strategy.h), whose stages are either of the two. bf16 runs
 // under every strategy: forward and backward in bfloat16, float32 master parameters and
 // optimizer state, gradients reduced in float32 (sharded: bfloat16 gathers of the float32
 // shards; replicated modules: CPU autocast, mesh_strategy.h's Bf16Autocast), the loss taken
-// in float32. bf16 with activation_checkpointing needs sharding.
+// in float32. The degrees, bf16 and activation_checkpointing come from the resolved
+// config::Distribution (Distribution::with_overrides); gradient_accumulation, grad_clip and
+// zero_stage from the hyperparameters.
 //
 //   loop                      strategy (DDP)                      parallel/
 //   task.batch(step) ──────▶ step(batch, task, lr)
@@ -99,35 +102,19 @@ class Strategy {
   virtual void save_model(const std::string& dir) = 0;
 };
 
-// The strategy the distribution config asks for, for a model built on `mesh`, with the
-// optimizer `optimizer`. Throws heft::InvalidArgument for what it cannot run.
+// The strategy the distribution asks for, for a model built on `mesh`, with the optimizer
+// `optimizer`. `distribution` is resolved (config::Distribution::with_overrides): its
+// modelparallel alone decides the parallelism, bf16 and activation_checkpointing (hp gives
+// the rest: gradient_accumulation, grad_clip, zero_stage, the optimizer's name). Throws
+// heft::InvalidArgument for what it cannot run.
 std::unique_ptr<Strategy> make_strategy(const config::Distribution& distribution,
                                         const Hyperparameters& hp, parallel::DeviceMesh& mesh,
                                         std::shared_ptr<Model> model,
                                         const OptimizerConfig& optimizer);
 
-// The pipeline's settings: the hyperparameters where given, else the distribution's.
-struct PipelineSettings {
-  int partitions = 1;
-  int microbatches = 1;
-  std::string kind = "interleaved";  // simple | interleaved
-  int active = 3;                    // interleaved: most micro-batches in flight
-  int virtual_stages = 1;            // model chunks per stage
-  std::vector<int> boundaries;       // given split (first layer of stages 1..); empty: planned
-  bool sharded = false;              // each stage sharded over its data ranks
-  double memory_weight = 0.2;
-  bool auto_partition = true;
-  int default_partition = 0;         // even split: the stage that takes the remainder
-};
-PipelineSettings pipeline_settings(const config::Distribution& distribution, const Hyperparameters& hp);
-
-// The mesh shape the distribution config (and the hyperparameters that override it) ask for
-// on `world` ranks. Throws heft::InvalidArgument naming sharded_data_parallel_degree when it
-// does not divide the data-parallel degree.
-parallel::MeshShape mesh_shape(const config::Distribution& distribution, const Hyperparameters& hp,
-                               int world);
-// The sharded data-parallel degree asked for: the hyperparameter when set, else the
-// distribution's; 1 means no sharding.
-int sharded_degree(const config::Distribution& distribution, const Hyperparameters& hp);
+// The mesh shape a resolved distribution asks for on `world` ranks. Throws
+// heft::InvalidArgument with Distribution::check_world's message when the degrees do not
+// fit the world.
+parallel::MeshShape mesh_shape(const config::Distribution& distribution, int world);
 
 }  // namespace heft::train

@@ -74,7 +74,7 @@ class Training {
         stop_(stop),
         world_(world),
         out_(out),
-        mesh_(world, mesh_shape(distribution, hp, world.size())),
+        mesh_(world, mesh_shape(distribution, world.size())),
         task_(make_task(find_model(hp.model).task, hp, test_dir,
                         mesh_.coordinate(parallel::Dim::kData),
                         mesh_.size(parallel::Dim::kData))),
@@ -82,24 +82,41 @@ class Training {
                                            task_->steps_per_epoch())),
         strategy_(make_strategy(distribution, hp, mesh_, build_model(hp, mesh_),
                                 optimizer_config_)),
-        sharded_degree_(sharded_degree(distribution, hp)) {
+        sharded_degree_(distribution.modelparallel.sharded_data_parallel_degree) {
     for (const std::string& name : task_->metric_names())
       result_.metrics.emplace_back(name, std::numeric_limits<double>::quiet_NaN());
   }
 
   TrainResult run() {
+    print_layout();
+    if (!hp_.checkpoint_dir.empty()) resume();
+    world_.barrier();  // start the clock together
+    train_epochs();
+    result_.steps = step_;
+    result_.seconds = seconds_;
+    result_.samples_per_s = static_cast<double>(samples_) / seconds_;
+    if (result_.stopped) return result_;
+    checkpoint();
+    finish();
+    return result_;
+  }
+
+ private:
+  // With model parallelism: where this rank sits, and (once) the whole layout.
+  void print_layout() {
     if (mesh_.size(parallel::Dim::kTensor) > 1 || mesh_.size(parallel::Dim::kPipeline) > 1 ||
         mesh_.size(parallel::Dim::kShard) != mesh_.size(parallel::Dim::kData) ||
         sharded_degree_ > 1) {
-      // Model parallelism: say where this rank sits, and (once) the whole layout.
       print("mesh: rank=%d data=%d pipeline=%d tensor=%d shard=%d replicate=%d", world_.rank(),
             mesh_.coordinate(parallel::Dim::kData), mesh_.coordinate(parallel::Dim::kPipeline),
             mesh_.coordinate(parallel::Dim::kTensor), mesh_.coordinate(parallel::Dim::kShard),
             mesh_.coordinate(parallel::Dim::kReplicate));
       if (strategy_->reports()) out_ << mesh_.layout().describe() << "strategy: " << strategy_->describe() << std::endl;
     }
-    if (!hp_.checkpoint_dir.empty()) resume();
-    world_.barrier();  // start the clock together
+  }
+
+  // The epochs from the resumed position until the last, max_steps or a stop.
+  void train_epochs() {
     bool done = hp_.max_steps > 0 && step_ >= hp_.max_steps;
     const int64_t steps_per_epoch = task_->steps_per_epoch();
     for (int64_t epoch = epoch_; epoch <= hp_.epochs && !done; ++epoch) {
@@ -143,11 +160,10 @@ class Training {
         next_batch_ = 0;
       }
     }
-    result_.steps = step_;
-    result_.seconds = seconds_;
-    result_.samples_per_s = static_cast<double>(samples_) / seconds_;
-    if (result_.stopped) return result_;
-    checkpoint();
+  }
+
+  // After the last step: the final: line, the model, generated text, the strategy's summary.
+  void finish() {
     if (strategy_->reports()) {
       std::string metrics;
       for (const auto& [name, value] : result_.metrics) metrics += format(" %s=%.4f", name.c_str(), value);
@@ -174,10 +190,8 @@ class Training {
             static_cast<long long>(c.forward_allreduces + c.backward_allreduces),
             static_cast<long long>(c.allgathers), c.seconds, seconds_);
     }
-    return result_;
   }
 
- private:
   // Whether any rank was asked to stop (a collective when there are several ranks).
   bool stop_agreed() {
     if (!stop_) return false;

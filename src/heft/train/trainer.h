@@ -65,7 +65,8 @@ struct TrainResult {
   int64_t resumed_from = 0;  // the step of the checkpoint the run resumed from; 0: none
 };
 
-// hp.data must name the directory with the task's training data; test_dir the one with its
+// `distribution` is resolved (config::Distribution::with_overrides): it alone sets the
+// parallelism, bf16 and activation_checkpointing. hp.data must name the directory with the task's training data; test_dir the one with its
 // held-out data (usually the same). When hp.model_dir is not empty, the strategy saves the
 // model there as model.pt (torch::serialize archive), creating the directory. `world` is
 // every rank of the job.

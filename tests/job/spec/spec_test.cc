@@ -357,7 +357,41 @@ TEST(JobSpec, DistributionFieldsAreTypedAndCheckedOnce) {
       "spec.yaml");
   ASSERT_TRUE(bf16.ok()) << bf16.error();
   EXPECT_TRUE(bf16.value().distribution_config.modelparallel.bf16);
-  EXPECT_TRUE(bf16.value().distribution_config.unsupported_by_trainer().empty());
+}
+
+// heft train checks the distribution heft-train will run: the block with heft-train's
+// hyperparameters over it, one rule for each knob wherever it was given.
+TEST(JobSpec, TheBuiltinTrainersHyperparametersResolveIntoTheDistribution) {
+  const std::string base = "name: d\nentry_point: heft-train\n"
+                           "cluster: {instance_count: 2, processes_per_host: 4}\n";
+  const Result<JobSpec> bad =
+      parse_spec(base + "hyperparameters:\n  tensor_parallel_degree: 3\n", "spec.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "spec.yaml:5: hyperparameters.tensor_parallel_degree: 3 x partitions 1 "
+                         "must divide the 8 workers");
+  const Result<JobSpec> range =
+      parse_spec(base + "hyperparameters: {partitions: 2000}\n", "spec.yaml");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.error().find("hyperparameters.partitions: expected an integer from 1 to 1024, "
+                               "found 2000"),
+            std::string::npos)
+      << range.error();
+  const Result<JobSpec> good = parse_spec(
+      base + "hyperparameters: {partitions: 4, bf16: true}\n"
+             "distribution: {modelparallel: {enabled: true, parameters: {partitions: 2, "
+             "microbatches: 4}}}\n",
+      "spec.yaml");
+  ASSERT_TRUE(good.ok()) << good.error();
+  const config::ModelParallel& m = good.value().distribution_config.modelparallel;
+  EXPECT_EQ(m.partitions, 4);
+  EXPECT_EQ(m.microbatches, 4);
+  EXPECT_TRUE(m.bf16);
+  // Another program's hyperparameters are its own.
+  const Result<JobSpec> script = parse_spec(
+      "name: d\nentry_point: [python3, train.py]\nhyperparameters: {tensor_parallel_degree: 3}\n"
+      "cluster: {instance_count: 2, processes_per_host: 4}\n",
+      "spec.yaml");
+  EXPECT_TRUE(script.ok()) << script.error();
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ class Validator {
     hyperparameters(root["hyperparameters"]);
     inputs(root["inputs"]);
     cluster(root["cluster"]);
-    distribution(root["distribution"]);
+    distribution(root["distribution"], root["hyperparameters"]);
     read_metric_definitions(r_, root["metric_definitions"], spec_);
     checkpoint(root["checkpoint"]);
     stopping(root["stopping"]);
@@ -229,6 +229,7 @@ class Validator {
     if (!each_valid) return;
     // Relations between settings (n_head divides n_embd, ...): the trainer's own parse.
     const config::ParsedHyperparameters all = config::parse_hyperparameters({}, sm_hps.dump());
+    if (all.ok()) trainer_hp_ = all.value;
     if (!all.ok()) {
       const std::string name = all.error_name.empty() ? "" : "hyperparameters." + all.error_name;
       r_.error(name.empty() ? "hyperparameters" : name,
@@ -369,27 +370,29 @@ class Validator {
     return ec ? file : p.string();
   }
 
-  // The typed block (config/distribution.h) is the one validation; its messages lead with
-  // the field, which is found again in the YAML for the line number.
-  void distribution(const YAML::Node& n) {
-    if (!present(n)) return;
-    if (!r_.expect_map(n, "distribution")) return;
-    spec_.distribution = yaml_to_json(n);
-    if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
-    std::vector<std::string> errors;
-    spec_.distribution_config = config::Distribution::parse(spec_.distribution, &errors);
-    if (errors.empty()) {
-      errors = spec_.distribution_config.check_world(spec_.world_size());
-      if (spec_.builtin_trainer()) {
-        const std::vector<std::string> more = spec_.distribution_config.unsupported_by_trainer();
-        errors.insert(errors.end(), more.begin(), more.end());
-      }
+  // The typed block (config/distribution.h) is the one validation, on the distribution
+  // heft-train will run: the block with heft-train's hyperparameters over it
+  // (Distribution::with_overrides). Its messages lead with the field, which is found again
+  // in the YAML (under distribution, or hyperparameters) for the line number.
+  void distribution(const YAML::Node& n, const YAML::Node& hyperparameters) {
+    if (present(n)) {
+      if (!r_.expect_map(n, "distribution")) return;
+      spec_.distribution = yaml_to_json(n);
+      if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
     }
-    for (const std::string& e : errors) {
+    Result<config::Distribution> d = config::Distribution::parse(spec_.distribution);
+    if (d.ok()) d = d.value().with_overrides(trainer_hp_);
+    Status fits = d.ok() ? d.value().check_world(spec_.world_size()) : Status::failure(d.error());
+    if (d.ok()) spec_.distribution_config = d.value();
+    if (fits.ok()) return;
+    std::stringstream lines(fits.error());
+    for (std::string e; std::getline(lines, e);) {
       const size_t colon = e.find(": ");
       const std::string path = e.substr(0, colon);
-      YAML::Node at = n;
-      std::string rest = path.substr(std::min(path.size(), std::string("distribution.").size()));
+      const bool hp = path.rfind("hyperparameters.", 0) == 0;
+      YAML::Node at = hp ? hyperparameters : n;
+      std::string rest = path.substr(path.find('.') == std::string::npos ? path.size()
+                                                                          : path.find('.') + 1);
       for (size_t dot; !rest.empty(); rest = dot == std::string::npos ? "" : rest.substr(dot + 1)) {
         dot = rest.find('.');
         const YAML::Node next = at[rest.substr(0, dot)];
@@ -483,6 +486,9 @@ class Validator {
 
   SpecReader& r_;
   JobSpec& spec_;
+  // heft-train's hyperparameters (the built-in trainer's, when valid): those that name a
+  // distribution knob override the block.
+  config::Hyperparameters trainer_hp_;
 };
 
 // Cross-field rules, checked once every field has its value.
