@@ -3,7 +3,7 @@
 // batch script running SRUN with sbatch and follows the batch job until it ends
 // (job::submit_and_follow).
 #include "heft/cli/commands.h"
-#include "heft/job/launch/slurm_launcher.h"
+#include "heft/job/launch/slurm_batch.h"
 
 namespace heft::cli {
 

@@ -11,8 +11,9 @@
 // allocation (SLURM_JOB_ID set) with srun on its nodes; outside one it submits a batch job
 // (sbatch) whose script runs the same srun, and follows it (`heft slurm-batch`: the batch
 // job's output file is read as srun's output, its end and exit code from squeue/scontrol;
-// stopping the supervisor cancels it with scancel). The supervisor itself stays on this
-// machine, with the store; the output file must be on a file system the batch host shares.
+// stopping the supervisor cancels it with scancel: slurm_batch.h). The supervisor itself
+// stays on this machine, with the store; the output file must be on a file system the batch
+// host shares.
 //
 // Deliberately left out (docs/clusters.md): submitting the supervisor itself with sbatch.
 #pragma once
@@ -39,24 +40,6 @@ struct SlurmOptions : EngineOptions {
   std::string batch_dir;
   std::string custom_sbatch_options;  // appended to sbatch's own
 };
-
-// `heft slurm-batch`: writes `<dir>/batch.sh` running `srun_argv`, submits it with sbatch
-// (nodes and tasks as given, output <dir>/slurm-<id>.out, the environment exported), copies
-// the output to stdout as it grows, reports state changes on stderr, and returns the batch
-// job's exit code once it left the queue (128 + signal for a signalled task, 1 for a job
-// ended otherwise without a code, e.g. cancelled or timed out). SIGINT/SIGTERM cancel the
-// job (scancel) and return 128 + the signal once it is gone.
-struct BatchOptions {
-  std::string dir;
-  std::string job_name = "heft";
-  int nodes = 1;
-  int processes_per_host = 1;
-  std::string custom_sbatch_options;
-  std::vector<std::string> srun_argv;
-  std::string sbatch = "sbatch", squeue = "squeue", scontrol = "scontrol", scancel = "scancel";
-  std::chrono::milliseconds poll{500};
-};
-int submit_and_follow(const BatchOptions& options);
 
 // Slurm's compact host lists: "n[1-3,7],gpu01,x[08-10]" -> n1 n2 n3 n7 gpu01 x08 x09 x10
 // (zero padding kept). Throws heft::InvalidArgument on a malformed list.
