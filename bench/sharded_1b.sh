@@ -2,11 +2,13 @@
 # A model no rank could hold (issue 27): examples/gpt_sharded.py's GPT at 1 billion
 # parameters (24 blocks of width 1872, byte vocabulary, tied head; full fp32 AdamW state
 # about 16 GB, so 4 DDP replicas need about 65 GB) trains 5 steps on 4 ranks of this machine
-# with deferred_init + ShardedDataParallel (one sequence of 32 tokens per rank and step, one
-# thread per rank); then DDP of the same model, which heft's memory pre-flight refuses on
-# every rank before allocating it. Prints the machine (CPU, memcpy GB/s), the parameter
-# count, the loss and seconds of each step, every rank's peak RSS and training state, the
-# lowest MemAvailable seen during the run, and the DDP refusal.
+# with deferred_init + ShardedDataParallel (each nn.Linear a sharding unit, so at most a few
+# 14 M-parameter matrices are gathered at once; one sequence of 32 tokens per rank and step,
+# one thread per rank, AdamW at lr 1e-5, small as nothing warms it up); then DDP of the same
+# model, which heft's memory pre-flight refuses on every rank before allocating it. Prints
+# the machine (CPU, memcpy GB/s), the parameter count, the loss and seconds of each step,
+# every rank's peak RSS and training state, the lowest MemAvailable seen during the run,
+# and the DDP refusal.
 #
 # Safety (the machine is shared): the script does not start unless MemAvailable covers the
 # sharded state of all ranks plus --overhead_mib per rank plus the guard, and while a run goes
@@ -16,14 +18,14 @@
 #
 #   bench/sharded_1b.sh [--small] [--n_layer 24] [--n_embd 1872] [--n_head 16]
 #                       [--block_size 32] [--steps 5] [--ranks 4] [--guard_mib 1536]
-#                       [--overhead_mib 1024] [--mmap_threshold 4194304]
+#                       [--overhead_mib 512] [--mmap_threshold 4194304] [--lr 1e-5]
 # --small: 12 blocks of width 832 (100 M parameters; DDP fits then and trains too).
 # The sharded run sets HEFT_SDP_MMAP_THRESHOLD=4194304 (docs/sharded.md, "Performance"), so
 # freed unit buffers of 4 MiB and more go back to the system at once: less peak RSS per rank
 # for some page faults; --mmap_threshold 0 leaves malloc alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LAYERS=24 WIDTH=1872 HEADS=16 BLOCK=32 STEPS=5 RANKS=4 GUARD_MIB=1536 OVERHEAD_MIB=1024 MIN_PARAMS=1000000000 MMAP=4194304
+LAYERS=24 WIDTH=1872 HEADS=16 BLOCK=32 STEPS=5 RANKS=4 GUARD_MIB=1536 OVERHEAD_MIB=512 MIN_PARAMS=1000000000 MMAP=4194304 LR=1e-5
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --small) LAYERS=12 WIDTH=832 HEADS=8 MIN_PARAMS=0; shift ;;
@@ -36,7 +38,8 @@ while [[ $# -gt 0 ]]; do
     --guard_mib) GUARD_MIB=$2; shift 2 ;;
     --overhead_mib) OVERHEAD_MIB=$2; shift 2 ;;
     --mmap_threshold) MMAP=$2; shift 2 ;;
-    *) echo "usage: $0 [--small] [--n_layer L] [--n_embd D] [--n_head H] [--block_size T] [--steps N] [--ranks R] [--guard_mib M] [--overhead_mib M] [--mmap_threshold B]" >&2; exit 2 ;;
+    --lr) LR=$2; shift 2 ;;
+    *) echo "usage: $0 [--small] [--n_layer L] [--n_embd D] [--n_head H] [--block_size T] [--steps N] [--ranks R] [--guard_mib M] [--overhead_mib M] [--mmap_threshold B] [--lr LR]" >&2; exit 2 ;;
   esac
 done
 HEFT=build/heft PY=/usr/bin/python3
@@ -44,7 +47,7 @@ HEFT=build/heft PY=/usr/bin/python3
 avail_kib() { awk '/^MemAvailable:/{print $2}' /proc/meminfo; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model\s')), $(free -g | awk '/Mem:/{print $2}') GiB; torch $($PY -c 'import torch; print(torch.__version__)')"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  ranks=$RANKS steps=$STEPS n_layer=$LAYERS n_embd=$WIDTH n_head=$HEADS batch=${RANKS}x$BLOCK (1 sequence per rank) HEFT_SDP_MMAP_THRESHOLD=$MMAP"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  ranks=$RANKS steps=$STEPS n_layer=$LAYERS n_embd=$WIDTH n_head=$HEADS batch=${RANKS}x$BLOCK (1 sequence per rank) lr=$LR HEFT_SDP_MMAP_THRESHOLD=$MMAP"
 if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
@@ -76,7 +79,7 @@ run_watched() {  # $1 strategy: heft run in the background, MemAvailable watched
   start=$(date +%s.%N) low=$(avail_kib) STOPPED=0
   OMP_NUM_THREADS=1 HEFT_SDP_MMAP_THRESHOLD=$MMAP $HEFT run --hosts 1 -n "$RANKS" --grace 3 -- $PY -u examples/gpt_sharded.py \
     --strategy "$1" --steps "$STEPS" --n_layer "$LAYERS" --n_embd "$WIDTH" --n_head "$HEADS" \
-    --batch_size "$RANKS" --block_size "$BLOCK" --log_every 1 >"$LOG" 2>&1 &
+    --batch_size "$RANKS" --block_size "$BLOCK" --units linear --lr "$LR" --log_every 1 >"$LOG" 2>&1 &
   PID=$!
   while kill -0 "$PID" 2>/dev/null; do
     now=$(avail_kib)

@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--mixed_precision", default="none", choices=["none", "bf16"])
     ap.add_argument("--activation_checkpointing", type=int, default=0)
     ap.add_argument("--deferred_init", type=int, default=1)
+    ap.add_argument("--units", choices=["block", "linear"], default="block",
+                    help="sharding units: each block, or each Linear (less gathered at once)")
     ap.add_argument("--checkpoint_dir", default=os.environ.get("SM_CHECKPOINT_DIR", ""))
     ap.add_argument("--data", default=os.environ.get("SM_CHANNEL_TRAIN", "/usr/share/games/fortunes"))
     a = ap.parse_args()
@@ -133,6 +135,7 @@ def main():
     except MemoryError as e:  # every rank decided alike: each says so, then all exit 1
         print(f"MemoryError: {e}", file=sys.stderr, flush=True)
         dist.barrier()
+        dist.destroy_process_group()
         raise SystemExit(1)
     torch.manual_seed(0)
     if a.strategy == "ddp":
@@ -141,7 +144,7 @@ def main():
         with parallel.deferred_init() if a.deferred_init else torch.no_grad():  # heft
             gpt = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
         model = parallel.ShardedDataParallel(  # heft
-            gpt, units=[Block], sharded_degree=a.sharded_degree or None,
+            gpt, units=[Block] if a.units == "block" else [nn.Linear], sharded_degree=a.sharded_degree or None,
             mixed_precision=None if a.mixed_precision == "none" else a.mixed_precision,
             activation_checkpointing=bool(a.activation_checkpointing))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.1)

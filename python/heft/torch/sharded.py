@@ -29,6 +29,9 @@ _COUNTERS = ("recomputed", "allgathers", "prefetched", "gather_overlapped_comput
              "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered")
 
 
+_REDUCTIONS_IN_FLIGHT = 2  # reduce-scatters started and not yet waited for, per rank
+
+
 def _fixed_mmap_threshold():
     """glibc raises its mmap threshold (up to 32 MiB) after the first large free, after
     which freed unit buffers stay in its heap and the RSS keeps its high-water mark.
@@ -236,7 +239,16 @@ class ShardedDataParallel(torch.nn.Module):
             work = dist.reduce_scatter_tensor(out, flat, op=dist.ReduceOp.AVG, group=g.pg,
                                               async_op=True)
         # The backend holds `flat` until the reduce-scatter completes; not kept here, so each
-        # unit's full gradient is freed as soon as its reduction is done.
+        # unit's full gradient is freed as soon as its reduction is done. At most
+        # _REDUCTIONS_IN_FLIGHT are: when backward outruns the communicator (ranks sharing
+        # cores), waiting for the oldest keeps the full gradients alive at once to a few
+        # units' instead of, in the end, the whole model's.
+        in_flight = [i for i, (_, w, _) in enumerate(self._pending) if w is not None]
+        if len(in_flight) >= _REDUCTIONS_IN_FLIGHT:
+            oldest = in_flight[0]
+            with phase("communication"):
+                self._pending[oldest][1].wait()
+            self._pending[oldest] = (self._pending[oldest][0], None, self._pending[oldest][2])
         self._pending.append((unit, work, out))
 
     def _end_backward(self):
