@@ -208,33 +208,48 @@ bool SpecReader::get_string(const YAML::Node& n, const std::string& path, std::s
   return true;
 }
 
-void SpecReader::apply_override(YAML::Node& root, const std::string& text) {
-  if (text.size() > kMaxOverrideBytes) {
-    errors_.push_back("--set '" + text.substr(0, 40) + "...': expected at most " +
-                      std::to_string(kMaxOverrideBytes) + " bytes, found " +
-                      std::to_string(text.size()));
-    return;
-  }
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    errors_.push_back("--set '" + text + "': expected key.path=value, such as "
-                      "cluster.instance_count=2");
-    return;
-  }
-  const std::string path = text.substr(0, eq);
-  const std::string value = text.substr(eq + 1);
+namespace {
+
+// A --set override's parts: "key.path=value" split at the first '=' and the key at its dots.
+struct Override {
+  std::string path, value;
   std::vector<std::string> segments;
+};
+
+// The override's parts, or why it is malformed (too long, no key, an empty key).
+Result<Override> split_override(const std::string& text) {
+  if (text.size() > kMaxOverrideBytes)
+    return Result<Override>::failure("--set '" + text.substr(0, 40) + "...': expected at most " +
+                                     std::to_string(kMaxOverrideBytes) + " bytes, found " +
+                                     std::to_string(text.size()));
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return Result<Override>::failure("--set '" + text + "': expected key.path=value, such as "
+                                     "cluster.instance_count=2");
+  Override o{text.substr(0, eq), text.substr(eq + 1), {}};
   for (size_t begin = 0;;) {
-    const size_t dot = path.find('.', begin);
-    segments.push_back(path.substr(begin, dot - begin));
+    const size_t dot = o.path.find('.', begin);
+    o.segments.push_back(o.path.substr(begin, dot - begin));
+    if (o.segments.back().empty())
+      return Result<Override>::failure("--set '" + text +
+                                       "': expected key.path=value with no empty key");
     if (dot == std::string::npos) break;
     begin = dot + 1;
   }
-  for (const std::string& s : segments)
-    if (s.empty()) {
-      errors_.push_back("--set '" + text + "': expected key.path=value with no empty key");
-      return;
-    }
+  return Result<Override>::success(std::move(o));
+}
+
+}  // namespace
+
+void SpecReader::apply_override(YAML::Node& root, const std::string& text) {
+  Result<Override> parts = split_override(text);
+  if (!parts.ok()) {
+    errors_.push_back(parts.error());
+    return;
+  }
+  const std::string& path = parts.value().path;
+  const std::string& value = parts.value().value;
+  const std::vector<std::string>& segments = parts.value().segments;
   YAML::Node value_node;
   try {
     value_node = YAML::Load(value);
