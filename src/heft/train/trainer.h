@@ -21,7 +21,7 @@
 // time. The held-out set is split across data-parallel ranks for evaluation and the sums
 // are reduced.
 //
-// Checkpoints (hp.checkpoint_dir not empty; heft/parallel/checkpoint.h has the format): at
+// Checkpoints (hp.checkpoint_dir not empty; heft/parallel/checkpoint_dir.h has the format): at
 // start every rank loads the newest valid checkpoint there (its own part, for a strategy
 // whose ranks write parts), if any, and the reporting rank prints
 //   resumed: step=N epoch=E
