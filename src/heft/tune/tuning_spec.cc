@@ -129,53 +129,49 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
   }
 }
 
-}  // namespace
 
-Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
-                                     const std::string& base_dir,
-                                     const std::vector<std::string>& overrides) {
-  // The same reader as a job spec's (size, aliases, cycles, depth): the training_job inside
-  // is checked with the rest of the document before it is converted.
-  SpecReader r(source);
-  Result<YAML::Node> document = job::load_spec_document(text, source, overrides, r);
-  if (!document.ok()) return Result<TuningSpec>::failure(document.error());
-  YAML::Node root = document.value();
-  TuningSpec spec;
-  if (!r.expect_map(root, "")) return Result<TuningSpec>::failure(r.message());
-  r.check_keys(root, "", kTopKeys);
-
+// name, or base_name (then name is base_name-<UTC time>).
+void read_name(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   if (job::present(root["name"])) {
     r.get_string(root["name"], "name", &spec.name);
-  } else if (job::present(root["base_name"])) {
-    std::string base;
-    if (r.get_string(root["base_name"], "base_name", &base)) {
-      const bool ok = job::is_base_name(base);  // the trial number fits too
-      if (!ok)
-        r.error("base_name", root["base_name"],
-                "expected letters, digits and '-' (not first or last), at most " +
-                    std::to_string(job::kMaxBaseName) + " characters, found " + job::found(root["base_name"]));
-      else {
-        spec.base_name = base;
-        spec.name = job::timestamped_name(base, job::unix_now());
-      }
-    }
-  } else {
-    r.error("name", root, "required (or base_name): the tuning job's name");
+    return;
   }
+  if (!job::present(root["base_name"])) {
+    r.error("name", root, "required (or base_name): the tuning job's name");
+    return;
+  }
+  std::string base;
+  if (!r.get_string(root["base_name"], "base_name", &base)) return;
+  if (!job::is_base_name(base)) {  // the trial number fits too
+    r.error("base_name", root["base_name"],
+            "expected letters, digits and '-' (not first or last), at most " +
+                std::to_string(job::kMaxBaseName) + " characters, found " + job::found(root["base_name"]));
+    return;
+  }
+  spec.base_name = base;
+  spec.name = job::timestamped_name(base, job::unix_now());
+}
 
+// objective: {metric, type: Maximize or Minimize}.
+void read_objective(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   const YAML::Node objective = root["objective"];
   if (!job::present(objective)) {
     r.error("objective", root, "required: {metric: NAME, type: Maximize or Minimize}");
-  } else if (r.expect_map(objective, "objective")) {
-    r.check_keys(objective, "objective", {"metric", "type"});
-    r.get_string(objective["metric"], "objective.metric", &spec.objective_metric);
-    std::string type;
-    if (r.get_string(objective["type"], "objective.type", &type)) {
-      if (type == "Maximize") spec.maximize = true;
-      else if (type != "Minimize")
-        r.error("objective.type", objective["type"], "expected Maximize or Minimize, found '" + type + "'");
-    }
+    return;
   }
+  if (!r.expect_map(objective, "objective")) return;
+  r.check_keys(objective, "objective", {"metric", "type"});
+  r.get_string(objective["metric"], "objective.metric", &spec.objective_metric);
+  std::string type;
+  if (r.get_string(objective["type"], "objective.type", &type)) {
+    if (type == "Maximize") spec.maximize = true;
+    else if (type != "Minimize")
+      r.error("objective.type", objective["type"], "expected Maximize or Minimize, found '" + type + "'");
+  }
+}
+
+// strategy, and hyperband's resource (only with strategy: Hyperband).
+void read_strategy(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   if (job::present(root["strategy"])) {
     r.get_string(root["strategy"], "strategy", &spec.strategy);
     if (spec.strategy != "Grid" && spec.strategy != "Random" && spec.strategy != "Bayesian" &&
@@ -184,20 +180,23 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
               "expected Grid, Random, Bayesian or Hyperband, found '" + spec.strategy + "'");
   }
   const YAML::Node hb = root["hyperband"];
-  if (job::present(hb)) {
-    if (spec.strategy != "Hyperband") r.error("hyperband", hb, "only with strategy: Hyperband");
-    if (r.expect_map(hb, "hyperband")) {
-      r.check_keys(hb, "hyperband", {"min_resource", "max_resource", "reduction_factor"});
-      r.get_int(hb["min_resource"], "hyperband.min_resource", 1, 1000000, &spec.hyperband_min_resource);
-      r.get_int(hb["max_resource"], "hyperband.max_resource", 1, 1000000, &spec.hyperband_max_resource);
-      r.get_int(hb["reduction_factor"], "hyperband.reduction_factor", 2, 100,
-                &spec.hyperband_reduction_factor);
-      if (spec.hyperband_max_resource < spec.hyperband_min_resource)
-        r.error("hyperband.max_resource", hb["max_resource"],
-                "must be at least min_resource (" + std::to_string(spec.hyperband_min_resource) +
-                    "), found " + std::to_string(spec.hyperband_max_resource));
-    }
-  }
+  if (!job::present(hb)) return;
+  if (spec.strategy != "Hyperband") r.error("hyperband", hb, "only with strategy: Hyperband");
+  if (!r.expect_map(hb, "hyperband")) return;
+  r.check_keys(hb, "hyperband", {"min_resource", "max_resource", "reduction_factor"});
+  r.get_int(hb["min_resource"], "hyperband.min_resource", 1, 1000000, &spec.hyperband_min_resource);
+  r.get_int(hb["max_resource"], "hyperband.max_resource", 1, 1000000, &spec.hyperband_max_resource);
+  r.get_int(hb["reduction_factor"], "hyperband.reduction_factor", 2, 100,
+            &spec.hyperband_reduction_factor);
+  if (spec.hyperband_max_resource < spec.hyperband_min_resource)
+    r.error("hyperband.max_resource", hb["max_resource"],
+            "must be at least min_resource (" + std::to_string(spec.hyperband_min_resource) +
+                "), found " + std::to_string(spec.hyperband_max_resource));
+}
+
+// max_jobs, max_parallel_jobs, random_seed, early_stopping (after the strategy: Hyperband
+// stops trials itself).
+void read_limits(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   r.get_int(root["max_jobs"], "max_jobs", 1, 10000, &spec.max_jobs);
   r.get_int(root["max_parallel_jobs"], "max_parallel_jobs", 1, 100, &spec.max_parallel_jobs);
   if (spec.max_parallel_jobs > spec.max_jobs)
@@ -207,38 +206,41 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
   int seed = 0;
   if (r.get_int(root["random_seed"], "random_seed", 0, std::numeric_limits<int>::max(), &seed))
     spec.random_seed = static_cast<uint64_t>(seed);
+  if (!job::present(root["early_stopping"])) return;
+  std::string es;
+  if (!r.get_string(root["early_stopping"], "early_stopping", &es)) return;
+  if (es == "Auto") spec.early_stopping = true;
+  else if (es != "Off")
+    r.error("early_stopping", root["early_stopping"], "expected Off or Auto, found '" + es + "'");
+  if (spec.early_stopping && spec.strategy == "Hyperband")
+    r.error("early_stopping", root["early_stopping"],
+            "Hyperband stops trials itself: leave early_stopping Off with it");
+}
 
-  if (job::present(root["early_stopping"])) {
-    std::string es;
-    if (r.get_string(root["early_stopping"], "early_stopping", &es)) {
-      if (es == "Auto") spec.early_stopping = true;
-      else if (es != "Off")
-        r.error("early_stopping", root["early_stopping"], "expected Off or Auto, found '" + es + "'");
-      if (spec.early_stopping && spec.strategy == "Hyperband")
-        r.error("early_stopping", root["early_stopping"],
-                "Hyperband stops trials itself: leave early_stopping Off with it");
-    }
+// warm_start: {parents: [tuning jobs], type: IdenticalDataAndAlgorithm}.
+void read_warm_start(SpecReader& r, const YAML::Node& warm, TuningSpec& spec) {
+  if (!r.expect_map(warm, "warm_start")) return;
+  r.check_keys(warm, "warm_start", {"parents", "type"});
+  std::string type = "IdenticalDataAndAlgorithm";
+  if (job::present(warm["type"]) && r.get_string(warm["type"], "warm_start.type", &type) &&
+      type != "IdenticalDataAndAlgorithm")
+    r.error("warm_start.type", warm["type"],
+            "expected IdenticalDataAndAlgorithm (the only type heft has), found '" + type + "'");
+  const YAML::Node parents = warm["parents"];
+  if (!parents.IsSequence() || parents.size() == 0) {
+    r.error("warm_start.parents", parents, "expected a list of tuning job names, found " + job::found(parents));
+    return;
   }
-  if (job::present(root["diverged_if"])) read_diverged_if(r, root["diverged_if"], &spec.diverged_if);
-  const YAML::Node warm = root["warm_start"];
-  if (job::present(warm) && r.expect_map(warm, "warm_start")) {
-    r.check_keys(warm, "warm_start", {"parents", "type"});
-    std::string type = "IdenticalDataAndAlgorithm";
-    if (job::present(warm["type"]) && r.get_string(warm["type"], "warm_start.type", &type) &&
-        type != "IdenticalDataAndAlgorithm")
-      r.error("warm_start.type", warm["type"],
-              "expected IdenticalDataAndAlgorithm (the only type heft has), found '" + type + "'");
-    const YAML::Node parents = warm["parents"];
-    if (!parents.IsSequence() || parents.size() == 0) {
-      r.error("warm_start.parents", parents, "expected a list of tuning job names, found " + job::found(parents));
-    } else {
-      for (size_t i = 0; i < parents.size(); ++i) {
-        std::string p;
-        if (r.get_string(parents[i], "warm_start.parents[" + std::to_string(i) + "]", &p))
-          spec.warm_start_parents.push_back(p);
-      }
-    }
+  for (size_t i = 0; i < parents.size(); ++i) {
+    std::string p;
+    if (r.get_string(parents[i], "warm_start.parents[" + std::to_string(i) + "]", &p))
+      spec.warm_start_parents.push_back(p);
   }
+}
+
+// hyperparameter_ranges: {continuous, integer, categorical}, their conditions, and Grid's
+// refusal of continuous ranges (after the strategy).
+void read_search_space(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   const YAML::Node ranges = root["hyperparameter_ranges"];
   if (!job::present(ranges)) {
     r.error("hyperparameter_ranges", root, "required: continuous, integer or categorical ranges");
@@ -254,83 +256,127 @@ Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string&
     if (spec.ranges.empty() && r.errors().empty())
       r.error("hyperparameter_ranges", ranges, "expected at least one range");
   }
-  if (spec.strategy == "Grid") {
-    for (const Range& range : spec.ranges.ranges())
-      if (range.kind == Range::Kind::kContinuous)
-        r.error("hyperparameter_ranges.continuous", ranges,
-                "Grid takes integer and categorical ranges only, found the continuous range '" +
-                    range.name + "'");
-  }
+  if (spec.strategy != "Grid") return;
+  for (const Range& range : spec.ranges.ranges())
+    if (range.kind == Range::Kind::kContinuous)
+      r.error("hyperparameter_ranges.continuous", ranges,
+              "Grid takes integer and categorical ranges only, found the continuous range '" +
+                  range.name + "'");
+}
 
-  // The training job: a template file or an inline spec (without a name).
+// training_job: a template file (relative to `base_dir`) or an inline spec without a name,
+// kept as YAML text (validated as a job spec once the rest of the document is).
+void read_training_job(SpecReader& r, const YAML::Node& root, const std::string& source,
+                       const std::string& base_dir, TuningSpec& spec) {
   const YAML::Node tj = root["training_job"];
   if (!job::present(tj)) {
     r.error("training_job", root, "required: {template: job.yaml} or an inline job spec");
-  } else if (r.expect_map(tj, "training_job")) {
-    if (job::present(tj["template"])) {
-      r.check_keys(tj, "training_job", {"template"});
-      std::string path;
-      if (r.get_string(tj["template"], "training_job.template", &path)) {
-        if (!fs::path(path).is_absolute()) path = (fs::path(base_dir) / path).string();
-        Result<std::string> text = job::read_spec_text(path, "the template");
-        if (!text.ok()) {
-          r.error("training_job.template", tj["template"], text.error());
-        } else {
-          spec.training_job_yaml = std::move(text).value();
-          spec.training_job_source = path;
-          spec.template_path = path;
-        }
-      }
-    } else {
-      if (job::present(tj["name"]))
-        r.error("training_job.name", tj["name"], "trials are named after the tuning job; remove it");
-      YAML::Emitter out;
-      out << tj;
-      spec.training_job_yaml = out.c_str();
-      spec.training_job_source = source + ": training_job";
-    }
+    return;
   }
-  if (!r.errors().empty()) return Result<TuningSpec>::failure(r.message());
+  if (!r.expect_map(tj, "training_job")) return;
+  if (!job::present(tj["template"])) {
+    if (job::present(tj["name"]))
+      r.error("training_job.name", tj["name"], "trials are named after the tuning job; remove it");
+    YAML::Emitter out;
+    out << tj;
+    spec.training_job_yaml = out.c_str();
+    spec.training_job_source = source + ": training_job";
+    return;
+  }
+  r.check_keys(tj, "training_job", {"template"});
+  std::string path;
+  if (!r.get_string(tj["template"], "training_job.template", &path)) return;
+  if (!fs::path(path).is_absolute()) path = (fs::path(base_dir) / path).string();
+  Result<std::string> text = job::read_spec_text(path, "the template");
+  if (!text.ok()) {
+    r.error("training_job.template", tj["template"], text.error());
+    return;
+  }
+  spec.training_job_yaml = std::move(text).value();
+  spec.training_job_source = path;
+  spec.template_path = path;
+}
 
-  // The training job must be valid as a job spec, and define the objective's metric.
-  Result<job::JobSpec> training =
-      job::parse_spec(spec.training_job_yaml, spec.training_job_source, {"name=" + spec.name + "-001"});
-  if (!training.ok()) return Result<TuningSpec>::failure(training.error());
-  spec.training_job = std::move(training).value();
-  // heft-train's ranges name its settings: a misspelt one would fail every trial.
-  if (spec.training_job.builtin_trainer())
-    for (const Range& range : spec.ranges.ranges()) {
-      std::string problem;
-      if (!config::is_hyperparameter(range.name)) {
-        problem = "unknown heft-train setting" +
-                  config::unknown_hyperparameter_text(range.name).substr(std::string("unknown").size());
-      } else {
-        for (const std::string& v : range.values)
-          if (problem.empty()) problem = config::check_hyperparameter(range.name, v);
-      }
-      if (!problem.empty())
-        return Result<TuningSpec>::failure(source + ": hyperparameter_ranges: '" + range.name +
-                                           "': " + problem);
+// heft-train's ranges name its settings, each value one it accepts: a misspelt one would
+// fail every trial.
+Status check_builtin_ranges(const TuningSpec& spec, const std::string& source) {
+  if (!spec.training_job.builtin_trainer()) return Status::success();
+  for (const Range& range : spec.ranges.ranges()) {
+    std::string problem;
+    if (!config::is_hyperparameter(range.name)) {
+      problem = "unknown heft-train setting" +
+                config::unknown_hyperparameter_text(range.name).substr(std::string("unknown").size());
+    } else {
+      for (const std::string& v : range.values)
+        if (problem.empty()) problem = config::check_hyperparameter(range.name, v);
     }
+    if (!problem.empty())
+      return Status::failure(source + ": hyperparameter_ranges: '" + range.name + "': " + problem);
+  }
+  return Status::success();
+}
+
+// The objective's metric, and diverged_if's loss metric unless none, are among the training
+// job's metric_definitions.
+Status check_metrics(const TuningSpec& spec, const std::string& source) {
+  const std::vector<job::MetricDefinition>& metrics = spec.training_job.metric_definitions;
   std::string defined;
   bool found = false;
-  for (const job::MetricDefinition& m : spec.training_job.metric_definitions) {
+  for (const job::MetricDefinition& m : metrics) {
     found = found || m.name == spec.objective_metric;
     defined += (defined.empty() ? "" : ", ") + m.name;
   }
+  const std::string listed = "(" + (defined.empty() ? std::string("it defines none") : defined) + ")";
   if (!found)
-    return Result<TuningSpec>::failure(
-        source + ": objective.metric: '" + spec.objective_metric +
-        "' is not one of the training job's metric_definitions (" +
-        (defined.empty() ? std::string("it defines none") : defined) + ")");
+    return Status::failure(source + ": objective.metric: '" + spec.objective_metric +
+                           "' is not one of the training job's metric_definitions " + listed);
   const std::string& loss = spec.diverged_if.loss_metric;
   if (!loss.empty() && loss != "none" &&
-      std::none_of(spec.training_job.metric_definitions.begin(), spec.training_job.metric_definitions.end(),
+      std::none_of(metrics.begin(), metrics.end(),
                    [&](const job::MetricDefinition& m) { return m.name == loss; }))
-    return Result<TuningSpec>::failure(source + ": diverged_if.loss_metric: '" + loss +
-                                       "' is not one of the training job's metric_definitions (" +
-                                       (defined.empty() ? std::string("it defines none") : defined) +
-                                       "), nor none");
+    return Status::failure(source + ": diverged_if.loss_metric: '" + loss +
+                           "' is not one of the training job's metric_definitions " + listed +
+                           ", nor none");
+  return Status::success();
+}
+
+// The training job must be valid as a job spec (named as the first trial), and fit the
+// ranges and the objective.
+Status read_training_spec(TuningSpec& spec, const std::string& source) {
+  Result<job::JobSpec> training =
+      job::parse_spec(spec.training_job_yaml, spec.training_job_source, {"name=" + spec.name + "-001"});
+  if (!training.ok()) return Status::failure(training.error());
+  spec.training_job = std::move(training).value();
+  if (Status ranges = check_builtin_ranges(spec, source); !ranges.ok()) return ranges;
+  return check_metrics(spec, source);
+}
+
+}  // namespace
+
+Result<TuningSpec> parse_tuning_spec(const std::string& text, const std::string& source,
+                                     const std::string& base_dir,
+                                     const std::vector<std::string>& overrides) {
+  // The same reader as a job spec's (size, aliases, cycles, depth): the training_job inside
+  // is checked with the rest of the document before it is converted.
+  SpecReader r(source);
+  Result<YAML::Node> document = job::load_spec_document(text, source, overrides, r);
+  if (!document.ok()) return Result<TuningSpec>::failure(document.error());
+  YAML::Node root = document.value();
+  TuningSpec spec;
+  if (!r.expect_map(root, "")) return Result<TuningSpec>::failure(r.message());
+  r.check_keys(root, "", kTopKeys);
+  // In this order: each message keeps its place in the list.
+  read_name(r, root, spec);
+  read_objective(r, root, spec);
+  read_strategy(r, root, spec);
+  read_limits(r, root, spec);
+  if (job::present(root["diverged_if"])) read_diverged_if(r, root["diverged_if"], &spec.diverged_if);
+  if (job::present(root["warm_start"])) read_warm_start(r, root["warm_start"], spec);
+  read_search_space(r, root, spec);
+  read_training_job(r, root, source, base_dir, spec);
+  if (!r.errors().empty()) return Result<TuningSpec>::failure(r.message());
+  if (Status training = read_training_spec(spec, source); !training.ok())
+    return Result<TuningSpec>::failure(training.error());
   return Result<TuningSpec>::success(std::move(spec));
 }
 
