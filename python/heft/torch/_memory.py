@@ -50,8 +50,8 @@ def training_state_bytes(module, optimizer="adamw", sharded_degree=1):
     of the trainable ones and the optimizer's state (``optimizer``: "adamw", "adam",
     "adamw-amsgrad", "adam-amsgrad", "sgd", "sgd-momentum" or None). With
     ``sharded_degree=1`` (DDP, one process) it is exact after the first step.
-    ``sharded_degree=K``: ShardedDataParallel's float32 shards, 1/K of each (up to the
-    padding of K-1 elements per unit and one step scalar per unit instead of per tensor).
+    ``sharded_degree=K``: ShardedDataParallel's float32 shards, 1/K of each, short of a few
+    bytes per unit (padding up to K-1 elements, the optimizer's step scalar per shard).
     Not counted: activations, a unit's gathered parameters during a step, DDP's gradient
     buckets (one more gradient copy), torch itself: it is a lower bound of the peak."""
     per_element, per_tensor = _state_of(optimizer)
