@@ -20,9 +20,7 @@
 
 #include "heft/job/job_output.h"
 #include "heft/job/record/job_report.h"
-#include "heft/job/launch/local_launcher.h"
-#include "heft/job/launch/mpirun_launcher.h"
-#include "heft/job/launch/slurm_launcher.h"
+#include "heft/job/group_options.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/spec/spec_env.h"
 #include "heft/job/spec/spec_yaml.h"
@@ -97,12 +95,13 @@ class Supervisor::Impl {
     job_start_ = Clock::now();
     remove_failure_files();
     const LauncherHooks hooks = launcher_hooks();
-    const Environment env = worker_extra_env();
+    const GroupSettings group = group_settings();
     if (spec_.cluster.launcher == "mpirun")
-      return finish(run_mpirun_group(mpirun_options(env), hooks, grace()));
+      return finish(run_mpirun_group(mpirun_options(spec_, group), hooks, stop_grace(spec_)));
     if (spec_.cluster.launcher == "slurm")
-      return finish(run_srun_group(slurm_options(env), hooks, grace()));
-    return finish(LocalLauncher(local_options(env, hooks)).run_group());
+      return finish(run_srun_group(slurm_options(spec_, group, paths_.root), hooks,
+                                   stop_grace(spec_)));
+    return finish(LocalLauncher(local_launcher_options(spec_, group, hooks)).run_group());
   }
 
  private:
@@ -123,69 +122,18 @@ class Supervisor::Impl {
     return hooks;
   }
 
-  std::chrono::milliseconds grace() const {
-    return std::chrono::milliseconds(std::llround(spec_.stopping.grace_s * 1000));
-  }
-
-  // What every worker gets besides the launcher's own variables: the training environment
-  // and the observer's.
-  Environment worker_extra_env() const {
-    Environment env = training_environment(spec_, paths_);
+  // What every launcher is given besides the spec (group_options.h).
+  GroupSettings group_settings() const {
+    GroupSettings g;
+    g.command = command_;
+    g.extra_env = training_environment(spec_, paths_);
     if (options_.observer)
-      for (const auto& [k, v] : options_.observer->environment()) env[k] = v;
-    return env;
-  }
-
-  // On this machine (local_launcher.h).
-  LocalLauncherOptions local_options(const Environment& env, const LauncherHooks& hooks) const {
-    LocalLauncherOptions o;
-    o.hosts = spec_.cluster.instance_count;
-    o.processes_per_host = spec_.cluster.processes_per_host;
-    o.command = command_;
-    o.grace = grace();
-    o.timeout_s = spec_.stopping.timeout_s;
-    o.extra_env = env;
-    o.log_name = options_.log_name;
-    o.worker_umask = options_.worker_umask;
-    o.python_path = options_.python_path;
-    o.hooks = hooks;
-    return o;
-  }
-
-  // The same workers and environment for an outside engine (external_group.h).
-  void engine_options(const Environment& env, EngineOptions& o) const {
-    o.processes_per_host = spec_.cluster.processes_per_host;
-    o.command = command_;
-    o.store_bind_address = spec_.cluster.store_address;
-    o.timeout_s = spec_.stopping.timeout_s;
-    o.job_name = spec_.name;
-    o.python_path = options_.python_path;
-    o.extra_env = env;
-    o.heft_binary = options_.heft_binary;
-    o.log_name = options_.log_name;
-  }
-
-  // Over OpenMPI's mpirun (mpirun_launcher.h).
-  MpirunOptions mpirun_options(const Environment& env) const {
-    MpirunOptions o;
-    engine_options(env, o);
-    for (const std::string& h : spec_.cluster.hosts) o.hosts.push_back({h, 0});
-    o.custom_mpi_options = spec_.cluster.custom_mpi_options;
-    return o;
-  }
-
-  // Over Slurm (slurm_launcher.h): srun inside an allocation, else sbatch and follow.
-  SlurmOptions slurm_options(const Environment& env) const {
-    SlurmOptions o;
-    engine_options(env, o);
-    o.nodes = spec_.cluster.instance_count;
-    o.custom_srun_options = spec_.cluster.srun_options;
-    const char* allocation = std::getenv("SLURM_JOB_ID");
-    if (!allocation || !*allocation) {
-      o.batch_dir = paths_.root + "/slurm";
-      o.custom_sbatch_options = spec_.cluster.sbatch_options;
-    }
-    return o;
+      for (const auto& [k, v] : options_.observer->environment()) g.extra_env[k] = v;
+    g.log_name = options_.log_name;
+    g.worker_umask = options_.worker_umask;
+    g.python_path = options_.python_path;
+    g.heft_binary = options_.heft_binary;
+    return g;
   }
 
   static double elapsed(Clock::time_point since) {

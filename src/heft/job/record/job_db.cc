@@ -51,7 +51,6 @@ JobRecord read_job(const SqliteStatement& s) {
   return j;
 }
 
-
 // The counters the supervisor keeps, inside the caller's transaction.
 void write_progress(SqliteDb& db, int64_t job_id, const JobProgress& p) {
   db.prepare(
