@@ -39,7 +39,12 @@ int tune(const TuneArgs& args) {
   options.heft_binary = heft_binary_dir() + "/heft";
   options.home = home;
   options.out = &std::cout;
-  return tune::run_tuning(spec.value(), options);
+  const heft::Result<int> code = tune::run_tuning(spec.value(), options);
+  if (!code.ok()) {  // as main reports heft::InvalidArgument: a bad command line or spec
+    std::cerr << "heft: error: " << code.error() << "\n";
+    return job::kExitBadSpec;
+  }
+  return code.value();
 }
 
 }  // namespace

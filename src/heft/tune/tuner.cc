@@ -73,13 +73,14 @@ class Run {
  public:
   Run(const TuningSpec& spec, const TunerOptions& options) : spec_(spec), options_(options) {}
 
-  int run() {
+  Result<int> run() {
     dir_ = tuning_dir(options_.home, spec_.name);
-    const std::vector<SeedTrial> seeds = parents_trials(options_.home, spec_);  // may throw
+    const Result<std::vector<SeedTrial>> seeds = parents_trials(options_.home, spec_);
+    if (!seeds.ok()) return Result<int>::failure(seeds.error());
     std::error_code ec;
     if (fs::exists(dir_, ec))
-      throw InvalidArgument("a tuning job named '" + spec_.name + "' exists already (" + dir_ +
-                            "); choose another name (--name)");
+      return Result<int>::failure("a tuning job named '" + spec_.name + "' exists already (" +
+                                  dir_ + "); choose another name (--name)");
     fs::create_directories(dir_, ec);
     if (ec) throw IoError("cannot create '" + dir_ + "': " + ec.message());
     template_ = spec_.template_path;
@@ -87,7 +88,11 @@ class Run {
       template_ = dir_ + "/training-job.yaml";
       write_file_atomically(template_, spec_.training_job_yaml);
     }
-    strategy_ = make_search_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    try {
+      strategy_ = make_search_strategy(spec_.strategy, spec_.ranges, spec_.random_seed);
+    } catch (const InvalidArgument& e) {  // a grid too large
+      return Result<int>::failure(e.what());
+    }
     std::vector<std::string> defined;
     for (const job::MetricDefinition& m : spec_.training_job.metric_definitions) defined.push_back(m.name);
     loss_metric_ = resolve_loss_metric(spec_.diverged_if, defined, spec_.objective_metric, spec_.maximize);
@@ -97,7 +102,7 @@ class Run {
                                                spec_.hyperband_reduction_factor);
     started_at_ = job::unix_now();
     header();
-    warm_start(seeds);
+    warm_start(seeds.value());
     save();
     struct sigaction sa {}, old_int{}, old_term{};
     sa.sa_handler = on_signal;
@@ -107,7 +112,7 @@ class Run {
     const int code = loop();
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
-    return code;
+    return Result<int>::success(code);
   }
 
  private:
@@ -384,7 +389,7 @@ class Run {
 
 }  // namespace
 
-int run_tuning(const TuningSpec& spec, const TunerOptions& options) {
+Result<int> run_tuning(const TuningSpec& spec, const TunerOptions& options) {
   return Run(spec, options).run();
 }
 

@@ -23,6 +23,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "heft/result.h"
 #include "heft/tune/tuning_spec.h"
 
 namespace heft::tune {
@@ -37,9 +38,10 @@ struct TunerOptions {
 };
 
 // Runs the tuning to its end. Returns job::kExitCompleted (every trial ran; some may have
-// failed), kExitFailed (no trial produced an objective) or kExitStopped. A tuning directory
-// that exists already is an error (heft::InvalidArgument naming it); heft::IoError when a
-// file cannot be written.
-int run_tuning(const TuningSpec& spec, const TunerOptions& options);
+// failed), kExitFailed (no trial produced an objective) or kExitStopped; or, before any
+// trial starts, an error: a tuning directory that exists already (naming it), a warm_start
+// parent missing or with another objective (parents_trials), ranges the strategy cannot
+// search (a grid over 1,000,000 points). heft::IoError when a file cannot be written.
+heft::Result<int> run_tuning(const TuningSpec& spec, const TunerOptions& options);
 
 }  // namespace heft::tune

@@ -159,16 +159,17 @@ std::string describe_tuning_text(const json& t) {
   return os.str();
 }
 
-std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec& spec) {
+Result<std::vector<SeedTrial>> parents_trials(const std::string& home, const TuningSpec& spec) {
+  using Seeds = Result<std::vector<SeedTrial>>;
   std::vector<SeedTrial> out;
   for (size_t i = 0; i < spec.warm_start_parents.size(); ++i) {
     const std::string& parent = spec.warm_start_parents[i];
     const std::optional<json> p = read_tuning(home, parent);
     const std::string field = "warm_start.parents[" + std::to_string(i) + "]";
-    if (!p) throw InvalidArgument(field + ": no tuning job named '" + parent + "'");
+    if (!p) return Seeds::failure(field + ": no tuning job named '" + parent + "'");
     if ((*p)["objective"].value("metric", "") != spec.objective_metric ||
         ((*p)["objective"].value("type", "") == "Maximize") != spec.maximize)
-      throw InvalidArgument(field + ": '" + parent + "' optimised " +
+      return Seeds::failure(field + ": '" + parent + "' optimised " +
                             (*p)["objective"].value("type", "") + " " +
                             (*p)["objective"].value("metric", "") + ", not this tuning's objective");
     for (const json& trial : (*p)["trials"]) {
@@ -196,7 +197,7 @@ std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec&
       out.push_back(std::move(seed));
     }
   }
-  return out;
+  return Seeds::success(std::move(out));
 }
 
 std::optional<TuningStop> request_tuning_stop(const std::string& home, const std::string& name) {

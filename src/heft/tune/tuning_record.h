@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/result.h"
 #include "heft/tune/search_space.h"
 #include "heft/tune/tuning_spec.h"
 
@@ -46,8 +47,9 @@ struct SeedTrial {
 };
 // The trials of `spec`'s warm_start parents that have an objective or diverged, with a value
 // for each of spec's ranges they name (an active range left out is the strategy's to refuse).
-// heft::InvalidArgument naming a missing parent or one that optimised another objective.
-std::vector<SeedTrial> parents_trials(const std::string& home, const TuningSpec& spec);
+// An error naming the field (warm_start.parents[i]) for a missing parent or one that
+// optimised another objective.
+heft::Result<std::vector<SeedTrial>> parents_trials(const std::string& home, const TuningSpec& spec);
 
 enum class TuningStop { kRequested, kAlreadyEnded, kOrphanStopped };
 // Asks a running tuning to stop. nullopt when there is no tuning of that name.
