@@ -90,6 +90,39 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The time suggest() took over the last round of each seed's trials.
+struct SuggestTime {
+  double seconds = 0;
+  int count = 0;
+};
+
+// One seed's run: `trials` objective values in the order observed, `parallel` suggestions
+// asked for before their values are observed.
+std::vector<double> run_seed(const Function& fn, const std::string& strategy_name, int parallel,
+                             int trials, int seed, SuggestTime& last) {
+  auto strategy = heft::tune::make_search_strategy(strategy_name, fn.space, static_cast<uint64_t>(seed));
+  std::vector<double> values;
+  while (static_cast<int>(values.size()) < trials) {
+    const int batch = std::min(parallel, trials - static_cast<int>(values.size()));
+    std::vector<Config> configs;
+    for (int b = 0; b < batch; ++b) {
+      const auto t0 = std::chrono::steady_clock::now();
+      configs.push_back(*strategy->suggest());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (static_cast<int>(values.size()) + b >= trials - parallel) {
+        last.seconds += s;
+        ++last.count;
+      }
+    }
+    for (const Config& c : configs) {
+      const double v = fn.f(c);
+      values.push_back(v);
+      strategy->observe(c, v);
+    }
+  }
+  return values;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,29 +152,9 @@ int main(int argc, char** argv) {
         base = sname.substr(0, pos);
       }
       std::map<int, std::vector<double>> bests;
-      double last_suggest_s = 0;
-      int last_count = 0;
+      SuggestTime last;
       for (int seed = 0; seed < seeds; ++seed) {
-        auto strategy = heft::tune::make_search_strategy(base, fn.space, static_cast<uint64_t>(seed));
-        std::vector<double> values;
-        while (static_cast<int>(values.size()) < trials) {
-          const int batch = std::min(parallel, trials - static_cast<int>(values.size()));
-          std::vector<Config> configs;
-          for (int b = 0; b < batch; ++b) {
-            const auto t0 = std::chrono::steady_clock::now();
-            configs.push_back(*strategy->suggest());
-            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (static_cast<int>(values.size()) + b >= trials - parallel) {
-              last_suggest_s += s;
-              ++last_count;
-            }
-          }
-          for (const Config& c : configs) {
-            const double v = fn.f(c);
-            values.push_back(v);
-            strategy->observe(c, v);
-          }
-        }
+        const std::vector<double> values = run_seed(fn, base, parallel, trials, seed, last);
         std::printf("function=%s strategy=heft_%s seed=%d", fname.c_str(), sname.c_str(), seed);
         for (int k : budgets) {
           const double b = *std::min_element(values.begin(), values.begin() + k);
@@ -153,7 +166,7 @@ int main(int argc, char** argv) {
       }
       std::printf("summary function=%s strategy=heft_%s", fname.c_str(), sname.c_str());
       for (int k : budgets) std::printf(" regret@%d=%.6g", k, median(bests[k]) - fn.optimum);
-      std::printf(" suggest_ms@%d=%.2f\n", trials, 1e3 * last_suggest_s / std::max(1, last_count));
+      std::printf(" suggest_ms@%d=%.2f\n", trials, 1e3 * last.seconds / std::max(1, last.count));
       std::fflush(stdout);
     }
   }
