@@ -5,7 +5,7 @@
 // dies (PR_SET_PDEATHSIG), so a SIGKILLed launcher leaves no worker behind.
 //
 // Deliberately left out: stdin (children read /dev/null), resource limits, a shell
-// (argv is executed as given), and line splitting of the output (local_launcher.cc).
+// (argv is executed as given), and line splitting of the output (group_watch.h).
 #pragma once
 
 #include <sys/types.h>
