@@ -44,6 +44,18 @@ class Failures(unittest.TestCase):
             self.assertIn("bad_input ok", out)
         print(results[0][1])
 
+    def test_group_alive_at_exit(self):
+        # A script that ends without destroy_process_group(): the module's exit hook stops
+        # every live group's threads before Python finalizes (a thread taking the GIL during
+        # finalization aborted the process: "terminate called without an active exception").
+        for attempt in range(3):
+            results = self.ranks(2, "exit", f"tcp://127.0.0.1:{support.free_port()}")
+            for rc, out, err in results:
+                self.assertEqual(rc, 0, support.describe(results))
+                self.assertIn("shut down=2 again=0", out)
+                self.assertIn("exit ok", out)
+                self.assertNotIn("terminate called", err)
+
     def test_no_reachable_store(self):
         port = support.free_port()  # nothing listens there
         code = ("import datetime, heft.torch.distributed as d\n"

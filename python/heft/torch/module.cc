@@ -34,6 +34,10 @@ void bind_process_group(py::module_& m) {
            "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")
       .def("has_shared_memory",
            [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); });
+  m.def("shut_down_all", &ProcessGroupHeft::shut_down_all,
+        "finishes every live heft group's operations and stops its threads (run at exit)");
+  // Before Python finalizes: a group left alive by the script stops its threads here.
+  py::module_::import("atexit").attr("register")(m.attr("shut_down_all"));
 }
 
 }  // namespace

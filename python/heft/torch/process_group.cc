@@ -8,11 +8,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "staging.h"
 #include "store_adapter.h"
 
 namespace heft::torch_backend {
+
+namespace {
+
+// The live groups, for shut_down_all() at interpreter exit.
+std::mutex& live_mu() {
+  static auto* mu = new std::mutex();  // never destroyed: used at exit
+  return *mu;
+}
+std::set<ProcessGroupHeft*>& live_groups() {
+  static auto* groups = new std::set<ProcessGroupHeft*>();  // never destroyed: used at exit
+  return *groups;
+}
+
+}  // namespace
 
 namespace {
 
@@ -155,13 +170,31 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
   thread_ = std::thread([this] { complete_loop(); });
+  std::lock_guard<std::mutex> lock(live_mu());
+  live_groups().insert(this);
 }
 
 ProcessGroupHeft::~ProcessGroupHeft() {
+  // The GIL goes first: a shut_down_all() under way may wait for it (see shut_down()).
+  std::unique_ptr<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil = std::make_unique<pybind11::gil_scoped_release>();
+  {
+    std::lock_guard<std::mutex> lock(live_mu());  // waits for a shut_down_all() under way
+    live_groups().erase(this);
+  }
+  shut_down();
+  pending_.clear();
+  retired_.clear();
+}
+
+void ProcessGroupHeft::shut_down() {
   // Destroyed from Python (the GIL held) or from C++: the threads joined below may need
   // the GIL to drop the last reference to a Python-owned tensor, so let go of it.
   std::unique_ptr<pybind11::gil_scoped_release> no_gil;
   if (Py_IsInitialized() && PyGILState_Check()) no_gil = std::make_unique<pybind11::gil_scoped_release>();
+  std::lock_guard<std::mutex> once(shut_down_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
   comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,8 +202,17 @@ ProcessGroupHeft::~ProcessGroupHeft() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  pending_.clear();
-  retired_.clear();
+}
+
+int ProcessGroupHeft::shut_down_all() {
+  std::lock_guard<std::mutex> lock(live_mu());
+  int n = 0;
+  for (ProcessGroupHeft* group : live_groups()) {
+    std::lock_guard<std::mutex> once(group->shut_down_mu_);
+    if (!group->shut_down_) ++n;
+  }
+  for (ProcessGroupHeft* group : live_groups()) group->shut_down();
+  return n;
 }
 
 std::pair<int64_t, int64_t> ProcessGroupHeft::completions() const {
@@ -182,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tenso
   one_tensor(tensors, "broadcast");
   check_root(opts.rootRank, getSize(), "broadcast");
   auto s = std::make_shared<Staged>(stage(tensors[0], "broadcast"));
-  return submit(c10d::OpType::BROADCAST, {comm_->broadcast_async(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank))},
+  return submit(c10d::OpType::BROADCAST, {live_comm()->broadcast_async(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank))},
                 [s] { s->finish(); }, tensors);
 }
 
@@ -192,7 +234,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce(std::vector<at::Tenso
   const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce");
   auto s = std::make_shared<Staged>(stage(tensors[0], "allreduce"));
   return submit(c10d::OpType::ALLREDUCE,
-                {comm_->allreduce_async(s->data(), s->data(), s->count(), s->type, op)},
+                {live_comm()->allreduce_async(s->data(), s->data(), s->count(), s->type, op)},
                 [s] { s->finish(); }, tensors);
 }
 
@@ -202,7 +244,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce_coalesced(
   auto f = std::make_shared<Flat>(flatten(tensors, "allreduce_coalesced", true));
   const size_t n = static_cast<size_t>(f->buf.numel());
   return submit(c10d::OpType::ALLREDUCE_COALESCED,
-                {comm_->allreduce_async(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op)},
+                {live_comm()->allreduce_async(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op)},
                 [f] { unflatten(*f); }, tensors);
 }
 
@@ -215,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce(std::vector<at::Tensor>&
   const int root = static_cast<int>(opts.rootRank);
   auto out = std::make_shared<at::Tensor>(getRank() == root ? at::empty_like(s->buf) : at::Tensor());
   return submit(c10d::OpType::REDUCE,
-                {comm_->reduce_async(s->data(), out->defined() ? out->data_ptr() : nullptr,
+                {live_comm()->reduce_async(s->data(), out->defined() ? out->data_ptr() : nullptr,
                                      s->count(), s->type, op, root)},
                 [s, out] {
                   if (!out->defined()) return;
@@ -235,7 +277,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather(
   auto s = std::make_shared<Staged>(stage(inputs[0], "allgather"));
   auto f = std::make_shared<Flat>(flatten(outputs[0], "allgather", false));
   return submit(c10d::OpType::ALLGATHER,
-                {comm_->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
+                {live_comm()->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
                 [s, f] { unflatten(*f); }, outputs[0]);
 }
 
@@ -248,7 +290,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_allgather_base(
   auto s = std::make_shared<Staged>(stage(input, "_allgather_base"));
   auto o = std::make_shared<Staged>(stage(output, "_allgather_base", false));
   return submit(c10d::OpType::_ALLGATHER_BASE,
-                {comm_->allgather_async(s->data(), o->data(), s->count(), s->type)},
+                {live_comm()->allgather_async(s->data(), o->data(), s->count(), s->type)},
                 [s, o] { o->finish(); }, {output});
 }
 
@@ -272,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather_coalesced(
   }
   auto out = std::make_shared<Flat>(flatten(all, "allgather_coalesced", false));
   return submit(c10d::OpType::ALLGATHER_COALESCED,
-                {comm_->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
+                {live_comm()->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
                                         static_cast<size_t>(in->buf.numel()), in->type)},
                 [in, out] { unflatten(*out); }, all);
 }
@@ -289,7 +331,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::gather(
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "heft gather: only the root passes output tensors");
     return submit(c10d::OpType::GATHER,
-                  {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)})},
+                  {live_comm()->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)})},
                   [s] {}, {});
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -303,7 +345,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::gather(
       ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
   }
   (*outs)[static_cast<size_t>(root)].buf.copy_(s->buf);
-  return submit(c10d::OpType::GATHER, {comm_->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::GATHER, {live_comm()->exchange_async(std::move(ops))},
                 [outs, s] {
                   for (const Staged& o : *outs) o.finish();
                 },
@@ -321,7 +363,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::scatter(
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
                 "heft scatter: only the root passes input tensors");
     return submit(c10d::OpType::SCATTER,
-                  {comm_->exchange_async({comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)})},
+                  {live_comm()->exchange_async({comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)})},
                   [out] { out->finish(); }, outputs);
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -335,7 +377,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::scatter(
       ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
   }
   out->buf.copy_((*ins)[static_cast<size_t>(root)].buf);
-  return submit(c10d::OpType::SCATTER, {comm_->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::SCATTER, {live_comm()->exchange_async(std::move(ops))},
                 [out, ins] { out->finish(); }, outputs);
 }
 
@@ -350,7 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce_scatter(
   auto in = std::make_shared<Flat>(flatten(inputs[0], "reduce_scatter", true));
   auto out = std::make_shared<Staged>(stage(outputs[0], "reduce_scatter", false));
   return submit(c10d::OpType::REDUCE_SCATTER,
-                {comm_->reduce_scatter_async(in->buf.data_ptr(), out->data(), out->count(), in->type, op)},
+                {live_comm()->reduce_scatter_async(in->buf.data_ptr(), out->data(), out->count(), in->type, op)},
                 [in, out] { out->finish(); }, outputs);
 }
 
@@ -364,7 +406,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_reduce_scatter_base(
   auto in = std::make_shared<Staged>(stage(input, "_reduce_scatter_base"));
   auto out = std::make_shared<Staged>(stage(output, "_reduce_scatter_base", false));
   return submit(c10d::OpType::_REDUCE_SCATTER_BASE,
-                {comm_->reduce_scatter_async(in->data(), out->data(), out->count(), in->type, op)},
+                {live_comm()->reduce_scatter_async(in->data(), out->data(), out->count(), in->type, op)},
                 [in, out] { out->finish(); }, {output});
 }
 
@@ -380,7 +422,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall_base(
                 "heft alltoall_base: input and output must have the same size, divisible by ",
                 n, " (found ", input.numel(), " and ", output.numel(), ")");
     return submit(c10d::OpType::ALLTOALL_BASE,
-                  {comm_->alltoall_async(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type)},
+                  {live_comm()->alltoall_async(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type)},
                   [in, out] { out->finish(); }, {output});
   }
   // Uneven splits (along dim 0): one batched exchange with every peer.
@@ -412,7 +454,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall_base(
     io += static_cast<int64_t>(icount);
     oo += static_cast<int64_t>(ocount);
   }
-  return submit(c10d::OpType::ALLTOALL_BASE, {comm_->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::ALLTOALL_BASE, {live_comm()->exchange_async(std::move(ops))},
                 [in, out] { out->finish(); }, {output});
 }
 
@@ -437,7 +479,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall(std::vector<at::Tensor
       ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
     }
   }
-  return submit(c10d::OpType::ALLTOALL, {comm_->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::ALLTOALL, {live_comm()->exchange_async(std::move(ops))},
                 [ins, outs] {
                   for (const Staged& o : *outs) o.finish();
                 },
@@ -445,7 +487,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::barrier(const c10d::BarrierOptions&) {
-  return submit(c10d::OpType::BARRIER, {comm_->barrier_async()}, [] {}, {});
+  return submit(c10d::OpType::BARRIER, {live_comm()->barrier_async()}, [] {}, {});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::send(std::vector<at::Tensor>& tensors, int dst,
@@ -454,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::send(std::vector<at::Tensor>& t
   check_peer(dst, getRank(), getSize(), "send");
   auto s = std::make_shared<Staged>(stage(tensors[0], "send"));
   return submit(c10d::OpType::SEND,
-                {comm_->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))})},
+                {live_comm()->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))})},
                 [s] {}, tensors);
 }
 
@@ -464,7 +506,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recv(std::vector<at::Tensor>& t
   check_peer(src, getRank(), getSize(), "recv");
   auto s = std::make_shared<Staged>(stage(tensors[0], "recv", false));
   return submit(c10d::OpType::RECV,
-                {comm_->exchange_async({comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))})},
+                {live_comm()->exchange_async({comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))})},
                 [s] { s->finish(); }, tensors);
 }
 

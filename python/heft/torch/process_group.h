@@ -49,13 +49,22 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   // tuning variables (HEFT_HOST, HEFT_TRANSPORT, ...) as for any heft worker.
   ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout);
-  // Finishes the queued operations, then stops the completion thread; releases the GIL
-  // while it waits when called with it.
+  // Finishes the queued operations, then stops the completion thread (shut_down()).
   ~ProcessGroupHeft() override;
+
+  // Finishes the queued operations and stops the completion thread; releases the GIL while
+  // it waits when called with it. Idempotent; the group takes no operation after it.
+  void shut_down();
+  // shut_down() for every live group: the module registers it with Python's atexit, so a
+  // script that exits without destroy_process_group() stops the group's threads while
+  // Python still runs (a thread that takes the GIL during finalization is unwound by
+  // CPython through noexcept frames: "terminate called without an active exception").
+  // Returns how many groups it shut down.
+  static int shut_down_all();
 
   const std::string getBackendName() const override { return "heft"; }
 
-  comm::Communicator& communicator() { return *comm_; }
+  comm::Communicator& communicator() { return *live_comm(); }
   // Operations issued through this group (for tests: the heft path ran).
   int64_t operations() const { return operations_.load(); }
   // Operations completed by a caller in wait() / by the completion thread.
@@ -109,6 +118,11 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
                                         std::vector<std::shared_ptr<comm::Work>> works,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs);
+  // The communicator; a RuntimeError after shut_down().
+  comm::Communicator* live_comm() const {
+    TORCH_CHECK(comm_, "heft process group: used after it was shut down (at exit or destroyed)");
+    return comm_.get();
+  }
   // The completion thread's loop (see the file comment).
   void complete_loop();
 
@@ -124,6 +138,8 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::atomic<int64_t> operations_{0};
   std::shared_ptr<Completions> completions_;
   std::thread thread_;
+  std::mutex shut_down_mu_;  // serializes shut_down()
+  bool shut_down_ = false;   // guarded by shut_down_mu_
 };
 
 }  // namespace heft::torch_backend

@@ -10,6 +10,9 @@ and these cases are about what the survivors see).
     failure_worker.py bad_input URL    an unsupported dtype, an unsupported op, tensors of
                                        different sizes across ranks: each a RuntimeError
                                        naming the problem (`bad_input ok` at the end)
+    failure_worker.py exit URL         a group left alive with an operation in flight when the
+                                       script ends: the exit hook shuts it down (`shut down=N`),
+                                       a later collective raises naming it, the exit is clean
 Exit 0 when the case behaves as described, 1 otherwise.
 """
 import datetime
@@ -110,9 +113,25 @@ def case_bad_input(url):
     os._exit(0)
 
 
+def case_exit(url):
+    import atexit
+    from heft.torch import _c10d
+    rank, world = join(url, 60)
+    group = dist.new_group(backend="heft")
+    if atexit._ncallbacks() < 1:
+        fail("no exit hook registered")
+    pending = dist.all_reduce(torch.ones(1 << 16), group=group, async_op=True)  # noqa: F841
+    dist.barrier()
+    # What the exit hook runs: both groups (the world and `group`) are shut down, once.
+    print(f"shut down={_c10d.shut_down_all()} again={_c10d.shut_down_all()}", flush=True)
+    expect_error(lambda: dist.all_reduce(torch.ones(1)), ["shut down"], "all_reduce after exit")
+    print("exit ok", flush=True)  # the interpreter then exits with both groups alive
+
+
 def main():
     case, url = sys.argv[1], sys.argv[2]
-    {"init": case_init, "peer_lost": case_peer_lost, "bad_input": case_bad_input}[case](url)
+    {"init": case_init, "peer_lost": case_peer_lost, "bad_input": case_bad_input,
+     "exit": case_exit}[case](url)
 
 
 if __name__ == "__main__":
