@@ -249,9 +249,10 @@ Problem set_field(Hyperparameters& h, const std::string& name, const std::string
 
 bool is_hyperparameter(const std::string& name) { return find_field(name) != nullptr; }
 
-std::string check_hyperparameter(const std::string& name, const std::string& value) {
+Status check_hyperparameter(const std::string& name, const std::string& value) {
   Hyperparameters scratch;
-  return set_field(scratch, name, value).text;
+  std::string problem = set_field(scratch, name, value).text;
+  return problem.empty() ? Status::success() : Status::failure(std::move(problem));
 }
 
 std::string unknown_hyperparameter_text(const std::string& name) {

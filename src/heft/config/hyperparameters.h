@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "heft/result.h"
+
 namespace heft::config {
 
 struct Hyperparameters {
@@ -99,8 +101,8 @@ struct ParsedHyperparameters {
 // Whether `name` is one of heft-train's hyperparameters.
 bool is_hyperparameter(const std::string& name);
 // The problem with `value` (as a command line carries it) for the known hyperparameter
-// `name` ("expected one of sgd, adamw, found 'adam'"); empty when it is valid.
-std::string check_hyperparameter(const std::string& name, const std::string& value);
+// `name` ("expected one of sgd, adamw, found 'adam'") as the failure; success when valid.
+Status check_hyperparameter(const std::string& name, const std::string& value);
 // "unknown; did you mean 'lr'?" (or the list of every name when none is near).
 std::string unknown_hyperparameter_text(const std::string& name);
 // A JSON value (SM_HPS's) as the text a command line would carry it.

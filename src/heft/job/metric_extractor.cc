@@ -24,14 +24,13 @@ bool parse_value(const std::string& text, double* out) {
 }  // namespace
 
 MetricExtractor::MetricExtractor(const std::vector<MetricDefinition>& definitions) {
-  std::string error;
-  step_ = compile_metric_regex("(?:^|[^A-Za-z0-9_])step=([0-9]+)", &error);
+  step_ = compile_metric_regex("(?:^|[^A-Za-z0-9_])step=([0-9]+)").value();
   for (const MetricDefinition& d : definitions) {
-    auto re = compile_metric_regex(d.regex, &error);
-    if (!re) throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "': " + error);
-    if (capturing_groups(*re) < 1)
+    auto re = compile_metric_regex(d.regex);
+    if (!re) throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "': " + re.error());
+    if (capturing_groups(*re.value()) < 1)
       throw InvalidArgument("metric " + d.name + ": regex '" + d.regex + "' has no group");
-    metrics_.push_back({d.name, std::move(re)});
+    metrics_.push_back({d.name, std::move(re).value()});
   }
 }
 

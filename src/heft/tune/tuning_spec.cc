@@ -308,7 +308,7 @@ Status check_builtin_ranges(const TuningSpec& spec, const std::string& source) {
                 config::unknown_hyperparameter_text(range.name).substr(std::string("unknown").size());
     } else {
       for (const std::string& v : range.values)
-        if (problem.empty()) problem = config::check_hyperparameter(range.name, v);
+        if (problem.empty()) problem = config::check_hyperparameter(range.name, v).error();
     }
     if (!problem.empty())
       return Status::failure(source + ": hyperparameter_ranges: '" + range.name + "': " + problem);

@@ -4,17 +4,13 @@
 
 namespace heft::job {
 
-std::unique_ptr<re2::RE2> compile_metric_regex(const std::string& pattern, std::string* error) {
+Result<std::unique_ptr<re2::RE2>> compile_metric_regex(const std::string& pattern) {
   RE2::Options options;
   options.set_log_errors(false);
   options.set_max_mem(8 << 20);  // compiled program and DFA cache, per regex
   auto re = std::make_unique<re2::RE2>(pattern, options);
-  if (!re->ok()) {
-    *error = re->error();
-    return nullptr;
-  }
-  error->clear();
-  return re;
+  if (!re->ok()) return Result<std::unique_ptr<re2::RE2>>::failure(re->error());
+  return Result<std::unique_ptr<re2::RE2>>::success(std::move(re));
 }
 
 int capturing_groups(const re2::RE2& re) { return re.NumberOfCapturingGroups(); }

@@ -7,15 +7,16 @@
 #include <memory>
 #include <string>
 
+#include "heft/result.h"
+
 namespace re2 {
 class RE2;
 }
 
 namespace heft::job {
 
-// Compiles `pattern`. On success returns it and leaves `error` empty; else returns null and
-// says why in `error` ("invalid perl operator: (?=", ...).
-std::unique_ptr<re2::RE2> compile_metric_regex(const std::string& pattern, std::string* error);
+// Compiles `pattern`; the failure says why ("invalid perl operator: (?=", ...).
+Result<std::unique_ptr<re2::RE2>> compile_metric_regex(const std::string& pattern);
 
 // Capturing groups of a compiled regex.
 int capturing_groups(const re2::RE2& re);

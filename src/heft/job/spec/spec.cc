@@ -213,7 +213,7 @@ class Validator {
     nlohmann::json sm_hps = nlohmann::json::object();
     for (const auto& [key, hp] : spec_.hyperparameters) {
       const std::string text = config::is_hyperparameter(key)
-                                   ? config::check_hyperparameter(key, hp.text)
+                                   ? config::check_hyperparameter(key, hp.text).error()
                                    : "unknown heft-train setting" +
                                          config::unknown_hyperparameter_text(key).substr(
                                              std::string("unknown").size()) +

@@ -52,16 +52,15 @@ bool metric_definition(SpecReader& r, const YAML::Node& n, const std::string& pa
                                               std::to_string(def->regex.size()));
     return false;
   }
-  std::string why;
-  const auto re = compile_metric_regex(def->regex, &why);
+  const auto re = compile_metric_regex(def->regex);
   if (!re) {
     r.error(path + ".regex", n["regex"],
              "expected a regular expression in RE2 syntax (no backreferences or look-around: "
              "heft matches worker output in linear time), found " + found(n["regex"]) + " (" +
-             why + ")");
+             re.error() + ")");
     return false;
   }
-  if (capturing_groups(*re) < 1) {
+  if (capturing_groups(*re.value()) < 1) {
     r.error(path + ".regex", n["regex"],
              "expected a regular expression with a group around the number, such as "
              "loss=([0-9.eE+-]+), found " + found(n["regex"]));
