@@ -159,6 +159,12 @@ class ShardedEquivalence:
                 self.assertGreater(k["gather_overlapped_compute"], 0, c)
                 self.assertGreater(k["prefetched"], 0, c)
             self.assertGreater(k["reduce_scatters_before_backward_end"], 0, c)
+            # At most 2 reduce-scatters in flight (each holds its unit's full gradient); with
+            # more units than that in one backward, the cap waited for the oldest.
+            self.assertLessEqual(k["max_reductions_in_flight"], 2, c)
+            if (degree or world) > 1:
+                self.assertEqual(k["max_reductions_in_flight"], 2, c)
+                self.assertGreater(k["reductions_capped"], 0, c)
             self.assertEqual(k["replicate_allreduces"] > 0, degree not in (0, world), c)
             shards = (degree or world)
             # 1/N of the parameters per rank, plus at most one padding element per unit.

@@ -26,7 +26,8 @@ from .profile import phase
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
           "bf16": (torch.bfloat16, torch.float32), "bf16-reduce": (torch.bfloat16, torch.bfloat16)}
 _COUNTERS = ("recomputed", "allgathers", "prefetched", "gather_overlapped_compute", "reduce_scatters",
-             "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered")
+             "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered",
+             "reductions_capped", "max_reductions_in_flight")
 
 
 _REDUCTIONS_IN_FLIGHT = 2  # reduce-scatters started and not yet waited for, per rank
@@ -245,11 +246,14 @@ class ShardedDataParallel(torch.nn.Module):
         # units' instead of, in the end, the whole model's.
         in_flight = [i for i, (_, w, _) in enumerate(self._pending) if w is not None]
         if len(in_flight) >= _REDUCTIONS_IN_FLIGHT:
-            oldest = in_flight[0]
+            self.counters["reductions_capped"] += 1
+            oldest = in_flight.pop(0)
             with phase("communication"):
                 self._pending[oldest][1].wait()
             self._pending[oldest] = (self._pending[oldest][0], None, self._pending[oldest][2])
         self._pending.append((unit, work, out))
+        self.counters["max_reductions_in_flight"] = max(
+            self.counters["max_reductions_in_flight"], len(in_flight) + (work is not None))
 
     def _end_backward(self):
         """The engine's callback once backward is over: shard gradients in place."""
