@@ -65,6 +65,19 @@ TEST(Mpirun, LocalhostRanksGetTheContract) {
   EXPECT_EQ(o.out.find("token=0"), std::string::npos) << o.out;  // every rank has the token
 }
 
+// A rank whose output ends without a newline: its last line still reaches the user (the
+// engine's output is read to its end, and the line pending there is delivered).
+TEST(Mpirun, ALastLineWithoutNewlineIsKept) {
+  heft::test::TempDir dir;
+  const auto o = heft_run(dir, {"--hostfile", write(dir, "hosts", "localhost slots=2\n"), "-n", "2", "--",
+                                "/bin/sh", "-c", "echo first=$RANK; printf last=$RANK"});
+  ASSERT_EQ(o.exit_code, 0) << heft::test::describe(o);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(o.out.find("first=" + std::to_string(r)), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("last=" + std::to_string(r)), std::string::npos) << o.out;
+  }
+}
+
 TEST(Mpirun, BadInputIsAClearErrorNamingIt) {
   heft::test::TempDir dir;
   const auto slots = heft_run(dir, {"--hostfile", write(dir, "hosts", "localhost slots=2\n"), "-n", "3",

@@ -58,13 +58,16 @@ class Lines {
   Lines(const ExternalGroup& g, const LauncherHooks& hooks) : g_(g), hooks_(hooks) {}
   // The first rank the engine said failed, and its exit code (-1 if none).
   int failed_rank = -1, failed_code = 0;
-  // Reads what `fd` has now; false at end of file. A last line without '\n' is not
-  // delivered.
+  // Reads what `fd` has now; false at end of file, where a last line without '\n' is
+  // delivered too.
   bool read(int fd, LineSplitter& lines) {
     char buf[65536];
     for (;;) {
       const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n == 0) return false;
+      if (n == 0) {
+        lines.flush([this](std::string_view l) { line(l); });
+        return false;
+      }
       if (n < 0) return errno == EAGAIN || errno == EINTR;
       lines.feed(std::string_view(buf, static_cast<size_t>(n)),
                  [this](std::string_view l) { line(l); });
