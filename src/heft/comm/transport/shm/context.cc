@@ -191,8 +191,14 @@ void Context::read_peer(int peer, size_t offset, void* dst, size_t bytes, const 
     iovec remote{reinterpret_cast<void*>(from), bytes};
     ssize_t n = process_vm_readv(header(peer).pid, &local, 1, &remote, 1, 0);
     if (n <= 0) {
+      const int err = errno;
       const int me = global_ranks_[rank_], them = global_ranks_[peer];
-      if (n < 0 && errno == ESRCH) throw PeerLost(me, them, op, "its process is gone");
+      if (n < 0 && err == ESRCH) throw PeerLost(me, them, op, "its process is gone");
+      // A peer that failed the operation (another rank lost) aborts before it returns and
+      // frees the buffer being read: the read then faults, and the loss is what to report.
+      if (header(peer).aborted.load(std::memory_order_acquire))
+        throw PeerLost(me, them, op, "its shared-memory communicator was aborted");
+      errno = err;
       throw IoError("rank " + std::to_string(me) + ": " + op + ": reading rank " +
                     std::to_string(them) + "'s memory: " + errno_string(errno));
     }

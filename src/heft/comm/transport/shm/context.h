@@ -113,7 +113,8 @@ class Context {
   // The address local rank `peer` published (in its address space; for alignment only).
   uint64_t peer_buffer(int peer) const;
   // Copies `bytes` from local rank `peer`'s published buffer at `offset` into `dst`. Throws
-  // heft::PeerLost when the peer is gone, heft::IoError on other failures.
+  // heft::PeerLost when the peer is gone or aborted (a peer that failed the operation
+  // frees the buffer being read), heft::IoError on other failures.
   void read_peer(int peer, size_t offset, void* dst, size_t bytes, const std::string& op);
   // A scratch area of at least `bytes` owned by this context, starting at `offset` mod 64
   // (so a copy into it from a buffer at that offset runs aligned). Reused across calls; a
