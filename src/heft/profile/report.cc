@@ -32,11 +32,7 @@ std::string esc(const std::string& s) {
   return out;
 }
 
-std::string num(double v, int digits = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
+std::string num(double v, int digits = 1) { return job::decimal_text(v, digits); }
 
 struct Series {
   std::string label;

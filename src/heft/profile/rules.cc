@@ -11,16 +11,13 @@
 #include <map>
 
 #include "heft/error.h"
+#include "heft/job/record/job_report.h"
 
 namespace heft::profile {
 
 namespace {
 
-std::string fmt(double v, int digits = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
+std::string fmt(double v, int digits = 1) { return job::decimal_text(v, digits); }
 
 std::map<int, std::vector<const StepRecord*>> steps_by_rank(const Observations& obs) {
   std::map<int, std::vector<const StepRecord*>> out;

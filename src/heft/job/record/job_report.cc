@@ -38,12 +38,6 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
 std::string value_text(double v) {
   if (std::isnan(v)) return "nan";
   char buf[64];
@@ -118,10 +112,16 @@ double billable_instance_seconds(const JobRecord& job) {
   return billable_instance_seconds(job.billable_seconds, job.instance_count);
 }
 
+std::string decimal_text(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
 std::string billable_text(double running_seconds, int instance_count) {
   const int n = std::max(1, instance_count);
-  return fixed(billable_instance_seconds(running_seconds, n), 1) + " s (" +
-         fixed(running_seconds, 1) + " s running x " + std::to_string(n) +
+  return decimal_text(billable_instance_seconds(running_seconds, n), 1) + " s (" +
+         decimal_text(running_seconds, 1) + " s running x " + std::to_string(n) +
          (n == 1 ? " instance)" : " instances)");
 }
 
@@ -136,7 +136,7 @@ std::string jobs_table(const std::vector<JobRecord>& jobs) {
        "INTERRUPTIONS"}};
   for (const JobRecord& j : jobs)
     rows.push_back({j.name, j.status, j.secondary_status, local_time_text(j.created_at),
-                    fixed(live_training_seconds(j), 1), fixed(billable_instance_seconds(j), 1),
+                    decimal_text(live_training_seconds(j), 1), decimal_text(billable_instance_seconds(j), 1),
                     std::to_string(j.attempts), std::to_string(j.interruptions)});
   return table(rows);
 }
@@ -219,7 +219,7 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
   if (!job.failure_reason.empty()) field("Failure reason:", indented(job.failure_reason, 18));
   field("Created:", local_time_text(job.created_at));
   if (job.end_time) field("Ended:", local_time_text(*job.end_time));
-  field("Training time:", fixed(live_training_seconds(job), 1) + " s");
+  field("Training time:", decimal_text(live_training_seconds(job), 1) + " s");
   field("Billable time:", billable_text(job.billable_seconds, job.instance_count));
   field("Attempts:", std::to_string(job.attempts));
   field("Interruptions:", std::to_string(job.interruptions));
@@ -235,7 +235,7 @@ std::string describe_text(const JobRecord& job, const std::vector<Transition>& t
   for (const Transition& t : transitions) {
     const double end = t.end_time ? *t.end_time : unix_now();
     rows.push_back({"  " + t.status, local_time_text(t.start_time),
-                    t.end_time || !job.ended() ? fixed(end - t.start_time, 1) + " s" : "",
+                    t.end_time || !job.ended() ? decimal_text(end - t.start_time, 1) + " s" : "",
                     t.message.substr(0, t.message.find('\n'))});
   }
   os << table(rows);
@@ -258,7 +258,7 @@ std::string metrics_table(const std::vector<MetricPoint>& points, double since) 
   std::vector<std::vector<std::string>> rows = {{"NAME", "RANK", "STEP", "VALUE", "ELAPSED_S"}};
   for (const MetricPoint& p : points)
     rows.push_back({p.name, std::to_string(p.rank), p.step ? std::to_string(*p.step) : "-",
-                    value_text(p.value), fixed(p.timestamp - since, 3)});
+                    value_text(p.value), decimal_text(p.timestamp - since, 3)});
   return table(rows);
 }
 
@@ -272,7 +272,7 @@ std::string metrics_csv(const std::vector<MetricPoint>& points) {
       name = quoted + "\"";
     }
     out += name + "," + std::to_string(p.rank) + "," + (p.step ? std::to_string(*p.step) : "") +
-           "," + value_text(p.value) + "," + fixed(p.timestamp, 6) + "\n";
+           "," + value_text(p.value) + "," + decimal_text(p.timestamp, 6) + "\n";
   }
   return out;
 }

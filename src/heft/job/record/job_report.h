@@ -32,6 +32,10 @@ double billable_instance_seconds(const JobRecord& job);
 // "207.3 s (103.6 s running x 2 instances)".
 std::string billable_text(double running_seconds, int instance_count);
 
+// `v` with `digits` decimals ("207.3"): the one number format of the job and profile
+// commands' text.
+std::string decimal_text(double v, int digits);
+
 // "Completed", or "Stopped (MaxRuntimeExceeded)": the secondary status only when it says
 // more than the primary one.
 std::string status_text(const std::string& status, const std::string& secondary);
