@@ -78,12 +78,34 @@ def _groups(sharded_degree):
     return shard, replicate
 
 
+def _mesh_groups(mesh, sharded_degree):
+    """(shard Group, replicate Group or None) from a DeviceMesh's "sharded" and
+    "replicate" groups: the data dimension of the mesh, whatever else it holds."""
+    from ._mesh import DeviceMesh
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError(f"ShardedDataParallel: mesh must be a heft.torch.parallel.DeviceMesh, "
+                        f"found {type(mesh).__name__}")
+    if sharded_degree is not None:
+        raise ValueError("ShardedDataParallel: give sharded_degree or mesh, not both (the "
+                         "mesh's sharded size is the degree)")
+    size = mesh.size("sharded")
+    shard = (Group(mesh.group("sharded"), mesh.coordinate("sharded"), size) if size > 1
+             else Group(None, 0, 1))
+    size = mesh.size("replicate")
+    replicate = (Group(mesh.group("replicate"), mesh.coordinate("replicate"), size)
+                 if size > 1 else None)
+    return shard, replicate
+
+
 class ShardedDataParallel(torch.nn.Module):
     """Shards `module`'s parameters, gradients and optimizer state over the data-parallel
     ranks. Arguments (keyword only):
 
     sharded_degree  ranks that share one copy of the model (None: all; fewer: hybrid, the
                     shard gradients averaged across the world // degree replicas)
+    mesh            a heft.torch.parallel.DeviceMesh instead of sharded_degree: shard over
+                    its "sharded" groups, average across its "replicate" groups (the data
+                    dimension; pipeline and tensor ranks hold other model parts)
     units           sub-modules that become units: None (automatic, by size), an int (the
                     automatic policy's minimum parameters per unit), a list of classes, or a
                     callable (name, module) -> bool. The rest forms the root unit.
@@ -96,7 +118,7 @@ class ShardedDataParallel(torch.nn.Module):
     """
 
     def __init__(self, module, *, sharded_degree=None, units=None, mixed_precision=None,
-                 activation_checkpointing=False, zero_stage=3):
+                 activation_checkpointing=False, zero_stage=3, mesh=None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ShardedDataParallel: module must be a torch.nn.Module, found "
@@ -117,7 +139,8 @@ class ShardedDataParallel(torch.nn.Module):
         specs = _units.assign(module, _units.select_units(module, units))
         specs = specs[:1] + [s for s in specs[1:] if s.params]  # tied away: nothing to shard
         ckpt = self._checkpoint_match(activation_checkpointing)
-        self.shard_group, self.replicate_group = _groups(sharded_degree)
+        self.shard_group, self.replicate_group = (
+            _groups(sharded_degree) if mesh is None else _mesh_groups(mesh, sharded_degree))
         self.module = module
         record = _deferred.find(module)
         if record is not None:  # built under deferred_init(): each rank replays its shard
