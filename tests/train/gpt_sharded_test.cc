@@ -25,67 +25,18 @@
 #include "heft/train/strategy.h"
 #include "heft/train/text.h"
 #include "support/ranks.h"
+#include "train/gpt_stack.h"
 
 namespace heft::train {
 namespace {
 
-// The distribution heft-train runs with these hyperparameters and no spec block.
-config::Distribution resolved(const Hyperparameters& hp) {
-  return config::Distribution{}.with_overrides(hp).value();
-}
-
 using test::expect;
+using train_test::corpus_installed;
+using train_test::GptStack;
+using train_test::resolved;
+using train_test::small_gpt;
 
 constexpr double kRelative = 1e-4;
-
-bool corpus_installed() { return std::filesystem::exists(std::string(kDefaultFortunesDir) + "/fortunes"); }
-
-Hyperparameters small_gpt() {
-  Hyperparameters hp;
-  hp.model = "gpt";
-  apply_model_defaults(hp, {"model"});
-  hp.data = kDefaultFortunesDir;
-  hp.n_layer = 3;
-  hp.n_head = 4;
-  hp.n_embd = 32;
-  hp.block_size = 16;
-  hp.batch_size = 8;
-  hp.warmup_steps = 2;
-  hp.lr = 3e-3;
-  hp.seed = 5;
-  return hp;
-}
-
-struct Stack {
-  Stack(comm::Communicator& world, const Hyperparameters& hp)
-      : mesh(world, mesh_shape(resolved(hp), world.size())),
-        task(make_task("text", hp, "", mesh.coordinate(parallel::Dim::kData),
-                       mesh.size(parallel::Dim::kData))) {
-    torch::manual_seed(static_cast<uint64_t>(hp.seed));
-    ModelContext context;
-    context.hp = hp;
-    context.mesh = &mesh;
-    OptimizerConfig o;
-    o.name = hp.optimizer;
-    o.lr = hp.lr;
-    o.beta2 = hp.beta2;
-    o.weight_decay = hp.weight_decay;
-    o.warmup_steps = hp.warmup_steps;
-    o.decay_matrices_only = true;
-    optimizer = o;
-    strategy = make_strategy(resolved(hp), hp, mesh, make_model("gpt", context), o);
-    task->set_epoch(0);
-  }
-  double step(int64_t i) {
-    const Batch b = task->batch(i);
-    const torch::Tensor sum = strategy->step(b, *task, learning_rate(optimizer, i));
-    return strategy->loss_total(sum) / static_cast<double>(b.global_count);
-  }
-  parallel::DeviceMesh mesh;
-  std::unique_ptr<Task> task;
-  OptimizerConfig optimizer;
-  std::unique_ptr<Strategy> strategy;
-};
 
 struct Case {
   const char* name;
@@ -121,8 +72,8 @@ void check(comm::Communicator& world, const Case& c) {
   alone_options.token = "alone";
   auto alone_comm = comm::Communicator::create(std::make_shared<comm::MemoryStore>(), "alone", 0,
                                                1, alone_options);
-  Stack alone(*alone_comm, reference_hp);
-  Stack ranks(world, hp);
+  GptStack alone(*alone_comm, reference_hp);
+  GptStack ranks(world, hp);
   expect(ranks.strategy->describe().rfind(c.pp > 1 ? "pipeline" : c.sdp > 1 ? "sharded" : "data_parallel", 0) == 0,
          "strategy: " + ranks.strategy->describe());
   double worst = 0;
@@ -290,7 +241,7 @@ TEST_F(GptEquivalence, AStageKilledMakesTheOtherRaisePeerLost) {
         Hyperparameters hp = small_gpt();
         hp.partitions = 2;
         hp.microbatches = 4;
-        Stack ranks(world, hp);
+        GptStack ranks(world, hp);
         ranks.step(0);
         if (world.rank() == 1) ::kill(::getpid(), SIGKILL);
         try {
