@@ -16,4 +16,13 @@ void bind_step_profiler(pybind11::module_& parent);
 // _c10d.mesh: the device mesh's layout, behind heft.torch.parallel.DeviceMesh (mesh_binding.cc).
 void bind_mesh(pybind11::module_& parent);
 
+// _c10d.parallel.tensor: heft's C++ tensor layers' collectives and slicing, behind
+// heft.torch.parallel.tensor_parallel (tensor_parallel_binding.cc). `parallel` is the
+// submodule bind_parallel_group made (parallel_group.h).
+void bind_tensor_parallel(pybind11::module_& parallel);
+
+// _c10d.parallel.pipeline: heft's C++ schedules, simulator, partitioner and stage runtime,
+// behind heft.torch.parallel.Pipeline (pipeline_binding.cc).
+void bind_pipeline(pybind11::module_& parallel);
+
 }  // namespace heft::torch_backend

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "bindings.h"
+#include "parallel_group.h"
 #include "process_group.h"
 #include "store_adapter.h"
 
@@ -49,6 +50,9 @@ PYBIND11_MODULE(_c10d, m) {
   heft::torch_backend::bind_step_profiler(m);
   heft::torch_backend::bind_mesh(m);
   bind_process_group(m);
+  py::module_ parallel = heft::torch_backend::bind_parallel_group(m);
+  heft::torch_backend::bind_tensor_parallel(parallel);
+  heft::torch_backend::bind_pipeline(parallel);
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
         "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");
