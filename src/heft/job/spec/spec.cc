@@ -42,7 +42,8 @@ const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_
                                                "custom_mpi_options", "srun_options",
                                                "sbatch_options", "store_address"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
-const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s"};
+const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s",
+                                                "straggler_grace_s"};
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
@@ -418,6 +419,8 @@ class Validator {
                    &spec_.stopping.max_runtime_s);
     r_.get_seconds(n["grace_s"], "stopping.grace_s", true, &spec_.stopping.grace_s);
     r_.get_int(n["timeout_s"], "stopping.timeout_s", 1, 86400, &spec_.stopping.timeout_s);
+    r_.get_seconds(n["straggler_grace_s"], "stopping.straggler_grace_s", true,
+                   &spec_.stopping.straggler_grace_s);
   }
 
   void retry(const YAML::Node& n) {

@@ -64,6 +64,9 @@ struct StoppingSpec {
   // How long a collective (or the rendezvous) waits for a peer before the ranks give up and
   // name it (HEFT_TIMEOUT); a hung rank ends the job after this long.
   int timeout_s = 300;
+  // Once some rank exited 0, how long the others may keep running (rank 0 saving a model)
+  // before they are stopped and the job ends Failed naming them.
+  double straggler_grace_s = 300;
 };
 
 struct RetrySpec {
