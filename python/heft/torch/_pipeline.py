@@ -1,7 +1,332 @@
-"""heft.torch.parallel.Pipeline: pipeline parallelism over heft's C++ schedules, simulator,
-partitioner and stage runtime (being built: issue 28 item 3)."""
+"""heft.torch.parallel.Pipeline: pipeline parallelism for the user's own model over heft's C++
+schedules, simulator, partitioner and stage runtime (_c10d.parallel.pipeline,
+pipeline_binding.cc). The action lists come from C++ make_schedule (checked by the C++
+simulator) and C++ run_stage executes them; Python only supplies each chunk's forward, the
+loss, and DDP's gradient synchronisation around the backward. See docs/pipeline.md."""
+import torch
+import torch.distributed as dist
+
+from . import _c10d
+from ._mesh import DeviceMesh
+from ._pipeline_plan import check_arguments, layers_of, plan
+
+_pp = _c10d.parallel.pipeline
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+           torch.bfloat16: "bfloat16"}
 
 
-class Pipeline:
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("heft.torch.parallel.Pipeline is not built yet")
+class Pipeline(torch.nn.Module):
+    """The model's layers cut into mesh.size("pipeline") x virtual_stages chunks; this rank
+    holds only its stage's chunks (chunk c of stage s is part c * stages + s), the other
+    layers' parameters are freed. Arguments (after the model and the mesh, keyword only):
+
+    microbatches        micro-batches per step (must divide the batch each rank passes)
+    schedule            "simple" (GPipe: all forwards, then all backwards) or
+                        "interleaved" (1F1B; with virtual_stages > 1, Megatron's interleaving)
+    virtual_stages      model chunks per stage (interleaved only; microbatches a multiple of
+                        the stages)
+    partition           "auto" (profile every layer on world rank 0 with example_input, then
+                        heft's partitioner) or the first layer of each chunk after the first
+    memory_weight       the partitioner's weight of memory against time (0.2: speed)
+    active_microbatches interleaved: the most micro-batches in flight on a stage (None:
+                        stages + 2)
+    activation_checkpointing  recompute each chunk's forward during its backward
+    example_input       one micro-batch of the input, for partition="auto"
+    data_parallel       over the mesh's data dimension (when its size > 1): "ddp" (torch's
+                        DDP over the data group, gradients allreduced once per step) or
+                        "sharded" (heft's ShardedDataParallel over the sharded and replicate
+                        groups); None: "sharded" when the mesh was given a sharded degree
+                        above 1, else "ddp"
+    """
+
+    def __init__(self, stages_or_sequential, mesh, *, microbatches, schedule="simple",
+                 virtual_stages=1, partition="auto", memory_weight=0.2,
+                 active_microbatches=None, activation_checkpointing=False,
+                 example_input=None, data_parallel=None):
+        super().__init__()
+        if not isinstance(mesh, DeviceMesh):
+            raise TypeError("Pipeline: mesh must be a heft.torch.parallel.DeviceMesh, found "
+                            f"{type(mesh).__name__}")
+        if mesh.size("tensor") > 1:
+            raise ValueError(f"Pipeline: mesh has tensor={mesh.size('tensor')}: tensor "
+                             "parallelism inside pipeline stages is not supported by Pipeline yet")
+        layers = layers_of(stages_or_sequential)
+        p = mesh.size("pipeline")
+        check_arguments(layers, p, microbatches, schedule, virtual_stages, partition,
+                        memory_weight, active_microbatches)
+        self.mesh, self.stages, self.stage = mesh, p, mesh.coordinate("pipeline")
+        self.microbatches, self.virtual_stages = microbatches, virtual_stages
+        self.activation_checkpointing = bool(activation_checkpointing)
+        self.schedule = _pp.make_schedule(schedule, p, microbatches, active_microbatches or 0,
+                                          virtual_stages)
+        sim = _pp.simulate(self.schedule)
+        if not sim["ok"]:
+            raise RuntimeError(f"Pipeline: heft's simulator refused the schedule: {sim['error']}")
+        self._eval_schedule = (_pp.make_schedule("simple", p, microbatches) if virtual_stages == 1
+                               else self.schedule).forward_only()
+        chunks = p * virtual_stages
+        first, text = plan(layers, chunks, partition, memory_weight, example_input)
+        self.first = first
+        self.plan_text = text
+        if dist.get_rank() == 0:
+            print("Pipeline: " + text.rstrip(), flush=True)
+        bounds = [(first[k], first[k + 1] if k + 1 < chunks else len(layers))
+                  for k in range(chunks)]
+        mine = [self.stage + c * p for c in range(virtual_stages)]
+        _refuse_tied(layers, bounds)
+        self.layer_ranges = [bounds[k] for k in mine]
+        owned = {i for k in mine for i in range(*bounds[k])}
+        _free([l for i, l in enumerate(layers) if i not in owned])
+        modules = [torch.nn.Sequential(*layers[a:b]) for a, b in self.layer_ranges]
+        self.data_parallel = _data_parallel(mesh, data_parallel)
+        self.chunks = torch.nn.ModuleList(self._wrap(m) for m in modules)
+        self._backward_chunks = [a[3] for a in self.schedule.actions(self.stage) if a[0] == "B"]
+        self._last_backward = {c: i for i, c in enumerate(self._backward_chunks)}
+        self._receives = {name: [a[3] for a in s.actions(self.stage) if a[0] == "rA"]
+                          for name, s in (("train", self.schedule), ("eval", self._eval_schedule))}
+        self._shapes = {}
+        self.counters = {}
+        self.pg = _c10d.parallel.Group(mesh.group("pipeline"))
+
+    # ---- construction ------------------------------------------------------------------
+    def _wrap(self, module):
+        if self.data_parallel == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+            return DistributedDataParallel(module, process_group=self.mesh.group("data"),
+                                           broadcast_buffers=False)
+        if self.data_parallel == "sharded":
+            from .sharded import ShardedDataParallel
+            with _broadcast_within(self.mesh):
+                return ShardedDataParallel(module, mesh=self.mesh,
+                                           activation_checkpointing=self.activation_checkpointing)
+        return module
+
+    def _run_chunk(self, c, x):
+        chunk = self.chunks[c]
+        if self.data_parallel == "ddp":
+            chunk = chunk.module  # DDP's reducer is prepared by hand (_around_backward)
+        if (self.activation_checkpointing and self.data_parallel != "sharded"
+                and torch.is_grad_enabled()):
+            from torch.utils.checkpoint import checkpoint
+            return checkpoint(chunk, x, use_reentrant=False)
+        return chunk(x)
+
+    # ---- shapes ------------------------------------------------------------------------------
+    def _activation_shapes(self, first_input):
+        """Every chunk's input shape and the activation dtype, for micro-batches shaped like
+        first_input: each virtual stage in turn runs its chunk on zeros of its input shape
+        (eval mode, no grad, the RNG kept) and broadcasts its output's shape over the
+        pipeline group. Once per input shape."""
+        key = tuple(first_input.shape)
+        if key in self._shapes:
+            return self._shapes[key]
+        p, v = self.stages, self.virtual_stages
+        ranks = self.mesh.ranks("pipeline")
+        group = self.mesh.group("pipeline")
+        shapes, dtypes, current = {}, set(), None
+        modes = [m.training for m in self.modules()]
+        rng = torch.get_rng_state()
+        try:
+            self.eval()
+            for k in range(v * p - 1):
+                s, c = k % p, k // p
+                meta = torch.zeros(9, dtype=torch.long)
+                if s == self.stage:
+                    x = first_input if k == 0 else torch.zeros(current[0], dtype=current[1])
+                    with torch.no_grad():
+                        y = self._run_chunk(c, x)
+                    if y.dtype not in _DTYPES:
+                        raise TypeError(f"Pipeline: chunk {k} (layers {self.layer_ranges[c]}) "
+                                        f"outputs {y.dtype}: activations between stages must "
+                                        "be floating point")
+                    meta[0], meta[1] = y.dim(), list(_DTYPES).index(y.dtype)
+                    meta[2:2 + y.dim()] = torch.tensor(y.shape)
+                dist.broadcast(meta, ranks[s], group=group)
+                dims = meta[2:2 + int(meta[0])].tolist()
+                current = (dims, list(_DTYPES)[int(meta[1])])
+                dtypes.add(current[1])
+                if (k + 1) % p == self.stage:
+                    shapes[(k + 1) // p] = dims
+        finally:
+            for m, mode in zip(self.modules(), modes):
+                m.training = mode
+            torch.set_rng_state(rng)
+        if len(dtypes) > 1:
+            raise TypeError(f"Pipeline: activations of different dtypes {sorted(map(str, dtypes))}"
+                            ": every chunk must output one floating dtype")
+        dtype = _DTYPES[dtypes.pop()] if dtypes else "float32"
+        self._shapes[key] = (shapes, dtype)
+        return self._shapes[key]
+
+    def _split(self, argument, t):
+        n = t.shape[0] if isinstance(t, torch.Tensor) and t.dim() > 0 else None
+        if n is None:
+            raise TypeError(f"Pipeline: {argument} must be a tensor with a batch dimension")
+        if n % self.microbatches:
+            raise ValueError(f"Pipeline: microbatches={self.microbatches} does not divide the "
+                             f"batch of {n} samples in {argument}")
+        return list(t.split(n // self.microbatches))
+
+    def _shape_fn(self, name, shapes):
+        order = iter(self._receives[name])
+        return lambda m: shapes[next(order)]
+
+    # ---- training ----------------------------------------------------------------------------
+    def step(self, inputs, targets, loss_fn):
+        """One training step of every micro-batch through heft's action lists; gradients
+        accumulate in this stage's parameters (scaled: as one process on the global batch,
+        for a loss_fn that averages over its micro-batch). Returns the loss of the whole
+        batch (over the data dimension too) on every rank."""
+        xs, ys = self._split("inputs", inputs), self._split("targets", targets)
+        shapes, dtype = self._activation_shapes(xs[0])
+        last_chunk = self.virtual_stages - 1 if self.stage == self.stages - 1 else None
+        losses = []
+
+        def forward(c, m, x):
+            out = self._run_chunk(c, xs[m] if x is None else x)
+            if c != last_chunk:
+                return out
+            loss = loss_fn(out, ys[m])
+            losses.append(loss.detach().double())
+            return loss / self.microbatches
+
+        done = [0]
+
+        def around_backward(m, last, run):
+            k = done[0]
+            done[0] += 1
+            if self.data_parallel == "ddp":
+                c = self._backward_chunks[k]
+                if self._last_backward[c] == k:  # the chunk's last: DDP reduces during it
+                    self.chunks[c].reducer.prepare_for_backward([])
+            run()
+
+        self.counters = self._run(self.schedule, forward, around_backward,
+                                  self._shape_fn("train", shapes), dtype)
+        total = torch.zeros(1, dtype=torch.float64)
+        if losses:
+            total += torch.stack(losses).sum() / self.microbatches
+        return self._everywhere(total).item()
+
+    def _run(self, schedule, forward, around_backward, shape_fn, dtype):
+        try:
+            return _pp.run_stage(schedule, self.pg, forward, around_backward, shape_fn, dtype)
+        except _pp.PeerLost as e:
+            message, peer = e.args
+            rank = self.mesh.ranks("pipeline")[peer] if 0 <= peer < self.stages else peer
+            raise RuntimeError(f"Pipeline: pipeline stage {peer} (world rank {rank}) was lost "
+                               f"during the step on rank {dist.get_rank()} (stage "
+                               f"{self.stage}): {message}") from e
+
+    def _everywhere(self, total):
+        """The last stage's value broadcast over the pipeline group, averaged over data."""
+        ranks = self.mesh.ranks("pipeline")
+        if self.stages > 1:
+            dist.broadcast(total, ranks[-1], group=self.mesh.group("pipeline"))
+        if self.mesh.size("data") > 1:
+            dist.all_reduce(total, group=self.mesh.group("data"))
+            total /= self.mesh.size("data")
+        return total
+
+    @torch.no_grad()
+    def evaluate(self, inputs):
+        """The model's output on inputs, forward only (eval mode), micro-batched through the
+        forwards of heft's action lists; returned on every rank of the pipeline group."""
+        xs = self._split("inputs", inputs)
+        shapes, dtype = self._activation_shapes(xs[0])
+        last_chunk = self.virtual_stages - 1 if self.stage == self.stages - 1 else None
+        outs = {}
+
+        def forward(c, m, x):
+            out = self._run_chunk(c, xs[m] if x is None else x)
+            if c == last_chunk:
+                outs[m] = out
+            return out
+
+        modes = [m.training for m in self.modules()]
+        self.eval()
+        try:
+            self._run(self._eval_schedule, forward, None, self._shape_fn("eval", shapes), dtype)
+        finally:
+            for mod, mode in zip(self.modules(), modes):
+                mod.training = mode
+        return self._gather_output(outs)
+
+    def _gather_output(self, outs):
+        meta = torch.zeros(10, dtype=torch.long)
+        out = None
+        if outs:
+            out = torch.cat([outs[m] for m in range(self.microbatches)])
+            meta[0], meta[1] = out.dim(), list(_DTYPES).index(out.dtype)
+            meta[2:2 + out.dim()] = torch.tensor(out.shape)
+        if self.stages == 1:
+            return out
+        ranks, group = self.mesh.ranks("pipeline"), self.mesh.group("pipeline")
+        dist.broadcast(meta, ranks[-1], group=group)
+        if out is None:
+            out = torch.empty(meta[2:2 + int(meta[0])].tolist(), dtype=list(_DTYPES)[int(meta[1])])
+        dist.broadcast(out, ranks[-1], group=group)
+        return out
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("Pipeline: call step(inputs, targets, loss_fn) to train and "
+                           "evaluate(inputs) for the output, not the module itself")
+
+    def print_schedule(self):
+        """Prints (and returns) heft's simulated grid of the schedule with its bubble beside
+        the theory (unit costs: forward 1, backward 2)."""
+        text = _pp.simulate(self.schedule)["render"]
+        print(text, flush=True)
+        return text
+
+
+def _data_parallel(mesh, choice):
+    if mesh.size("data") == 1:
+        return None
+    if choice is None:
+        choice = "sharded" if getattr(mesh, "sharded_given", False) and \
+            mesh.size("sharded") > 1 else "ddp"
+    if choice not in ("ddp", "sharded"):
+        raise ValueError(f"Pipeline: data_parallel={choice!r}: expected 'ddp', 'sharded' or None")
+    return choice
+
+
+def _refuse_tied(layers, bounds):
+    owner = {}
+    for k, (a, b) in enumerate(bounds):
+        for i in range(a, b):
+            for p in layers[i].parameters():
+                if owner.setdefault(id(p), (k, i))[0] != k:
+                    raise ValueError(f"Pipeline: a parameter is shared by layer {owner[id(p)][1]}"
+                                     f" and layer {i}, which fall in different chunks: tied "
+                                     "weights across stages are not supported (untie them, or "
+                                     "choose a partition that keeps them together)")
+
+
+def _free(layers):
+    """Drops the storage of layers this rank does not hold (the user may still refer to them)."""
+    with torch.no_grad():
+        for layer in layers:
+            for t in list(layer.parameters()) + list(layer.buffers()):
+                t.data = torch.empty(0, dtype=t.dtype)
+
+
+class _broadcast_within:
+    """ShardedDataParallel takes its initial values from world rank 0 (a broadcast over the
+    default group); a stage's chunk exists only on that stage's ranks, so during its
+    construction that broadcast goes over this rank's data group from its first rank."""
+
+    def __init__(self, mesh):
+        self.mesh = mesh
+
+    def __enter__(self):
+        self.saved = dist.broadcast
+        group, src = self.mesh.group("data"), self.mesh.ranks("data")[0]
+
+        def within(tensor, src_ignored=0, group_ignored=None, async_op=False):
+            return self.saved(tensor, src, group=group, async_op=async_op)
+        dist.broadcast = within
+
+    def __exit__(self, *exc):
+        dist.broadcast = self.saved
+        return False
