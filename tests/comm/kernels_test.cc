@@ -71,6 +71,10 @@ double apply(ReduceOp op, double a, double b) {
     case ReduceOp::avg: return a + b;
     case ReduceOp::min: return std::min(a, b);
     case ReduceOp::max: return std::max(a, b);
+    case ReduceOp::product: return a * b;
+    case ReduceOp::band: return static_cast<double>(int64_t(a) & int64_t(b));
+    case ReduceOp::bor: return static_cast<double>(int64_t(a) | int64_t(b));
+    case ReduceOp::bxor: return static_cast<double>(int64_t(a) ^ int64_t(b));
   }
   return 0;
 }

@@ -109,6 +109,19 @@ size_t check_case(Case& k) {
     case comm::ReduceOp::avg: reduced = (n + 1) / 2.0; break;
     case comm::ReduceOp::min: reduced = 1; break;
     case comm::ReduceOp::max: reduced = n; break;
+    case comm::ReduceOp::product:  // n!
+      reduced = 1;
+      for (int j = 2; j <= n; ++j) reduced *= j;
+      break;
+    case comm::ReduceOp::band:
+    case comm::ReduceOp::bor:
+    case comm::ReduceOp::bxor: {  // 1 op 2 op ... op n
+      int v = 1;
+      for (int j = 2; j <= n; ++j)
+        v = k.op == comm::ReduceOp::band ? v & j : k.op == comm::ReduceOp::bor ? v | j : v ^ j;
+      reduced = v;
+      break;
+    }
   }
   if (k.op == comm::ReduceOp::avg && (k.type == DataType::i32 || k.type == DataType::i64))
     reduced = (n * (n + 1) / 2) / n;

@@ -1,7 +1,11 @@
 // Element types and reduction operators of the collectives, and their names.
 // f16 and bf16 are stored as raw 16-bit patterns; reductions on them compute in f32 and
-// round to nearest-even once per step, as NCCL and Gloo do.
-// Deliberately left out: complex types, bitwise ops, products.
+// round to nearest-even once per step, as NCCL and Gloo do. Integer reductions wrap modulo
+// 2^bits (sum and product as C++ unsigned arithmetic: what Gloo gives, without the undefined
+// behaviour of signed overflow); the bitwise ops apply to the integer types only.
+// Deliberately left out: complex types; bool (Gloo refuses it for every op; the Python
+// backend reduces it as i32); unsigned types wider than 8 bits (torch has none that
+// torch.distributed reduces); premultiplied sum (a sum after a local scale: callers scale).
 #pragma once
 
 #include <cstddef>
@@ -11,9 +15,21 @@
 
 namespace heft::comm {
 
-enum class DataType : uint8_t { f32, f64, f16, bf16, i32, i64 };
-enum class ReduceOp : uint8_t { sum, avg, min, max };
+// New values go at the end: the numbers travel in call signatures and choice records.
+enum class DataType : uint8_t { f32, f64, f16, bf16, i32, i64, i8, u8, i16 };
+enum class ReduceOp : uint8_t { sum, avg, min, max, product, band, bor, bxor };
 
+// Every type and every operator.
+constexpr DataType kEveryDataType[] = {DataType::f32, DataType::f64, DataType::f16,
+                                       DataType::bf16, DataType::i8,  DataType::u8,
+                                       DataType::i16, DataType::i32, DataType::i64};
+constexpr ReduceOp kEveryReduceOp[] = {ReduceOp::sum,     ReduceOp::avg,  ReduceOp::min,
+                                       ReduceOp::max,     ReduceOp::product,
+                                       ReduceOp::band,    ReduceOp::bor,  ReduceOp::bxor};
+
+// The six types and four operators of the first release, under their old names: sweeps
+// that feed signed values and sums beyond 8 bits use them (every op here applies to every
+// type here). New code that means "all" uses kEveryDataType / kEveryReduceOp.
 constexpr DataType kAllDataTypes[] = {DataType::f32, DataType::f64, DataType::f16,
                                       DataType::bf16, DataType::i32, DataType::i64};
 constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min,
@@ -22,7 +38,22 @@ constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::mi
 // Bytes per element.
 size_t element_size(DataType t);
 
-// "f32", "sum", ...
+// i8, u8, i16, i32, i64.
+bool is_integral_type(DataType t);
+
+// band, bor, bxor: defined on the integer types only.
+bool is_bitwise(ReduceOp op);
+
+// Whether `op` applies to `t`: every op but the bitwise ones applies to every type.
+bool op_applies(ReduceOp op, DataType t);
+
+// Throws heft::InvalidArgument naming `what` (the collective), the op and the type when
+// `op` does not apply to `t` (e.g. "allreduce: reduce op band needs an integer type, got
+// f32 ..."), or when either value is outside its enum. Collectives call it before they
+// communicate, so every rank refuses the call and no peer is left waiting.
+void require_op_applies(ReduceOp op, DataType t, const char* what);
+
+// "f32", "i8", "u8", "i16", ..., "sum", "product", "band", "bor", "bxor", ...
 const char* name(DataType t);
 const char* name(ReduceOp op);
 
@@ -31,7 +62,8 @@ DataType parse_data_type(const std::string& s);
 ReduceOp parse_reduce_op(const std::string& s);
 
 // One element of type t at p, converted from / to double (rounded as t rounds; integers
-// truncate). For tests, benchmarks and closed-form checks, not for hot loops.
+// truncate toward zero, then wrap to the type's width: -1 written as u8 is 255; |v| must be
+// below 2^63). For tests, benchmarks and closed-form checks, not for hot loops.
 void write_element(void* p, DataType t, double v);
 double read_element(const void* p, DataType t);
 

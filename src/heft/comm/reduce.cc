@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "heft/comm/cpu.h"
 #include "heft/error.h"
@@ -11,14 +12,42 @@ namespace heft::comm {
 
 namespace {
 
+// Integer sum and product wrap modulo 2^bits: computed in an unsigned type at least as wide
+// as int (no signed overflow, no promotion to signed int), then narrowed.
+template <typename T>
+using Wide = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
 struct Sum {
-  template <typename T> static T apply(T a, T b) { return a + b; }
+  template <typename T> static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
+    else
+      return a + b;
+  }
+};
+struct Product {
+  template <typename T> static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
+    else
+      return a * b;
+  }
 };
 struct Min {
   template <typename T> static T apply(T a, T b) { return std::min(a, b); }
 };
 struct Max {
   template <typename T> static T apply(T a, T b) { return std::max(a, b); }
+};
+// Bitwise: integer types only (loop_integer).
+struct BitAnd {
+  template <typename T> static T apply(T a, T b) { return static_cast<T>(a & b); }
+};
+struct BitOr {
+  template <typename T> static T apply(T a, T b) { return static_cast<T>(a | b); }
+};
+struct BitXor {
+  template <typename T> static T apply(T a, T b) { return static_cast<T>(a ^ b); }
 };
 
 // The loops, written once and inlined into a portable and an AVX2 entry point below, where
@@ -70,16 +99,31 @@ __attribute__((always_inline)) inline void loop_bf16(void* dst, const void* a, c
   }
 }
 
+// The integer types; a floating-point `t` never gets here (require_op_applies refused it).
+template <typename Op>
+__attribute__((always_inline)) inline void loop_integer(void* d, const void* a, const void* b,
+                                                        size_t n, DataType t) {
+  switch (t) {
+    case DataType::i8: return loop_native<int8_t, Op>(d, a, b, n);
+    case DataType::u8: return loop_native<uint8_t, Op>(d, a, b, n);
+    case DataType::i16: return loop_native<int16_t, Op>(d, a, b, n);
+    case DataType::i32: return loop_native<int32_t, Op>(d, a, b, n);
+    case DataType::i64: return loop_native<int64_t, Op>(d, a, b, n);
+    case DataType::f32: case DataType::f64: case DataType::f16: case DataType::bf16: return;
+  }
+}
+
+// Every type: the arithmetic operators.
 template <typename Op>
 __attribute__((always_inline)) inline void loop_typed(void* d, const void* a, const void* b,
                                                       size_t n, DataType t) {
   switch (t) {
     case DataType::f32: return loop_native<float, Op>(d, a, b, n);
     case DataType::f64: return loop_native<double, Op>(d, a, b, n);
-    case DataType::i32: return loop_native<int32_t, Op>(d, a, b, n);
-    case DataType::i64: return loop_native<int64_t, Op>(d, a, b, n);
     case DataType::f16: return loop_f16<Op>(d, a, b, n);
     case DataType::bf16: return loop_bf16<Op>(d, a, b, n);
+    case DataType::i8: case DataType::u8: case DataType::i16: case DataType::i32:
+    case DataType::i64: return loop_integer<Op>(d, a, b, n, t);
   }
 }
 
@@ -90,6 +134,10 @@ __attribute__((always_inline)) inline void loop_op(void* d, const void* a, const
     case ReduceOp::avg: return loop_typed<Sum>(d, a, b, n, t);
     case ReduceOp::min: return loop_typed<Min>(d, a, b, n, t);
     case ReduceOp::max: return loop_typed<Max>(d, a, b, n, t);
+    case ReduceOp::product: return loop_typed<Product>(d, a, b, n, t);
+    case ReduceOp::band: return loop_integer<BitAnd>(d, a, b, n, t);
+    case ReduceOp::bor: return loop_integer<BitOr>(d, a, b, n, t);
+    case ReduceOp::bxor: return loop_integer<BitXor>(d, a, b, n, t);
   }
 }
 
@@ -114,8 +162,10 @@ void reduce_cached(void* d, const void* a, const void* b, size_t n, DataType t, 
 template <typename T>
 void divide(void* data, size_t n, int by) {
   T* d = static_cast<T*>(data);
-  const T k = static_cast<T>(by);
-  for (size_t i = 0; i < n; ++i) d[i] = d[i] / k;
+  // 8- and 16-bit integers divide as int, so a world size beyond their range still divides.
+  using Divisor = std::conditional_t<std::is_integral_v<T> && (sizeof(T) < sizeof(int)), int, T>;
+  const Divisor k = static_cast<Divisor>(by);
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / k);
 }
 
 template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
@@ -128,10 +178,7 @@ void divide_16(void* data, size_t n, int by) {
 
 void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t, ReduceOp op,
                StoreHint hint) {
-  if (static_cast<unsigned>(t) > static_cast<unsigned>(DataType::i64))
-    throw InvalidArgument("reduce: unknown data type");
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::max))
-    throw InvalidArgument("reduce: unknown reduce op");
+  require_op_applies(op, t, "reduce");
   if (hint == StoreHint::kCached) return reduce_cached(dst, a, b, count, t, op);
   // Streaming: reduce a block into a buffer that stays in L1, then stream it out.
   const size_t es = element_size(t);
@@ -155,6 +202,9 @@ void finish_average(void* data, size_t count, DataType t, ReduceOp op, int world
     case DataType::f64: return divide<double>(data, count, world_size);
     case DataType::i32: return divide<int32_t>(data, count, world_size);
     case DataType::i64: return divide<int64_t>(data, count, world_size);
+    case DataType::i8: return divide<int8_t>(data, count, world_size);
+    case DataType::u8: return divide<uint8_t>(data, count, world_size);
+    case DataType::i16: return divide<int16_t>(data, count, world_size);
     case DataType::f16: return divide_16<half_to_float, float_to_half>(data, count, world_size);
     case DataType::bf16: return divide_16<bf16_to_float, float_to_bf16>(data, count, world_size);
   }

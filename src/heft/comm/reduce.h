@@ -16,6 +16,9 @@ namespace heft::comm {
 // algorithm that would copy a and then reduce b into it reads and writes each byte once).
 // For ReduceOp::avg this is a sum; call finish_average once on the fully reduced data. dst
 // may equal a or b; other overlaps are not allowed. Any alignment. `hint` as in copy.h.
+// Integer sum and product wrap modulo 2^bits (Gloo's results); f16 / bf16 compute in f32 and
+// round once per call. Throws heft::InvalidArgument (require_op_applies, dtype.h) for a
+// bitwise op on a floating-point type or a value outside the enums, before touching dst.
 void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t, ReduceOp op,
                StoreHint hint = StoreHint::kCached);
 
@@ -24,7 +27,8 @@ inline void reduce_into(void* dst, const void* src, size_t count, DataType t, Re
   reduce_to(dst, dst, src, count, t, op);
 }
 
-// For ReduceOp::avg: data[i] /= world_size (integer types: truncating division).
+// For ReduceOp::avg: data[i] /= world_size (integer types: truncating division of the
+// wrapped sum).
 // A no-op for the other ops.
 void finish_average(void* data, size_t count, DataType t, ReduceOp op, int world_size);
 
