@@ -121,6 +121,11 @@ def errors(meshes):
     pipe = Pipeline(P.cnn(), mesh, microbatches=3, partition=[5])
     x, y = M.batch("cnn", 0, 0, BATCH)
     attempt("divide", lambda: pipe.step(x, y, P.loss_fn("cnn")))
+
+    def failing_loss(out, y):
+        raise ValueError("the loss_fn failed here")
+    one = Pipeline(P.cnn(), DeviceMesh(pipeline=1), microbatches=2, partition=[])
+    attempt("callback", lambda: one.step(x, y, failing_loss))  # raised through run_stage
     return found
 
 
@@ -213,7 +218,8 @@ class PipelineEquivalence(unittest.TestCase):
         print(json.dumps(found, indent=1))
         for what, needle in (("world", "pipeline"), ("layers", "stages_or_sequential"),
                              ("virtual", "virtual_stages"), ("boundaries", "partition"),
-                             ("example", "example_input"), ("divide", "microbatches=3")):
+                             ("example", "example_input"), ("divide", "microbatches=3"),
+                             ("callback", "the loss_fn failed here")):
             self.assertIn(needle, found[what] or "", f"{what}: {found[what]}\n{text}")
 
     def test_four_ranks_stages_data_and_sharded(self):
