@@ -1,12 +1,24 @@
 """The cloud data-parallel library's script API over heft (``smdistributed.dataparallel.
-torch.distributed`` in the seeds): a script written for it changes only its imports.
+torch.distributed`` in the seeds): a script written for it changes only its imports, and
+runs on CPUs under ``heft run`` / ``heft train``. The one-line alias:
 
-    import heft.torch.distributed as dist
+    import heft.torch.distributed as dist   # was: import smdistributed.dataparallel.torch.distributed as dist
     dist.init_process_group()
     rank, local_rank = dist.get_rank(), dist.get_local_rank()
+    size, local_size = dist.get_world_size(), dist.get_local_size()
+
+The library's functions: is_available, init_process_group, is_initialized, get_rank,
+get_world_size, get_local_rank, get_local_size, barrier, all_reduce, broadcast, reduce,
+all_gather, all_to_all_single, ReduceOp, new_group, destroy_process_group; heft adds
+get_node_rank and get_num_nodes (hosts), and torch's gather, scatter, all_to_all,
+reduce_scatter, all_gather_object, broadcast_object_list, get_backend and group.
+``alias_smdistributed()`` makes the library's own import lines load these modules (for a
+script that must stay untouched; docs/porting.md).
 """
 import datetime as _datetime
 import os as _os
+import sys as _sys
+import types as _types
 
 import torch.distributed as _dist
 
@@ -71,6 +83,28 @@ def get_local_size():
     return _env_int("LOCAL_WORLD_SIZE", 1 if get_world_size() == 1 else None)
 
 
+def is_available():
+    """True when the script was started as a distributed job (heft run, heft train, torchrun:
+    RANK and WORLD_SIZE set); a script run alone checks it and skips the library."""
+    return _dist.is_available() and bool(_os.environ.get("RANK")) and bool(
+        _os.environ.get("WORLD_SIZE"))
+
+
+def get_node_rank():
+    """This host's index among the job's hosts (GROUP_RANK: algo-1 is 0)."""
+    return _env_int("GROUP_RANK", 0 if get_world_size() == 1 else None)
+
+
+def get_num_nodes():
+    """The job's hosts: WORLD_SIZE / LOCAL_WORLD_SIZE (heft's hosts all run the same number
+    of workers)."""
+    world, local = get_world_size(), get_local_size()
+    if local <= 0 or world % local:
+        raise RuntimeError(f"heft.torch.distributed: WORLD_SIZE {world} is not a multiple of "
+                           f"LOCAL_WORLD_SIZE {local}")
+    return world // local
+
+
 def barrier(group=None):
     return _dist.barrier(group) if group is not None else _dist.barrier()
 
@@ -86,3 +120,44 @@ all_gather = _dist.all_gather
 reduce = _dist.reduce
 ReduceOp = _dist.ReduceOp
 new_group = _dist.new_group
+all_to_all_single = _dist.all_to_all_single
+all_to_all = _dist.all_to_all
+gather = _dist.gather
+scatter = _dist.scatter
+reduce_scatter = _dist.reduce_scatter
+all_gather_object = _dist.all_gather_object
+broadcast_object_list = _dist.broadcast_object_list
+get_backend = _dist.get_backend
+group = _dist.group
+
+
+def alias_smdistributed():
+    """Makes ``import smdistributed.dataparallel.torch.distributed as dist`` and
+    ``from smdistributed.dataparallel.torch.parallel.distributed import
+    DistributedDataParallel`` load this module and heft.torch.parallel's DDP, for a script
+    that cannot be edited (call it first, e.g. from sitecustomize). Refused (RuntimeError)
+    when the real library is importable: heft does not shadow an installed package."""
+    import importlib.util
+    if "smdistributed" not in _sys.modules and importlib.util.find_spec("smdistributed"):
+        raise RuntimeError("heft.torch.distributed.alias_smdistributed: the smdistributed "
+                           "package is installed; import heft.torch.distributed instead")
+    from . import parallel
+    this = _sys.modules[__name__]
+    names = ["smdistributed", "smdistributed.dataparallel", "smdistributed.dataparallel.torch",
+             "smdistributed.dataparallel.torch.parallel"]
+    for name in names:
+        module = _sys.modules.get(name) or _types.ModuleType(name)
+        module.__path__ = []
+        _sys.modules[name] = module
+    ddp = _types.ModuleType("smdistributed.dataparallel.torch.parallel.distributed")
+    ddp.DistributedDataParallel = parallel.DistributedDataParallel
+    _sys.modules[ddp.__name__] = ddp
+    _sys.modules["smdistributed.dataparallel.torch.distributed"] = this
+    for parent, child, value in (("smdistributed", "dataparallel", None),
+                                 ("smdistributed.dataparallel", "torch", None),
+                                 ("smdistributed.dataparallel.torch", "parallel", None),
+                                 ("smdistributed.dataparallel.torch", "distributed", this),
+                                 ("smdistributed.dataparallel.torch.parallel", "distributed", ddp)):
+        setattr(_sys.modules[parent], child, value or _sys.modules[parent + "." + child])
+    parallel_module = _sys.modules["smdistributed.dataparallel.torch.parallel"]
+    parallel_module.DistributedDataParallel = parallel.DistributedDataParallel
