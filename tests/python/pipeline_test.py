@@ -7,7 +7,9 @@ output); each stage's exchange counter equals its list's communication batches a
 in-flight micro-batches equal the simulator's and stay within active_microbatches; each rank
 holds only its stage's parameters. 2 ranks: 2 stages, simple/interleaved/virtual, micro-
 batches 1, 4, 8, auto and given partitions, and the refusals naming their argument; 4 ranks:
-4 stages, pipeline 2 x data 2 (DDP), pipeline 2 x sharded 2 (ShardedDataParallel). This file
+4 stages, pipeline 2 x data 2 (DDP, synchronised once per step, also with virtual stages),
+pipeline 2 x sharded 2 (ShardedDataParallel, simple and interleaved); and a stage that dies
+mid-step (every other rank raises, naming a lost stage, within 30 s). This file
 is also the worker (HEFT_PP_WORKER=1; each rank prints `result ` JSON lines)."""
 import json
 import os
@@ -34,7 +36,11 @@ FOUR = [
     ("cnn", {"pipeline": 4}, {"microbatches": 4}),
     ("gpt", {"pipeline": 2, "data": 2}, {"microbatches": 4, "schedule": "interleaved"}),
     ("cnn", {"pipeline": 2, "data": 2}, {"microbatches": 2}),
+    ("gpt", {"pipeline": 2, "data": 2}, {"microbatches": 4, "schedule": "interleaved",
+                                          "virtual_stages": 2, "partition": [2, 4, 6]}),
     ("gpt", {"pipeline": 2, "sharded": 2}, {"microbatches": 4, "data_parallel": "sharded"}),
+    ("cnn", {"pipeline": 2, "sharded": 2}, {"microbatches": 2, "schedule": "interleaved",
+                                            "data_parallel": "sharded", "partition": [4]}),
 ]
 
 
