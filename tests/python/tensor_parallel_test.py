@@ -131,6 +131,11 @@ def bad_plans(mesh):
          "rowwise 'blocks.0.attn.proj' has no colwise input (follows 'blocks.0.attn.qkv'"),
         (M.GPT, {"head": "vocab"}, "plan pattern 'head': 'head''s parameter is tied to 'tok.weight'"),
         (M.GPT, {"head": "columns"}, "plan pattern 'head': 'columns': expected"),
+        (lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 4)), {"0": "colwise", "1": "rowwise"},
+         "plan pattern '1': rowwise '1' takes 6 input features but the colwise '0' before it "
+         "gives 8"),
+        (lambda: nn.Sequential(nn.Embedding(8, 4, padding_idx=0)), {"0": "vocab"},
+         "plan pattern '0': '0' uses padding_idx, max_norm, scale_grad_by_freq or sparse"),
     ]
     out = []
     for make, plan, words in cases:
@@ -222,7 +227,7 @@ class TensorParallel(unittest.TestCase):
 
     def test_bad_plans_name_the_pattern(self):
         bad = self.ranks[0]["bad"]
-        self.assertEqual(len(bad), 14)
+        self.assertEqual(len(bad), 16)
         for words, message, untouched in bad:
             with self.subTest(words=words):
                 self.assertIsNotNone(message, f"accepted: {words}")
