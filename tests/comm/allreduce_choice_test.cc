@@ -1,6 +1,6 @@
 // ctest-labels: multiproc
 // Same result twice: every shared-memory allreduce form sums each element in local-rank
-// order (the single copy / slots choice never changes a bit), and across hosts the measured
+// order (which form runs never changes a bit), and across hosts the measured
 // choice between the hierarchical form and the flat ring is recorded by rank 0 and taken
 // again by the next communicator on the same topology, before its first call, so two runs
 // sum in the same order. Real forked ranks.
@@ -64,10 +64,11 @@ bool cross_memory_attach_works() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// On one host of 3 and 4 ranks, the slots and the single-copy form give every element as the
-// left fold in rank order, bit for bit (the single copy form once summed its own data first).
+// On one host of 3 and 4 ranks, the direct, slots and single-copy forms give every element as
+// the left fold in rank order, bit for bit (the single copy form once summed its own data
+// first), and auto takes the direct form above the small size, small below, on every call.
 TEST(AllreduceChoice, ShmFormsSumInRankOrder) {
-  using SingleCopy = CommunicatorOptions::SingleCopy;
+  using Form = CommunicatorOptions::ShmForm;
   const bool cma = cross_memory_attach_works();
   const size_t count = 300007;  // several pieces and chunks, uneven slices
   for (int n : {3, 4}) {
@@ -78,16 +79,18 @@ TEST(AllreduceChoice, ShmFormsSumInRankOrder) {
     for (size_t i = 0; i < count; ++i)
       sensitive += ((xs[n - 1][i] + xs[0][i]) + xs[1][i]) != ((xs[0][i] + xs[1][i]) + xs[n - 1][i]);
     ASSERT_GT(sensitive, count / 100) << "test data do not tell sum orders apart";
-    for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn}) {
-      if (mode == SingleCopy::kOn && !cma) continue;
+    for (Form form : {Form::kAuto, Form::kSlots, Form::kSingleCopy}) {
+      if (form == Form::kSingleCopy && !cma) continue;
       test::StoreProcess store;
       CommunicatorOptions o;
-      o.shm_single_copy = mode;
+      o.shm_form = form;
       o.shm_chunk_bytes = 64 << 10;
       auto res = test::run_world(n, store, [&](Communicator& c) {
         std::vector<float> x = data_of(c.rank(), count);
         c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
-        const std::string want = mode == SingleCopy::kOn ? "shm/single_copy" : "shm/slots";
+        const std::string want = form == Form::kSingleCopy ? "shm/single_copy"
+                                 : form == Form::kSlots    ? "shm/slots"
+                                                           : "shm/direct";
         expect(c.last_allreduce_path() == want, "path " + c.last_allreduce_path() + ", want " + want);
         size_t wrong = 0;
         for (size_t i = 0; i < count; ++i) {
@@ -97,11 +100,11 @@ TEST(AllreduceChoice, ShmFormsSumInRankOrder) {
         expect(wrong == 0, want + " on " + std::to_string(n) + " ranks: " +
                                std::to_string(wrong) + " elements not the rank-order sum");
       }, o);
-      EXPECT_TRUE(res.all_ok()) << "n=" << n << " single_copy=" << (mode == SingleCopy::kOn)
-                                << " " << res.summary();
+      EXPECT_TRUE(res.all_ok()) << "n=" << n << " form=" << static_cast<int>(form) << " "
+                                << res.summary();
     }
   }
-  if (!cma) GTEST_SKIP() << "no cross-memory attach here: only the slots form was checked";
+  if (!cma) GTEST_SKIP() << "no cross-memory attach here: single copy was not checked";
 }
 
 // The cache file's decisions: "fingerprint\tbucket\tform" lines.

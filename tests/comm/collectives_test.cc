@@ -235,46 +235,51 @@ bool cross_memory_attach_works() {
 // Every form of the shared-memory allreduce, each checked for its results and for having
 // really run (the single-copy form once passed every test without ever running).
 TEST_P(Collectives, AllreduceShmFormsRunAndAgree) {
-  using SingleCopy = CommunicatorOptions::SingleCopy;
+  using Form = CommunicatorOptions::ShmForm;
   const Layout layout = std::get<1>(GetParam());
   const bool one_shm_host = layout == Layout::kShm && world() > 1;
   const bool cma = cross_memory_attach_works();
   for (size_t small : {size_t{0}, size_t{1} << 30}) {
-    for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn, SingleCopy::kAuto}) {
+    for (Form form : {Form::kAuto, Form::kDirect, Form::kSlots, Form::kSingleCopy}) {
       CommunicatorOptions o;
       o.shm_small_bytes = small;
-      o.shm_single_copy = mode;
+      o.shm_form = form;
       o.measure_allreduce = false;  // across hosts: hierarchical at every size (tested below)
       run([=](Communicator& c) {
         check_allreduce(c, false);
         const shm::PathCounts k = c.shm_path_counts();
-        const std::string counts = "small=" + std::to_string(k.small) + " slots=" +
+        const std::string counts = "small=" + std::to_string(k.small) + " direct=" +
+                                   std::to_string(k.direct) + " slots=" +
                                    std::to_string(k.slots) + " single_copy=" +
                                    std::to_string(k.single_copy) + " last=" +
                                    c.last_allreduce_path();
         if (!c.has_shared_memory()) {
-          expect(k.small + k.slots + k.single_copy == 0, "no shared memory, yet " + counts);
+          expect(k.small + k.direct + k.slots + k.single_copy == 0,
+                 "no shared memory, yet " + counts);
           return;
         }
-        if (!one_shm_host) {  // hierarchical: the slots on every host, or host leaders
-          const bool slots = c.topology().uniform();
-          expect(k.single_copy == 0 && (k.slots > 0) == slots,
-                 "hierarchical must take the slots on uniform hosts, else leaders: " + counts);
+        if (!one_shm_host) {  // hierarchical: the direct form on every host, or host leaders
+          const bool direct = c.topology().uniform();
+          expect(k.single_copy + k.slots + k.small == 0 && (k.direct > 0) == direct,
+                 "hierarchical must take the direct form on uniform hosts, else leaders: " +
+                     counts);
           expect(c.last_allreduce_path() ==
-                     (slots ? "hierarchical(shm/slots)" : "hierarchical(leaders)"),
+                     (direct ? "hierarchical(shm/direct)" : "hierarchical(leaders)"),
                  "hierarchical path: " + counts);
           return;
         }
         if (small != 0) {
-          expect(k.small > 0 && k.slots == 0 && k.single_copy == 0, "small form only: " + counts);
+          expect(k.small > 0 && k.direct + k.slots + k.single_copy == 0,
+                 "small form only: " + counts);
           return;
         }
-        if (mode == SingleCopy::kOff)
-          expect(k.slots > 0 && k.single_copy == 0, "HEFT_SHM_SINGLE_COPY=0: " + counts);
-        if (mode == SingleCopy::kOn && cma)
-          expect(k.single_copy > 0 && k.slots == 0, "HEFT_SHM_SINGLE_COPY=1: " + counts);
-        if (!cma) expect(k.single_copy == 0, "single copy without cross-memory attach: " + counts);
-        if (mode == SingleCopy::kAuto) expect(k.slots + k.single_copy > 0, "auto: " + counts);
+        const bool single = form == Form::kSingleCopy && cma;
+        const bool slots = form == Form::kSlots;
+        expect((k.single_copy > 0) == single,
+               "single copy runs exactly when forced and available: " + counts);
+        expect((k.slots > 0) == slots, "the slots run exactly when forced: " + counts);
+        expect((k.direct > 0) == (!single && !slots) && k.small == 0,
+               "direct otherwise (auto, forced, or single copy unavailable): " + counts);
       }, o);
     }
   }
@@ -338,13 +343,13 @@ TEST_P(Collectives, AllreduceAcrossHostsChoosesByMeasurement) {
 }
 
 // Ranks whose buffers sit at different offsets mod 64 (the single-copy form then copies
-// through placed scratch; the slots place data at each writer's offset).
+// through placed scratch; the slots and the direct form place data at each writer's offset).
 TEST_P(Collectives, AllreduceAtMisalignedOffsets) {
-  using SingleCopy = CommunicatorOptions::SingleCopy;
-  for (SingleCopy mode : {SingleCopy::kOff, SingleCopy::kOn}) {
+  using Form = CommunicatorOptions::ShmForm;
+  for (Form form : {Form::kDirect, Form::kSlots, Form::kSingleCopy}) {
     CommunicatorOptions o;
     o.shm_small_bytes = 0;
-    o.shm_single_copy = mode;
+    o.shm_form = form;
     run([](Communicator& c) {
       const int n = c.size(), r = c.rank();
       const size_t count = 20011, skip = (1 + 3 * static_cast<size_t>(r)) % 16;  // floats

@@ -84,9 +84,12 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm::ContextOptions shm_options;
     shm_options.chunk_bytes = options.shm_chunk_bytes;
     shm_options.spin_us = options.shm_spin_us;
-    shm_options.single_copy = options.shm_single_copy != CommunicatorOptions::SingleCopy::kOff;
-    shm_options.measure_single_copy =
-        options.shm_single_copy == CommunicatorOptions::SingleCopy::kAuto;
+    const CommunicatorOptions::ShmForm form = options.effective_shm_form();
+    // Cross-memory attach is probed only where that form may run.
+    shm_options.single_copy = form == CommunicatorOptions::ShmForm::kSingleCopy;
+    static_assert(static_cast<int>(shm::AllreduceForm::kSingleCopy) ==
+                  static_cast<int>(CommunicatorOptions::ShmForm::kSingleCopy));
+    shm_options.allreduce_form = static_cast<shm::AllreduceForm>(form);
     shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
                                topology.local_rank, topology.local(), shm_options, deadline);
   }
@@ -198,6 +201,7 @@ void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, Red
   // The shared-memory form that ran, from the counters shm_allreduce bumps.
   auto shm_form = [&] {
     const shm::PathCounts& now = shm_->path_counts();
+    if (now.direct != before.direct) return "shm/direct";
     if (now.single_copy != before.single_copy) return "shm/single_copy";
     if (now.slots != before.slots) return "shm/slots";
     if (now.small != before.small) return "shm/small";

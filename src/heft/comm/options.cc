@@ -1,6 +1,8 @@
 #include "heft/comm/options.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include "heft/error.h"
 
@@ -73,6 +75,13 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.shm_single_copy = single_copy == "auto" ? CommunicatorOptions::SingleCopy::kAuto
                       : single_copy == "1"  ? CommunicatorOptions::SingleCopy::kOn
                                             : CommunicatorOptions::SingleCopy::kOff;
+  const std::string form = env_or("HEFT_SHM_FORM", "auto");
+  const char* forms[] = {"auto", "direct", "slots", "single_copy"};
+  const auto known = std::find(std::begin(forms), std::end(forms), form);
+  if (known == std::end(forms))
+    throw InvalidArgument("HEFT_SHM_FORM: expected auto, direct, slots or single_copy, found '" +
+                          form + "'");
+  o.shm_form = static_cast<CommunicatorOptions::ShmForm>(known - std::begin(forms));
   const std::string measure = env_or("HEFT_ALLREDUCE_MEASURE", "1");
   if (measure != "1" && measure != "0")
     throw InvalidArgument("HEFT_ALLREDUCE_MEASURE: expected 1 or 0, found '" + measure + "'");
@@ -82,6 +91,16 @@ CommunicatorOptions CommunicatorOptions::from_env() {
     throw InvalidArgument("HEFT_COMPRESSION: expected none or bf16, found '" + compression + "'");
   o.compression = compression == "bf16" ? Compression::kBf16 : Compression::kNone;
   return o;
+}
+
+CommunicatorOptions::ShmForm CommunicatorOptions::effective_shm_form() const {
+  if (shm_form != ShmForm::kAuto) return shm_form;
+  switch (shm_single_copy) {
+    case SingleCopy::kOn: return ShmForm::kSingleCopy;
+    case SingleCopy::kOff: return ShmForm::kSlots;
+    case SingleCopy::kAuto: break;
+  }
+  return ShmForm::kAuto;
 }
 
 std::string env_or(const char* var, const std::string& fallback) {

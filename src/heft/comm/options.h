@@ -64,17 +64,24 @@ struct CommunicatorOptions {
   int shm_spin_us = -1;
   // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
   Compression compression = Compression::kNone;
-  // Single-copy shared-memory allreduce through cross-memory attach, where the kernel allows
-  // it. kAuto: measured against the slots once per host group and power-of-two size, at
-  // the first allreduce of that size (shm_allreduce.h); kOn: always where allowed; kOff:
-  // always through the shared segments.
+  // The large shared-memory allreduce form (algo/shm_allreduce.h). kAuto: kDirect at every
+  // size above shm_small_bytes (the form moving the fewest bytes, docs/comm.md: a model, not
+  // a measurement, so the choice never flips between runs); kSingleCopy: cross-memory
+  // attach where the kernel allows it (else kDirect); kSlots: the two-copy segments.
+  enum class ShmForm { kAuto, kDirect, kSlots, kSingleCopy };
+  ShmForm shm_form = ShmForm::kAuto;
+  // The older switch, used when shm_form is kAuto: kOn is ShmForm::kSingleCopy, kOff
+  // ShmForm::kSlots, kAuto leaves the choice to shm_form.
   enum class SingleCopy { kAuto, kOn, kOff };
   SingleCopy shm_single_copy = SingleCopy::kAuto;
+  // The form these two settings ask for (kAuto when neither forces one).
+  ShmForm effective_shm_form() const;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN_US, HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
+  // HEFT_SHM_SPIN_US, HEFT_SHM_FORM (auto | direct | slots | single_copy),
+  // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();

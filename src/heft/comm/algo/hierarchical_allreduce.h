@@ -1,8 +1,11 @@
 // Allreduce over several hosts: shared memory inside each host, TCP between hosts.
 //  - uniform hosts (same number of ranks each): the shared-memory allreduce of
-//    shm_allreduce.h, where between its reduce-scatter and allgather halves each rank
-//    allreduces its slice with the ranks of the same local index on the other hosts (one
-//    ring per local index, all in parallel over their own links, as Horovod and SMDDP do);
+//    shm_allreduce.h (direct form), where between its reduce-scatter and allgather halves
+//    each rank allreduces its whole slice, in one call, with the ranks of the same local
+//    index on the other hosts (one ring per local index, all in parallel over their own
+//    links, as Horovod and SMDDP do). One cross-host call per allreduce rather than one per
+//    chunk: 1 MiB on 2 x 2 ranks synchronises about as often as the flat ring, so ranks
+//    that share busy cores do not wait for a peer's turn 16 times per call;
 //  - otherwise (e.g. 7 ranks as 3+4): reduce to each host's leader through shared memory,
 //    allreduce among the leaders over TCP, broadcast back through shared memory.
 // The cross-host step uses recursive doubling up to small_bytes, the ring above.

@@ -1,12 +1,7 @@
 #include "heft/comm/algo/shm_allreduce.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <limits>
-#include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "heft/comm/algo/links.h"
 #include "heft/comm/copy.h"
@@ -18,8 +13,9 @@ namespace {
 
 using Slice = std::function<void(uint8_t*, size_t)>;
 
-// The largest buffer the measurement times (bigger sizes are decided at this size).
-constexpr size_t kMeasureCapBytes = size_t{16} << 20;
+// The direct form reduces and copies out in pieces of this size, so the copy of the
+// reduced data to the user's buffer reads it back from L1 (the two stores of one pass).
+constexpr size_t kFuseBytes = 16 << 10;
 
 size_t offset_of(const void* p) { return reinterpret_cast<uintptr_t>(p) & 63; }
 
@@ -127,44 +123,135 @@ void cma_allreduce(ShmLinks& links, uint8_t* data, size_t count, DataType t, Red
   links.sync();
 }
 
-// The measurement described in the header; returns the choice for count elements.
-bool measure_single_copy(ShmLinks& links, const uint8_t* data, size_t count, DataType t,
-                         ReduceOp op) {
-  const size_t es = element_size(t);
-  const size_t m = std::min(count, kMeasureCapBytes / es);
-  // Placed like the user's buffer (the context's scratch areas are cma_allreduce's).
-  std::vector<uint8_t> area(m * es + 128, 0);
-  uint8_t* probe = area.data() + ((offset_of(data) - offset_of(area.data())) & 63);
-  double best[2] = {std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
-  // Round 0 warms both forms up (the probe's pages, the peers' page pinning) untimed.
-  for (int round = 0; round < 3; ++round) {
-    for (int form = 0; form < 2; ++form) {
-      const auto start = std::chrono::steady_clock::now();
-      if (form == 1) cma_allreduce(links, probe, m, t, op, 1, nullptr);
-      else slots_allreduce(links, probe, m, t, op, false, 1, nullptr);
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (round > 0) best[form] = std::min(best[form], s);
-    }
-  }
-  // The slowest rank's time of each form decides, the same on every rank.
-  slots_allreduce(links, reinterpret_cast<uint8_t*>(best), 2, DataType::f64, ReduceOp::max,
-                  true, 1, nullptr);
-  const bool single = best[1] < best[0];
-  links.ctx.set_single_copy_choice(count * es, single);
-  spdlog::debug("{}: shared memory at {} B: single copy {:.1f} us, slots {:.1f} us: {} from now on",
-                links.op, m * es, best[1] * 1e6, best[0] * 1e6, single ? "single copy" : "slots");
-  return single;
+// Elements [offset, offset + count) of rank p's slice in the direct form: the buffer cut into
+// n parts at multiples of 64 bytes from its start, so every piece of every slice sits at the
+// buffer's own offset mod 64 (copies into the slots, placed there, run aligned).
+Range aligned_slice(size_t count, int n, int p, size_t es) {
+  const size_t unit = std::max<size_t>(1, 64 / es);
+  const Range blocks = chunk_range((count + unit - 1) / unit, n, p);
+  const size_t first = std::min(count, blocks.offset * unit);
+  const size_t last = std::min(count, (blocks.offset + blocks.count) * unit);
+  return {first, last - first};
 }
 
-bool use_single_copy(ShmLinks& links, const uint8_t* data, size_t count, DataType t,
-                     ReduceOp op) {
-  if (!links.ctx.cma_available()) return false;
-  if (!links.ctx.measure_single_copy()) return true;
-  const int known = links.ctx.single_copy_choice(count * element_size(t));
-  if (known >= 0) return known == 1;
-  return measure_single_copy(links, data, count, t, op);
-}
+// The direct form (see the header): slices of the whole buffer, moved in pieces of at most
+// `piece` elements; step j moves piece j of every slice.
+class Direct {
+ public:
+  Direct(ShmLinks& links, uint8_t* data, size_t count, DataType t, ReduceOp op, int world_size)
+      : links_(links), data_(data), count_(count), t_(t), op_(op), world_size_(world_size),
+        es_(element_size(t)), n_(links.size()), r_(links.rank()),
+        region_bytes_((links.ctx.chunk_bytes() / std::max(1, n_ - 1)) & ~size_t{63}),
+        piece_(region_bytes_ / es_), placed_(offset_of(data)),
+        out_hint_(hint_for_output(count * es_)) {
+    for (int p = 0; p < n_; ++p)
+      steps_ = std::max(steps_, (slice(p).count + piece_ - 1) / piece_);
+  }
+
+  // Flat: one synchronisation per step, three steps in flight: piece j scattered into the
+  // slots, piece j-1 reduced, piece j-2 gathered from the peers' out areas.
+  void run() {
+    int s1 = -1, s2 = -1;  // the slots of the two steps before
+    for (size_t j = 0; j < steps_ + 2; ++j) {
+      int s = -1;
+      if (j < steps_) scatter(j, s = links_.ctx.next_slot());
+      if (j >= 1 && j <= steps_) reduce(j - 1, s1, /*average=*/true);
+      if (j >= 2) gather(j - 2, s2);
+      if (j <= steps_) links_.sync();
+      s2 = s1;
+      s1 = s;
+    }
+  }
+
+  // Hierarchical: all of this rank's slice reduced on the host, then on_slice on it (one
+  // cross-host call, not one per chunk), then the slices shared.
+  void run(const Slice& on_slice) {
+    int s1 = -1;
+    for (size_t j = 0; j <= steps_; ++j) {
+      const int s = j < steps_ ? links_.ctx.next_slot() : -1;
+      if (j < steps_) scatter(j, s);
+      if (j >= 1) reduce(j - 1, s1, /*average=*/false);
+      if (j < steps_) links_.sync();
+      s1 = s;
+    }
+    const Range mine = slice(r_);
+    on_slice(data_ + mine.offset * es_, mine.count);
+    finish_average(data_ + mine.offset * es_, mine.count, t_, op_, world_size_);
+    for (size_t j = 0; j <= steps_; ++j) {
+      const int s = j < steps_ ? links_.ctx.next_slot() : -1;
+      if (j < steps_) {
+        links_.ctx.place(s, placed_);
+        const Range q = part(r_, j);
+        copy_bytes(links_.ctx.out(r_, s), data_ + q.offset * es_, q.count * es_);
+      }
+      if (j >= 1) gather(j - 1, s1);
+      if (j < steps_) links_.sync();
+      s1 = s;
+    }
+  }
+
+ private:
+  Range slice(int p) const { return aligned_slice(count_, n_, p, es_); }
+  Range part(int p, size_t j) const {
+    const Range s = slice(p);
+    const size_t first = std::min(s.count, j * piece_);
+    return {s.offset + first, std::min(piece_, s.count - first)};
+  }
+  // Where writer w keeps owner p's piece in its in area: one region per owner but itself.
+  size_t region(int owner, int writer) const {
+    return (owner < writer ? owner : owner - 1) * region_bytes_;
+  }
+
+  // Piece j of every peer's slice from this rank's buffer into its in area of slot s.
+  void scatter(size_t j, int s) {
+    links_.ctx.place(s, placed_);
+    for (int p = 0; p < n_; ++p) {
+      const Range q = part(p, j);
+      if (p == r_ || q.count == 0) continue;
+      copy_bytes(links_.ctx.in(r_, s) + region(p, r_), data_ + q.offset * es_, q.count * es_);
+    }
+  }
+
+  // Piece j of this rank's slice: the peers' copies (slot s) and its own data, folded in
+  // local-rank order into its out area, a few KiB at a time, each copied at once into the
+  // user's buffer (read back from L1).
+  void reduce(size_t j, int s, bool average) {
+    const Range q = part(r_, j);
+    uint8_t* out = links_.ctx.out(r_, s);
+    for (size_t f = 0; f < q.count; f += kFuseBytes / es_) {
+      const size_t m = std::min(kFuseBytes / es_, q.count - f);
+      uint8_t* own = data_ + (q.offset + f) * es_;
+      auto area = [&](int p) -> const uint8_t* {
+        return p == r_ ? own : links_.ctx.in(p, s) + region(r_, p) + f * es_;
+      };
+      reduce_to(out + f * es_, area(0), area(1), m, t_, op_);
+      for (int p = 2; p < n_; ++p) reduce_into(out + f * es_, area(p), m, t_, op_);
+      if (average) finish_average(out + f * es_, m, t_, op_, world_size_);
+      copy_bytes(own, out + f * es_, m * es_, out_hint_);
+    }
+  }
+
+  // Piece j of every peer's reduced slice from its out area of slot s into the user's buffer.
+  void gather(size_t j, int s) {
+    for (int p = 0; p < n_; ++p) {
+      const Range q = part(p, j);
+      if (p == r_ || q.count == 0) continue;
+      copy_bytes(data_ + q.offset * es_, links_.ctx.out(p, s), q.count * es_, out_hint_);
+    }
+  }
+
+  ShmLinks& links_;
+  uint8_t* data_;
+  size_t count_;
+  DataType t_;
+  ReduceOp op_;
+  int world_size_;
+  size_t es_;
+  int n_, r_;
+  size_t region_bytes_, piece_, placed_;
+  StoreHint out_hint_;
+  size_t steps_ = 0;
+};
 
 }  // namespace
 
@@ -173,18 +260,28 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
   if (count == 0) return;
   auto* data = static_cast<uint8_t*>(buf);
   shm::PathCounts& counts = links.ctx.path_counts();
-  if (small) {
+  if (links.size() == 1) {  // nothing to share: the cross-host step and the average only
+    if (on_slice) on_slice(data, count);
+    return finish_average(data, count, t, op, world_size);
+  }
+  if (small && !on_slice) {
     ++counts.small;
     return slots_allreduce(links, data, count, t, op, true, world_size, nullptr);
   }
-  // Hosts of a hierarchical allreduce may choose differently, and the two forms hand
-  // on_slice different slices: with on_slice, every host takes the slots.
-  if (!on_slice && use_single_copy(links, data, count, t, op)) {
+  // Every host of a hierarchical allreduce takes the direct form (the same slices on each).
+  const shm::AllreduceForm form = on_slice ? shm::AllreduceForm::kDirect : links.ctx.allreduce_form();
+  if (form == shm::AllreduceForm::kSingleCopy && links.ctx.cma_available()) {
     ++counts.single_copy;
-    return cma_allreduce(links, data, count, t, op, world_size, on_slice);
+    return cma_allreduce(links, data, count, t, op, world_size, nullptr);
   }
-  ++counts.slots;
-  slots_allreduce(links, data, count, t, op, false, world_size, on_slice);
+  if (form == shm::AllreduceForm::kSlots) {
+    ++counts.slots;
+    return slots_allreduce(links, data, count, t, op, false, world_size, nullptr);
+  }
+  ++counts.direct;
+  Direct direct(links, data, count, t, op, world_size);
+  if (on_slice) direct.run(on_slice);
+  else direct.run();
 }
 
 }  // namespace heft::comm::algo

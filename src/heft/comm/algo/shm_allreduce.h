@@ -1,27 +1,31 @@
-// Shared-memory allreduce for the ranks of one host, in place on buf. Three forms:
+// Shared-memory allreduce for the ranks of one host, in place on buf. Four forms (bytes per
+// rank for an allreduce of N bytes over n ranks in docs/comm.md):
 //  - small (latency; `small` true): pipelined in chunks of the slot size; each rank copies
-//    its chunk into its slot, one sync, then every rank reduces all slots itself (n reads,
-//    one sync per chunk);
-//  - slots (memory bandwidth): each rank copies its chunk into its slot, sync, reduces only
-//    its 1/n slice from all slots into its `out` area, sync, then copies every rank's slice
-//    out: a reduce-scatter plus an allgather through memory, each byte read about 2+2/n
-//    times instead of n;
-//  - single copy, where the kernel allows cross-memory attach (shm::Context::
-//    cma_available()): no slots; each rank reads its slice straight from the peers' buffers
-//    (process_vm_readv) and then their finished slices, one copy each, three syncs.
-// Between slots and single copy the host chooses by measurement (unless
-// shm::ContextOptions::measure_single_copy is off): at the first large allreduce of each
-// power-of-two size, every rank runs both forms once and times them twice on a scratch buffer of that size
-// (at most 16 MiB) placed like the user's, the ranks agree on the slowest rank's times, and
-// the faster form is kept for that size. Slot data is placed at the user buffer's offset
-// mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.
+//    its chunk into its slot, one sync, then every rank reduces all slots itself;
+//  - direct (the default above small): the buffer is cut into n slices at multiples of 64
+//    bytes; each rank copies only the peers' slices into its slot (never its own), reduces
+//    its slice from its own buffer and the peers' copies into its out area, a few KiB at a
+//    time, each copied at once into its buffer, and the peers copy it from there: each byte
+//    of a peer's slice read once, each reduced byte written once for the peers. Pipelined
+//    in pieces of chunk_bytes / (n - 1) per peer, three pieces in flight, one sync per piece;
+//  - slots (kept to compare, ContextOptions::allreduce_form kSlots): each rank copies its
+//    whole chunk into its slot, sync, reduces its 1/n slice of the chunk into its out area,
+//    sync, copies every rank's slice out;
+//  - single copy (kSingleCopy, where the kernel allows cross-memory attach): no slots; each
+//    rank reads its slice straight from the peers' buffers (process_vm_readv) and then their
+//    finished slices, one copy each, three syncs.
+// Which form runs never depends on a measurement: `small` (the caller's size threshold),
+// else the context's allreduce_form, kAuto meaning direct. Slot data is placed at the user
+// buffer's offset mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
 // pass the host size otherwise). Identical results on every rank; count 0 returns at once.
-// Every form reduces each element in local-rank order ((x0 op x1) op x2 ...), so the three
-// give the same bits and which one a measurement picks never changes a result.
-// on_slice, when set, forces the slots form and is called with this rank's reduced slice of
-// each chunk before it is shared: hierarchical_allreduce.h reduces it across hosts there (the
-// slots form chunks the same way on every host, whatever each host would have measured).
+// Every form reduces each element in local-rank order ((x0 op x1) op x2 ...), through
+// reduce.h for every op and dtype, so all give the same bits.
+// on_slice, when set, forces the direct form and is called once with this rank's whole
+// reduced slice before it is shared: hierarchical_allreduce.h reduces it across hosts there
+// (one cross-host allreduce per call, not one per chunk: fewer synchronisations, which is
+// what keeps the hierarchical form fast when ranks share busy cores; the slices are the
+// same on every host of the same size).
 // Each call counts its form in links.ctx.path_counts().
 #pragma once
 

@@ -216,14 +216,6 @@ uint8_t* Context::scratch(size_t bytes, size_t offset, int index) {
   return reinterpret_cast<uint8_t*>(aligned + (offset % kPlacement));
 }
 
-int Context::single_copy_choice(size_t bytes) const {
-  return choice_[bytes ? 63 - __builtin_clzll(bytes) : 0];
-}
-
-void Context::set_single_copy_choice(size_t bytes, bool single_copy) {
-  choice_[bytes ? 63 - __builtin_clzll(bytes) : 0] = single_copy ? 1 : 0;
-}
-
 void Context::place(int slot, size_t offset) {
   HEFT_CHECK(offset < kPlacement, "shm placement offset ", offset);
   header(rank_).offset[slot & 1].store(static_cast<uint32_t>(offset), std::memory_order_relaxed);
@@ -244,6 +236,7 @@ uint8_t* Context::out(int local_rank, int slot) const {
 
 void Context::sync(Deadline deadline, const std::string& op, const Signature* signature) {
   const uint32_t target = ++epoch_;
+  ++counts_.syncs;
   Header& self = header(rank_);
   // A peer writes the signature of its operation that begins at epoch e before publishing
   // e, and can write the next one of that parity (e + 2 or later) only after passing e + 1,

@@ -34,6 +34,10 @@
 
 namespace heft::comm::shm {
 
+// Large shared-memory allreduce forms a caller may force (shm_allreduce.h); kSingleCopy
+// needs cross-memory attach and falls back to kDirect without it.
+enum class AllreduceForm { kAuto, kDirect, kSlots, kSingleCopy };
+
 struct ContextOptions {
   // Bytes of each in / out area: the pipeline's chunk. Small enough to stay in L2 while all
   // ranks of the host work on it, large enough that a sync is rare.
@@ -47,9 +51,9 @@ struct ContextOptions {
   int yields = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
-  // Choose between single copy and the slots by measurement (shm_allreduce.h); false: single
-  // copy whenever it is available.
-  bool measure_single_copy = true;
+  // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
+  // the byte model in docs/comm.md, never by a measurement, so it cannot flip between runs.
+  AllreduceForm allreduce_form = AllreduceForm::kAuto;
 };
 
 constexpr int kSpinDisjointUs = 500;
@@ -106,7 +110,7 @@ class Context {
   // available when every rank of the host could read every other at set-up (the kernel
   // may forbid it: Yama, seccomp). The same answer on every rank of the host.
   bool cma_available() const { return cma_; }
-  bool measure_single_copy() const { return options_.measure_single_copy; }
+  AllreduceForm allreduce_form() const { return options_.allreduce_form; }
   // Publishes the address of this rank's buffer for the current operation (read by peers
   // after the next sync()).
   void publish_buffer(const void* address);
@@ -124,10 +128,6 @@ class Context {
   // How this rank's allreduces went (shm_allreduce.cc counts them).
   PathCounts& path_counts() { return counts_; }
   const PathCounts& path_counts() const { return counts_; }
-  // The measured choice between single copy and slots for allreduces of `bytes`, per
-  // power-of-two size bucket: -1 not measured yet, 0 slots, 1 single copy.
-  int single_copy_choice(size_t bytes) const;
-  void set_single_copy_choice(size_t bytes, bool single_copy);
 
  private:
   Context(int rank, std::vector<int> global_ranks, const ContextOptions& options);
@@ -148,7 +148,6 @@ class Context {
   bool cma_ = false;
   bool disjoint_ = false;
   PathCounts counts_;
-  std::vector<int8_t> choice_ = std::vector<int8_t>(64, -1);
   std::vector<uint8_t> scratch_[2];
 };
 

@@ -11,6 +11,8 @@ struct PathCounts {
   uint64_t small = 0;        // every rank reduces whole chunks through the slots
   uint64_t slots = 0;        // reduce-scatter + allgather through the slots (two copies)
   uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
+  uint64_t direct = 0;       // peers' slices only into the slots, own slice reduced in place
+  uint64_t syncs = 0;        // shared-memory synchronisations, of every collective
 };
 
 }  // namespace heft::comm::shm

@@ -1,0 +1,127 @@
+// ctest-labels: multiproc
+// The direct shared-memory allreduce (algo/shm_allreduce.h): exact for every dtype and op
+// over world sizes 1-7 at misaligned offsets and with many pipeline pieces; the form auto
+// takes per size is fixed by a rule (small up to shm_small_bytes, direct above), the same in
+// two lifetimes; and it synchronises less than the slots did, flat and hierarchical (the
+// counts, not times: one sync per piece plus one, and one cross-host call per allreduce).
+// Real forked ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "heft/comm/communicator.h"
+#include "support/ranks.h"
+#include "support/values.h"
+
+namespace heft::comm {
+namespace {
+
+using test::Buffer;
+using test::expect;
+
+// Rank r's element i: small integers, exact in every dtype under sum, min and max.
+double contribution(int r, size_t i) { return static_cast<double>((r + 1) * (i % 2 ? -1 : 1)) + i % 3; }
+
+double expected(ReduceOp op, int n, size_t i) {
+  double acc = contribution(0, i);
+  for (int r = 1; r < n; ++r) {
+    const double x = contribution(r, i);
+    acc = op == ReduceOp::sum ? acc + x : op == ReduceOp::min ? std::min(acc, x) : std::max(acc, x);
+  }
+  return acc;
+}
+
+// Worlds 1-7 on one host, the direct form forced, 4 KiB slots (so a 20011-element buffer
+// takes many pieces per slice), each rank's buffer at its own offset mod 64.
+TEST(DirectAllreduce, ExactOverWorldsAndOffsets) {
+  for (int n = 1; n <= 7; ++n) {
+    test::StoreProcess store;
+    CommunicatorOptions o;
+    o.shm_form = CommunicatorOptions::ShmForm::kDirect;
+    o.shm_small_bytes = 0;
+    o.shm_chunk_bytes = 4096;
+    o.timeout = std::chrono::seconds(60);
+    auto res = test::run_world(n, store, [n](Communicator& c) {
+      const int r = c.rank();
+      for (DataType t : {DataType::f32, DataType::f64, DataType::bf16, DataType::i32})
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max})
+          for (size_t count : {size_t{1}, size_t{97}, size_t{20011}}) {
+            const size_t skip = (1 + 3 * static_cast<size_t>(r)) % 17;  // elements
+            Buffer b(t, count + skip);
+            for (size_t i = 0; i < count; ++i) b.set(skip + i, contribution(r, i));
+            c.allreduce(b.at(skip), count, t, op);
+            size_t wrong = 0;
+            for (size_t i = 0; i < count; ++i) wrong += b.get(skip + i) != expected(op, n, i);
+            expect(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count) +
+                                   " " + name(t) + " " + name(op) + " world " +
+                                   std::to_string(n) + " path " + c.last_allreduce_path());
+          }
+      const shm::PathCounts k = c.shm_path_counts();
+      if (n == 1) return expect(k.direct == 0 && !c.has_shared_memory(), "world 1 shared memory");
+      expect(k.direct == 36 && k.small + k.slots + k.single_copy == 0,
+             "every call direct: direct=" + std::to_string(k.direct));
+      expect(c.last_allreduce_path() == "shm/direct", c.last_allreduce_path());
+    }, o);
+    EXPECT_TRUE(res.all_ok()) << "world " << n << "\n" << res.summary();
+  }
+}
+
+// The form per size under auto, for 2 and 4 ranks, in two lifetimes: the rule, every time.
+TEST(DirectAllreduce, AutoChoiceIsARule) {
+  for (int n : {2, 4}) {
+    std::vector<std::string> first;
+    for (int lifetime = 0; lifetime < 2; ++lifetime) {
+      test::StoreProcess store;
+      auto res = test::run_world(n, store, [&](Communicator& c) {
+        std::string paths;
+        for (size_t bytes = 4096; bytes <= (size_t{4} << 20); bytes *= 4) {
+          std::vector<float> x(bytes / 4, 1.0f);
+          for (int call = 0; call < 2; ++call) {
+            c.allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+            const std::string want = bytes <= (16 << 10) ? "shm/small" : "shm/direct";
+            expect(c.last_allreduce_path() == want, std::to_string(bytes) + " B took " +
+                                                        c.last_allreduce_path() + ", want " + want);
+          }
+          expect(x[0] == static_cast<float>(n * n), "wrong sum at " + std::to_string(bytes));
+        }
+        const shm::PathCounts k = c.shm_path_counts();
+        expect(k.small == 4 && k.direct == 8 && k.slots + k.single_copy == 0,
+               "counts small=" + std::to_string(k.small) + " direct=" + std::to_string(k.direct));
+      });
+      EXPECT_TRUE(res.all_ok()) << n << " ranks, lifetime " << lifetime << "\n" << res.summary();
+    }
+  }
+}
+
+// Synchronisations per 1 MiB allreduce with the default 256 KiB slots: flat on 2 ranks, one
+// per 256 KiB piece of a slice plus one (3; the slots took 8); hierarchical on 2 x 2, one
+// per piece in each half (4; per-chunk slots took 8, with 4 cross-host calls besides).
+TEST(DirectAllreduce, FewerSynchronisations) {
+  const size_t count = (1 << 20) / 4;
+  for (bool hierarchical : {false, true}) {
+    test::StoreProcess store;
+    const int n = hierarchical ? 4 : 2;
+    const std::vector<std::string> hosts =
+        hierarchical ? test::split_hosts(4, 2) : std::vector<std::string>{};
+    CommunicatorOptions o;
+    o.measure_allreduce = false;  // hierarchical at every size
+    auto res = test::run_world(n, store, [&](Communicator& c) {
+      std::vector<float> x(count, 1.0f);
+      c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);  // warm
+      const uint64_t before = c.shm_path_counts().syncs;
+      c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+      const uint64_t syncs = c.shm_path_counts().syncs - before;
+      expect(x[count - 1] == static_cast<float>(n * n), "wrong sum");
+      const std::string want = hierarchical ? "hierarchical(shm/direct)" : "shm/direct";
+      expect(c.last_allreduce_path() == want, c.last_allreduce_path());
+      expect(syncs == (hierarchical ? 4u : 3u),
+             want + ": " + std::to_string(syncs) + " synchronisations per 1 MiB allreduce");
+    }, o, std::chrono::seconds(120), hosts);
+    EXPECT_TRUE(res.all_ok()) << (hierarchical ? "2 x 2" : "2 ranks") << "\n" << res.summary();
+  }
+}
+
+}  // namespace
+}  // namespace heft::comm
