@@ -42,9 +42,14 @@ TEST(Distribution, HyperparametersOverrideTheBlockAndEnableIt) {
   EXPECT_EQ(alone.value().modelparallel.active_microbatches, 3);
 }
 
-TEST(Distribution, ADisabledBlocksParametersAreTheDefaults) {
-  const Distribution block = parsed(R"({"modelparallel": {"enabled": false, "parameters":
-      {"partitions": 3, "placement_strategy": "spread"}}})");
+TEST(Distribution, ADisabledBlocksParametersAreRefusedNotIgnored) {
+  const Result<Distribution> off = Distribution::parse(nlohmann::json::parse(
+      R"({"modelparallel": {"enabled": false, "parameters": {"partitions": 3}}})"));
+  ASSERT_FALSE(off.ok());
+  EXPECT_EQ(off.error(), "distribution.modelparallel.parameters: applies with enabled: true only "
+                         "(the parameters of a model-parallel block that is off are not used)");
+  // Off without parameters: the defaults, and a hyperparameter still enables it.
+  const Distribution block = parsed(R"({"modelparallel": {"enabled": false}})");
   Hyperparameters hp;
   hp.tensor_parallel_degree = 2;
   const Result<Distribution> d = block.with_overrides(hp);

@@ -1,6 +1,8 @@
-// `heft train SPEC [--name N] [--set key.path=value ...]`: validates the spec, records the
-// job in the database (named by the spec's name, or its base_name and the time), makes its
-// directory and supervises it to the end (job::Supervisor).
+// `heft train SPEC [--name N] [--set key.path=value ...] [--print-spec]`: validates the spec,
+// records the job in the database (named by the spec's name, or its base_name and the time),
+// makes its directory with the training toolkit's input config files and supervises it to
+// the end (job::Supervisor). --print-spec prints the normalized spec instead and starts
+// nothing.
 // Exit codes: 0 Completed, 1 Failed, 2 bad spec or usage, 3 Stopped (docs/jobs.md).
 #include <unistd.h>
 
@@ -30,6 +32,7 @@ struct TrainArgs {
   std::string spec_path;
   std::string name;
   std::vector<std::string> overrides;
+  bool print_spec = false;
 };
 
 // Every line of a (possibly multi-line) message, each led by the command's name.
@@ -85,6 +88,10 @@ int train(const TrainArgs& args) {
     report(spec.error());
     return job::kExitBadSpec;
   }
+  if (args.print_spec) {
+    std::cout << job::normalized_spec_json(spec.value()).dump(2) << "\n";
+    return 0;
+  }
   const heft::Result<std::vector<std::string>> command =
       job::worker_command(spec.value(), heft_binary_dir());
   if (!command.ok()) {
@@ -107,6 +114,11 @@ int train(const TrainArgs& args) {
     return job::kExitBadSpec;
   }
   Recorded& created = recorded.value();
+  if (const heft::Status written = job::write_input_config(job_spec, created.paths);
+      !written.ok()) {
+    report(written.error());
+    return job::kExitFailed;
+  }
   return supervise(*db, std::move(created.record), job_spec, created.paths, command.value(),
                    kName);
 }
@@ -149,6 +161,9 @@ Command add_train_command(CLI::App& app) {
                   "--set hyperparameters.lr=0.1")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);  // one value per --set, so SPEC is never taken for one
+  cmd->add_flag("--print-spec", args->print_spec,
+                "Print the spec as heft reads it (JSON: defaults filled in, the cloud SDK's "
+                "distribution dicts in heft's form) and exit; nothing is recorded or started");
   cmd->footer(
       "Exit codes: 0 Completed, 1 Failed, 2 bad spec or usage, 3 Stopped.\n"
       "Spec reference, statuses and the workers' environment: docs/jobs.md");

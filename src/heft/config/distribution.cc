@@ -10,7 +10,6 @@ namespace heft::config {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"dataparallel", "modelparallel"};
 const std::vector<std::string> kStrategyKeys = {"enabled", "parameters"};
 const std::vector<std::string> kModelParallelKeys = {
     "partitions",         "microbatches",       "pipeline",
@@ -21,7 +20,6 @@ const std::vector<std::string> kModelParallelKeys = {
     "virtual_stages"};
 constexpr int kMaxDegree = 1024;
 constexpr int kMaxMicrobatches = 1 << 16;
-const std::string kParameters = "distribution.modelparallel.parameters";
 
 // One rule per integer knob: its range, read from the block and from a hyperparameter.
 struct IntKnob {
@@ -163,21 +161,23 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-void parse_placement(Reader& r, const nlohmann::json& p, ModelParallel& m) {
+void parse_placement(Reader& r, const nlohmann::json& p, const std::string& path,
+                     ModelParallel& m) {
   if (!p.contains("placement_strategy")) return;
   const nlohmann::json& v = p["placement_strategy"];
   if (v.is_string() && valid_placement(v.get<std::string>()))
     m.placement_strategy = v.get<std::string>();
   else
-    r.error(kParameters + ".placement_strategy",
+    r.error(path + ".placement_strategy",
             "expected cluster, spread or an order of the letters D, P and T (such as DTP), "
             "found " + found(v));
 }
 
-void parse_boundaries(Reader& r, const nlohmann::json& p, ModelParallel& m) {
+void parse_boundaries(Reader& r, const nlohmann::json& p, const std::string& parameters,
+                      ModelParallel& m) {
   if (!p.contains("partition_boundaries")) return;
   const nlohmann::json& v = p["partition_boundaries"];
-  const std::string path = kParameters + ".partition_boundaries";
+  const std::string path = parameters + ".partition_boundaries";
   bool integers = v.is_array();
   for (size_t i = 0; integers && i < v.size(); ++i) integers = v[i].is_number_integer();
   const std::vector<int> b = integers ? v.get<std::vector<int>>() : std::vector<int>{0};
@@ -190,9 +190,10 @@ void parse_boundaries(Reader& r, const nlohmann::json& p, ModelParallel& m) {
     m.partition_boundaries = b;
 }
 
-// modelparallel.parameters, in the order of the documentation.
-void parse_parameters(Reader& r, const nlohmann::json& p, ModelParallel& m) {
-  const std::string& path = kParameters;
+// modelparallel.parameters (the library's other names already translated), in the order of
+// the documentation.
+void parse_parameters(Reader& r, const nlohmann::json& p, const std::string& path,
+                      ModelParallel& m) {
   r.keys(p, path, kModelParallelKeys);
   r.integer(p, path, kPartitions, m);
   r.integer(p, path, kMicrobatches, m);
@@ -200,17 +201,19 @@ void parse_parameters(Reader& r, const nlohmann::json& p, ModelParallel& m) {
   r.choice(p, "optimize", path, {"speed", "memory"}, &m.optimize);
   m.memory_weight = m.optimize == "memory" ? 0.8 : 0.2;
   r.number(p, "memory_weight", path, 0.0, 1.0, &m.memory_weight);
-  parse_placement(r, p, m);
+  parse_placement(r, p, path, m);
   r.boolean(p, "auto_partition", path, &m.auto_partition);
   r.integer(p, path, kDefaultPartition, m);
   r.integer(p, path, kActiveMicrobatches, m);
   r.boolean(p, "activation_checkpointing", path, &m.activation_checkpointing);
   r.boolean(p, "bf16", path, &m.bf16);
-  r.boolean(p, "ddp", path, &m.ddp);
+  bool ddp = false;
+  if (p.contains("ddp") && p["ddp"].is_boolean()) m.ddp = p["ddp"].get<bool>();
+  r.boolean(p, "ddp", path, &ddp);  // the message for a value that is not a boolean
   r.integer(p, path, kTensorDegree, m);
   r.integer(p, path, kShardedDegree, m);
   r.integer(p, path, kVirtualStages, m);
-  parse_boundaries(r, p, m);
+  parse_boundaries(r, p, path, m);
   if (const std::string problem = virtual_stages_problem(m); !problem.empty())
     r.error(path + ".virtual_stages", problem);
   if (m.default_partition >= m.partitions && p.contains("default_partition"))
@@ -219,12 +222,11 @@ void parse_parameters(Reader& r, const nlohmann::json& p, ModelParallel& m) {
                 std::to_string(m.default_partition));
 }
 
-// Hyperparameters over a ModelParallel: each given knob checked by its rule, noted in
-// `overridden`; problems led by "hyperparameters.<name>".
+// Hyperparameters over a ModelParallel: each knob checked by its rule, noted in `overridden`.
 class Overrides {
  public:
-  Overrides(ModelParallel& m, std::vector<std::string>& overridden)
-      : m_(m), overridden_(overridden) {}
+  Overrides(ModelParallel& m, std::vector<std::string>& overridden, std::string block)
+      : m_(m), overridden_(overridden), block_(std::move(block)) {}
 
   void integer(int64_t value, const IntKnob& k) {
     if (value == 0) return;
@@ -286,11 +288,12 @@ class Overrides {
   std::string path(const std::string& name) const {
     return std::find(overridden_.begin(), overridden_.end(), name) != overridden_.end()
                ? "hyperparameters." + name
-               : kParameters + "." + name;
+               : block_ + "." + name;
   }
 
   ModelParallel& m_;
   std::vector<std::string>& overridden_;
+  std::string block_;  // the parameters' field in the spec
   std::vector<std::string> problems_;
   std::string boundaries_text_;
 };
@@ -301,21 +304,33 @@ Result<Distribution> Distribution::parse(const nlohmann::json& block) {
   Distribution d;
   std::vector<std::string> errors;
   Reader r(&errors);
-  const std::string top = "distribution";
   if (block.is_null()) return Result<Distribution>::success(d);
-  if (r.map(block, top)) {
-    r.keys(block, top, kTopKeys);
-    for (const char* strategy : {"dataparallel", "modelparallel"}) {
-      const std::string path = top + "." + strategy;
-      if (!block.contains(strategy) || !r.map(block[strategy], path)) continue;
-      const nlohmann::json& s = block[strategy];
+  if (r.map(block, "distribution")) {
+    const SdkTranslation t = translate_sdk(block, &errors);
+    d.launch = t.launch;
+    d.dataparallel = t.dataparallel;
+    const std::string dp = "distribution.dataparallel";
+    bool enabled = false;
+    if (t.block.contains("dataparallel") && r.map(t.block["dataparallel"], dp)) {
+      r.keys(t.block["dataparallel"], dp, {"enabled"});
+      r.boolean(t.block["dataparallel"], "enabled", dp, &enabled);
+    }
+    d.dataparallel = d.dataparallel || enabled;
+    const std::string path = t.modelparallel_field;
+    d.parameters_field = path + ".parameters";
+    if (t.block.contains("modelparallel") && r.map(t.block["modelparallel"], path)) {
+      const nlohmann::json& s = t.block["modelparallel"];
       r.keys(s, path, kStrategyKeys);
-      r.boolean(s, "enabled", path, strategy == std::string("dataparallel")
-                                        ? &d.dataparallel
-                                        : &d.modelparallel.enabled);
-      if (strategy == std::string("modelparallel") && s.contains("parameters") &&
-          r.map(s["parameters"], kParameters))
-        parse_parameters(r, s["parameters"], d.modelparallel);
+      r.boolean(s, "enabled", path, &d.modelparallel.enabled);
+      if (s.contains("parameters") && r.map(s["parameters"], d.parameters_field)) {
+        nlohmann::json p = s["parameters"];
+        translate_smp_parameters(p, d.parameters_field, &errors);
+        if (d.modelparallel.enabled)
+          parse_parameters(r, p, d.parameters_field, d.modelparallel);
+        else if (!p.empty())
+          r.error(d.parameters_field, "applies with enabled: true only (the parameters of a "
+                                      "model-parallel block that is off are not used)");
+      }
     }
   }
   if (!errors.empty()) return Result<Distribution>::failure(joined(errors));
@@ -326,7 +341,7 @@ Result<Distribution> Distribution::with_overrides(const Hyperparameters& hp) con
   Distribution d = *this;
   ModelParallel& m = d.modelparallel;
   if (!m.enabled) m = ModelParallel{};  // a disabled block's parameters are not used
-  Overrides o(m, d.overridden);
+  Overrides o(m, d.overridden, d.parameters_field);
   o.integer(hp.partitions, kPartitions);
   o.integer(hp.microbatches, kMicrobatches);
   o.pipeline(hp.pipeline);
@@ -341,42 +356,6 @@ Result<Distribution> Distribution::with_overrides(const Hyperparameters& hp) con
   if (!o.problems().empty()) return Result<Distribution>::failure(joined(o.problems()));
   if (m.active_microbatches == 0) m.active_microbatches = m.partitions + 2;
   return Result<Distribution>::success(d);
-}
-
-int Distribution::data_parallel_degree(int world) const {
-  if (!modelparallel.enabled) return world;
-  const int mp = modelparallel.tensor_parallel_degree * modelparallel.partitions;
-  return mp > 0 && world % mp == 0 ? world / mp : 0;
-}
-
-Status Distribution::check_world(int world) const {
-  if (!modelparallel.enabled) return Status::success();
-  const ModelParallel& m = modelparallel;
-  const auto from_hyperparameters = [&](const char* name) {
-    return std::find(overridden.begin(), overridden.end(), name) != overridden.end();
-  };
-  const int mp = m.tensor_parallel_degree * m.partitions;
-  const std::string workers = std::to_string(world) + " workers";
-  if (world % mp != 0) {
-    if (from_hyperparameters("tensor_parallel_degree") || from_hyperparameters("partitions"))
-      return Status::failure("hyperparameters.tensor_parallel_degree: " +
-                             std::to_string(m.tensor_parallel_degree) + " x partitions " +
-                             std::to_string(m.partitions) + " must divide the " + workers);
-    return Status::failure(kParameters + ": tensor_parallel_degree x partitions = " +
-                           std::to_string(mp) + " must divide the " + workers +
-                           " (instance_count x processes_per_host)");
-  }
-  const int dp = world / mp;
-  if (dp % m.sharded_data_parallel_degree == 0) return Status::success();
-  const std::string expected = "expected a divisor of the data-parallel degree " +
-                               std::to_string(dp);
-  const std::string sdp = std::to_string(m.sharded_data_parallel_degree);
-  if (from_hyperparameters("sharded_data_parallel_degree"))
-    return Status::failure("hyperparameters.sharded_data_parallel_degree: " + expected +
-                           ", found " + sdp + " (" + workers +
-                           " / tensor_parallel_degree / partitions)");
-  return Status::failure(kParameters + ".sharded_data_parallel_degree: " + expected + " (" +
-                         workers + " / tensor_parallel_degree / partitions), found " + sdp);
 }
 
 }  // namespace heft::config

@@ -16,10 +16,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "heft/config/hyperparameters.h"
+#include "heft/config/sdk_distribution.h"
 #include "heft/result.h"
 
 namespace heft::config {
@@ -46,7 +48,10 @@ struct ModelParallel {
   int active_microbatches = 0;             // 0: partitions + 2 (with_overrides resolves it)
   bool activation_checkpointing = false;
   bool bf16 = false;
-  bool ddp = false;                        // data parallel across pipeline replicas
+  // DDP across the model replicas (the library's `ddp`): heft always reduces gradients across
+  // data-parallel replicas, so given false it is refused when there are several (check_world);
+  // not given: heft's choice, the same.
+  std::optional<bool> ddp;
   int tensor_parallel_degree = 1;          // tp
   int sharded_data_parallel_degree = 1;    // sdp: 1 = no sharding
 };
@@ -57,11 +62,25 @@ struct Distribution {
   // The knobs whose values came from heft-train's hyperparameters (with_overrides), by name
   // ("partitions"): messages about them name the hyperparameter, not the spec's block.
   std::vector<std::string> overridden;
+  // What the cloud SDK's dicts (sdk_distribution.h) asked of the launch; empty for heft's form.
+  SdkLaunch launch;
+  // Where the modelparallel parameters were written, for messages:
+  // "distribution.modelparallel.parameters" or
+  // "distribution.smdistributed.modelparallel.parameters".
+  std::string parameters_field = "distribution.modelparallel.parameters";
 
-  // The spec's block (JSON; null or an empty object is no distribution). The error has one
-  // line per problem, led by its field ("distribution.modelparallel.parameters.partitions:
-  // expected an integer from 1 to 1024, found 0"); an unknown key names the nearest known.
+  // The spec's block (JSON; null or an empty object is no distribution), in heft's form or as
+  // the cloud SDK's dicts (sdk_distribution.h). The error has one line per problem, led by its
+  // field ("distribution.modelparallel.parameters.partitions: expected an integer from 1 to
+  // 1024, found 0"); an unknown key names the nearest known. Parameters of a modelparallel
+  // block that is not enabled are refused (they would not be used).
   static Result<Distribution> parse(const nlohmann::json& block);
+
+  // The block in heft's form, every knob with its value (active_microbatches when set, ddp
+  // when given, partition_boundaries when given): what HEFT_DISTRIBUTION carries and
+  // `heft train --print-spec` shows. parse(to_json()) gives the same knobs (not `launch`).
+  // {"dataparallel": {"enabled": true}} stays exactly that; no distribution is {}.
+  nlohmann::json to_json() const;
 
   // The distribution a run uses: this one with heft-train's hyperparameters that name a
   // knob (partitions, microbatches, pipeline, virtual_stages, partition_boundaries,
@@ -75,8 +94,9 @@ struct Distribution {
   Result<Distribution> with_overrides(const Hyperparameters& hp) const;
 
   // Running on `world` ranks: tensor x pipeline must divide the world and
-  // sharded_data_parallel_degree the data-parallel degree that is left. The error names
-  // the spec's block, or the hyperparameters where the degrees came from them.
+  // sharded_data_parallel_degree the data-parallel degree that is left; ddp given false
+  // needs a data-parallel degree of 1. The error names the spec's block, or the
+  // hyperparameters where the degrees came from them.
   Status check_world(int world) const;
   // The data-parallel degree on `world` ranks: world / (tensor x pipeline).
   int data_parallel_degree(int world) const;

@@ -30,6 +30,12 @@ std::string JobPaths::rank_log(int rank) const {
   return logs + "/rank-" + std::to_string(rank) + ".log";
 }
 
+std::string JobPaths::input_dir(const std::string& host) const { return input + "/" + host; }
+
+std::string JobPaths::input_config_dir(const std::string& host) const {
+  return input_dir(host) + "/config";
+}
+
 JobPaths job_paths(const std::string& home, const std::string& name) {
   JobPaths p;
   p.root = home + "/jobs/" + name;
@@ -38,6 +44,8 @@ JobPaths job_paths(const std::string& home, const std::string& name) {
   p.model = p.root + "/model";
   p.output = p.root + "/output";
   p.output_data = p.output + "/data";
+  p.output_intermediate = p.output + "/intermediate";
+  p.input = p.root + "/input";
   return p;
 }
 
@@ -67,7 +75,8 @@ Status make_job_dirs(const JobPaths& paths) {
                            " already exists and is not empty; remove it or choose another "
                            "name with --name");
   for (const std::string& dir :
-       {paths.logs, paths.checkpoints, paths.model, paths.output_data}) {
+       {paths.logs, paths.checkpoints, paths.model, paths.output_data, paths.output_intermediate,
+        paths.input}) {
     fs::create_directories(dir, ec);
     if (ec) return Status::failure("cannot create " + dir + ": " + ec.message());
   }

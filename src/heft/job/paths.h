@@ -1,6 +1,6 @@
 // Where heft keeps its state: the home ($HEFT_HOME, default ~/.heft) with the job database
-// heft.db and one directory per job, jobs/<name>/ with logs/, checkpoints/, model/ and
-// output/ (docs/jobs.md).
+// heft.db and one directory per job, jobs/<name>/ with logs/, checkpoints/, model/, output/
+// and input/ (docs/jobs.md).
 //
 // Deliberately left out: cleaning up old jobs.
 #pragma once
@@ -25,8 +25,15 @@ struct JobPaths {
   std::string model;        // root/model: SM_MODEL_DIR
   std::string output;       // root/output: SM_OUTPUT_DIR (a worker's failure file goes here)
   std::string output_data;  // root/output/data: SM_OUTPUT_DATA_DIR
+  std::string output_intermediate;  // root/output/intermediate: SM_OUTPUT_INTERMEDIATE_DIR
+  std::string input;        // root/input: one folder per host, as each host's /opt/ml/input
 
   std::string rank_log(int rank) const;  // logs/rank-N.log
+  // input/<host>: SM_INPUT_DIR of that host's workers.
+  std::string input_dir(const std::string& host) const;
+  // input/<host>/config: SM_INPUT_CONFIG_DIR, with hyperparameters.json, resourceconfig.json
+  // and inputdataconfig.json.
+  std::string input_config_dir(const std::string& host) const;
 };
 
 JobPaths job_paths(const std::string& home, const std::string& name);

@@ -2,10 +2,14 @@
 // keep the two in step.
 #include "heft/job/launch/worker_env.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "heft/error.h"
@@ -28,7 +32,153 @@ std::string hosts_json(int hosts) {
   return list.dump();
 }
 
+using nlohmann::json;
+
+constexpr const char* kGroup = "homogeneousCluster";
+constexpr const char* kInstanceType = "local";
+// The toolkit's framework parameters that make a job distributed (its distribution groups).
+const std::vector<std::string> kDistributedFlags = {
+    "sagemaker_mpi_enabled", "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_pytorch_ddp_enabled", "sagemaker_torch_distributed_enabled"};
+
+std::string get(const Environment& env, const std::string& name, const std::string& fallback = "") {
+  const auto it = env.find(name);
+  return it == env.end() ? fallback : it->second;
+}
+
+// A variable holding JSON (the job's own), or `fallback` when absent or not JSON.
+json get_json(const Environment& env, const std::string& name, json fallback) {
+  const auto it = env.find(name);
+  if (it == env.end()) return fallback;
+  json v = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  return v.is_discarded() ? fallback : v;
+}
+
+int get_int(const Environment& env, const std::string& name, int fallback) {
+  try {
+    return std::stoi(get(env, name, std::to_string(fallback)));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+// The interface that holds IPv4 `address` on this machine, or "".
+std::string interface_holding(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) && address == buf) name = a->ifa_name;
+  }
+  ::freeifaddrs(list);
+  return name;
+}
+
+// SM_TRAINING_ENV's fields that describe the hosts and their groups.
+void add_host_fields(json& t, const json& hosts, const std::string& current, bool distributed) {
+  const json group = {{"instance_group_name", kGroup}, {"instance_type", kInstanceType},
+                      {"hosts", hosts}};
+  const json distribution_hosts = distributed ? hosts : json::array();
+  t["hosts"] = hosts;
+  t["current_host"] = current;
+  t["current_instance_type"] = kInstanceType;
+  t["current_instance_group"] = kGroup;
+  t["current_instance_group_hosts"] = hosts;
+  t["instance_groups"] = json::array({kGroup});
+  t["instance_groups_dict"] = {{kGroup, group}};
+  t["distribution_instance_groups"] = distributed ? json::array({kGroup}) : json::array();
+  t["distribution_hosts"] = distribution_hosts;
+  t["is_hetero"] = false;
+  t["master_hostname"] = distributed ? distribution_hosts[0] : hosts[0];
+  t["is_master"] = t["master_hostname"] == current;
+}
+
 }  // namespace
+
+json resource_config(const std::vector<std::string>& hosts, const std::string& current_host,
+                     const std::string& network_interface) {
+  return {{"current_host", current_host},
+          {"current_instance_type", kInstanceType},
+          {"current_group_name", kGroup},
+          {"hosts", hosts},
+          {"instance_groups",
+           json::array({{{"instance_group_name", kGroup},
+                         {"instance_type", kInstanceType},
+                         {"hosts", hosts}}})},
+          {"network_interface_name", network_interface}};
+}
+
+std::string network_interface_name(const Environment& env) {
+  const std::string gloo = get(env, "GLOO_SOCKET_IFNAME");
+  if (!gloo.empty()) return gloo;
+  const std::string held = interface_holding(get(env, "MASTER_ADDR"));
+  return held.empty() ? "eth0" : held;
+}
+
+void add_training_toolkit_environment(Environment& env) {
+  if (env.count("SM_HPS") == 0) return;
+  const json hosts = get_json(env, "SM_HOSTS", json::array({"algo-1"}));
+  const std::string current = get(env, "SM_CURRENT_HOST", "algo-1");
+  const std::string iface = network_interface_name(env);
+  const json resources = resource_config(hosts.get<std::vector<std::string>>(), current, iface);
+  const json framework = get_json(env, "SM_FRAMEWORK_PARAMS", json::object());
+  bool distributed = false;
+  for (const std::string& flag : kDistributedFlags)
+    distributed = distributed || framework.value(flag, false);
+  const std::string job_dir = get(env, "HEFT_JOB_DIR");
+  const std::string input_dir = job_dir.empty() ? "" : job_dir + "/input/" + current;
+  json channels = json::object();
+  for (const json& c : get_json(env, "SM_CHANNELS", json::array()))
+    if (c.is_string()) channels[c.get<std::string>()] = get(env, "SM_CHANNEL_" + upper(c));
+  const std::string mp = get(env, "SM_HP_MP_PARAMETERS");
+
+  json t = json::object();
+  add_host_fields(t, hosts, current, distributed);
+  t["additional_framework_parameters"] = framework;
+  t["channel_input_dirs"] = channels;
+  t["framework_module"] = nullptr;
+  t["hyperparameters"] = get_json(env, "SM_HPS", json::object());
+  t["input_dir"] = input_dir;
+  t["input_config_dir"] = input_dir.empty() ? "" : input_dir + "/config";
+  t["input_data_config"] = get_json(env, "SM_INPUT_DATA_CONFIG", json::object());
+  t["is_modelparallel_enabled"] = !mp.empty() && mp != "{}";
+  t["job_name"] = get(env, "TRAINING_JOB_NAME");
+  t["log_level"] = get_int(env, "SM_LOG_LEVEL", 20);
+  t["model_dir"] = get(env, "SM_MODEL_DIR");
+  t["module_dir"] = get(env, "SM_MODULE_DIR");
+  t["module_name"] = get(env, "SM_MODULE_NAME");
+  t["network_interface_name"] = iface;
+  t["num_cpus"] = get_int(env, "SM_NUM_CPUS", 1);
+  t["num_gpus"] = get_int(env, "SM_NUM_GPUS", 0);
+  t["num_neurons"] = 0;
+  t["output_data_dir"] = get(env, "SM_OUTPUT_DATA_DIR");
+  t["output_dir"] = get(env, "SM_OUTPUT_DIR");
+  t["output_intermediate_dir"] = get(env, "SM_OUTPUT_INTERMEDIATE_DIR");
+  t["resource_config"] = resources;
+  t["user_entry_point"] = get(env, "SM_USER_ENTRY_POINT");
+
+  env["SM_RESOURCE_CONFIG"] = resources.dump();
+  env["SM_NETWORK_INTERFACE_NAME"] = iface;
+  env["SM_INPUT_DIR"] = t["input_dir"].get<std::string>();
+  env["SM_INPUT_CONFIG_DIR"] = t["input_config_dir"].get<std::string>();
+  env["SM_CURRENT_INSTANCE_TYPE"] = kInstanceType;
+  env["SM_CURRENT_INSTANCE_GROUP"] = kGroup;
+  env["SM_CURRENT_INSTANCE_GROUP_HOSTS"] = t["current_instance_group_hosts"].dump();
+  env["SM_INSTANCE_GROUPS"] = t["instance_groups"].dump();
+  env["SM_INSTANCE_GROUPS_DICT"] = t["instance_groups_dict"].dump();
+  env["SM_DISTRIBUTION_INSTANCE_GROUPS"] = t["distribution_instance_groups"].dump();
+  env["SM_IS_HETERO"] = "false";
+  env["SM_TRAINING_ENV"] = t.dump();
+}
 
 std::string host_name(int host_index) { return "algo-" + std::to_string(host_index + 1); }
 
@@ -77,6 +227,7 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
     const bool has = it != env.end() && !it->second.empty();
     env["PYTHONPATH"] = has ? job.python_path + ":" + it->second : job.python_path;
   }
+  add_training_toolkit_environment(env);
   return env;
 }
 

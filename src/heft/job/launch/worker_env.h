@@ -1,14 +1,17 @@
 // The environment a launcher gives each worker process: torchrun's variables (so a PyTorch
 // script with init_method="env://" runs unchanged), the cloud training container's host
-// variables, and heft's own (store address, job token, timeout, host name). A pure function
-// of the job's layout and the parent environment, so it is unit-tested without processes.
-// The variables and their meaning are listed in docs/run.md.
+// variables, heft's own (store address, job token, timeout, host name), and for a training
+// job the training toolkit's per-host contract (SM_TRAINING_ENV, SM_RESOURCE_CONFIG, ...,
+// add_training_toolkit_environment). Pure functions of the job's layout and the parent
+// environment, so they are unit-tested without processes. The variables and their meaning
+// are listed in docs/run.md and docs/jobs.md.
 //
 // Deliberately left out: the job-spec variables (SM_HPS, SM_CHANNEL_*, HEFT_JOB,
-// HEFT_DISTRIBUTION); `heft train` adds them through `extra`.
+// HEFT_DISTRIBUTION); `heft train` adds them through `extra` (job/spec/spec_env.h).
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,33 @@ std::string host_name(int host_index);
 // `parent` or `extra` sets it. Throws heft::InvalidArgument naming the field on a layout
 // outside the ranges above or a rank outside the world.
 Environment worker_environment(const JobEnvironment& job, int rank, const Environment& parent);
+
+// The training toolkit's per-host variables, made from those a training job's worker already
+// has (SM_HOSTS, SM_CURRENT_HOST, SM_NUM_CPUS, SM_NUM_GPUS from worker_environment; SM_HPS,
+// SM_CHANNELS, SM_CHANNEL_<NAME>, SM_INPUT_DATA_CONFIG, SM_FRAMEWORK_PARAMS, SM_MODEL_DIR,
+// SM_OUTPUT_*, SM_MODULE_*, SM_USER_ENTRY_POINT, SM_LOG_LEVEL, SM_HP_MP_PARAMETERS,
+// TRAINING_JOB_NAME, HEFT_JOB_DIR from training_environment): SM_RESOURCE_CONFIG,
+// SM_NETWORK_INTERFACE_NAME, SM_INPUT_DIR and SM_INPUT_CONFIG_DIR (HEFT_JOB_DIR/input/<host>),
+// SM_CURRENT_INSTANCE_TYPE ("local"), SM_CURRENT_INSTANCE_GROUP, SM_INSTANCE_GROUPS,
+// SM_INSTANCE_GROUPS_DICT, SM_CURRENT_INSTANCE_GROUP_HOSTS, SM_DISTRIBUTION_INSTANCE_GROUPS,
+// SM_IS_HETERO, and SM_TRAINING_ENV, the toolkit's whole environment as one JSON object
+// (docs/jobs.md lists its fields). Values that are not strings are compact JSON with sorted
+// keys, as the toolkit writes them. Leaves `env` as it is when it has no SM_HPS (not a
+// training job: `heft run`). worker_environment calls it; an engine's worker shim calls it
+// on the environment it made.
+void add_training_toolkit_environment(Environment& env);
+
+// resourceconfig.json and SM_RESOURCE_CONFIG: current_host, current_instance_type ("local"),
+// current_group_name, hosts, instance_groups (one, "homogeneousCluster"),
+// network_interface_name.
+nlohmann::json resource_config(const std::vector<std::string>& hosts,
+                               const std::string& current_host,
+                               const std::string& network_interface);
+
+// SM_NETWORK_INTERFACE_NAME: GLOO_SOCKET_IFNAME when set, else the interface holding
+// MASTER_ADDR on this machine ("lo" for the local launcher's 127.0.0.1), else "eth0" (the
+// toolkit's default).
+std::string network_interface_name(const Environment& env);
 
 // The calling process's environment (environ). Reads a process-wide global: not
 // thread-safe against concurrent setenv.

@@ -25,6 +25,7 @@
 #include "heft/config/hyperparameters.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/spec/spec_monitoring.h"
+#include "heft/job/spec/spec_sdk.h"
 #include "heft/job/spec/spec_yaml.h"
 
 namespace heft::job {
@@ -53,7 +54,7 @@ const std::set<std::string> kReservedVariables = {
     "RANK",         "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "MASTER_ADDR",  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",     "HEFT_STORE",
     "HEFT_TOKEN",   "HEFT_JOB",    "HEFT_HOST",  "HEFT_DISTRIBUTION", "HEFT_CHECKPOINT",
-    "HEFT_TIMEOUT", "TRAINING_JOB_NAME"};
+    "HEFT_TIMEOUT", "TRAINING_JOB_NAME", "HEFT_JOB_DIR"};
 
 constexpr size_t kMaxHyperparameters = 100;
 constexpr size_t kMaxHyperparameterName = 256;
@@ -100,7 +101,7 @@ class Validator {
     hyperparameters(root["hyperparameters"]);
     inputs(root["inputs"]);
     cluster(root["cluster"]);
-    distribution(root["distribution"], root["hyperparameters"]);
+    distribution(root["distribution"], root["hyperparameters"], root["cluster"]);
     read_metric_definitions(r_, root["metric_definitions"], spec_);
     checkpoint(root["checkpoint"]);
     stopping(root["stopping"]);
@@ -213,6 +214,7 @@ class Validator {
     bool each_valid = true;
     nlohmann::json sm_hps = nlohmann::json::object();
     for (const auto& [key, hp] : spec_.hyperparameters) {
+      if (is_framework_parameter(key)) continue;  // the toolkit's, never given to heft-train
       const std::string text = config::is_hyperparameter(key)
                                    ? config::check_hyperparameter(key, hp.text).error()
                                    : "unknown heft-train setting" +
@@ -372,17 +374,23 @@ class Validator {
   }
 
   // The typed block (config/distribution.h) is the one validation, on the distribution
-  // heft-train will run: the block with heft-train's hyperparameters over it
+  // heft-train will run: the block (heft's form or the cloud SDK's dicts, whose launch
+  // settings go to the cluster: spec_sdk.h) with heft-train's hyperparameters over it
   // (Distribution::with_overrides). Its messages lead with the field, which is found again
   // in the YAML (under distribution, or hyperparameters) for the line number.
-  void distribution(const YAML::Node& n, const YAML::Node& hyperparameters) {
+  void distribution(const YAML::Node& n, const YAML::Node& hyperparameters,
+                    const YAML::Node& cluster) {
     if (present(n)) {
       if (!r_.expect_map(n, "distribution")) return;
       spec_.distribution = yaml_to_json(n);
       if (spec_.distribution.is_null()) spec_.distribution = nlohmann::json::object();
     }
     Result<config::Distribution> d = config::Distribution::parse(spec_.distribution);
-    if (d.ok()) d = d.value().with_overrides(trainer_hp_);
+    if (d.ok()) {
+      spec_.distribution_normalized = d.value().to_json();
+      apply_sdk_launch(d.value().launch, n, cluster, r_, spec_);
+      d = d.value().with_overrides(trainer_hp_);
+    }
     Status fits = d.ok() ? d.value().check_world(spec_.world_size()) : Status::failure(d.error());
     if (d.ok()) spec_.distribution_config = d.value();
     if (fits.ok()) return;
@@ -391,16 +399,7 @@ class Validator {
       const size_t colon = e.find(": ");
       const std::string path = e.substr(0, colon);
       const bool hp = path.rfind("hyperparameters.", 0) == 0;
-      YAML::Node at = hp ? hyperparameters : n;
-      std::string rest = path.substr(path.find('.') == std::string::npos ? path.size()
-                                                                          : path.find('.') + 1);
-      for (size_t dot; !rest.empty(); rest = dot == std::string::npos ? "" : rest.substr(dot + 1)) {
-        dot = rest.find('.');
-        const YAML::Node next = at[rest.substr(0, dot)];
-        if (!present(next)) break;
-        at.reset(next);
-      }
-      r_.error(path, at, e.substr(colon + 2));
+      r_.error(path, field_node(hp ? hyperparameters : n, path), e.substr(colon + 2));
     }
   }
 

@@ -92,8 +92,11 @@ struct JobSpec {
   std::map<std::string, Hyperparameter> hyperparameters;
   std::map<std::string, std::string> inputs;  // channel -> absolute directory
   ClusterSpec cluster;
-  nlohmann::json distribution = nlohmann::json::object();  // as given (HEFT_DISTRIBUTION)
-  config::Distribution distribution_config;                // the same, typed and checked
+  nlohmann::json distribution = nlohmann::json::object();  // as given (heft's or the SDK's)
+  // The same in heft's form (config::Distribution::to_json, before heft-train's
+  // hyperparameters): HEFT_DISTRIBUTION and `heft train --print-spec`.
+  nlohmann::json distribution_normalized = nlohmann::json::object();
+  config::Distribution distribution_config;  // typed, checked, hyperparameters resolved
   // The spec's own definitions; for the built-in trainer followed by its defaults whose
   // names the spec does not define.
   std::vector<MetricDefinition> metric_definitions;
@@ -111,6 +114,14 @@ struct JobSpec {
   }
   int world_size() const { return cluster.instance_count * cluster.processes_per_host; }
 };
+
+// A hyperparameter of the training toolkit's own (`sagemaker_` first, as the cloud SDK adds
+// them: sagemaker_program, sagemaker_container_log_level, ...): kept out of the script's
+// arguments, SM_HPS and SM_HP_*, and given as the toolkit's framework parameters
+// (spec_env.h).
+inline bool is_framework_parameter(const std::string& name) {
+  return name.rfind("sagemaker_", 0) == 0;
+}
 
 // A base name (`base_name:` of a job or tuning spec): letters, digits and '-' (not first or
 // last), at most kMaxBaseName characters, so that the time suffix, a counter and a trial
@@ -137,6 +148,11 @@ Result<JobSpec> load_spec(const std::string& path,
 // The spec as JSON (every field, defaults filled in): what the job database keeps and
 // `heft describe --json` shows under "spec".
 nlohmann::json spec_to_json(const JobSpec& spec);
+
+// spec_to_json with the distribution in heft's form (distribution_normalized) and the SDK's
+// launch settings in the cluster block: what `heft train --print-spec` prints, itself a
+// spec of the same job.
+nlohmann::json normalized_spec_json(const JobSpec& spec);
 
 // The spec recorded in the job database (spec_to_json's output), read and validated again
 // (`heft resume`): the same spec, or an error naming the field when the machine changed

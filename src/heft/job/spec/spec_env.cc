@@ -1,15 +1,22 @@
-// The job's worker variables and command (spec_env.h).
+// The job's worker variables, command and input config files (spec_env.h).
 #include "heft/job/spec/spec_env.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 namespace heft::job {
 
 namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kDefaultLogLevel = 20;  // Python's logging.INFO, the toolkit's default
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -17,43 +24,155 @@ std::string upper(std::string s) {
   return s;
 }
 
+// A framework parameter's value (sagemaker_program, ...), or `fallback`.
+json framework_value(const JobSpec& spec, const std::string& name, json fallback) {
+  const auto it = spec.hyperparameters.find(name);
+  return it == spec.hyperparameters.end() ? fallback : it->second.value;
+}
+
+// The entry point's script: the first of its words that names a file (python3 -u train.py:
+// train.py), else the program itself. Its directory (absolute) and file name.
+std::pair<std::string, std::string> entry_script(const JobSpec& spec) {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  for (size_t i = spec.builtin_trainer() ? spec.entry_point.size() : 1;
+       i < spec.entry_point.size(); ++i) {
+    const fs::path p = fs::absolute(spec.entry_point[i], ec);
+    if (!ec && fs::is_regular_file(p, ec))
+      return {p.parent_path().lexically_normal().string(), p.filename().string()};
+  }
+  const std::string program = spec.entry_point.empty() ? "" : spec.entry_point[0];
+  return {cwd.string(), fs::path(program).filename().string()};
+}
+
+json framework_parameters(const JobSpec& spec) {
+  json p = spec.distribution_config.launch.framework_parameters(spec.cluster.processes_per_host);
+  for (const auto& [name, hp] : spec.hyperparameters)
+    if (is_framework_parameter(name)) p[name] = hp.value;
+  return p;
+}
+
+Status write_json(const std::string& path, const json& value) {
+  std::ofstream out(path, std::ios::trunc);
+  out << value.dump() << "\n";
+  out.close();
+  if (!out) return Status::failure("cannot write " + path);
+  return Status::success();
+}
+
 }  // namespace
 
 std::vector<std::string> hyperparameter_args(const JobSpec& spec) {
   std::vector<std::string> args;
   for (const auto& [name, hp] : spec.hyperparameters) {  // std::map: sorted by name
-    args.push_back("--" + name);
-    args.push_back(hp.text);
+    if (is_framework_parameter(name)) continue;
+    args.push_back((name.size() == 1 ? "-" : "--") + name);
+    args.push_back(hp.value.is_boolean() ? (hp.value.get<bool>() ? "True" : "False") : hp.text);
   }
   return args;
 }
 
+json input_data_config(const JobSpec& spec) {
+  json config = json::object();
+  for (const auto& [channel, dir] : spec.inputs) {
+    (void)dir;
+    config[channel] = {{"TrainingInputMode", "File"},
+                       {"S3DistributionType", "FullyReplicated"},
+                       {"RecordWrapperType", "None"}};
+  }
+  return config;
+}
+
+json hyperparameters_file(const JobSpec& spec) {
+  json file = json::object();
+  for (const auto& [name, hp] : spec.hyperparameters) file[name] = hp.value.dump();
+  return file;
+}
+
+std::vector<std::string> job_hosts(const JobSpec& spec) {
+  if (spec.cluster.launcher == "mpirun") return spec.cluster.hosts;
+  std::vector<std::string> hosts;
+  if (spec.cluster.launcher != "local") return hosts;
+  for (int h = 0; h < spec.cluster.instance_count; ++h) hosts.push_back(host_name(h));
+  return hosts;
+}
+
 Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
   Environment env(spec.environment.begin(), spec.environment.end());
-  nlohmann::json hps = nlohmann::json::object();
+  json hps = json::object();
   for (const auto& [name, hp] : spec.hyperparameters) {
+    if (is_framework_parameter(name)) continue;
     hps[name] = hp.value;
     env["SM_HP_" + upper(name)] = hp.text;
   }
   env["SM_HPS"] = hps.dump();
-  env["SM_USER_ARGS"] = nlohmann::json(hyperparameter_args(spec)).dump();
-  nlohmann::json channels = nlohmann::json::array();
+  env["SM_USER_ARGS"] = json(hyperparameter_args(spec)).dump();
+  json channels = json::array();
   for (const auto& [channel, dir] : spec.inputs) {
     channels.push_back(channel);
     env["SM_CHANNEL_" + upper(channel)] = dir;
   }
   env["SM_CHANNELS"] = channels.dump();
+  env["SM_INPUT_DATA_CONFIG"] = input_data_config(spec).dump();
+  env["SM_FRAMEWORK_PARAMS"] = framework_parameters(spec).dump();
+  const json level = framework_value(spec, "sagemaker_container_log_level", kDefaultLogLevel);
+  env["SM_LOG_LEVEL"] = level.is_string() ? level.get<std::string>() : level.dump();
+  const auto [module_dir, script] = entry_script(spec);
+  const json program = framework_value(spec, "sagemaker_program", script);
+  const std::string entry = program.is_string() ? program.get<std::string>() : script;
+  const json submitted = framework_value(spec, "sagemaker_submit_directory", module_dir);
+  env["SM_MODULE_DIR"] = submitted.is_string() ? submitted.get<std::string>() : module_dir;
+  env["SM_USER_ENTRY_POINT"] = entry;
+  env["SM_MODULE_NAME"] = entry.size() > 3 && entry.substr(entry.size() - 3) == ".py"
+                              ? entry.substr(0, entry.size() - 3)
+                              : entry;
+  env["SM_FRAMEWORK_MODULE"] = "";
+  const config::Distribution& d = spec.distribution_config;
+  if (d.modelparallel.enabled)
+    env["SM_HP_MP_PARAMETERS"] =
+        (d.launch.mp_parameters.is_object()
+             ? d.launch.mp_parameters
+             : spec.distribution_normalized["modelparallel"].value("parameters", json::object()))
+            .dump();
   env["SM_MODEL_DIR"] = paths.model;
   env["SM_OUTPUT_DIR"] = paths.output;
   env["SM_OUTPUT_DATA_DIR"] = paths.output_data;
+  env["SM_OUTPUT_INTERMEDIATE_DIR"] = paths.output_intermediate;
   env["SM_CHECKPOINT_DIR"] = paths.checkpoints;
   env["TRAINING_JOB_NAME"] = spec.name;
   env["HEFT_JOB"] = spec.name;
-  env["HEFT_DISTRIBUTION"] = spec.distribution.dump();
-  env["HEFT_CHECKPOINT"] = nlohmann::json{{"every_steps", spec.checkpoint.every_steps},
-                                          {"keep", spec.checkpoint.keep}}
+  env["HEFT_JOB_DIR"] = paths.root;
+  env["HEFT_DISTRIBUTION"] = spec.distribution_normalized.dump();
+  env["HEFT_CHECKPOINT"] = json{{"every_steps", spec.checkpoint.every_steps},
+                                {"keep", spec.checkpoint.keep}}
                                .dump();
   return env;
+}
+
+Status write_input_config(const JobSpec& spec, const JobPaths& paths) {
+  if (spec.cluster.launcher != "local") return Status::success();  // written on the hosts
+  const std::vector<std::string> hosts = job_hosts(spec);
+  // As the workers' SM_NETWORK_INTERFACE_NAME: the local launcher's MASTER_ADDR is loopback.
+  Environment probe = current_environment();
+  probe["MASTER_ADDR"] = "127.0.0.1";
+  const std::string iface = network_interface_name(probe);
+  for (const std::string& host : hosts) {
+    const std::string dir = paths.input_config_dir(host);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return Status::failure("cannot create " + dir + ": " + ec.message());
+    for (const auto& [channel, source] : spec.inputs) {
+      const fs::path data = fs::path(paths.input_dir(host)) / "data";
+      fs::create_directories(data, ec);
+      if (!fs::exists(data / channel, ec)) fs::create_directory_symlink(source, data / channel, ec);
+    }
+    for (const auto& [file, value] :
+         {std::pair<const char*, json>{"hyperparameters.json", hyperparameters_file(spec)},
+          {"inputdataconfig.json", input_data_config(spec)},
+          {"resourceconfig.json", resource_config(hosts, host, iface)}})
+      if (Status s = write_json(dir + "/" + file, value); !s.ok()) return s;
+  }
+  return Status::success();
 }
 
 Result<std::vector<std::string>> worker_command(const JobSpec& spec,

@@ -1,14 +1,18 @@
 // What a training job adds to the launcher's worker environment (docs/jobs.md lists it):
-// the cloud training container's job variables (SM_HPS, SM_HP_<NAME>, SM_CHANNELS,
-// SM_CHANNEL_<NAME>, SM_MODEL_DIR, SM_OUTPUT_DIR, SM_OUTPUT_DATA_DIR, SM_CHECKPOINT_DIR,
-// SM_USER_ARGS, TRAINING_JOB_NAME) and heft's (HEFT_JOB, HEFT_DISTRIBUTION,
-// HEFT_CHECKPOINT), plus the spec's own `environment`; and the worker command with the
-// hyperparameters appended as `--name value`. Pure functions of the spec and the job's
-// directories, so they are unit-tested without processes.
+// the cloud training toolkit's job variables (SM_HPS, SM_HP_<NAME>, SM_CHANNELS,
+// SM_CHANNEL_<NAME>, SM_MODEL_DIR, SM_OUTPUT_DIR, SM_OUTPUT_DATA_DIR,
+// SM_OUTPUT_INTERMEDIATE_DIR, SM_CHECKPOINT_DIR, SM_USER_ARGS, SM_INPUT_DATA_CONFIG,
+// SM_FRAMEWORK_PARAMS, SM_LOG_LEVEL, SM_MODULE_DIR, SM_MODULE_NAME, SM_USER_ENTRY_POINT,
+// SM_HP_MP_PARAMETERS, TRAINING_JOB_NAME) and heft's (HEFT_JOB, HEFT_JOB_DIR,
+// HEFT_DISTRIBUTION, HEFT_CHECKPOINT), plus the spec's own `environment`; the worker command
+// with the hyperparameters appended as the toolkit passes them; and the toolkit's input
+// config files. The per-host part of the contract (SM_TRAINING_ENV, SM_RESOURCE_CONFIG,
+// SM_INPUT_CONFIG_DIR, ...) is worker_env.h's add_training_toolkit_environment.
 //
 // Deliberately left out: the per-rank variables (worker_env.h builds those).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,12 +26,36 @@ namespace heft::job {
 // The variables above, for every worker of the job.
 Environment training_environment(const JobSpec& spec, const JobPaths& paths);
 
-// "--name value" for each hyperparameter, sorted by name, values as written in the spec.
+// The hyperparameters as the training toolkit passes them to a script, sorted by name:
+// `--name value` (`-n value` for a one-letter name); a boolean as Python prints it (True,
+// False), anything else as written in the spec. Framework parameters (sagemaker_*) are left
+// out.
 std::vector<std::string> hyperparameter_args(const JobSpec& spec);
 
 // The command every worker runs: the entry point, with `heft-train` resolved to the
 // executable of that name in `heft_dir` (the directory of the running heft binary), then
 // hyperparameter_args(). An error when heft-train is not there.
 Result<std::vector<std::string>> worker_command(const JobSpec& spec, const std::string& heft_dir);
+
+// inputdataconfig.json: each channel's {TrainingInputMode: File, S3DistributionType:
+// FullyReplicated, RecordWrapperType: None}.
+nlohmann::json input_data_config(const JobSpec& spec);
+
+// hyperparameters.json: every hyperparameter (framework parameters too) with its value
+// JSON-encoded into a string, as the cloud SDK hands them to the service ({"epochs": "2",
+// "model": "\"cnn\""}); the toolkit decodes each again.
+nlohmann::json hyperparameters_file(const JobSpec& spec);
+
+// The hosts the job's workers run on, by the names SM_CURRENT_HOST gives them: algo-1 ...
+// algo-H for the local launcher, cluster.hosts for mpirun; empty for slurm (known only in
+// the allocation).
+std::vector<std::string> job_hosts(const JobSpec& spec);
+
+// With the local launcher: writes hyperparameters.json, inputdataconfig.json and
+// resourceconfig.json (as the workers' SM_RESOURCE_CONFIG) into input_config_dir(host) for
+// each of job_hosts(), and input/<host>/data/<channel> as links to the channels'
+// directories. Other launchers' hosts are not this machine: nothing is written. An error
+// names the file.
+Status write_input_config(const JobSpec& spec, const JobPaths& paths);
 
 }  // namespace heft::job

@@ -53,11 +53,27 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
       j["cluster"]["custom_mpi_options"] = spec.cluster.custom_mpi_options;
   }
   json rules = json::array();
-  for (const RuleSpec& r : spec.rules)
-    rules.push_back({{"rule", r.rule},
-                     {"parameters", r.parameters},
-                     {"action", r.stop ? "stop" : "none"}});
+  for (const RuleSpec& r : spec.rules) {
+    json action = r.stop ? "stop" : "none";
+    if (r.notify.any()) {
+      json notify = {{"timeout_s", r.notify.timeout_s}};
+      if (!r.notify.exec.empty()) notify["exec"] = r.notify.exec;
+      if (!r.notify.url.empty()) notify["url"] = r.notify.url;
+      action = {{"stop", r.stop}, {"notify", notify}};
+    }
+    rules.push_back({{"rule", r.rule}, {"parameters", r.parameters}, {"action", action}});
+  }
   j["rules"] = rules;
+  return j;
+}
+
+nlohmann::json normalized_spec_json(const JobSpec& spec) {
+  nlohmann::json j = spec_to_json(spec);
+  j["distribution"] = spec.distribution_normalized;
+  if (!spec.base_name.empty() && spec.name.empty()) {
+    j.erase("name");
+    j["base_name"] = spec.base_name;
+  }
   return j;
 }
 
