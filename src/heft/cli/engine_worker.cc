@@ -4,20 +4,18 @@
 //  - `heft slurm-worker -- CMD ARGS...` under `--launcher slurm` maps SLURM_*
 //    (job::slurm_worker_environment).
 // Both point GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the interface that reaches the
-// store (unless set) and execute CMD in their place.
+// store (unless set) and run CMD as their child, watching the supervisor's liveness through
+// the store: a rank whose supervisor is gone is stopped (job/launch/worker_shim.h).
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <iostream>
-
 #include "heft/cli/commands.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/launch/slurm_launcher.h"
+#include "heft/job/launch/worker_shim.h"
 
 namespace heft::cli {
 
@@ -55,24 +53,6 @@ void choose_socket_interface(job::Environment& env) {
   }
 }
 
-// Executes `command` with `env` in place of this process (PATH from `env`); returns only on
-// failure: 127 not found, 126 not executable, after one line on stderr led by `name`.
-int exec_worker(const job::Environment& env, std::vector<std::string> command,
-                const std::string& name) {
-  std::vector<std::string> envp = job::to_envp(env);
-  std::vector<char*> argv, envv;
-  for (std::string& a : command) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (std::string& e : envp) envv.push_back(e.data());
-  envv.push_back(nullptr);
-  // PATH lookup with the worker's environment.
-  const auto path = env.find("PATH");
-  if (path != env.end()) ::setenv("PATH", path->second.c_str(), 1);
-  ::execvpe(argv[0], argv.data(), envv.data());
-  std::cerr << name << ": cannot execute '" << command[0] << "': " << std::strerror(errno) << "\n";
-  return errno == ENOENT ? 127 : 126;
-}
-
 // `heft <name> -- CMD`: `environment` maps the engine's variables onto the contract.
 Command add_engine_worker_command(CLI::App& app, const std::string& name,
                                   const std::string& description,
@@ -84,7 +64,9 @@ Command add_engine_worker_command(CLI::App& app, const std::string& name,
   return [command, name, environment]() -> int {
     job::Environment env = environment(job::current_environment());
     choose_socket_interface(env);
-    return exec_worker(env, *command, "heft " + name);
+    job::ShimOptions options;
+    options.name = "heft " + name;
+    return job::run_worker_shim(env, *command, options);
   };
 }
 

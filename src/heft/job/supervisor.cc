@@ -22,6 +22,7 @@
 #include "heft/job/record/job_report.h"
 #include "heft/job/group_options.h"
 #include "heft/job/launch/process.h"
+#include "heft/job/launch/straggler_watch.h"
 #include "heft/job/spec/spec_env.h"
 #include "heft/job/spec/spec_yaml.h"
 
@@ -34,8 +35,11 @@ namespace fs = std::filesystem;
 constexpr size_t kFailureFileBytes = 1024;
 constexpr double kMetricFlushSeconds = 0.5;
 constexpr double kProgressWriteSeconds = 0.2;  // each write is one small transaction
+constexpr size_t kStragglerTails = 4;  // stragglers whose last log lines the reason carries
 
-enum class StopReason { kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted, kRule };
+enum class StopReason {
+  kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted, kRule, kStragglers
+};
 
 std::string seconds_text(double s) { return number_text(std::round(s * 10) / 10) + " s"; }
 
@@ -83,7 +87,9 @@ class Supervisor::Impl {
         training_before_(job_.training_seconds),
         billable_(job_.billable_seconds),
         attempts_(job_.attempts),
-        interruptions_(job_.interruptions) {}
+        interruptions_(job_.interruptions),
+        stragglers_(std::chrono::milliseconds(
+            std::llround(spec_.stopping.straggler_grace_s * 1000))) {}
 
   int run() {
     std::cerr << options_.log_name << ": job " << spec_.name << ": "
@@ -96,11 +102,17 @@ class Supervisor::Impl {
     remove_failure_files();
     const LauncherHooks hooks = launcher_hooks();
     const GroupSettings group = group_settings();
-    if (spec_.cluster.launcher == "mpirun")
-      return finish(run_mpirun_group(mpirun_options(spec_, group), hooks, stop_grace(spec_)));
-    if (spec_.cluster.launcher == "slurm")
-      return finish(run_srun_group(slurm_options(spec_, group, paths_.root), hooks,
-                                   stop_grace(spec_)));
+    // Each rank's shim stops it when this process is gone, after the same grace.
+    if (spec_.cluster.launcher == "mpirun") {
+      MpirunOptions o = mpirun_options(spec_, group);
+      o.worker_grace = stop_grace(spec_);
+      return finish(run_mpirun_group(o, hooks, stop_grace(spec_)));
+    }
+    if (spec_.cluster.launcher == "slurm") {
+      SlurmOptions o = slurm_options(spec_, group, paths_.root);
+      o.worker_grace = stop_grace(spec_);
+      return finish(run_srun_group(o, hooks, stop_grace(spec_)));
+    }
     return finish(LocalLauncher(local_launcher_options(spec_, group, hooks)).run_group());
   }
 
@@ -114,9 +126,11 @@ class Supervisor::Impl {
       output_.line(rank, is_stderr, line, elapsed(job_start_));
     };
     hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
+      stragglers_.start(spec_.world_size());
       on_start(restart_count);
       if (options_.observer) options_.observer->on_start(restart_count, pids);
     };
+    hooks.on_exit = [this](int rank, int wait_status) { stragglers_.exited(rank, wait_status); };
     hooks.on_tick = [this] { return on_tick(); };
     hooks.restart = [this](const GroupEnd& end) { return restart(end); };
     return hooks;
@@ -190,6 +204,7 @@ class Supervisor::Impl {
                     status::kStopping);
       }
     }
+    if (stop_stragglers()) return true;
     if (db_.stop_requested(job_.id)) {
       return stop(StopReason::kStopRequested, secondary::kStopping,
                   "Stopping: requested by heft stop", status::kStopping);
@@ -216,6 +231,33 @@ class Supervisor::Impl {
                   "");
     }
     return false;
+  }
+
+  // Ranks still running stopping.straggler_grace_s after another exited 0 are stopped; the
+  // job fails naming them, with what they were doing (the hang diagnosis, their last lines),
+  // read now, while they still do it.
+  bool stop_stragglers() {
+    const std::vector<int> late = stragglers_.overdue();
+    if (late.empty()) return false;
+    const std::string who = rank_list_text(late);
+    straggler_reason_ = who + (late.size() == 1 ? " was" : " were") + " still running " +
+                        number_text(spec_.stopping.straggler_grace_s) + " s after " +
+                        rank_list_text(stragglers_.finished()) +
+                        " exited 0 (stopping.straggler_grace_s); stopped";
+    const std::string where = options_.observer ? options_.observer->diagnosis() : "";
+    if (!where.empty()) straggler_reason_ += "\n" + where;
+    for (size_t i = 0; i < late.size() && i < kStragglerTails; ++i) {
+      const std::string tail = output_.tail(late[i]);
+      straggler_reason_ += "\nlast lines of logs/rank-" + std::to_string(late[i]) + ".log:" +
+                           (tail.empty() ? std::string(" (none)") : "\n" + tail);
+    }
+    stop_reason_ = StopReason::kStragglers;
+    output_.clear_progress();
+    std::cerr << options_.log_name << ": " << who << " still running "
+              << number_text(spec_.stopping.straggler_grace_s) << " s after "
+              << rank_list_text(stragglers_.finished()) << " exited 0; stopping "
+              << (late.size() == 1 ? "it" : "them") << std::endl;
+    return true;
   }
 
   bool spot_wait_exceeded() const {
@@ -329,6 +371,12 @@ class Supervisor::Impl {
       result.secondary = secondary::kMaxRuntimeExceeded;
       result.message = "Stopped: max_runtime_s (" + number_text(spec_.stopping.max_runtime_s) +
                        " s) exceeded";
+    } else if (stop_reason_ == StopReason::kStragglers) {
+      result.status = status::kFailed;
+      result.secondary = secondary::kFailed;
+      result.failure_reason = straggler_reason_;
+      result.message = "Failed: " + straggler_reason_.substr(0, straggler_reason_.find('\n'));
+      result.exit_code = kExitFailed;
     } else if (stop_reason_ == StopReason::kMaxWait) {
       result.secondary = secondary::kMaxWaitTimeExceeded;
       result.message = "Stopped: spot max_wait_s (" + number_text(spec_.spot.max_wait_s) +
@@ -396,6 +444,8 @@ class Supervisor::Impl {
   int failures_ = 0;
   StopReason stop_reason_ = StopReason::kNone;
   std::string rule_message_;  // why a rule stopped the job, and the diagnosis then
+  StragglerWatch stragglers_;
+  std::string straggler_reason_;  // the failure reason once stragglers were stopped
 };
 
 Supervisor::Supervisor(JobDb& db, JobRecord job, JobSpec spec, JobPaths paths,

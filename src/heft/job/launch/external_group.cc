@@ -149,9 +149,23 @@ class EngineRun {
       stop(SIGTERM);
       abort_pending_ = false;
     }
+    report_exits();
     if (hooks_.on_tick && hooks_.on_tick() && !end_.stop_requested && !end_.interrupt_signal) {
       end_.stop_requested = true;
       stop(SIGTERM);
+    }
+  }
+
+  // Ranks whose worker shim recorded their end since the last tick, to hooks.on_exit.
+  void report_exits() {
+    if (!hooks_.on_exit) return;
+    if (exited_.empty()) exited_.assign(static_cast<size_t>(g_.world), false);
+    for (int r = 0; r < g_.world; ++r) {
+      if (exited_[static_cast<size_t>(r)]) continue;
+      const std::optional<std::string> v = start_.peek(g_.group + "/exit/" + std::to_string(r));
+      if (!v) continue;
+      exited_[static_cast<size_t>(r)] = true;
+      hooks_.on_exit(r, std::atoi(v->c_str()));
     }
   }
 
@@ -197,6 +211,7 @@ class EngineRun {
   Clock::time_point next_tick_ = Clock::now() + hooks_.tick;
   std::optional<Clock::time_point> kill_at_;
   bool abort_seen_ = false, abort_pending_ = false;
+  std::vector<bool> exited_;  // by rank: handed to hooks.on_exit
   Clock::time_point abort_deadline_ = Clock::now();
   GroupEnd end_;
 };
@@ -249,6 +264,7 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
   vars["HEFT_TOKEN"] = token;
   vars["HEFT_JOB"] = o.job_name;
   vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
+  vars["HEFT_STOP_GRACE_MS"] = std::to_string(o.worker_grace.count());
   vars["MASTER_PORT"] = std::to_string(free_port(bind));
   if (!o.python_path.empty())
     vars["PYTHONPATH"] = o.python_path + (pythonpath.empty() ? "" : ":" + pythonpath);

@@ -32,11 +32,15 @@ struct EngineOptions {
   std::string python_path;   // first on the workers' PYTHONPATH
   Environment extra_env;     // given to every worker
   std::string heft_binary;   // the heft every rank runs the worker shim of (same path everywhere)
+  // How long each worker shim gives its rank between SIGTERM and SIGKILL when it finds the
+  // supervisor gone (worker_shim.h; HEFT_STOP_GRACE_MS). The job's stopping.grace_s.
+  std::chrono::milliseconds worker_grace{std::chrono::seconds(5)};
   std::string log_name = "heft run";
 };
 
 // The variables every rank of a start gets besides extra_env: HEFT_STORE (bind:port),
-// HEFT_TOKEN, HEFT_JOB, HEFT_TIMEOUT, MASTER_PORT (free at `bind`) and, with a python_path,
+// HEFT_TOKEN, HEFT_JOB, HEFT_TIMEOUT, HEFT_STOP_GRACE_MS (worker_grace, for the worker
+// shim), MASTER_PORT (free at `bind`) and, with a python_path,
 // PYTHONPATH = python_path before `pythonpath` (what the workers would have otherwise).
 Environment engine_start_variables(const EngineOptions& o, const std::string& bind,
                                    int store_port, const std::string& token,
@@ -47,14 +51,20 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
 void append_worker_shim(std::vector<std::string>& argv, const EngineOptions& o,
                         const char* worker);
 
-// One start of the group: what to run (the engine and its arguments and environment), and,
-// after it ended, what the first rank to see a failure recorded in the store
-// (communicator.cc: "<group>/abort" = "<peer>\n<what>"). Owns the store for the start.
+// One start of the group: what to run (the engine and its arguments and environment), and
+// what the ranks record in its store: the first rank to see a failure (communicator.cc:
+// "<group>/abort" = "<peer>\n<what>") and each rank's end as its worker shim saw it
+// ("<group>/exit/<rank>" = the waitpid() status in decimal, worker_shim.h). Owns the store
+// for the start.
 class ExternalStart {
  public:
   virtual ~ExternalStart() = default;
   virtual SpawnOptions spawn() const = 0;
-  virtual std::optional<std::string> abort_record(const std::string& group) const = 0;
+  // The value of `key` in the start's store now; nothing when unset.
+  virtual std::optional<std::string> peek(const std::string& key) const = 0;
+  std::optional<std::string> abort_record(const std::string& group) const {
+    return peek(group + "/abort");
+  }
 };
 
 struct ExternalLine {
@@ -80,6 +90,7 @@ struct ExternalGroup {
 
 // Runs starts until one ends and hooks.restart declines (or a signal came). SIGINT, SIGTERM
 // and SIGHUP go to the engine (which stops the ranks on every host), SIGKILL after `grace`.
+// Each tick, ranks whose shim recorded their end are handed to hooks.on_exit.
 // A failed start whose ranks recorded a lost peer names its host in failure_detail. Once a
 // rank recorded a failure, an engine still running `grace` + 5 s later is stopped (mpirun
 // hangs in its own abort when a host is unreachable).

@@ -256,6 +256,7 @@ class GroupWatch {
       if (w.process->reaped() || !w.process->try_reap()) continue;
       read_output(w, true);
       const int status = w.process->wait_status();
+      if (hooks_.on_exit) hooks_.on_exit(w.rank, status);
       if (shell_exit_code(status) == 0 || stopping()) continue;
       first_failure_code_ = shell_exit_code(status);
       end_.failed_rank = w.rank;

@@ -65,6 +65,11 @@ struct LauncherHooks {
   // Once every worker of a start runs; pids by rank (none when an engine started them on
   // other hosts).
   std::function<void(int restart_count, const std::vector<int>& pids)> on_start;
+  // A rank of the running start ended, with its waitpid() status: a local worker once reaped;
+  // under an engine, once the rank's worker shim recorded it in the store (worker_shim.h),
+  // seen at the next tick. At most once per rank and start; ranks an engine ended without
+  // their shim recording it are not reported.
+  std::function<void(int rank, int wait_status)> on_exit;
   // About every `tick` while the group runs and while it is being stopped. Returning true
   // stops the group as a failure would: SIGTERM to every worker's process group (to the
   // engine, under one), SIGKILL after the launcher's grace. Ignored once the group is stopping.

@@ -208,8 +208,8 @@ class MpirunStart : public ExternalStart {
     fs::remove_all(dir_, ec);
   }
   SpawnOptions spawn() const override { return spawn_; }
-  std::optional<std::string> abort_record(const std::string& group) const override {
-    return store_.peek(group + "/abort");
+  std::optional<std::string> peek(const std::string& key) const override {
+    return store_.peek(key);
   }
 
  private:

@@ -159,8 +159,8 @@ class SlurmStart : public ExternalStart {
     }
   }
   SpawnOptions spawn() const override { return spawn_; }
-  std::optional<std::string> abort_record(const std::string& group) const override {
-    return store_->peek(group + "/abort");
+  std::optional<std::string> peek(const std::string& key) const override {
+    return store_->peek(key);
   }
 
  private:
