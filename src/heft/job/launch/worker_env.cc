@@ -126,8 +126,11 @@ std::string network_interface_name(const Environment& env) {
 
 void add_training_toolkit_environment(Environment& env) {
   if (env.count("SM_HPS") == 0) return;
-  const json hosts = get_json(env, "SM_HOSTS", json::array({"algo-1"}));
   const std::string current = get(env, "SM_CURRENT_HOST", "algo-1");
+  json hosts = get_json(env, "SM_HOSTS", json::array({current}));
+  bool names = hosts.is_array() && !hosts.empty();
+  for (const json& h : hosts) names = names && h.is_string();
+  if (!names) hosts = json::array({current});
   const std::string iface = network_interface_name(env);
   const json resources = resource_config(hosts.get<std::vector<std::string>>(), current, iface);
   const json framework = get_json(env, "SM_FRAMEWORK_PARAMS", json::object());
