@@ -167,7 +167,7 @@ TEST(Rules, EveryCatalogueRuleEvaluatesOnNothing) {
   Observations empty;
   for (const job::RuleInfo& info : job::rule_catalogue())
     EXPECT_TRUE(evaluate_rule(job::rule_with_defaults(info), empty).empty()) << info.name;
-  EXPECT_THROW(evaluate_rule(job::RuleSpec{"NoSuchRule", {}, false}, empty), InvalidArgument);
+  EXPECT_THROW(evaluate_rule(job::RuleSpec{"NoSuchRule", {}, false, {}}, empty), InvalidArgument);
 }
 
 }  // namespace

@@ -31,8 +31,10 @@ std::string trace_dir(const job::JobPaths& paths) { return paths.root + "/traces
 JobProfiler::JobProfiler(job::JobDb& db, int64_t job_id, const job::JobSpec& spec,
                          job::JobPaths paths, std::string log_name)
     : db_(db), job_id_(job_id), spec_(spec), paths_(std::move(paths)),
-      log_name_(std::move(log_name)) {
+      log_name_(std::move(log_name)), notifier_(log_name_) {
   obs_.world = spec_.world_size();
+  obs_.memory_mb = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                   static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
   obs_.cores = SystemSampler::cores();
   obs_.workers_here = spec_.world_size();  // the local launcher runs every worker here
   std::error_code ec;
@@ -58,6 +60,7 @@ void JobProfiler::on_start(int, const std::vector<int>& pids) {
   sampler_.set_workers(pids);
   obs_.started_at = unix_now();
   obs_.last_activity = obs_.started_at;
+  obs_.first_step_at = 0;
   running_ = true;
   if (spec_.profiler.enabled) sampler_.sample();  // the baseline
   last_collect_ = obs_.started_at;
@@ -76,6 +79,7 @@ void JobProfiler::on_end(bool) {
   running_ = false;
   collect(unix_now());
   evaluate(true);
+  notifier_.wait();  // the findings' notifications before the job's end is reported
 }
 
 std::string JobProfiler::diagnosis() {
@@ -137,6 +141,9 @@ void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {
       if (!parse_step_line(text.substr(start, nl - start), static_cast<int>(r), &s)) continue;
       obs_.steps.push_back(s);
       obs_.last_activity = std::max(obs_.last_activity, s.timestamp);
+      if (s.timestamp >= obs_.started_at &&
+          (obs_.first_step_at <= 0 || s.timestamp < obs_.first_step_at))
+        obs_.first_step_at = s.timestamp;
       const int rank = static_cast<int>(r);
       auto add = [&](const char* name, double v) {
         points->push_back({name, rank, s.timestamp, s.step, v});
@@ -193,6 +200,11 @@ std::string JobProfiler::evaluate(bool final) {
         stop = "rule " + f.rule + ": " + f.message;
       }
       db_.add_finding(job_id_, row);
+      if (rule.notify.any())
+        notifier_.send(rule.notify, {{"job_id", job_id_}, {"job", log_name_}, {"rule", row.rule},
+                                     {"rank", row.rank}, {"timestamp", row.timestamp},
+                                     {"message", row.message}, {"evidence", row.evidence},
+                                     {"action", stops ? "stop" : "none"}});
       std::cerr << log_name_ << ": rule " << f.rule << ": " << f.message << std::endl;
       if (row.evidence.contains("diagnosis"))
         std::cerr << log_name_ << ": collectives: "

@@ -3,7 +3,8 @@
 // lines they appended to <job>/profile/rank-N.steps (step_profiler.h), stores both as series
 // in the job database beside the metrics ("system:cpu_percent", "step:total_ms", ...;
 // docs/observability.md), evaluates the spec's rules (rules.h) and records each new finding
-// (rule, rank) once. A finding of a rule with action stop stops the job. Workers write their
+// (rule, rank) once. A finding of a rule with action stop stops the job; one with a notify
+// action is sent to its command or URL (notify.h) and never stops it. Workers write their
 // collective traces into <job>/traces (comm/trace.h), which diagnosis() reads.
 //
 // Deliberately left out: anything on other machines (their /proc is not ours).
@@ -19,6 +20,7 @@
 #include "heft/job/job_observer.h"
 #include "heft/job/paths.h"
 #include "heft/job/spec/spec.h"
+#include "heft/profile/notify.h"
 #include "heft/profile/observations.h"
 #include "heft/profile/system_sampler.h"
 
@@ -62,6 +64,7 @@ class JobProfiler : public job::JobObserver {
   int64_t metrics_seen_ = 0;  // the last metrics row read for activity
   double last_collect_ = 0;
   bool running_ = false;
+  Notifier notifier_;  // last: its destructor waits for notifications that read the above
 };
 
 }  // namespace heft::profile

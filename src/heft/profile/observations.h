@@ -35,6 +35,8 @@ struct Observations {
   double started_at = 0;      // the current start of the group, Unix seconds
   double now = 0;
   double last_activity = 0;   // newest step record or metric point (or the start)
+  double first_step_at = 0;   // the current start's first step record (0: none yet)
+  double memory_mb = 0;       // the host's memory (0: unknown)
   std::vector<StepRecord> steps;      // every rank's, in the order read
   std::vector<SystemSample> system;   // in time order
   std::map<std::string, std::vector<job::MetricPoint>> metrics;  // by name, lowest rank's

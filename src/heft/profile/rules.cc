@@ -12,49 +12,17 @@
 
 #include "heft/error.h"
 #include "heft/job/record/job_report.h"
+#include "heft/profile/rules_detail.h"
 
 namespace heft::profile {
 
 namespace {
 
-std::string fmt(double v, int digits = 1) { return job::decimal_text(v, digits); }
-
-std::map<int, std::vector<const StepRecord*>> steps_by_rank(const Observations& obs) {
-  std::map<int, std::vector<const StepRecord*>> out;
-  for (const StepRecord& s : obs.steps) out[s.rank].push_back(&s);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-// The utilisation of `rank` in the system sample nearest to `t`; -1 when none.
-double utilisation_at(const Observations& obs, int rank, double t) {
-  if (obs.system.empty()) return -1;
-  // Samples are in time order: the first at or after t, or the one before it.
-  auto it = std::lower_bound(obs.system.begin(), obs.system.end(), t,
-                             [](const SystemSample& s, double x) { return s.timestamp < x; });
-  if (it == obs.system.end() ||
-      (it != obs.system.begin() && t - std::prev(it)->timestamp < it->timestamp - t))
-    --it;
-  const SystemSample* best = &*it;
-  for (const RankSample& r : best->ranks)
-    if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent);
-  return -1;
-}
+using detail::fmt;
+using detail::median;
+using detail::percentile;
+using detail::steps_by_rank;
+using detail::utilisation_at;
 
 std::vector<RuleFinding> cpu_bottleneck(const job::RuleSpec& r, const Observations& obs) {
   std::vector<RuleFinding> out;
@@ -245,6 +213,11 @@ std::vector<RuleFinding> evaluate_rule(const job::RuleSpec& rule, const Observat
   else if (rule.rule == "StalledTrainingRule") out = stalled(rule, obs);
   else if (rule.rule == "LossNotDecreasing") out = loss_not_decreasing(rule, obs);
   else if (rule.rule == "Overfit") out = overfit(rule, obs);
+  else if (rule.rule == "IOBottleneck") out = detail::io_bottleneck(rule, obs);
+  else if (rule.rule == "BatchSize") out = detail::batch_size(rule, obs);
+  else if (rule.rule == "MaxInitializationTime") out = detail::max_initialization_time(rule, obs);
+  else if (rule.rule == "OverallSystemUsage") out = detail::overall_system_usage(rule, obs);
+  else if (rule.rule == "Dataloader") out = detail::dataloader(rule, obs);
   else throw InvalidArgument("no profiler rule named '" + rule.rule + "'");
   for (RuleFinding& f : out) f.recommendation = recommendation(rule.rule);
   return out;
@@ -269,6 +242,20 @@ std::string recommendation(const std::string& rule) {
     return "Lower the learning rate, check the data and labels, or stop the job early.";
   if (rule == "Overfit")
     return "Add regularisation (weight decay, dropout, augmentation), stop earlier, or get more data.";
+  if (rule == "IOBottleneck")
+    return "Read the data from a faster place (a local copy, RAM), prefetch it in loader "
+           "processes, or store it in larger files.";
+  if (rule == "BatchSize")
+    return "Raise the batch size (and the learning rate with it), or run fewer, larger workers.";
+  if (rule == "MaxInitializationTime")
+    return "Look at what runs before the first step (downloads, dataset preprocessing, model "
+           "construction, the rendezvous): cache it or move it out of the job.";
+  if (rule == "OverallSystemUsage")
+    return "Other processes compete for the host's cores: move them, or run fewer workers "
+           "(processes_per_host) there.";
+  if (rule == "Dataloader")
+    return "Set the data loader's num_workers near the cores each worker may use "
+           "(cores / processes_per_host).";
   return "";
 }
 

@@ -1,5 +1,6 @@
 // The profiler rules (the catalogue and defaults: job/spec/rule_spec.h; docs/observability.md):
-// pure functions of what was observed, so each is tested on synthetic series. A rule returns
+// pure functions of what was observed (resource_rules.cc holds the
+// resource rules and the statistics they share, rules_detail.h), so each is tested on synthetic series. A rule returns
 // its findings; the job profiler records each (rule, rank) once and stops the job when the
 // rule's action says so.
 //
@@ -10,6 +11,11 @@
 //   StalledTrainingRule  no step or metric for `threshold` seconds
 //   LossNotDecreasing    the metric did not drop by diff_percent over num_steps points
 //   Overfit              validation above training by more than ratio_threshold
+//   IOBottleneck         steps waiting on data while the worker's CPU is idle
+//   BatchSize            the workers' CPU and memory use both low
+//   MaxInitializationTime  the first step long after the start
+//   OverallSystemUsage   the host's cores saturated, much of it by other processes
+//   Dataloader           too few loader processes for steps that wait on data, or too many
 //
 // Deliberately left out: GPU rules, framework-specific rules (tensor statistics).
 #pragma once

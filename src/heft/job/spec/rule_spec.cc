@@ -44,6 +44,45 @@ const std::vector<RuleInfo>& rule_catalogue() {
         {"validation_metric", "test:loss", "the validation series"},
         {"ratio_threshold", 0.1, "(validation - training) / training above which a point counts"},
         {"patience", 1, "consecutive validation points over the ratio"}}},
+      {"IOBottleneck",
+       "steps wait on data while the workers' CPUs are mostly idle: the data comes from a "
+       "slow disk or network, not from computation",
+       {{"io_threshold", 50, "% of a step's time in data loading that counts as waiting"},
+        {"cpu_threshold", 50, "a worker's CPU use (% of the cores it may use) below which "
+                              "the wait is not computation"},
+        {"threshold", 50, "% of steps that must be waiting for the rule to fire"},
+        {"patience", 20, "steps per rank seen before the rule is evaluated"}}},
+      {"BatchSize",
+       "the workers use little of their cores and of their memory: a larger batch would fit "
+       "and use them",
+       {{"cpu_threshold_p95", 70, "the 95th percentile of a worker's CPU use (% of the cores "
+                                  "it may use) below which it counts as underused"},
+        {"memory_threshold_p95", 20, "the 95th percentile of a worker's RSS, in % of its share "
+                                     "of the host's memory, below which it counts as small"},
+        {"window", 30, "system samples the percentiles are taken over"},
+        {"patience", 10, "system samples seen before the rule is evaluated"}}},
+      {"MaxInitializationTime",
+       "the first step comes long after the start (data download, model build, rendezvous)",
+       {{"threshold_s", 1200, "seconds from the group's start to the first step record"}}},
+      {"OverallSystemUsage",
+       "the hosts' cores are saturated and a large part of the load is not the workers'",
+       {{"threshold_p95", 90, "the 95th percentile of the host's busy cores (% of all) at "
+                              "which it counts as saturated"},
+        {"other_threshold", 25, "% of the host's cores busy with other processes (the median) "
+                                "for the rule to fire"},
+        {"window", 30, "system samples the percentiles are taken over"},
+        {"patience", 10, "system samples seen before the rule is evaluated"}}},
+      {"Dataloader",
+       "too few data-loader processes for a step that waits on data, or more than the cores "
+       "can run",
+       {{"min_threshold", 70, "loader processes below this % of a worker's cores count as "
+                              "too few when steps wait on data"},
+        {"max_threshold", 200, "loader processes above this % of a worker's cores count as "
+                               "too many"},
+        {"data_threshold", 25, "the median % of a step's time in data loading that counts "
+                               "as waiting"},
+        {"patience", 10, "system samples and steps per rank seen before the rule is "
+                         "evaluated"}}},
   };
   return rules;
 }

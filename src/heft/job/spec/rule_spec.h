@@ -29,11 +29,22 @@ const std::vector<RuleInfo>& rule_catalogue();
 // The rule named `name`, or nullptr.
 const RuleInfo* find_rule(const std::string& name);
 
+// A rule's notify action: each new finding of the rule, as JSON, goes to a command's stdin
+// (`exec`) and/or in an HTTP POST (`url`, http:// only), each within timeout_s. A failed
+// notification is logged and never stops or fails the job.
+struct NotifyAction {
+  std::vector<std::string> exec;  // argv; empty: none
+  std::string url;                // empty: none
+  double timeout_s = 10;
+  bool any() const { return !exec.empty() || !url.empty(); }
+};
+
 struct RuleSpec {
   std::string rule;
   // Every parameter of the rule: the spec's values over the defaults.
   std::map<std::string, nlohmann::json> parameters;
   bool stop = false;  // action: stop (else none: record the finding only)
+  NotifyAction notify;
 
   double number(const std::string& parameter) const;
   std::string text(const std::string& parameter) const;

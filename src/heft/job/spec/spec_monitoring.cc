@@ -13,6 +13,12 @@ namespace heft::job {
 namespace {
 
 const std::vector<std::string> kRuleKeys = {"rule", "parameters", "action"};
+const std::vector<std::string> kActionKeys = {"stop", "notify"};
+const std::vector<std::string> kNotifyKeys = {"exec", "url", "timeout_s"};
+constexpr size_t kMaxNotifyArgs = 64;
+const char kActionForms[] =
+    "stop, none, or {stop: true|false, notify: {exec: [command, args...], url: http://..., "
+    "timeout_s}}";
 const std::vector<std::string> kProfilerKeys = {"enabled", "interval_s"};
 const std::vector<std::string> kMetricKeys = {"name", "regex"};
 constexpr int kMaxMetricDefinitions = 40;
@@ -96,6 +102,59 @@ void read_rule_parameters(SpecReader& r, const YAML::Node& params, const std::st
 
 }  // namespace
 
+// notify: {exec: [command, args...], url: http://host:port/path, timeout_s}.
+void read_notify(SpecReader& r, const YAML::Node& n, const std::string& path, NotifyAction& out) {
+  if (!r.expect_map(n, path)) return;
+  r.check_keys(n, path, kNotifyKeys);
+  if (present(n["exec"])) {
+    const YAML::Node e = n["exec"];
+    if (!e.IsSequence() || e.size() == 0 || e.size() > kMaxNotifyArgs) {
+      r.error(path + ".exec", e, "expected a list of 1 to 64 strings: the command and its "
+                                 "arguments (no shell), found " + found(e));
+    } else {
+      for (size_t i = 0; i < e.size(); ++i) {
+        std::string arg;
+        if (!r.get_string(e[i], path + ".exec[" + std::to_string(i) + "]", &arg)) return;
+        out.exec.push_back(arg);
+      }
+      if (out.exec[0].empty()) r.error(path + ".exec[0]", e[0], "expected a command, found ''");
+    }
+  }
+  if (present(n["url"]) && r.get_string(n["url"], path + ".url", &out.url)) {
+    static const RE2 kUrl(R"(http://[A-Za-z0-9.\-\[\]:]+(/[!-~]*)?)");
+    if (!RE2::FullMatch(out.url, kUrl))
+      r.error(path + ".url", n["url"],
+              "expected http://HOST[:PORT][/PATH] (plain http: POST to a local relay for "
+              "https), found " + found(n["url"]));
+  }
+  if (present(n["timeout_s"]) &&
+      r.get_seconds(n["timeout_s"], path + ".timeout_s", false, &out.timeout_s) &&
+      out.timeout_s > 300)
+    r.error(path + ".timeout_s", n["timeout_s"], "expected at most 300 seconds, found " +
+                                                     found(n["timeout_s"]));
+  if (!present(n["exec"]) && !present(n["url"]))
+    r.error(path, n, "expected exec or url (or both), found " + found(n));
+}
+
+// action: stop | none | {stop: bool, notify: {...}}.
+void read_action(SpecReader& r, const YAML::Node& n, const std::string& path, RuleSpec& rule) {
+  if (!present(n)) return;
+  if (n.IsScalar()) {
+    const std::string action = n.Scalar();
+    if (action != "none" && action != "stop")
+      r.error(path, n, std::string("expected ") + kActionForms + ", found " + found(n));
+    rule.stop = action == "stop";
+    return;
+  }
+  if (!n.IsMap()) {
+    r.error(path, n, std::string("expected ") + kActionForms + ", found " + found(n));
+    return;
+  }
+  r.check_keys(n, path, kActionKeys);
+  r.get_bool(n["stop"], path + ".stop", &rule.stop);
+  if (present(n["notify"])) read_notify(r, n["notify"], path + ".notify", rule.notify);
+}
+
 void read_metric_definitions(SpecReader& r, const YAML::Node& n, JobSpec& spec) {
   std::vector<MetricDefinition> defs;
   if (present(n)) {
@@ -161,13 +220,7 @@ void read_rules(SpecReader& r, const YAML::Node& n, JobSpec& spec) {
     }
     RuleSpec rule = rule_with_defaults(*info);
     read_rule_parameters(r, entry["parameters"], path, *info, rule);
-    std::string action = "none";
-    if (present(entry["action"]) && r.get_string(entry["action"], path + ".action", &action) &&
-        action != "none" && action != "stop") {
-      r.error(path + ".action", entry["action"], "expected stop or none, found " + found(entry["action"]));
-      continue;
-    }
-    rule.stop = action == "stop";
+    read_action(r, entry["action"], path + ".action", rule);
     spec.rules.push_back(std::move(rule));
   }
 }

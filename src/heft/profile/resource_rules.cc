@@ -1,0 +1,209 @@
+// The rules on the workers' resources beside CPUBottleneck and LowUtilization (rules.h lists
+// them; job/spec/rule_spec.cc has their parameters), and the statistics all rules share.
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
+#include "heft/job/record/job_report.h"
+#include "heft/profile/rules_detail.h"
+
+namespace heft::profile::detail {
+
+std::string fmt(double v, int digits) { return job::decimal_text(v, digits); }
+
+std::map<int, std::vector<const StepRecord*>> steps_by_rank(const Observations& obs) {
+  std::map<int, std::vector<const StepRecord*>> out;
+  for (const StepRecord& s : obs.steps) out[s.rank].push_back(&s);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+double utilisation_at(const Observations& obs, int rank, double t) {
+  if (obs.system.empty()) return -1;
+  // Samples are in time order: the first at or after t, or the one before it.
+  auto it = std::lower_bound(obs.system.begin(), obs.system.end(), t,
+                             [](const SystemSample& s, double x) { return s.timestamp < x; });
+  if (it == obs.system.end() ||
+      (it != obs.system.begin() && t - std::prev(it)->timestamp < it->timestamp - t))
+    --it;
+  const SystemSample* best = &*it;
+  for (const RankSample& r : best->ranks)
+    if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent);
+  return -1;
+}
+
+std::vector<const SystemSample*> last_samples(const Observations& obs, double window) {
+  const size_t n = static_cast<size_t>(std::max(1.0, window));
+  std::vector<const SystemSample*> out;
+  const size_t first = obs.system.size() > n ? obs.system.size() - n : 0;
+  for (size_t i = first; i < obs.system.size(); ++i) out.push_back(&obs.system[i]);
+  return out;
+}
+
+namespace {
+
+RuleFinding finding(const job::RuleSpec& r, int rank, std::string message, nlohmann::json evidence) {
+  RuleFinding f;
+  f.rule = r.rule;
+  f.rank = rank;
+  f.message = std::move(message);
+  f.evidence = std::move(evidence);
+  return f;
+}
+
+std::string rank_text(int rank) { return "rank " + std::to_string(rank); }
+
+// Per rank: its samples in the window (cpu utilisation, RSS MB, loader processes, read MB/s).
+struct RankSeries {
+  std::vector<double> utilisation, rss_mb, loaders, read_mb_s;
+};
+
+std::map<int, RankSeries> rank_series(const Observations& obs, double window) {
+  std::map<int, RankSeries> out;
+  for (const SystemSample* s : last_samples(obs, window))
+    for (const RankSample& x : s->ranks) {
+      RankSeries& r = out[x.rank];
+      r.utilisation.push_back(obs.worker_utilisation(x.cpu_percent));
+      r.rss_mb.push_back(x.rss_mb);
+      r.loaders.push_back(std::max(0, x.processes - 1));
+      r.read_mb_s.push_back(x.read_mb_s);
+    }
+  return out;
+}
+
+double data_share(const StepRecord& s) { return s.total_ms > 0 ? 100 * s.data_ms / s.total_ms : 0; }
+
+}  // namespace
+
+std::vector<RuleFinding> io_bottleneck(const job::RuleSpec& r, const Observations& obs) {
+  std::vector<RuleFinding> out;
+  const std::map<int, RankSeries> series = rank_series(obs, static_cast<double>(obs.system.size()));
+  for (const auto& [rank, steps] : steps_by_rank(obs)) {
+    if (static_cast<double>(steps.size()) < r.number("patience")) continue;
+    int waiting = 0;
+    for (const StepRecord* s : steps) {
+      const double u = utilisation_at(obs, rank, s->timestamp);
+      if (data_share(*s) >= r.number("io_threshold") && u >= 0 && u < r.number("cpu_threshold"))
+        ++waiting;
+    }
+    const double pct = 100.0 * waiting / static_cast<double>(steps.size());
+    if (pct < r.number("threshold")) continue;
+    auto it = series.find(rank);
+    const double read = it == series.end() ? 0 : median(it->second.read_mb_s);
+    out.push_back(finding(
+        r, rank,
+        rank_text(rank) + ": " + fmt(pct) + "% of " + std::to_string(steps.size()) +
+            " steps waited on data (>= " + fmt(r.number("io_threshold"), 0) +
+            "% of the step) while its CPU was below " + fmt(r.number("cpu_threshold"), 0) +
+            "% (reading " + fmt(read) + " MB/s at the median)",
+        {{"waiting_steps", waiting}, {"steps", steps.size()}, {"percent", pct},
+         {"read_mb_s_median", read}}));
+  }
+  return out;
+}
+
+std::vector<RuleFinding> batch_size(const job::RuleSpec& r, const Observations& obs) {
+  if (obs.memory_mb <= 0 || static_cast<double>(obs.system.size()) < r.number("patience")) return {};
+  const double share_mb = obs.memory_mb / std::max(1, obs.workers_here);
+  std::vector<RuleFinding> out;
+  for (const auto& [rank, s] : rank_series(obs, r.number("window"))) {
+    const double cpu = percentile(s.utilisation, 95);
+    const double mem = 100 * percentile(s.rss_mb, 95) / share_mb;
+    if (cpu >= r.number("cpu_threshold_p95") || mem >= r.number("memory_threshold_p95")) continue;
+    out.push_back(finding(
+        r, rank,
+        rank_text(rank) + " used " + fmt(cpu) + "% of its cores and " + fmt(mem) +
+            "% of its share of the host's memory (" + fmt(share_mb, 0) +
+            " MB) at the 95th percentile (thresholds " + fmt(r.number("cpu_threshold_p95"), 0) +
+            "% and " + fmt(r.number("memory_threshold_p95"), 0) + "%)",
+        {{"cpu_p95_percent", cpu}, {"memory_p95_percent", mem}, {"memory_share_mb", share_mb},
+         {"samples", s.utilisation.size()}}));
+  }
+  return out;
+}
+
+std::vector<RuleFinding> max_initialization_time(const job::RuleSpec& r, const Observations& obs) {
+  if (obs.started_at <= 0) return {};
+  double first = obs.first_step_at;
+  if (first <= 0)
+    for (const StepRecord& s : obs.steps)
+      if (s.timestamp >= obs.started_at && (first <= 0 || s.timestamp < first)) first = s.timestamp;
+  const double waited = (first > 0 ? first : obs.now) - obs.started_at;
+  if (waited <= r.number("threshold_s")) return {};
+  const std::string what = first > 0 ? "the first step ended " + fmt(waited) + " s after the start"
+                                     : "no step yet, " + fmt(waited) + " s after the start";
+  return {finding(r, -1, what + " (threshold " + fmt(r.number("threshold_s"), 0) + " s)",
+                  {{"initialization_s", waited}, {"first_step", first > 0}})};
+}
+
+std::vector<RuleFinding> overall_system_usage(const job::RuleSpec& r, const Observations& obs) {
+  std::vector<double> host, other;
+  for (const SystemSample* s : last_samples(obs, r.number("window"))) {
+    if (s->core_busy_percent.empty()) continue;
+    double busy = 0, workers = 0;
+    for (double c : s->core_busy_percent) busy += c;
+    busy /= static_cast<double>(s->core_busy_percent.size());
+    for (const RankSample& x : s->ranks) workers += x.cpu_percent;
+    workers /= static_cast<double>(s->core_busy_percent.size());
+    host.push_back(busy);
+    other.push_back(std::max(0.0, busy - workers));
+  }
+  if (static_cast<double>(host.size()) < r.number("patience")) return {};
+  const double p95 = percentile(host, 95), others = median(other);
+  if (p95 < r.number("threshold_p95") || others < r.number("other_threshold")) return {};
+  return {finding(r, -1,
+                  "the host's cores were " + fmt(p95) + "% busy at the 95th percentile, " +
+                      fmt(others) + "% of them with processes other than the workers (median; "
+                      "thresholds " + fmt(r.number("threshold_p95"), 0) + "% and " +
+                      fmt(r.number("other_threshold"), 0) + "%)",
+                  {{"host_p95_percent", p95}, {"other_median_percent", others},
+                   {"samples", host.size()}})};
+}
+
+std::vector<RuleFinding> dataloader(const job::RuleSpec& r, const Observations& obs) {
+  if (static_cast<double>(obs.system.size()) < r.number("patience")) return {};
+  const double cores = static_cast<double>(obs.cores) / std::max(1, obs.workers_here);
+  const auto steps = steps_by_rank(obs);
+  std::vector<RuleFinding> out;
+  for (const auto& [rank, s] : rank_series(obs, static_cast<double>(obs.system.size()))) {
+    const double loaders = median(s.loaders);
+    const double pct = 100 * loaders / cores;
+    std::string why;
+    double waiting = 0;
+    if (pct > r.number("max_threshold")) {
+      why = "more than " + fmt(r.number("max_threshold"), 0) + "% of";
+    } else {
+      auto it = steps.find(rank);
+      if (it == steps.end() || static_cast<double>(it->second.size()) < r.number("patience")) continue;
+      std::vector<double> shares;
+      for (const StepRecord* x : it->second) shares.push_back(data_share(*x));
+      waiting = median(shares);
+      if (waiting < r.number("data_threshold") || pct >= r.number("min_threshold")) continue;
+      why = "fewer than " + fmt(r.number("min_threshold"), 0) + "% of";
+    }
+    out.push_back(finding(
+        r, rank,
+        rank_text(rank) + " ran " + fmt(loaders, 0) + " data-loader processes, " + why + " the " +
+            fmt(cores) + " cores it may use" +
+            (waiting > 0 ? ", while its steps spent " + fmt(waiting) + "% of their time on data" : ""),
+        {{"loader_processes", loaders}, {"cores_per_worker", cores}, {"data_percent", waiting}}));
+  }
+  return out;
+}
+
+}  // namespace heft::profile::detail
