@@ -1,6 +1,8 @@
 // ctest-labels: unit
-// f16 and bf16 conversions (dtype.h): round to nearest even, overflow to infinity,
-// subnormals, NaN stays NaN, and exact round trips of every 16-bit pattern that is a number.
+// dtype.h: f16 and bf16 conversions (round to nearest even, overflow to infinity,
+// subnormals, NaN stays NaN, exact round trips of every 16-bit pattern that is a number);
+// every type's and op's name, size and parse; integer elements wrap to their width; which
+// op applies to which type, and the refusal's message.
 #include "heft/comm/dtype.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
+#include <string>
+
+#include "heft/error.h"
 
 namespace heft::comm {
 namespace {
@@ -51,6 +57,105 @@ TEST(Dtype, EveryNumberPatternRoundTrips) {
   }
   EXPECT_EQ(bad_half, 0);
   EXPECT_EQ(bad_bf16, 0);
+}
+
+TEST(Dtype, EveryTypeAndOpHasADistinctNameThatParsesBack) {
+  std::set<std::string> names;
+  for (DataType t : kEveryDataType) {
+    EXPECT_EQ(parse_data_type(name(t)), t);
+    names.insert(name(t));
+  }
+  for (ReduceOp op : kEveryReduceOp) {
+    EXPECT_EQ(parse_reduce_op(name(op)), op);
+    names.insert(name(op));
+  }
+  EXPECT_EQ(names.size(), std::size(kEveryDataType) + std::size(kEveryReduceOp));
+  EXPECT_EQ(std::size(kEveryDataType), 9u);
+  EXPECT_EQ(std::size(kEveryReduceOp), 8u);
+  EXPECT_STREQ(name(DataType::i8), "i8");
+  EXPECT_STREQ(name(DataType::u8), "u8");
+  EXPECT_STREQ(name(DataType::i16), "i16");
+  EXPECT_STREQ(name(ReduceOp::product), "product");
+  EXPECT_STREQ(name(ReduceOp::bxor), "bxor");
+  EXPECT_EQ(element_size(DataType::i8), 1u);
+  EXPECT_EQ(element_size(DataType::u8), 1u);
+  EXPECT_EQ(element_size(DataType::i16), 2u);
+  EXPECT_EQ(element_size(DataType::i64), 8u);
+}
+
+TEST(Dtype, ParseErrorsListEveryAcceptedName) {
+  try {
+    parse_data_type("int8");
+    ADD_FAILURE() << "int8 parsed";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    for (DataType t : kEveryDataType) EXPECT_NE(what.find(name(t)), std::string::npos) << what;
+    EXPECT_NE(what.find("'int8'"), std::string::npos) << what;
+  }
+  try {
+    parse_reduce_op("prod");
+    ADD_FAILURE() << "prod parsed";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    for (ReduceOp op : kEveryReduceOp) EXPECT_NE(what.find(name(op)), std::string::npos) << what;
+  }
+}
+
+TEST(Dtype, IntegerElementsTruncateAndWrapToTheirWidth) {
+  uint8_t buf[8];
+  write_element(buf, DataType::u8, -1);
+  EXPECT_EQ(buf[0], 255);
+  EXPECT_EQ(read_element(buf, DataType::u8), 255);
+  write_element(buf, DataType::i8, 200);
+  EXPECT_EQ(read_element(buf, DataType::i8), -56);
+  write_element(buf, DataType::i8, -2.9);  // toward zero
+  EXPECT_EQ(read_element(buf, DataType::i8), -2);
+  write_element(buf, DataType::i16, 40000);
+  EXPECT_EQ(read_element(buf, DataType::i16), -25536);
+  write_element(buf, DataType::i32, 4294967297.0);  // 2^32 + 1
+  EXPECT_EQ(read_element(buf, DataType::i32), 1);
+  write_element(buf, DataType::i64, -3);
+  EXPECT_EQ(read_element(buf, DataType::i64), -3);
+  for (DataType t : kEveryDataType) {  // small integers are exact in every type
+    write_element(buf, t, 100);
+    EXPECT_EQ(read_element(buf, t), 100) << name(t);
+  }
+}
+
+TEST(Dtype, BitwiseOpsApplyToIntegerTypesOnly) {
+  for (DataType t : kEveryDataType) {
+    const bool integer = t == DataType::i8 || t == DataType::u8 || t == DataType::i16 ||
+                         t == DataType::i32 || t == DataType::i64;
+    EXPECT_EQ(is_integral_type(t), integer) << name(t);
+    for (ReduceOp op : kEveryReduceOp) {
+      const bool bitwise = op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor;
+      EXPECT_EQ(is_bitwise(op), bitwise) << name(op);
+      EXPECT_EQ(op_applies(op, t), integer || !bitwise) << name(op) << " " << name(t);
+      if (op_applies(op, t)) {
+        EXPECT_NO_THROW(require_op_applies(op, t, "allreduce"));
+      }
+    }
+  }
+  // The first release's sweeps: every op there applies to every type there.
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kAllReduceOps) EXPECT_TRUE(op_applies(op, t));
+}
+
+TEST(Dtype, RefusalNamesTheCollectiveTheOpAndTheType) {
+  try {
+    require_op_applies(ReduceOp::bxor, DataType::bf16, "reduce_scatter");
+    ADD_FAILURE() << "bxor on bf16 accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("reduce_scatter: ", 0), 0u) << what;
+    EXPECT_NE(what.find("bxor"), std::string::npos) << what;
+    EXPECT_NE(what.find("bf16"), std::string::npos) << what;
+  }
+  EXPECT_THROW(require_op_applies(static_cast<ReduceOp>(99), DataType::f32, "x"),
+               InvalidArgument);
+  EXPECT_THROW(require_op_applies(ReduceOp::sum, static_cast<DataType>(99), "x"),
+               InvalidArgument);
+  EXPECT_FALSE(op_applies(ReduceOp::sum, static_cast<DataType>(99)));
 }
 
 }  // namespace
