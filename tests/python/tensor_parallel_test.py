@@ -11,7 +11,8 @@ colwise and gathered (plain F.cross_entropy) at T = 2; an MLP-mixer at T = 2 and
 counters per step equal Megatron's count: 2 forward and 2 backward all-reduces per block,
 plus 1 forward for the vocab embedding, 2 for the vocab cross-entropy, 1 backward for the
 head's input (an all-gather instead of the cross-entropy's 2 for a gathered head), so the
-heft layers ran. Each rank holds only its slice (shapes, heads / T, the tie kept). Bad plans
+heft layers ran. Each rank holds only its slice (shapes, heads / T, the tie kept); separate q, k, v colwise layers before a rowwise o divide
+`num_heads` and give the full attention's output and input gradient (1e-6). Bad plans
 raise ValueError naming the pattern, and leave the model as it was. This file is also the
 worker (HEFT_TP_WORKER=1): rank 0 prints one `result ` JSON line."""
 import json
@@ -91,7 +92,22 @@ def slices(mesh, t):
     g = tensor_parallel(M.make("gpt", qkv_bias=True), plans()["gpt"], mesh)
     plain, full = M.make("gpt", qkv_bias=True).state_dict(), full_state_dict(g)
     a = g.blocks[0].attn
-    return {"round_trip": sorted(plain) == sorted(full) and
+    # Separate q, k, v colwise before o rowwise: the heads divided, the same output and
+    # input gradient as the full module.
+    full_att = M.make("split_attention")
+    att = tensor_parallel(M.make("split_attention"), M.SPLIT_ATTENTION_PLAN, mesh)
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    y_full = full_att(x)
+    (y_full * y_full).sum().backward()
+    dx_full, x.grad = x.grad, None
+    y = att(x)
+    (y * y).sum().backward()
+    rank0 = full_state_dict(g, rank0_only=True)
+    return {"split_heads": att.num_heads,
+            "split_rel": float(torch.max((y - y_full).abs().max() / y_full.abs().max(),
+                                         (x.grad - dx_full).abs().max() / dx_full.abs().max())),
+            "rank0_only": (rank0 is None) == (mesh.coordinate("tensor") != 0),
+            "round_trip": sorted(plain) == sorted(full) and
             all(torch.equal(plain[k], full[k]) for k in plain),
             "qkv_bias": a.qkv.bias.tolist() == torch.cat(
                 [b.chunk(t)[mesh.coordinate("tensor")] for b in plain["blocks.0.attn.qkv.bias"]
@@ -223,6 +239,9 @@ class TensorParallel(unittest.TestCase):
                 self.assertTrue(s["tied"])
                 self.assertTrue(s["round_trip"])
                 self.assertTrue(s["qkv_bias"])
+                self.assertTrue(s["rank0_only"])
+                self.assertEqual(s["split_heads"], 4 // t)
+                self.assertLessEqual(s["split_rel"], 1e-6)
                 self.assertLess(s["parameters"], full)
 
     def test_bad_plans_name_the_pattern(self):

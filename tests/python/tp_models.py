@@ -4,6 +4,7 @@
   a final norm), whose attention reads its widths from the projection's output and its head
   count (chunk(3), view(b, t, heads, -1), reshape(b, t, -1)) as tensor-parallel attention
   code must: after tensor_parallel a rank holds heads/T heads of width d/heads;
+- SplitAttention: attention with separate q, k, v and o layers and `num_heads`;
 - Mixer: an MLP-mixer (patches embedded, token-mixing MLPs across the patches, channel-mixing
   MLPs across the features, a class head): another shape, where one colwise/rowwise pair
   acts on the transposed activations.
@@ -104,9 +105,28 @@ MIXER_PLAN = {"layers.*.token.0": "colwise", "layers.*.token.2": "rowwise",
               "head": "colwise"}
 
 
+class SplitAttention(nn.Module):
+    """Attention with separate q, k, v and o projections and a `num_heads` attribute."""
+
+    def __init__(self, d=16, num_heads=4):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (f(x).view(b, t, self.num_heads, -1).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])).softmax(-1)
+        return self.o((att @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+SPLIT_ATTENTION_PLAN = {"[qkv]": "colwise", "o": "rowwise"}
+
+
 def make(name, seed=1, **kwargs):
     torch.manual_seed(seed)
-    return {"gpt": GPT, "mixer": Mixer}[name](**kwargs)
+    return {"gpt": GPT, "mixer": Mixer, "split_attention": SplitAttention}[name](**kwargs)
 
 
 def batch(name, step, rows=4, seed=11):

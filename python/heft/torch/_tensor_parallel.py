@@ -181,6 +181,48 @@ def _head_owner(modules, name):
         parts.pop()
 
 
+def _colwise_run(linears, style, i, pattern):
+    """The colwise layers just before rowwise linears[i], in order; ValueError without."""
+    run = []
+    for before in reversed(linears[:i]):
+        if style[before] != "colwise":
+            break
+        run.insert(0, before)
+    if not run:
+        prior = f"follows {linears[i - 1]!r}, which is not colwise" if i else \
+            "is the model's first nn.Linear"
+        raise ValueError(f"tensor_parallel: plan pattern {pattern!r}: rowwise {linears[i]!r} has "
+                         f"no colwise input ({prior}); a rowwise layer takes the split output "
+                         "of the colwise layer(s) just before it")
+    return run
+
+
+def _pair(modules, found, run, name, size):
+    """Checks colwise `run` feeding rowwise `name`: (fused q/k/v?, {head owner: (pattern,
+    count / T)}), the owner the nearest module with a head count above an attention."""
+    pattern, row = found[name][0], modules[name]
+    outs = [modules[c].out_features for c in run]
+    fused = len(run) == 1 and outs[0] == 3 * row.in_features
+    if not fused and any(o != row.in_features for o in outs):
+        raise ValueError(f"tensor_parallel: plan pattern {pattern!r}: rowwise {name!r} takes "
+                         f"{row.in_features} input features but the colwise {run[-1]!r} before "
+                         f"it gives {outs[-1]}")
+    _T.split_size(row.in_features, size,
+                  f"tensor_parallel: plan pattern {pattern!r}: {name!r} input features")
+    first = found[run[0]][0]
+    owner = _head_owner(modules, run[0]) if fused or len(run) == 3 else None
+    if fused and owner is None:
+        raise ValueError(f"tensor_parallel: plan pattern {first!r}: {run[0]!r} gives 3 x "
+                         f"{row.in_features} features, a fused q/k/v projection, but no "
+                         f"enclosing module has an attribute {', '.join(HEAD_ATTRS)}")
+    if owner is None:
+        return fused, {}
+    label = f"{owner[0]}.{owner[1]}" if owner[0] else owner[1]
+    count = _T.split_size(getattr(modules[owner[0]], owner[1]), size,
+                          f"tensor_parallel: plan pattern {first!r}: {label}")
+    return fused, {owner: (first, count)}
+
+
 def _plan(module, plan, size):
     """The layers to build, [(name, pattern, style, parts, gather)], and the head counts to
     divide, {(owner, attribute): (pattern, new count)}; ValueError naming the pattern that
@@ -190,44 +232,14 @@ def _plan(module, plan, size):
     _check_types(modules, found)
     linears = [n for n, m in modules.items() if n and isinstance(m, nn.Linear)]
     style = {n: found.get(n, (None, None))[1] for n in linears}
-    parts = {n: 1 for n in found}
-    paired, heads = set(), {}
+    parts, paired, heads = {n: 1 for n in found}, set(), {}
     for i, name in enumerate(linears):
-        if style[name] != "rowwise":
-            continue
-        pattern, row = found[name][0], modules[name]
-        run = []  # the colwise layers just before this rowwise one, in order
-        for before in reversed(linears[:i]):
-            if style[before] != "colwise":
-                break
-            run.insert(0, before)
-        if not run:
-            prior = f"follows {linears[i - 1]!r}, which is not colwise" if i else \
-                "is the model's first nn.Linear"
-            raise ValueError(f"tensor_parallel: plan pattern {pattern!r}: rowwise {name!r} has "
-                             f"no colwise input ({prior}); a rowwise layer takes the split "
-                             "output of the colwise layer(s) just before it")
-        outs = [modules[c].out_features for c in run]
-        fused = len(run) == 1 and outs[0] == 3 * row.in_features
-        if not fused and any(o != row.in_features for o in outs):
-            raise ValueError(f"tensor_parallel: plan pattern {pattern!r}: rowwise {name!r} "
-                             f"takes {row.in_features} input features but the colwise "
-                             f"{run[-1]!r} before it gives {outs[-1]}")
-        _T.split_size(row.in_features, size, f"tensor_parallel: plan pattern {pattern!r}: "
-                      f"{name!r} input features")
-        owner = _head_owner(modules, run[0]) if fused or len(run) == 3 else None
-        if fused and owner is None:
-            raise ValueError(f"tensor_parallel: plan pattern {found[run[0]][0]!r}: {run[0]!r} "
-                             f"gives 3 x {row.in_features} features, a fused q/k/v projection, "
-                             f"but no enclosing module has an attribute {', '.join(HEAD_ATTRS)}")
-        if owner is not None:
-            count = getattr(modules[owner[0]], owner[1])
-            label = f"{owner[0]}.{owner[1]}" if owner[0] else owner[1]
-            heads[owner] = (found[run[0]][0], _T.split_size(
-                count, size, f"tensor_parallel: plan pattern {found[run[0]][0]!r}: {label}"))
-        for c in run:
-            parts[c] = 3 if fused else 1
-            paired.add(c)
+        if style[name] == "rowwise":
+            run = _colwise_run(linears, style, i, found[name][0])
+            fused, owner = _pair(modules, found, run, name, size)
+            heads.update(owner)
+            paired.update(run)
+            parts.update({c: 3 if fused else 1 for c in run})
     layers = []
     for name, (pattern, st) in found.items():
         m = modules[name]
