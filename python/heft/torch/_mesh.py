@@ -109,6 +109,10 @@ class DeviceMesh:
         layout = _c10d.mesh.layout(world, rank, *shape)
         _agree(shape, world)
         self.world, self.rank, self.order = world, rank, layout["order"]
+        # Whether the user asked for sharding (sharded=...): DeviceMesh(data=2) and
+        # DeviceMesh(data=2, sharded=2) have the same groups, but the strategies wrap a
+        # stage with DDP for the first and ShardedDataParallel for the second.
+        self.sharded_given = sharded is not None
         self._describe = layout["describe"]
         self._sizes = {n: layout["sizes"][_CXX[n]] for n in NAMES}
         self._coords = {n: layout["coordinates"][_CXX[n]] for n in NAMES}

@@ -1,9 +1,13 @@
-"""``heft.torch.parallel``: data parallelism for a PyTorch model over the heft backend.
+"""``heft.torch.parallel``: data, sharded, tensor and pipeline parallelism for a PyTorch model
+over the heft backend.
 
 ``DistributedDataParallel``: torch's DDP over the heft group (the cloud library's
 ``smdistributed.dataparallel.torch.parallel.DistributedDataParallel``).
 ``ShardedDataParallel``: parameters, gradients and optimizer state sharded over the ranks
 (ZeRO-3 / FSDP), with ``deferred_init`` and checkpoints (docs/sharded.md).
+``tensor_parallel``: tensor parallelism by plan on heft's C++ tensor layers (docs/parallel.md).
+``Pipeline``: pipeline parallelism on heft's C++ schedules and partitioner (docs/pipeline.md).
+``DeviceMesh``: the world laid out on data, pipeline, tensor and sharded dimensions.
 ``training_state_bytes`` and ``require_memory``: a memory pre-flight that refuses a model
 the ranks on this machine cannot hold before anything is allocated."""
 import torch.distributed as _dist
