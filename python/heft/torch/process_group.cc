@@ -74,33 +74,27 @@ std::exception_ptr backend_error(const std::exception& e) {
 struct Completions {
   std::atomic<int64_t> by_waiter{0};
   std::atomic<int64_t> by_thread{0};
+  std::atomic<int64_t> on_caller{0};  // of by_waiter: run inline on the caller's thread
 };
 
-// One issued operation: the communicator's works, what turns their results into the
-// caller's tensors (`finish`, which owns every staged buffer the works use) and the future
-// torch sees. Completed exactly once, by whichever claims it first: a caller blocked in
-// wait(), or the group's completion thread, to which the communicator hands the operation
-// when it finishes with no waiter (on a busy machine every hand-off costs a wake-up, so a
-// waiter's operation takes none).
+// One operation: its call on the communicator (`issue`; `work` once issued asynchronously),
+// what turns its result into the caller's tensors (`finish`, which owns every staged buffer
+// the call uses) and the future torch sees. Completed exactly once, by whichever claims it
+// first: a caller in wait() (running it itself when it was still deferred), or the group's
+// completion thread, to which the communicator hands the operation when it finishes with
+// no waiter (on a busy machine every hand-off costs a wake-up, so a waiter's operation
+// takes none).
 struct Operation {
-  std::vector<std::shared_ptr<comm::Work>> works;
+  std::function<std::shared_ptr<comm::Work>(comm::Communicator&, bool)> issue;
+  std::shared_ptr<comm::Work> work;  // set once issued asynchronously, under Deferred::mu
   std::function<void()> finish;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::vector<at::Tensor> outputs;
   std::atomic<bool> waiter{false};   // a caller is in wait()
   std::atomic<bool> claimed{false};  // someone completes it
 
-  // Blocks until the works finished; completes the future unless the other completer has
-  // claimed it (then the future completes there, soon after). Returns whether this call
-  // completed it. Never throws.
-  bool complete() {
-    std::exception_ptr error;
-    try {
-      for (auto& w : works) w->wait();
-    } catch (const std::exception& e) {
-      error = backend_error(e);
-    }
-    if (claimed.exchange(true)) return false;
+  // Completes the future with `error`, or with the outputs after finish() (which may fail).
+  void settle(std::exception_ptr error) {
     if (!error) {
       try {
         finish();
@@ -112,44 +106,173 @@ struct Operation {
       future->setError(error);
     else
       future->markCompleted(c10::IValue(outputs));
-    return true;
+  }
+  // Blocks until the asynchronous call finished; completes the future unless the other
+  // completer has claimed it (then the future completes there, soon after), counting it in
+  // `by` first (so a count read after the future completed includes it). Never throws.
+  void complete(std::atomic<int64_t>& by) {
+    std::exception_ptr error;
+    try {
+      if (work) work->wait();
+    } catch (const std::exception& e) {
+      error = backend_error(e);
+    }
+    if (claimed.exchange(true)) return;
+    ++by;
+    settle(error);
+  }
+  // Runs the (never issued) call with the communicator's blocking form on this thread and
+  // completes the future. Never throws.
+  void run_here(comm::Communicator& c) {
+    std::exception_ptr error;
+    try {
+      issue(c, true);
+    } catch (const std::exception& e) {
+      error = backend_error(e);
+    }
+    claimed = true;
+    settle(error);
+  }
+  // The asynchronous issue failed: nothing runs; the future carries the error.
+  void fail(std::exception_ptr error) {
+    if (!claimed.exchange(true)) future->setError(error);
+  }
+};
+
+// The group's operation not issued yet (at most one: a later one issues it first), shared
+// with the group's Works. A waiter takes its own to run it on its thread; everything else
+// issues it asynchronously (`issue_async`, the group's). Closed by shut_down(): then it
+// holds nothing and never will.
+struct Deferred {
+  std::mutex mu;
+  std::condition_variable idle;       // `running` went back to 0
+  std::shared_ptr<Operation> op;      // guarded by mu
+  uint64_t seq = 0;                   // operations deferred so far; guarded by mu
+  int running = 0;                    // waiters running theirs right now; guarded by mu
+  comm::Communicator* comm = nullptr;  // null once closed; guarded by mu
+  std::function<void(const std::shared_ptr<Operation>&)> issue_async;  // guarded by mu
+
+  // Issues the deferred operation, if any, asynchronously; returns it, for the caller to
+  // drop after unlocking (dropping a tensor may take the GIL).
+  std::shared_ptr<Operation> flush_locked() {
+    std::shared_ptr<Operation> o = std::move(op);
+    op.reset();
+    if (o) issue_async(o);
+    return o;
+  }
+  void flush() {
+    std::shared_ptr<Operation> o;
+    std::lock_guard<std::mutex> lock(mu);
+    o = flush_locked();
+  }
+  // `o` if it is still the deferred operation: taken, with the communicator to run it on
+  // (release() after); else null.
+  comm::Communicator* take(const std::shared_ptr<Operation>& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (op != o || !comm) return nullptr;
+    op.reset();
+    ++running;
+    return comm;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      --running;
+    }
+    idle.notify_all();
   }
 };
 
 namespace {
 
+// Lets go of the GIL while it lives, when this thread holds it.
+struct WithoutGil {
+  std::unique_ptr<pybind11::gil_scoped_release> release;
+  WithoutGil() {
+    if (Py_IsInitialized() && PyGILState_Check())
+      release = std::make_unique<pybind11::gil_scoped_release>();
+  }
+};
+
 class HeftWork : public c10d::Work {
  public:
-  HeftWork(std::shared_ptr<Operation> op, c10d::OpType type,
+  HeftWork(std::shared_ptr<Operation> op, c10d::OpType type, std::shared_ptr<Deferred> deferred,
            std::shared_ptr<Completions> completions)
-      : c10d::Work(-1, type), op_(std::move(op)), completions_(std::move(completions)) {}
-  bool isCompleted() override { return op_->future->completed(); }
-  bool isSuccess() const override { return op_->future->completed() && !op_->future->hasError(); }
+      : c10d::Work(-1, type),
+        op_(std::move(op)),
+        deferred_(std::move(deferred)),
+        completions_(std::move(completions)) {}
+  bool isCompleted() override {
+    deferred_->flush();
+    return op_->future->completed();
+  }
+  bool isSuccess() const override {
+    deferred_->flush();
+    return op_->future->completed() && !op_->future->hasError();
+  }
   std::exception_ptr exception() const override {
+    deferred_->flush();
     return op_->future->completed() && op_->future->hasError() ? op_->future->exception_ptr()
                                                                : nullptr;
   }
   bool wait(std::chrono::milliseconds /*timeout: every operation has the group's deadline*/) override {
+    WithoutGil no_gil;
     op_->waiter = true;
-    if (op_->complete()) ++completions_->by_waiter;
+    if (comm::Communicator* c = deferred_->take(op_)) {
+      const uint64_t inline_before = c->inline_operations();
+      op_->run_here(*c);
+      if (c->inline_operations() > inline_before) ++completions_->on_caller;
+      deferred_->release();
+      ++completions_->by_waiter;
+    } else {
+      op_->complete(completions_->by_waiter);
+    }
     op_->future->wait();
     if (op_->future->hasError()) std::rethrow_exception(op_->future->exception_ptr());
     return true;
   }
   void synchronize() override {}
   std::vector<at::Tensor> result() override { return op_->outputs; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return op_->future; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    deferred_->flush();
+    return op_->future;
+  }
 
  private:
   std::shared_ptr<Operation> op_;
+  std::shared_ptr<Deferred> deferred_;
   std::shared_ptr<Completions> completions_;
 };
+
+using C = comm::Communicator;
+using IssueFn = std::function<std::shared_ptr<comm::Work>(C&, bool)>;
+
+// The Issue of one communicator call with `args` (copied): the blocking form Block, or the
+// `_async` form Async.
+template <auto Block, auto Async, class... A>
+IssueFn call(A... args) {
+  return [args...](C& c, bool blocking) -> std::shared_ptr<comm::Work> {
+    if (!blocking) return (c.*Async)(args...);
+    (c.*Block)(args...);
+    return nullptr;
+  };
+}
+constexpr void (C::*kAllreduce)(const void*, void*, size_t, comm::DataType, comm::ReduceOp,
+                                comm::Compression) = &C::allreduce;
+constexpr comm::Compression kNoCompression = comm::Compression::kDefault;
+
+// How long the completion thread lets a deferred operation wait for its caller (between one
+// and two ticks), and how many ticks without one before it stops looking.
+constexpr std::chrono::microseconds kTick{1000};
+constexpr int kIdleTicks = 100;
 
 }  // namespace
 
 ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), completions_(std::make_shared<Completions>()) {
+    : c10d::ProcessGroup(rank, size),
+      completions_(std::make_shared<Completions>()),
+      deferred_(std::make_shared<Deferred>()) {
   store_ = std::make_shared<FromC10dStore>(store);
   store_->set_timeout(timeout);
   // A name and a token for this group's links, the same on its ranks: the job's token
@@ -169,6 +292,8 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   options.token = token;
   options.timeout = timeout;
   comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
+  deferred_->comm = comm_.get();
+  deferred_->issue_async = [this](const std::shared_ptr<Operation>& op) { issue_async(op); };
   thread_ = std::thread([this] { complete_loop(); });
   std::lock_guard<std::mutex> lock(live_mu());
   live_groups().insert(this);
@@ -195,6 +320,16 @@ void ProcessGroupHeft::shut_down() {
   std::lock_guard<std::mutex> once(shut_down_mu_);
   if (shut_down_) return;
   shut_down_ = true;
+  std::shared_ptr<Operation> last;
+  {
+    // No operation left deferred, no waiter still running one, none taken later.
+    std::unique_lock<std::mutex> lock(deferred_->mu);
+    if (comm_) last = deferred_->flush_locked();
+    deferred_->idle.wait(lock, [&] { return deferred_->running == 0; });
+    deferred_->comm = nullptr;
+    deferred_->issue_async = nullptr;
+  }
+  last.reset();
   comm_.reset();  // finishes queued operations, which hand theirs to the completion thread
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,8 +350,9 @@ int ProcessGroupHeft::shut_down_all() {
   return n;
 }
 
-std::pair<int64_t, int64_t> ProcessGroupHeft::completions() const {
-  return {completions_->by_waiter.load(), completions_->by_thread.load()};
+std::tuple<int64_t, int64_t, int64_t> ProcessGroupHeft::completions() const {
+  return {completions_->by_waiter.load(), completions_->by_thread.load(),
+          completions_->on_caller.load()};
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tensor>& tensors,
@@ -224,27 +360,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tenso
   one_tensor(tensors, "broadcast");
   check_root(opts.rootRank, getSize(), "broadcast");
   auto s = std::make_shared<Staged>(stage(tensors[0], "broadcast"));
-  return submit(c10d::OpType::BROADCAST, {live_comm()->broadcast_async(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank))},
+  return submit(c10d::OpType::BROADCAST, call<&C::broadcast, &C::broadcast_async>(s->data(), s->count(), s->type, static_cast<int>(opts.rootRank)),
                 [s] { s->finish(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   one_tensor(tensors, "allreduce");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce", tensors[0].scalar_type());
   auto s = std::make_shared<Staged>(stage(tensors[0], "allreduce"));
   return submit(c10d::OpType::ALLREDUCE,
-                {live_comm()->allreduce_async(s->data(), s->data(), s->count(), s->type, op)},
+                call<kAllreduce, &C::allreduce_async>(s->data(), s->data(), s->count(), s->type, op, kNoCompression),
                 [s] { s->finish(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced");
   auto f = std::make_shared<Flat>(flatten(tensors, "allreduce_coalesced", true));
+  const comm::ReduceOp op =
+      reduce_op(opts.reduceOp, "allreduce_coalesced", tensors[0].scalar_type());
   const size_t n = static_cast<size_t>(f->buf.numel());
   return submit(c10d::OpType::ALLREDUCE_COALESCED,
-                {live_comm()->allreduce_async(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op)},
+                call<kAllreduce, &C::allreduce_async>(f->buf.data_ptr(), f->buf.data_ptr(), n, f->type, op, kNoCompression),
                 [f] { unflatten(*f); }, tensors);
 }
 
@@ -252,13 +389,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce(std::vector<at::Tensor>&
                                                         const c10d::ReduceOptions& opts) {
   one_tensor(tensors, "reduce");
   check_root(opts.rootRank, getSize(), "reduce");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce", tensors[0].scalar_type());
   auto s = std::make_shared<Staged>(stage(tensors[0], "reduce"));
   const int root = static_cast<int>(opts.rootRank);
   auto out = std::make_shared<at::Tensor>(getRank() == root ? at::empty_like(s->buf) : at::Tensor());
   return submit(c10d::OpType::REDUCE,
-                {live_comm()->reduce_async(s->data(), out->defined() ? out->data_ptr() : nullptr,
-                                     s->count(), s->type, op, root)},
+                call<&C::reduce, &C::reduce_async>(s->data(), out->defined() ? out->data_ptr() : nullptr,
+                                     s->count(), s->type, op, root),
                 [s, out] {
                   if (!out->defined()) return;
                   s->buf.copy_(*out);
@@ -277,7 +414,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather(
   auto s = std::make_shared<Staged>(stage(inputs[0], "allgather"));
   auto f = std::make_shared<Flat>(flatten(outputs[0], "allgather", false));
   return submit(c10d::OpType::ALLGATHER,
-                {live_comm()->allgather_async(s->data(), f->buf.data_ptr(), s->count(), s->type)},
+                call<&C::allgather, &C::allgather_async>(s->data(), f->buf.data_ptr(), s->count(), s->type),
                 [s, f] { unflatten(*f); }, outputs[0]);
 }
 
@@ -290,7 +427,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_allgather_base(
   auto s = std::make_shared<Staged>(stage(input, "_allgather_base"));
   auto o = std::make_shared<Staged>(stage(output, "_allgather_base", false));
   return submit(c10d::OpType::_ALLGATHER_BASE,
-                {live_comm()->allgather_async(s->data(), o->data(), s->count(), s->type)},
+                call<&C::allgather, &C::allgather_async>(s->data(), o->data(), s->count(), s->type),
                 [s, o] { o->finish(); }, {output});
 }
 
@@ -314,8 +451,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather_coalesced(
   }
   auto out = std::make_shared<Flat>(flatten(all, "allgather_coalesced", false));
   return submit(c10d::OpType::ALLGATHER_COALESCED,
-                {live_comm()->allgather_async(in->buf.data_ptr(), out->buf.data_ptr(),
-                                        static_cast<size_t>(in->buf.numel()), in->type)},
+                call<&C::allgather, &C::allgather_async>(in->buf.data_ptr(), out->buf.data_ptr(),
+                                        static_cast<size_t>(in->buf.numel()), in->type),
                 [in, out] { unflatten(*out); }, all);
 }
 
@@ -331,7 +468,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::gather(
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "heft gather: only the root passes output tensors");
     return submit(c10d::OpType::GATHER,
-                  {live_comm()->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)})},
+                  call<&C::exchange, &C::exchange_async>(std::vector<comm::P2POp>{comm::P2POp::send(s->data(), s->count(), s->type, root, kCollectiveTag)}),
                   [s] {}, {});
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -345,7 +482,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::gather(
       ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
   }
   (*outs)[static_cast<size_t>(root)].buf.copy_(s->buf);
-  return submit(c10d::OpType::GATHER, {live_comm()->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::GATHER, call<&C::exchange, &C::exchange_async>(std::move(ops)),
                 [outs, s] {
                   for (const Staged& o : *outs) o.finish();
                 },
@@ -363,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::scatter(
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
                 "heft scatter: only the root passes input tensors");
     return submit(c10d::OpType::SCATTER,
-                  {live_comm()->exchange_async({comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)})},
+                  call<&C::exchange, &C::exchange_async>(std::vector<comm::P2POp>{comm::P2POp::recv(out->data(), out->count(), out->type, root, kCollectiveTag)}),
                   [out] { out->finish(); }, outputs);
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -377,7 +514,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::scatter(
       ops.push_back(comm::P2POp::send(ins->back().data(), ins->back().count(), ins->back().type, r, kCollectiveTag));
   }
   out->buf.copy_((*ins)[static_cast<size_t>(root)].buf);
-  return submit(c10d::OpType::SCATTER, {live_comm()->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::SCATTER, call<&C::exchange, &C::exchange_async>(std::move(ops)),
                 [out, ins] { out->finish(); }, outputs);
 }
 
@@ -388,11 +525,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
               "heft reduce_scatter: expected one list of ", getSize(), " input tensors");
   same_shapes(inputs[0], outputs[0], "reduce_scatter");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter", outputs[0].scalar_type());
   auto in = std::make_shared<Flat>(flatten(inputs[0], "reduce_scatter", true));
   auto out = std::make_shared<Staged>(stage(outputs[0], "reduce_scatter", false));
   return submit(c10d::OpType::REDUCE_SCATTER,
-                {live_comm()->reduce_scatter_async(in->buf.data_ptr(), out->data(), out->count(), in->type, op)},
+                call<&C::reduce_scatter, &C::reduce_scatter_async>(in->buf.data_ptr(), out->data(), out->count(), in->type, op),
                 [in, out] { out->finish(); }, outputs);
 }
 
@@ -402,11 +539,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::_reduce_scatter_base(
               input.numel(), " elements, expected ", output.numel() * getSize(),
               " (output x world size)");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "heft _reduce_scatter_base: dtypes differ");
-  const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base");
+  const comm::ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base", input.scalar_type());
   auto in = std::make_shared<Staged>(stage(input, "_reduce_scatter_base"));
   auto out = std::make_shared<Staged>(stage(output, "_reduce_scatter_base", false));
   return submit(c10d::OpType::_REDUCE_SCATTER_BASE,
-                {live_comm()->reduce_scatter_async(in->data(), out->data(), out->count(), in->type, op)},
+                call<&C::reduce_scatter, &C::reduce_scatter_async>(in->data(), out->data(), out->count(), in->type, op),
                 [in, out] { out->finish(); }, {output});
 }
 
@@ -422,7 +559,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall_base(
                 "heft alltoall_base: input and output must have the same size, divisible by ",
                 n, " (found ", input.numel(), " and ", output.numel(), ")");
     return submit(c10d::OpType::ALLTOALL_BASE,
-                  {live_comm()->alltoall_async(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type)},
+                  call<&C::alltoall, &C::alltoall_async>(in->data(), out->data(), in->count() / static_cast<size_t>(n), in->type),
                   [in, out] { out->finish(); }, {output});
   }
   // Uneven splits (along dim 0): one batched exchange with every peer.
@@ -454,7 +591,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall_base(
     io += static_cast<int64_t>(icount);
     oo += static_cast<int64_t>(ocount);
   }
-  return submit(c10d::OpType::ALLTOALL_BASE, {live_comm()->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::ALLTOALL_BASE, call<&C::exchange, &C::exchange_async>(std::move(ops)),
                 [in, out] { out->finish(); }, {output});
 }
 
@@ -479,7 +616,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall(std::vector<at::Tensor
       ops.push_back(comm::P2POp::recv(outs->back().data(), outs->back().count(), outs->back().type, r, kCollectiveTag));
     }
   }
-  return submit(c10d::OpType::ALLTOALL, {live_comm()->exchange_async(std::move(ops))},
+  return submit(c10d::OpType::ALLTOALL, call<&C::exchange, &C::exchange_async>(std::move(ops)),
                 [ins, outs] {
                   for (const Staged& o : *outs) o.finish();
                 },
@@ -487,7 +624,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::barrier(const c10d::BarrierOptions&) {
-  return submit(c10d::OpType::BARRIER, {live_comm()->barrier_async()}, [] {}, {});
+  return submit(c10d::OpType::BARRIER, call<&C::barrier, &C::barrier_async>(), [] {}, {});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::send(std::vector<at::Tensor>& tensors, int dst,
@@ -496,7 +633,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::send(std::vector<at::Tensor>& t
   check_peer(dst, getRank(), getSize(), "send");
   auto s = std::make_shared<Staged>(stage(tensors[0], "send"));
   return submit(c10d::OpType::SEND,
-                {live_comm()->exchange_async({comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))})},
+                call<&C::exchange, &C::exchange_async>(std::vector<comm::P2POp>{comm::P2POp::send(s->data(), s->count(), s->type, dst, user_tag(tag))}),
                 [s] {}, tensors);
 }
 
@@ -506,7 +643,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recv(std::vector<at::Tensor>& t
   check_peer(src, getRank(), getSize(), "recv");
   auto s = std::make_shared<Staged>(stage(tensors[0], "recv", false));
   return submit(c10d::OpType::RECV,
-                {live_comm()->exchange_async({comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))})},
+                call<&C::exchange, &C::exchange_async>(std::vector<comm::P2POp>{comm::P2POp::recv(s->data(), s->count(), s->type, src, user_tag(tag))}),
                 [s] { s->finish(); }, tensors);
 }
 
@@ -514,21 +651,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recvAnysource(std::vector<at::T
   TORCH_CHECK(false, "heft recv: a source rank is required (recv from any source is not supported)");
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(
-    c10d::OpType type, std::vector<std::shared_ptr<comm::Work>> works,
-    std::function<void()> finish, std::vector<at::Tensor> outputs) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue issue,
+                                                        std::function<void()> finish,
+                                                        std::vector<at::Tensor> outputs) {
+  live_comm();  // a RuntimeError after shut_down()
   ++operations_;
   static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
   auto op = std::make_shared<Operation>();
-  op->works = std::move(works);
+  op->issue = std::move(issue);
   op->finish = std::move(finish);
   op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
   op->outputs = std::move(outputs);
+  std::shared_ptr<Operation> before;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(deferred_->mu);
+    TORCH_CHECK(deferred_->comm, "heft process group: used after it was shut down");
+    before = deferred_->flush_locked();
+    deferred_->op = op;
+    ++deferred_->seq;
+    std::lock_guard<std::mutex> ticks(mu_);
+    wake = !ticking_;
+    ticking_ = true;
+  }
+  if (wake) cv_.notify_one();
+  return c10::make_intrusive<HeftWork>(std::move(op), type, deferred_, completions_);
+}
+
+void ProcessGroupHeft::issue_async(const std::shared_ptr<Operation>& op) {
+  try {
+    op->work = op->issue(*live_comm(), false);
+  } catch (const std::exception& e) {
+    op->fail(backend_error(e));
+    return;
+  }
   // Runs on the communicator's thread, which must never drop the last reference to an
   // operation: its tensors may be Python's, and releasing one takes the GIL, which would
   // stall every collective behind it (or deadlock with a thread that holds the GIL and
   // waits for one). The completion thread drops them.
-  op->works.back()->on_finish([this, op] {
+  op->work->on_finish([this, op] {
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -542,32 +703,61 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(
     }
     if (wake) cv_.notify_one();
   });
-  return c10::make_intrusive<HeftWork>(std::move(op), type, completions_);
 }
 
 // Completes the operations the communicator hands over (those with no waiter when they
-// finished), so futures that nobody waits on (DDP's, comm hooks') complete.
-// Also drops the operations a waiter completed, in batches (retired_).
+// finished), so futures that nobody waits on (DDP's, comm hooks') complete; drops the
+// operations a waiter completed, in batches (retired_); and, while operations are being
+// deferred, looks at the deferred one every tick: one deferred since the last tick is issued.
 void ProcessGroupHeft::complete_loop() {
+  uint64_t seen = 0;  // the deferral seen at the last tick
+  int idle_ticks = 0;
+  auto next_tick = std::chrono::steady_clock::now() + kTick;
   for (;;) {
     std::shared_ptr<Operation> op;
     std::vector<std::shared_ptr<Operation>> retired;
+    bool tick = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      auto ready = [&] {
         return stopping_ || !pending_.empty() || retired_.size() >= kRetiredBatch;
-      });
-      retired.swap(retired_);
-      if (pending_.empty()) {
-        if (stopping_) return;
-        continue;
+      };
+      if (!ticking_) {
+        cv_.wait(lock, [&] { return ready() || ticking_; });
+        next_tick = std::chrono::steady_clock::now() + kTick;
+        idle_ticks = 0;
+      } else if (!cv_.wait_until(lock, next_tick, ready)) {
+        tick = true;
+        next_tick = std::chrono::steady_clock::now() + kTick;
       }
-      op = std::move(pending_.front());
-      pending_.pop_front();
+      retired.swap(retired_);
+      if (!pending_.empty()) {
+        op = std::move(pending_.front());
+        pending_.pop_front();
+      } else if (stopping_) {
+        return;
+      }
     }
     retired.clear();
-    if (op->complete()) ++completions_->by_thread;
+    if (op) op->complete(completions_->by_thread);
+    op.reset();
+    if (tick) look_at_deferred(seen, idle_ticks);
   }
+}
+
+// One tick: issues the deferred operation if it is the one seen at the last tick; stops the
+// ticks after kIdleTicks without one.
+void ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
+  std::shared_ptr<Operation> stale;
+  std::lock_guard<std::mutex> lock(deferred_->mu);
+  if (deferred_->op) {
+    idle_ticks = 0;
+    if (deferred_->seq == seen && deferred_->comm) stale = deferred_->flush_locked();
+  } else if (++idle_ticks >= kIdleTicks) {
+    std::lock_guard<std::mutex> ticks(mu_);
+    ticking_ = false;  // the next submit wakes this thread again
+  }
+  seen = deferred_->seq;
 }
 
 }  // namespace heft::torch_backend

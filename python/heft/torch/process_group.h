@@ -4,19 +4,30 @@
 // adapters are in store_adapter.h, the tensor staging in staging.h, the Python module in
 // module.cc.
 //
-// Each operation stages its tensors (staging.h), queues the communicator's asynchronous
-// call(s) and returns a Work over a c10::ivalue::Future. A caller blocked in wait() completes
-// its own operation (copies staged results back into its tensors, completes the future) as
-// soon as the communicator's work finishes: no thread in between. An operation nobody waits
-// on (DDP's, comm hooks') is handed by the communicator, when it finishes, to one completion
+// Each operation stages its tensors (staging.h) and returns a Work over a
+// c10::ivalue::Future; the communicator's call is not issued yet but held as the group's
+// deferred operation, until the first of: the Work's wait() (a synchronous call such as
+// dist.all_reduce(async_op=False) or a barrier), which runs it with the communicator's
+// blocking form on the caller's thread (inline when the communicator is idle, as heft's C++
+// blocking calls run; the GIL released), copies the results back and completes the future
+// there: no thread hand-off at all; getFuture(), isCompleted() and the like (DDP and comm
+// hooks take the future at once), the next operation of the group (issue order is kept),
+// shut_down(), or the completion thread's tick (an operation held over a full tick, 1 to
+// 2 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async` form:
+// the communicator hands the operation, when it finishes with no waiter, to one completion
 // thread per group, which completes it there, so DDP's hooks and Python comm hooks (then())
-// run off the communicator's thread. A failed operation (a lost peer, the timeout) sets the
-// future's error: wait() raises a RuntimeError naming the lost rank. As for any c10d group,
-// every rank issues the same collectives in the same order; bad arguments throw c10::Error
-// naming the operation before anything is sent.
+// run off the communicator's thread; a caller already blocked in wait() completes its own.
+// A failed operation (a lost peer, the timeout) sets the future's error: wait() raises a
+// RuntimeError naming the lost rank. As for any c10d group, every rank issues the same
+// collectives in the same order; bad arguments throw c10::Error naming the operation before
+// anything is sent.
 //
-// Deliberately left out: GPU tensors (NCCL's domain), PRODUCT and the bitwise ops, recv from
-// any source, coalescing managers.
+// Reduce ops: SUM, AVG, PRODUCT, MIN, MAX, and BAND, BOR, BXOR on integer and bool tensors
+// (staging.h); dtypes: float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64,
+// bool.
+//
+// Deliberately left out: GPU tensors (NCCL's domain), PREMUL_SUM, recv from any source,
+// coalescing managers.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -32,6 +43,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,8 +51,9 @@
 
 namespace heft::torch_backend {
 
-struct Operation;    // one issued operation (process_group.cc)
+struct Operation;    // one operation (process_group.cc)
 struct Completions;  // which completer completed a group's operations
+struct Deferred;     // the operation not issued yet, shared with the group's Works
 
 class ProcessGroupHeft : public c10d::ProcessGroup {
  public:
@@ -67,8 +80,10 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   comm::Communicator& communicator() { return *live_comm(); }
   // Operations issued through this group (for tests: the heft path ran).
   int64_t operations() const { return operations_.load(); }
-  // Operations completed by a caller in wait() / by the completion thread.
-  std::pair<int64_t, int64_t> completions() const;
+  // Operations completed (by a caller in wait(), by the completion thread, and of the
+  // first, those the caller ran itself: the communicator's blocking form ran them on the
+  // caller's thread, inline).
+  std::tuple<int64_t, int64_t, int64_t> completions() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -111,20 +126,26 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override;
 
  private:
-  // The Work of `works` (already issued to the communicator; they finish in order). `finish`
-  // runs after they all finished and must own (capture) every staged buffer they read or
-  // write: a buffer freed earlier is reused while the communicator still uses it.
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type,
-                                        std::vector<std::shared_ptr<comm::Work>> works,
+  // An operation's call on the communicator: its blocking form (blocking true: runs it,
+  // returns null) or its `_async` form (returns its Work). Captures what the call reads.
+  using Issue = std::function<std::shared_ptr<comm::Work>(comm::Communicator&, bool blocking)>;
+  // The Work of an operation, deferred (see the file comment) after issuing the one deferred
+  // before it. `finish` runs after the call finished and must own (capture) every staged
+  // buffer it reads or writes: a buffer freed earlier is reused while the communicator still
+  // uses it.
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, Issue issue,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs);
+  // Issues `op` with the `_async` form; its end hands it to the completion thread.
+  void issue_async(const std::shared_ptr<Operation>& op);
   // The communicator; a RuntimeError after shut_down().
   comm::Communicator* live_comm() const {
     TORCH_CHECK(comm_, "heft process group: used after it was shut down (at exit or destroyed)");
     return comm_.get();
   }
-  // The completion thread's loop (see the file comment).
+  // The completion thread's loop (see the file comment) and its tick.
   void complete_loop();
+  void look_at_deferred(uint64_t& seen, int& idle_ticks);
 
   std::shared_ptr<comm::Store> store_;
   std::unique_ptr<comm::Communicator> comm_;
@@ -137,6 +158,8 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   bool stopping_ = false;  // guarded by mu_
   std::atomic<int64_t> operations_{0};
   std::shared_ptr<Completions> completions_;
+  std::shared_ptr<Deferred> deferred_;
+  bool ticking_ = false;  // the completion thread checks the deferred operation; guarded by mu_
   std::thread thread_;
   std::mutex shut_down_mu_;  // serializes shut_down()
   bool shut_down_ = false;   // guarded by shut_down_mu_

@@ -1,10 +1,12 @@
 // Tensors as heft's communicator takes them, for the process group (process_group.cc):
-// contiguous buffers of a dtype the communicator reduces (parallel/torch_dtype.h), the
-// caller's tensor itself when it already is one; int8, uint8 and bool go through int32 and
-// are written back (wrapping as they would). Every check throws c10::Error (RuntimeError in
-// Python) naming the operation and what was wrong, before anything is sent.
+// contiguous buffers of a dtype the communicator reduces (parallel/torch_dtype.h: float32,
+// float64, float16, bfloat16, int8, uint8, int16, int32, int64), the caller's tensor itself
+// when it already is one; bool goes through int32 and is written back as nonzero. And c10d's
+// reduce ops as the communicator's. Every check throws c10::Error (RuntimeError in Python)
+// naming the operation and what was wrong, before anything is sent.
 //
-// Deliberately left out: GPU and sparse tensors, the other dtypes (complex, ...).
+// Deliberately left out: GPU, sparse and quantized tensors, complex (torch hands SUM over as
+// pairs of floats itself), PREMUL_SUM (NCCL's).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,9 +43,10 @@ inline void check_tensor(const at::Tensor& t, const char* op) {
               t.device(), " (GPU tensors go through NCCL)");
   TORCH_CHECK(!t.is_sparse(), "heft ", op, ": sparse tensors are not supported");
   const at::ScalarType s = t.scalar_type();
-  TORCH_CHECK(parallel::comm_dtype_of(s) || s == at::kChar || s == at::kByte || s == at::kBool,
-              "heft ", op, ": unsupported dtype ", dtype_name(s),
-              " (supported: float32, float64, float16, bfloat16, int8, uint8, bool, int32, int64)");
+  TORCH_CHECK(parallel::comm_dtype_of(s) || s == at::kBool, "heft ", op,
+              ": unsupported dtype ", dtype_name(s),
+              " (supported: float32, float64, float16, bfloat16, int8, uint8, int16, int32, "
+              "int64, bool)");
 }
 
 // `t` staged for `op`; copy_in false: the buffer's contents are not read (an output).
@@ -54,25 +57,42 @@ inline Staged stage(const at::Tensor& t, const char* op, bool copy_in = true) {
   if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(t.scalar_type())) {
     s.type = *d;
     s.buf = t.is_contiguous() ? t : (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()));
-  } else {  // int8, uint8, bool: reduced as int32
+  } else {  // bool: reduced as int32
     s.type = comm::DataType::i32;
     s.buf = copy_in ? t.to(at::kInt).contiguous() : at::empty(t.sizes(), t.options().dtype(at::kInt));
   }
   return s;
 }
 
-// The communicator's operator of a c10d reduce op; throws for PRODUCT and the bitwise ops.
-inline comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name) {
+// The communicator's operator of a c10d reduce op on tensors of `dtype`: every op but
+// PREMUL_SUM; the bitwise ones (BAND, BOR, BXOR) on integer and bool tensors only, as Gloo.
+// bool reduces as int32 of 0 and 1: SUM and MAX are a logical or, PRODUCT and MIN an and;
+// AVG of bool is refused.
+inline comm::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name, at::ScalarType dtype) {
+  const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
+  const char* bitwise = nullptr;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return comm::ReduceOp::sum;
-    case c10d::ReduceOp::AVG: return comm::ReduceOp::avg;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(dtype != at::kBool, "heft ", name, ": reduce op AVG of a Bool tensor has no ",
+                  "bool result (use SUM, or convert to a number type first)");
+      return comm::ReduceOp::avg;
     case c10d::ReduceOp::MIN: return comm::ReduceOp::min;
     case c10d::ReduceOp::MAX: return comm::ReduceOp::max;
-    default: break;
+    case c10d::ReduceOp::PRODUCT: return comm::ReduceOp::product;
+    case c10d::ReduceOp::BAND: bitwise = "BAND"; break;
+    case c10d::ReduceOp::BOR: bitwise = "BOR"; break;
+    case c10d::ReduceOp::BXOR: bitwise = "BXOR"; break;
+    default:
+      TORCH_CHECK(false, "heft ", name, ": unsupported reduce op ",
+                  op.op_ == c10d::ReduceOp::PREMUL_SUM ? "PREMUL_SUM" : "(unknown)",
+                  " (supported: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)");
   }
-  TORCH_CHECK(false, "heft ", name, ": unsupported reduce op ",
-              op.op_ == c10d::ReduceOp::PRODUCT ? "PRODUCT" : "(bitwise or premultiplied sum)",
-              " (supported: SUM, AVG, MIN, MAX)");
+  TORCH_CHECK(integral, "heft ", name, ": reduce op ", bitwise,
+              " needs an integer or bool tensor, found ", dtype_name(dtype));
+  return op.op_ == c10d::ReduceOp::BAND  ? comm::ReduceOp::band
+         : op.op_ == c10d::ReduceOp::BOR ? comm::ReduceOp::bor
+                                         : comm::ReduceOp::bxor;
 }
 
 // One flat staged buffer holding several tensors of one dtype back to back.
@@ -95,7 +115,7 @@ inline Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy
   at::ScalarType st = ts[0].scalar_type();
   if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(st)) {
     f.type = *d;
-  } else {
+  } else {  // bool: reduced as int32
     f.type = comm::DataType::i32;
     st = at::kInt;
   }

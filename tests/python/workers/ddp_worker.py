@@ -95,6 +95,16 @@ def main():
         fail(f"only {heft_group.completions()[1] - by_thread_before} operations completed by the "
              f"completion thread in {STEPS} DDP steps")
     d1 = compare(heft_params, gloo_params, TOLERANCE, "heft DDP against gloo DDP")
+    # DDP takes each bucket's future at once, so its all_reduces are issued then and never
+    # run on a caller's thread (after the first steps, whose bucket rebuild broadcasts
+    # synchronously, as any caller's broadcast does).
+    warm = DistributedDataParallel(model(), bucket_cap_mb=0.01)
+    train(warm, rank)
+    on_caller_before = heft_group.completions()[2]
+    train(warm, rank)
+    if heft_group.completions()[2] != on_caller_before:
+        fail(f"{heft_group.completions()[2] - on_caller_before} of DDP's operations ran on the "
+             "caller's thread (expected all issued at once, completed by the completion thread)")
 
     hooked = DistributedDataParallel(model(), bucket_cap_mb=0.01)
     hooked.register_comm_hook(heft_group, allreduce_divide_hook)
