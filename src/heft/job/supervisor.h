@@ -10,12 +10,17 @@
 //  - restarts: after a spot interruption (Interrupted -> Restarting -> Training), and after
 //    a failure while retry.max_attempts allows, the group starts again with
 //    TORCHELASTIC_RESTART_COUNT raised and the same SM_CHECKPOINT_DIR.
+//  - stragglers: once a rank exited 0, ranks still running stopping.straggler_grace_s later
+//    are stopped and the job fails (no retry) naming them, with the observer's hang
+//    diagnosis and their last log lines (launch/straggler_watch.h).
 // A failure's reason is the first failing rank's exit code or signal followed by the
 // worker's failure file (SM_OUTPUT_DIR/failure or SM_OUTPUT_DATA_DIR/failure, first 1024
 // bytes) or else the last lines of its log. Statuses and exit codes: docs/jobs.md.
 //
 // With cluster.launcher mpirun or slurm the group runs through mpirun_launcher.h or
-// slurm_launcher.h under the same hooks.
+// slurm_launcher.h under the same hooks; each rank's worker shim (launch/worker_shim.h) stops
+// its rank stopping.grace_s after this process is gone (the local launcher's workers die
+// with it at once: process.h).
 //
 // Deliberately left out: parsing the spec (spec.h), creating the job (job_db.h).
 #pragma once
