@@ -7,8 +7,9 @@ import os
 import sys
 
 p = argparse.ArgumentParser()
-p.add_argument("--x", type=float, default=0.5)
-p.add_argument("--n", type=int, default=1)
+# A one-letter hyperparameter comes as -x VALUE, as the training toolkit passes it.
+p.add_argument("-x", "--x", type=float, default=0.5)
+p.add_argument("-n", "--n", type=int, default=1)
 p.add_argument("--opt", default="a")
 p.add_argument("--fail", default="")
 args, _ = p.parse_known_args()

@@ -20,6 +20,7 @@ import sys
 import time
 
 from . import _cli, _refused
+from . import _checks as checks
 from ._training_job import TrainingJob, delivered_model
 from ._uri import local_path
 from .exceptions import HeftCommandError
@@ -27,7 +28,6 @@ from .inputs import TrainingInput
 from .session import Session
 
 BUILTIN_TRAINER = "heft-train"
-_SCALAR = (str, int, float, bool)
 
 
 def name_from_base(base, max_length=63):
@@ -35,56 +35,6 @@ def name_from_base(base, max_length=63):
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y-%m-%d-%H-%M-%S-") + f"{now.microsecond // 1000:03d}"
     return f"{base[:max_length - len(stamp) - 1].rstrip('-')}-{stamp}"
-
-
-def _check_int(owner, name, value, low, high):
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{owner}: {name}: expected an integer from {low} to {high}, "
-                         f"found {value!r}")
-    return value
-
-
-def _check_seconds(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{owner}: {name}: expected a number of seconds > 0, found {value!r}")
-    return value
-
-
-def _hyperparameters(owner, hps):
-    if hps is None:
-        return {}
-    if not isinstance(hps, dict):
-        raise ValueError(f"{owner}: hyperparameters: expected a dict, found {type(hps).__name__}")
-    out = {}
-    for k, v in hps.items():
-        if not isinstance(k, str):
-            raise ValueError(f"{owner}: hyperparameters: expected string names, found {k!r}")
-        if not isinstance(v, _SCALAR):
-            raise ValueError(f"{owner}: hyperparameters.{k}: expected a number, string or "
-                             f"boolean (heft passes them as --{k} VALUE and typed in SM_HPS), "
-                             f"found {type(v).__name__}; encode it yourself (json.dumps)")
-        out[k] = v
-    return out
-
-
-def _metric_definitions(owner, defs, what="metric_definitions"):
-    out = []
-    for i, d in enumerate(defs or []):
-        if not isinstance(d, dict) or set(d) != {"Name", "Regex"}:
-            raise ValueError(f"{owner}: {what}[{i}]: expected {{'Name': ..., 'Regex': ...}}, "
-                             f"found {d!r}")
-        out.append({"name": d["Name"], "regex": d["Regex"]})
-    return out
-
-
-def _processes_per_host(owner, given, distribution):
-    mpi = distribution.get("mpi") if isinstance(distribution, dict) else None
-    from_mpi = mpi.get("processes_per_host") if isinstance(mpi, dict) else None
-    if given is not None and from_mpi is not None and given != from_mpi:
-        raise ValueError(f"{owner}: processes_per_host={given} and distribution's "
-                         f"mpi.processes_per_host={from_mpi} disagree; give one")
-    value = given if given is not None else from_mpi
-    return None if value is None else _check_int(owner, "processes_per_host", value, 1, 1024)
 
 
 class Estimator:
@@ -112,7 +62,7 @@ class Estimator:
                              f"found {type(sagemaker_session).__name__}")
         self.sagemaker_session = sagemaker_session or Session()
         self.role = role  # accepted, unused: heft runs as the calling user
-        self.instance_count = _check_int(owner, "instance_count", instance_count, 1, 1024)
+        self.instance_count = checks.check_int(owner, "instance_count", instance_count, 1, 1024)
         if not isinstance(instance_type, str) or not (
                 instance_type in ("local", "local_cpu") or instance_type.startswith("ml.")):
             raise ValueError(f"{owner}: instance_type: expected 'local', 'local_cpu' or an ml.* "
@@ -121,29 +71,41 @@ class Estimator:
         self.instance_type = instance_type  # recorded; workers run where the launcher puts them
         self.entry_point, self.source_dir = entry_point, source_dir
         self._command, self._cwd = self._entry_command(owner, entry_point, source_dir)
-        self._hyperparameters = _hyperparameters(owner, hyperparameters)
+        self._hyperparameters = checks.hyperparameters(owner, hyperparameters)
         if distribution is not None and not isinstance(distribution, dict):
             raise ValueError(f"{owner}: distribution: expected a dict, found "
                              f"{type(distribution).__name__}")
         self.distribution = distribution or {}
-        self.processes_per_host = _processes_per_host(owner, processes_per_host,
-                                                      self.distribution)
+        self.processes_per_host = checks.processes_per_host(owner, processes_per_host,
+                                                             self.distribution)
         self.metric_definitions = list(metric_definitions or [])
-        self._metrics = _metric_definitions(owner, metric_definitions)
+        self._metrics = checks.metric_definitions(owner, metric_definitions)
         if environment is not None and not isinstance(environment, dict):
             raise ValueError(f"{owner}: environment: expected a dict, found "
                              f"{type(environment).__name__}")
         self.environment = dict(environment or {})
-        self.checkpoint_s3_uri = checkpoint_s3_uri
-        if checkpoint_s3_uri is not None:
-            local_path(f"{owner}: checkpoint_s3_uri", checkpoint_s3_uri)
-        self.output_path = output_path
-        if output_path is not None:
-            local_path(f"{owner}: output_path", output_path)
+        self._set_locations(owner, checkpoint_s3_uri, output_path, model_uri, model_channel_name)
+        self._set_limits(owner, use_spot_instances, max_run, max_wait, max_retry_attempts)
+        self.disable_profiler = bool(disable_profiler)
+        self.base_job_name = base_job_name
+        self.latest_training_job = None
+        self._current_job_name = None
+
+    def _set_locations(self, owner, checkpoint_s3_uri, output_path, model_uri,
+                       model_channel_name):
+        for what, uri in (("checkpoint_s3_uri", checkpoint_s3_uri),
+                          ("output_path", output_path), ("model_uri", model_uri)):
+            if uri is not None:
+                local_path(f"{owner}: {what}", uri)  # s3:// refused naming the argument
+        self.checkpoint_s3_uri, self.output_path = checkpoint_s3_uri, output_path
+        self.model_uri, self.model_channel_name = model_uri, model_channel_name
+
+    def _set_limits(self, owner, use_spot_instances, max_run, max_wait, max_retry_attempts):
         self.use_spot_instances = bool(use_spot_instances)
-        self.max_run = None if max_run is None else _check_seconds(owner, "max_run", max_run)
+        self.max_run = None if max_run is None else checks.check_seconds(owner, "max_run",
+                                                                         max_run)
         if max_wait is not None:
-            _check_seconds(owner, "max_wait", max_wait)
+            checks.check_seconds(owner, "max_wait", max_wait)
             if not self.use_spot_instances:
                 raise ValueError(f"{owner}: max_wait is only for spot training: give "
                                  "use_spot_instances=True")
@@ -151,15 +113,8 @@ class Estimator:
                 raise ValueError(f"{owner}: max_wait ({max_wait}) must be at least max_run "
                                  f"({max_run or 86400})")
         self.max_wait = max_wait
-        self.max_retry_attempts = None if max_retry_attempts is None else _check_int(
+        self.max_retry_attempts = None if max_retry_attempts is None else checks.check_int(
             owner, "max_retry_attempts", max_retry_attempts, 1, 30)
-        self.model_uri, self.model_channel_name = model_uri, model_channel_name
-        if model_uri is not None:
-            local_path(f"{owner}: model_uri", model_uri)
-        self.disable_profiler = bool(disable_profiler)
-        self.base_job_name = base_job_name
-        self.latest_training_job = None
-        self._current_job_name = None
 
     # -- the job spec ------------------------------------------------------------------------
 
@@ -195,7 +150,7 @@ class Estimator:
         return dict(self._hyperparameters)
 
     def set_hyperparameters(self, **kwargs):
-        self._hyperparameters.update(_hyperparameters(type(self).__name__, kwargs))
+        self._hyperparameters.update(checks.hyperparameters(type(self).__name__, kwargs))
 
     def _inputs(self, inputs):
         owner = f"{type(self).__name__}.fit"
@@ -282,7 +237,7 @@ class Estimator:
         shows the workers' lines as they come; False/"None" shows nothing."""
         owner = f"{type(self).__name__}.fit"
         _refused.check(owner, _refused.FIT, kwargs)
-        show = _show_logs(owner, logs)
+        show = checks.show_logs(owner, logs)
         home = self.sagemaker_session.heft_home
         if job_name is None:
             job_name = name_from_base(self._base_name())
@@ -366,15 +321,6 @@ class Estimator:
         self.base_job_name = rec.get("base_job_name")
         self.framework_version = rec.get("framework_version")
         self.py_version = rec.get("py_version")
-
-
-def _show_logs(owner, logs):
-    if logs in (True, "All", "Training"):
-        return True
-    if logs in (False, None, "None"):
-        return False
-    raise ValueError(f"{owner}: logs={logs!r}: expected True, False, 'All' or 'None' (heft "
-                     "has no rule jobs, so 'Rules' has nothing to show)")
 
 
 def _json_default(o):

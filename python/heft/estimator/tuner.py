@@ -16,7 +16,8 @@ import time
 from . import _cli, _refused
 from ._training_job import TUNING_FIELD_TO_ARGUMENT, refusal, _sdk_dir
 from .analytics import HyperparameterTuningJobAnalytics
-from .estimator import Estimator, dump_spec, name_from_base, _metric_definitions
+from . import _checks as checks
+from .estimator import Estimator, dump_spec, name_from_base
 from .exceptions import UnexpectedStatusException
 from .parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
 
@@ -82,7 +83,7 @@ class HyperparameterTuner:
                                  f"found {type(r).__name__}")
         self._hyperparameter_ranges = dict(hyperparameter_ranges)
         self.metric_definitions = list(metric_definitions or [])
-        self._metrics = _metric_definitions(owner, metric_definitions)
+        self._metrics = checks.metric_definitions(owner, metric_definitions)
         if strategy not in STRATEGIES:
             raise ValueError(f"{owner}: strategy: expected one of {', '.join(STRATEGIES)}, found "
                              f"{strategy!r}")
@@ -116,6 +117,48 @@ class HyperparameterTuner:
         self.latest_tuning_job = None
         self._current_job_name = None
         self._running = None
+
+    @classmethod
+    def attach(cls, tuning_job_name, sagemaker_session=None, estimator_cls=None):
+        """A tuner bound to an existing tuning job that heft.estimator started (its spec and
+        record under $HEFT_HOME/sdk/); best_training_job(), analytics(), describe() and wait()
+        read the job database. A tuning started by `heft tune` directly is refused."""
+        from .session import Session
+        session = sagemaker_session or Session()
+        home = session.heft_home
+        d = _cli.describe(tuning_job_name, home)  # HeftCommandError when there is none
+        if "trials" not in d:
+            raise ValueError(f"HyperparameterTuner.attach: {tuning_job_name} is a training "
+                             "job; use Estimator.attach")
+        path = os.path.join(home, "sdk", d["name"] + ".tuning.yaml")
+        if not os.path.isfile(path):
+            raise ValueError(f"HyperparameterTuner.attach: {d['name']} was not started by "
+                             f"heft.estimator (no {path}); heft describe {d['name']} shows it")
+        with open(path) as f:
+            spec = json.load(f)
+        record = {}
+        if os.path.isfile(path[:-len(".yaml")] + ".json"):
+            with open(path[:-len(".yaml")] + ".json") as f:
+                record = json.load(f)
+        est_cls = estimator_cls or Estimator
+        estimator = est_cls.__new__(est_cls)
+        Estimator._restore(estimator, spec["training_job"], record, session)
+        estimator.latest_training_job = None
+        estimator._current_job_name = None
+        ranges = {}
+        for r in spec["hyperparameter_ranges"].get("continuous", []):
+            ranges[r["name"]] = ContinuousParameter(r["min"], r["max"], r.get("scaling", "Auto"))
+        for r in spec["hyperparameter_ranges"].get("integer", []):
+            ranges[r["name"]] = IntegerParameter(r["min"], r["max"], r.get("scaling", "Auto"))
+        for r in spec["hyperparameter_ranges"].get("categorical", []):
+            ranges[r["name"]] = CategoricalParameter(r["values"])
+        tuner = cls(estimator, spec["objective"]["metric"], ranges, strategy=spec["strategy"],
+                    objective_type=spec["objective"]["type"], max_jobs=spec.get("max_jobs"),
+                    max_parallel_jobs=spec["max_parallel_jobs"],
+                    early_stopping_type=spec.get("early_stopping", "Off"),
+                    random_seed=spec.get("random_seed"))
+        tuner._current_job_name = tuner.latest_tuning_job = d["name"]
+        return tuner
 
     def hyperparameter_ranges(self):
         return {k: r.tuning_range(k) for k, r in self._hyperparameter_ranges.items()}
