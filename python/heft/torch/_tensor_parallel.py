@@ -126,10 +126,6 @@ class VocabEmbedding(TensorParallelLayer):
                 f", embedding_dim={self.embedding_dim}")
 
 
-class _Refused(ValueError):
-    pass
-
-
 def _matches(module, plan):
     """{name: (pattern, style)} of the modules the plan names, in named_modules order."""
     if not isinstance(plan, dict) or not plan:
