@@ -2,8 +2,8 @@
 """A driver script in the cloud SDK's style, run on heft: a PyTorch estimator of 2 instances x
 2 processes trains examples/pytorch_ddp.py (an ordinary torchrun-style DDP script) on
 Fashion-MNIST, then a Bayesian tuner searches its learning rate and momentum. Written for the
-SDK, it changes its imports only (the `was:` comments) and says processes_per_host, which the
-cloud derives from the instance type's GPUs. docs/porting.md walks through it.
+SDK, it changes its imports only (the `was:` comments); the processes on each host come from
+the SDK's `mpi` distribution dict. docs/porting.md walks through it.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/sdk_mnist.py           # about 3 minutes
     PYTHONPATH=build/python /usr/bin/python3 examples/sdk_mnist.py --quick   # a smoke run
@@ -38,7 +38,7 @@ def main():
         entry_point="pytorch_ddp.py", source_dir=HERE, role=role,
         framework_version="1.13", py_version="py3",
         instance_count=2, instance_type="ml.c5.2xlarge",   # recorded; the workers run here
-        processes_per_host=2,                               # heft's: the cloud counts GPUs
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
         hyperparameters={"epochs": 1, "batch_size": 64, "lr": 0.05, "momentum": 0.9,
                          "limit": limit, "log_every": 20},
         metric_definitions=METRICS, environment={"OMP_NUM_THREADS": "1"},
@@ -55,7 +55,8 @@ def main():
     # Tuning: trials of one instance x 2 processes, 2 at a time.
     trial_estimator = PyTorch(
         entry_point="pytorch_ddp.py", source_dir=HERE, role=role, framework_version="1.13",
-        py_version="py3", instance_count=1, instance_type="ml.c5.2xlarge", processes_per_host=2,
+        py_version="py3", instance_count=1, instance_type="ml.c5.2xlarge",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
         hyperparameters={"epochs": 1, "batch_size": 64, "limit": limit, "log_every": 20},
         metric_definitions=METRICS, environment={"OMP_NUM_THREADS": "1"},
         max_run=1800, sagemaker_session=session)
