@@ -136,14 +136,15 @@ TEST_F(Shim, SignalsGoOnToTheRank) {
 
 class LostSupervisor : public ::testing::Test {
  protected:
-  // A job whose ranks each write `<checkpoints>/pid-<r>` and sleep, and on the resumed start
-  // (their checkpoint is there) exit 0.
+  // A job whose ranks each start a sleep, write its pid to `<checkpoints>/pid-<r>` and wait
+  // for it (a shell's child: the worker's own child, which PR_SET_PDEATHSIG does not reach),
+  // and on the resumed start (their checkpoint is there) exit 0.
   std::string spec(const std::string& name, const std::string& cluster) {
     const std::string path = tmp_.path() + "/" + name + ".yaml";
     std::ofstream(path)
         << "name: " << name << "\nentry_point: [/bin/sh, -c, 'c=$SM_CHECKPOINT_DIR; "
         << "if [ -e $c/started-$RANK ]; then echo resumed; exit 0; fi; touch $c/started-$RANK; "
-        << "echo $$ > $c/pid-$RANK; exec sleep 600', sh]\n"
+        << "sleep 600 & echo $! > $c/pid-$RANK; wait', sh]\n"
         << "cluster: " << cluster << "\nstopping: {grace_s: 1}\n";
     return path;
   }
@@ -189,7 +190,7 @@ class LostSupervisor : public ::testing::Test {
 };
 
 TEST_F(LostSupervisor, LocalWorkersDieWithHeftTrainAndResumeCompletes) {
-  // PR_SET_PDEATHSIG: at once.
+  // The workers: PR_SET_PDEATHSIG; what they started: the orphan guard. At once.
   const double s = kill_supervisor("lost-local", "{processes_per_host: 2}", 2, 5s);
   EXPECT_GE(s, 0);
   EXPECT_LT(s, 2.0);

@@ -14,6 +14,7 @@
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
+#include "heft/job/launch/orphan_guard.h"
 #include "heft/job/launch/placement.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/launch/signal_pipe.h"
@@ -80,6 +81,9 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   // Every simulated host runs on this machine: place all the workers on its CPUs.
   const Bind bind = parse_bind(worker_variable(options, parent, "HEFT_BIND"));
   const std::vector<std::vector<int>> placement = plan_placement(allowed_cpus(), world, bind);
+  // Should this process die, what the workers started dies with them (declared before the
+  // workers: it says goodbye once they are reaped).
+  OrphanGuard orphans;
   std::vector<std::unique_ptr<Process>> workers;
   for (int rank = 0; rank < world; ++rank) {
     // Ctrl-C or SIGTERM while workers are still being started: start no more; the ones
@@ -97,6 +101,7 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     if (!placement[rank].empty()) spawn.env["HEFT_CPUS"] = cpu_list(placement[rank]);
     try {
       workers.push_back(Process::spawn(spawn));
+      orphans.watch(workers.back()->pid());  // each worker leads its own process group
     } catch (const SpawnError& e) {
       std::cerr << options.log_name << ": " << e.what() << std::endl;
       GroupEnd end = unstarted(restart_count, e.exit_code());

@@ -2,7 +2,9 @@
 // machine, grouped into simulated hosts algo-1..algo-H, and supervises them until they end.
 // It serves the job's rendezvous store (TcpStoreServer, fresh random token) for as long as
 // the workers run, gives each the environment of worker_env.h, multiplexes their output,
-// and stops the whole group when one fails or when it is interrupted. `heft run` is a thin
+// and stops the whole group when one fails or when it is interrupted. Should this process
+// die (SIGKILL), the workers die with it (process.h) and so does what they started in their
+// process groups (orphan_guard.h). `heft run` is a thin
 // command line over it (docs/run.md); `heft bench` uses it to start its ranks.
 //
 // The job supervisor (supervisor.h) drives it through LauncherHooks (group_watch.h, the

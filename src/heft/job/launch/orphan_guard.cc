@@ -1,0 +1,101 @@
+// The orphan guard (orphan_guard.h). The guard's side runs in a child forked from a process
+// with other threads (the store server's): only async-signal-safe calls until it exits.
+// The pipe carries pid_t values: a process group to kill, or 0 for the goodbye.
+#include "heft/job/launch/orphan_guard.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "heft/error.h"
+
+namespace heft::job {
+
+namespace {
+
+// Closes every descriptor but `keep`, moved to 3 first.
+int close_all_but(int keep) {
+  if (keep != 3) {
+    if (::dup2(keep, 3) < 0) return -1;
+    keep = 3;
+  }
+  if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0)
+    for (int fd = 4; fd < 65536; ++fd) ::close(fd);
+  for (int fd = 0; fd < 3; ++fd) ::close(fd);
+  return keep;
+}
+
+[[noreturn]] void guard(int read_fd) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
+    ::signal(sig, SIG_IGN);
+  const int fd = close_all_but(read_fd);
+  if (fd < 0) ::_exit(1);
+  static pid_t groups[OrphanGuard::kMaxGroups];
+  int n = 0;
+  pid_t value = 0;
+  size_t have = 0;
+  for (;;) {
+    const ssize_t r = ::read(fd, reinterpret_cast<char*>(&value) + have, sizeof(value) - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // EOF: the launcher is gone without a goodbye
+    have += static_cast<size_t>(r);
+    if (have < sizeof(value)) continue;
+    have = 0;
+    if (value == 0) ::_exit(0);  // goodbye
+    if (value > 1 && n < OrphanGuard::kMaxGroups) groups[n++] = value;
+  }
+  for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw IoError("heft: cannot create the orphan guard's pipe: " + errno_string(errno));
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ours runs in the child
+  const pid_t pid = ::fork();
+  const int fork_errno = errno;
+  if (pid == 0) {
+    ::close(fds[1]);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    guard(fds[0]);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::close(fds[0]);
+  if (pid < 0) {
+    ::close(fds[1]);
+    throw IoError("heft: cannot fork the orphan guard: " + errno_string(fork_errno));
+  }
+  pid_ = pid;
+  fd_ = fds[1];
+}
+
+OrphanGuard::~OrphanGuard() {
+  const pid_t bye = 0;
+  ssize_t ignored = ::write(fd_, &bye, sizeof(bye));
+  (void)ignored;
+  ::close(fd_);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::watch(pid_t pgid) {
+  if (pgid <= 1) return;
+  ssize_t w;
+  do {
+    w = ::write(fd_, &pgid, sizeof(pgid));
+  } while (w < 0 && errno == EINTR);
+}
+
+}  // namespace heft::job
