@@ -2,13 +2,18 @@
 # heft's allreduce against OpenMPI and Gloo, in one run, on the same sizes, alternating the
 # three each round: 2 and 4 ranks on one host (warm), then 2 ranks from cold (no warm-up,
 # heft against OpenMPI), then 2 simulated hosts x 2 ranks, hierarchical against the flat TCP
-# ring. Before that: the machine (CPU, glibc, kernels in use), its memory bandwidth (memcpy,
-# sum-into: the bound for shared memory) and the copy kernels across the 64 relative
-# alignments. Prints one markdown table per comparison: median time and busbw of each, heft's
-# ratios (other's time / heft's: above 1 means heft is faster) and the path heft took.
+# ring, then the same 1 MiB allreduces beside two busy loops (contention: heft's
+# hierarchical, flat ring and shared-memory forms against OpenMPI). Before that: the machine
+# (CPU, glibc, kernels in use), its memory bandwidth (memcpy, sum-into, a copy of another
+# core's fresh data: the bound for shared memory) and the copy kernels across the 64
+# relative alignments. Prints one markdown table per comparison: median time and busbw of
+# each, heft's ratios (other's time / heft's: above 1 means heft is faster) and the path
+# heft took; then, per size, heft's worst round beside its median (the ratio to OpenMPI in
+# the same round), and for 2 ranks the direct form's bound from the memory rates
+# (docs/comm.md) and heft's share of it.
 #
 #   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--quick]
-# --quick skips the alignment sweep and the two-host comparison.
+# --quick skips the alignment sweep, the two-host comparison and the busy loops.
 # Needs a build (./setup.sh) and the peer harnesses (HEFT_PEERS, default ../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,27 +34,84 @@ PY=/usr/bin/python3
 [[ -x $HEFT ]] || { echo "$0: $HEFT missing: run ./setup.sh first" >&2; exit 1; }
 [[ -f $PEERS/allreduce_mpi.py ]] || { echo "$0: no peer harnesses in $PEERS (set HEFT_PEERS)" >&2; exit 1; }
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+BUSY=()
+stop_busy() { [[ ${#BUSY[@]} -gt 0 ]] && kill "${BUSY[@]}" 2>/dev/null; BUSY=(); }
+trap 'stop_busy; rm -rf "$OUT"' EXIT
 
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
+
+# worst_rounds N A PREFIX_A B PREFIX_B: per size, A's median and worst-round busbw, the
+# ratio B time / A time in each round (median and worst), and for N = 2 the direct form's
+# bound from the memory rates (docs/comm.md): per rank, N/2 bytes copied into the slot,
+# N/2 reduced, N/2 copied from the peer; "local" at one core's copy and sum-into rates,
+# "peer" with the peer's data at the rate of a copy of a peer core's data.
+worst_rounds() {
+  $PY - "$@" "$OUT/memory.csv" "$ROUNDS" <<'PYEOF'
+import csv, statistics, sys
+n, a, pa, b, pb, mem, rounds = sys.argv[1:8]
+n, rounds = int(n), int(rounds)
+def rows(path):
+    out = {}
+    for line in open(path):
+        p = line.split()
+        if p and not line.startswith("#"):
+            out[int(p[0])] = (float(p[1]), float(p[3]))
+    return out
+ra = [rows(f"{pa}-{r}") for r in range(1, rounds + 1)]
+rb = [rows(f"{pb}-{r}") for r in range(1, rounds + 1)]
+rate = {}
+for r in csv.reader(open(mem)):
+    if r and r[0].startswith("BM_") and r[5]:
+        kind, size = r[0].split("/")
+        rate.setdefault(int(size), {})[kind] = float(r[5])
+def bound(size):  # busbw GB/s of the direct form's bytes at the memory rates, 2 ranks
+    m = rate.get(size)
+    if n != 2 or not m or not all(m.get(k) for k in ("BM_Memcpy", "BM_SumInto", "BM_CopyFromPeerCore")):
+        return None
+    copy, add, peer = m["BM_Memcpy"], m["BM_SumInto"], m["BM_CopyFromPeerCore"]
+    half = size / 2
+    local = half * (2 / copy + 1 / add)
+    cross = half * (1 / copy + 1 / min(add, peer) + 1 / peer)
+    return size / local / 1e9, size / cross / 1e9
+head = f"| bytes | {a} busbw median | {a} busbw worst | {b}/{a} median | {b}/{a} worst round |"
+sep = "| ---: | ---: | ---: | ---: | ---: |"
+if n == 2:
+    head += " bound local | bound peer | median/bound local | worst/bound local |"
+    sep += " ---: | ---: | ---: | ---: |"
+print(head); print(sep)
+for size in sorted(ra[0]):
+    bus = [x[size][1] for x in ra if size in x]
+    ratio = [y[size][0] / x[size][0] for x, y in zip(ra, rb) if size in x and size in y]
+    if not bus or not ratio:
+        continue
+    cells = [str(size), "%.3f" % statistics.median(bus), "%.3f" % min(bus),
+             "%.2fx" % statistics.median(ratio), "%.2fx" % min(ratio)]
+    bd = bound(size)
+    if n == 2:
+        cells += ["%.1f" % bd[0], "%.1f" % bd[1], "%.0f%%" % (100 * statistics.median(bus) / bd[0]),
+                  "%.0f%%" % (100 * min(bus) / bd[0])] if bd else ["n/a"] * 4
+    print("| " + " | ".join(cells) + " |")
+PYEOF
+}
 echo "# machine: $(nproc) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')), $(free -g | awk '/Mem:/{print $2}') GiB, L3 $(cat /sys/devices/system/cpu/cpu0/cache/index3/size 2>/dev/null || echo '?'), glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
 echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS  heft $($HEFT bench allreduce --ranks 2 --min 4 --max 4 --iters 1 | grep -o 'kernels=[a-z0-9]*')"
 
 echo
 echo "## memory bandwidth of one core (the shared-memory bound), GB/s of buffer processed"
 build/memory_bandwidth_bench --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null |
-  $PY -c '
+  tee "$OUT/memory.csv" | $PY -c '
 import csv, sys
 rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_")]
 by = {}
 for r in rows:
     kind, size = r[0].split("/")
     by.setdefault(int(size), {})[kind] = float(r[5]) / 1e9  # bytes_per_second
-print("| bytes | memcpy (glibc) | sum-into (heft) |")
-print("| ---: | ---: | ---: |")
+print("| bytes | memcpy (glibc) | sum-into (heft) | copy from a peer core (heft) |")
+print("| ---: | ---: | ---: | ---: |")
 for size in sorted(by):
     row = by[size]
-    print("| %d | %.1f | %.1f |" % (size, row.get("BM_Memcpy", 0), row.get("BM_SumInto", 0)))
+    print("| %d | %.1f | %.1f | %.1f |" % (size, row.get("BM_Memcpy", 0), row.get("BM_SumInto", 0),
+                                          row.get("BM_CopyFromPeerCore", 0)))
 '
 
 if [[ $QUICK == 0 ]]; then
@@ -91,6 +153,9 @@ for n in 2 4; do
   echo
   echo "## allreduce, $n ranks, one host, warm (median of $ROUNDS)"
   $PY bench/compare_rows.py heft "$OUT"/heft-$n-* -- openmpi "$OUT"/openmpi-$n-* -- gloo "$OUT"/gloo-$n-*
+  echo
+  echo "## allreduce, $n ranks: every round (worst beside median)"
+  worst_rounds "$n" heft "$OUT/heft-$n" openmpi "$OUT/openmpi-$n"
 done
 
 for r in $(seq "$ROUNDS"); do
@@ -101,13 +166,42 @@ done
 echo
 echo "## allreduce, 2 ranks, from cold (--iters 20 --warmup 0; median of $ROUNDS)"
 $PY bench/compare_rows.py heft "$OUT"/cold-heft-* -- openmpi "$OUT"/cold-openmpi-*
+echo
+echo "## allreduce, 2 ranks, from cold: every round (worst beside median)"
+worst_rounds 0 heft "$OUT/cold-heft" openmpi "$OUT/cold-openmpi"
 
 [[ $QUICK == 1 ]] && exit 0
 for r in $(seq "$ROUNDS"); do
-  $HEFT bench allreduce --ranks 4 --hosts 2 --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/hier-$r"
+  $HEFT bench allreduce --ranks 4 --hosts 2 --algo hierarchical --min "$MIN" --max "$MAX" \
+    --iters "$ITERS" >"$OUT/hier-$r"
   HEFT_TRANSPORT=tcp $HEFT bench allreduce --ranks 4 --hosts 2 --algo ring --min "$MIN" \
     --max "$MAX" --iters "$ITERS" >"$OUT/flat-$r"
 done
 echo
 echo "## allreduce, 2 simulated hosts x 2 ranks: hierarchical vs flat TCP ring (median of $ROUNDS)"
 $PY bench/compare_rows.py hierarchical "$OUT"/hier-* -- flat_tcp_ring "$OUT"/flat-*
+echo
+echo "## allreduce, 2 simulated hosts x 2 ranks: every round (worst beside median)"
+worst_rounds 0 hierarchical "$OUT/hier" flat_tcp_ring "$OUT/flat"
+
+# Contention: two busy loops on the cores beside 4 ranks (2 x 2 simulated hosts for the
+# hierarchical form and the flat ring; one host for heft's shared memory and OpenMPI).
+for r in $(seq "$ROUNDS"); do
+  for _ in 1 2; do (while :; do :; done) & BUSY+=($!); done
+  $HEFT bench allreduce --ranks 4 --hosts 2 --algo hierarchical --min 1M --max 1M \
+    --iters "$ITERS" >"$OUT/busy-hier-$r"
+  HEFT_TRANSPORT=tcp $HEFT bench allreduce --ranks 4 --hosts 2 --algo ring --min 1M --max 1M \
+    --iters "$ITERS" >"$OUT/busy-flat-$r"
+  $HEFT bench allreduce --ranks 4 --min 1M --max 1M --iters "$ITERS" >"$OUT/busy-shm-$r"
+  mpirun --allow-run-as-root --oversubscribe -np 4 $PY "$PEERS/allreduce_mpi.py" \
+    --min 1M --max 1M --iters "$ITERS" >"$OUT/busy-openmpi-$r" 2>/dev/null
+  stop_busy
+done
+echo
+echo "## allreduce of 1 MiB, 4 ranks beside two busy loops (median of $ROUNDS)"
+$PY bench/compare_rows.py hierarchical "$OUT"/busy-hier-* -- flat_tcp_ring "$OUT"/busy-flat-* \
+  -- heft_shm "$OUT"/busy-shm-* -- openmpi "$OUT"/busy-openmpi-*
+echo
+echo "## the same, every round: hierarchical against the flat ring, heft shm against OpenMPI"
+worst_rounds 0 hierarchical "$OUT/busy-hier" flat_tcp_ring "$OUT/busy-flat"
+worst_rounds 0 heft_shm "$OUT/busy-shm" openmpi "$OUT/busy-openmpi"

@@ -277,7 +277,9 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--warmup", args->warmup, "untimed iterations per size")->capture_default_str();
   sub->add_option("--dtype", args->dtype, "f32, f64, f16, bf16, i32, i64")->capture_default_str();
   sub->add_option("--op", args->op, "sum, avg, min, max")->capture_default_str();
-  sub->add_option("--algo", args->algo, "auto, ring, recursive_doubling, tree, chain")
+  sub->add_option("--algo", args->algo,
+                  "auto, ring, recursive_doubling, tree, chain, shm, hierarchical "
+                  "(HEFT_SHM_FORM picks the shm form: auto, direct, slots, single_copy)")
       ->capture_default_str();
   sub->add_option("--compress", args->compress, "allreduce wire compression of f32: none or bf16 (lossy)")
       ->check(CLI::IsMember({"none", "bf16"}))
