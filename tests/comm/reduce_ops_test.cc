@@ -1,23 +1,18 @@
 // ctest-labels: multiproc
 // Every reduce op x every element type (dtype.h) through allreduce, reduce and reduce_scatter
 // on 1-4 real forked ranks over TCP, one shared-memory host and two hosts, at buffer offsets
-// that differ between ranks, checked bit for bit against closed forms; and the kernels
-// (reduce.h) in both instruction-set forms against a scalar reference. Integer sum and product
-// wrap modulo 2^bits (Gloo's results: C++ arithmetic, unsigned wrap); bitwise ops on
-// floating-point types are refused.
+// that differ between ranks, checked bit for bit against closed forms. Integer sum and
+// product wrap modulo 2^bits (Gloo's results: C++ arithmetic, unsigned wrap). The kernels
+// alone: reduce_kernels_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "heft/comm/communicator.h"
-#include "heft/comm/cpu.h"
 #include "heft/comm/dtype.h"
-#include "heft/comm/reduce.h"
-#include "heft/error.h"
 #include "support/ranks.h"
 
 namespace heft::comm {
@@ -209,170 +204,6 @@ void expect_closed_form(const uint8_t* p, size_t count, size_t first, DataType t
   expect(bad == 0, what + ": " + std::to_string(bad) + " wrong, first " + first_bad);
 }
 
-// ---- The kernels -----------------------------------------------------------------------
-// The results Gloo gave for these two ranks' inputs (torch 1.13, gloo backend, 2 ranks,
-// all_reduce and reduce; 2026-11-25): integer sum and product wrap.
-TEST(ReduceKernels, GiveGloosResults) {
-  struct Row {
-    DataType t;
-    int64_t a[4], b[4];
-    int64_t sum[4], product[4], min[4], max[4], band[4], bor[4], bxor[4];
-  };
-  const int64_t i32big = 1073741826, i64big = 4611686018427387906;
-  const Row rows[] = {
-      {DataType::i8, {1, -2, 66, 100}, {2, -3, 66, 101}, {3, -5, -124, -55}, {2, 6, 4, 116},
-       {1, -3, 66, 100}, {2, -2, 66, 101}, {0, -4, 66, 100}, {3, -1, 66, 101}, {3, 3, 0, 1}},
-      {DataType::u8, {1, 200, 130, 100}, {2, 200, 130, 101}, {3, 144, 4, 201}, {2, 64, 4, 116},
-       {1, 200, 130, 100}, {2, 200, 130, 101}, {0, 200, 130, 100}, {3, 200, 130, 101},
-       {3, 0, 0, 1}},
-      {DataType::i32, {1, -2, i32big, 100}, {2, -3, i32big, 101}, {3, -5, -2147483644, 201},
-       {2, 6, 4, 10100}, {1, -3, i32big, 100}, {2, -2, i32big, 101}, {0, -4, i32big, 100},
-       {3, -1, i32big, 101}, {3, 3, 0, 1}},
-      {DataType::i64, {1, -2, i64big, 100}, {2, -3, i64big, 101},
-       {3, -5, -9223372036854775804, 201}, {2, 6, 4, 10100}, {1, -3, i64big, 100},
-       {2, -2, i64big, 101}, {0, -4, i64big, 100}, {3, -1, i64big, 101}, {3, 3, 0, 1}},
-  };
-  for (const Row& row : rows) {
-    const std::pair<ReduceOp, const int64_t*> ops[] = {
-        {ReduceOp::sum, row.sum}, {ReduceOp::product, row.product}, {ReduceOp::min, row.min},
-        {ReduceOp::max, row.max}, {ReduceOp::band, row.band},       {ReduceOp::bor, row.bor},
-        {ReduceOp::bxor, row.bxor}};
-    const size_t es = element_size(row.t);
-    uint8_t a[32], b[32], d[32];
-    for (int j = 0; j < 4; ++j) {
-      std::memcpy(a + j * es, &row.a[j], es);
-      std::memcpy(b + j * es, &row.b[j], es);
-    }
-    for (const auto& [op, want] : ops) {
-      reduce_to(d, a, b, 4, row.t, op);
-      for (int j = 0; j < 4; ++j)
-        EXPECT_EQ(as_signed(row.t, load_bits(d + j * es, row.t)), want[j])
-            << name(row.t) << " " << name(op) << " element " << j;
-    }
-  }
-}
-
-std::vector<KernelIsa> forms() {
-  std::vector<KernelIsa> out{KernelIsa::kPortable};
-  if (cpu_supports(KernelIsa::kAvx2)) out.push_back(KernelIsa::kAvx2);
-  return out;
-}
-
-// One element of a (op) b as the kernels define it: integers on their bits modulo 2^bits,
-// floating point exactly in double and rounded once to the type.
-void reference(uint8_t* d, const uint8_t* a, const uint8_t* b, DataType t, ReduceOp op) {
-  if (!is_integral_type(t)) {
-    const double x = read_element(a, t), y = read_element(b, t);
-    double v = x + y;
-    if (op == ReduceOp::product) v = x * y;
-    if (op == ReduceOp::min) v = std::min(x, y);
-    if (op == ReduceOp::max) v = std::max(x, y);
-    return write_element(d, t, v);
-  }
-  const uint64_t x = load_bits(a, t), y = load_bits(b, t);
-  uint64_t v = x + y;
-  switch (op) {
-    case ReduceOp::sum: case ReduceOp::avg: break;
-    case ReduceOp::product: v = x * y; break;
-    case ReduceOp::min: v = as_signed(t, x) < as_signed(t, y) ? x : y; break;
-    case ReduceOp::max: v = as_signed(t, x) < as_signed(t, y) ? y : x; break;
-    case ReduceOp::band: v = x & y; break;
-    case ReduceOp::bor: v = x | y; break;
-    case ReduceOp::bxor: v = x ^ y; break;
-  }
-  std::memcpy(d, &v, element_size(t));
-}
-
-// Random bits for the integers (every wrap), small halves for floating point (exact sums).
-void fill_random(uint8_t* p, size_t count, DataType t, std::mt19937_64& rng) {
-  const size_t es = element_size(t);
-  for (size_t i = 0; i < count; ++i) {
-    if (is_integral_type(t)) {
-      const uint64_t v = rng();
-      std::memcpy(p + i * es, &v, es);
-    } else {
-      write_element(p + i * es, t, static_cast<double>(static_cast<int>(rng() % 401) - 200) / 2);
-    }
-  }
-}
-
-// Both instruction-set forms, every relative alignment the type allows, lengths around the
-// vector widths, cached and streaming stores; the bytes around dst stay untouched.
-TEST(ReduceKernels, EveryOpAndTypeInEveryFormAndAlignment) {
-  constexpr uint8_t kGuard = 0xA5;
-  const size_t kMax = 4099;
-  std::mt19937_64 rng(29);
-  std::vector<uint8_t> a(kMax * 8 + 128), b(kMax * 8 + 128), dst(kMax * 8 + 256), want(kMax * 8);
-  const KernelIsa saved = kernel_isa();
-  for (KernelIsa isa : forms()) {
-    ASSERT_TRUE(set_kernel_isa(isa));
-    for (DataType t : kEveryDataType) {
-      const size_t es = element_size(t);
-      for (ReduceOp op : kEveryReduceOp) {
-        if (!op_applies(op, t)) continue;
-        for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, size_t{257}, kMax}) {
-          for (size_t d = 0; d < 64; d += es * (n > 300 ? 4 : 1)) {
-            const size_t x = (d * 3 + es) % 64 / es * es, y = (d * 7 + 2 * es) % 64 / es * es;
-            fill_random(a.data() + x, n, t, rng);
-            fill_random(b.data() + y, n, t, rng);
-            for (size_t i = 0; i < n; ++i)
-              reference(want.data() + i * es, a.data() + x + i * es, b.data() + y + i * es, t, op);
-            for (StoreHint hint : {StoreHint::kCached, StoreHint::kStreaming}) {
-              std::fill(dst.begin(), dst.end(), kGuard);
-              reduce_to(dst.data() + 64 + d, a.data() + x, b.data() + y, n, t, op, hint);
-              ASSERT_EQ(std::memcmp(dst.data() + 64 + d, want.data(), n * es), 0)
-                  << name(isa) << " " << name(t) << " " << name(op) << " n=" << n
-                  << " offsets dst " << d << " a " << x << " b " << y;
-              ASSERT_EQ(dst[63 + d], kGuard);
-              ASSERT_EQ(dst[64 + d + n * es], kGuard);
-            }
-          }
-        }
-      }
-    }
-  }
-  set_kernel_isa(saved);
-}
-
-// avg on the integer types: the wrapped sum divided toward zero, world sizes beyond the
-// 8-bit range included.
-TEST(ReduceKernels, IntegerAverageTruncatesTheWrappedSum) {
-  int8_t i8[3] = {-7, 7, 100};
-  finish_average(i8, 3, DataType::i8, ReduceOp::avg, 2);
-  EXPECT_EQ(i8[0], -3);
-  EXPECT_EQ(i8[1], 3);
-  EXPECT_EQ(i8[2], 50);
-  uint8_t u8[2] = {255, 7};
-  finish_average(u8, 2, DataType::u8, ReduceOp::avg, 2);
-  EXPECT_EQ(u8[0], 127);
-  EXPECT_EQ(u8[1], 3);
-  finish_average(u8, 2, DataType::u8, ReduceOp::avg, 300);
-  EXPECT_EQ(u8[0], 0);
-  int16_t i16[1] = {-32768};
-  finish_average(i16, 1, DataType::i16, ReduceOp::avg, 1000);
-  EXPECT_EQ(i16[0], -32);
-  finish_average(i16, 1, DataType::i16, ReduceOp::product, 1000);  // not avg: untouched
-  EXPECT_EQ(i16[0], -32);
-}
-
-// A bitwise op on a floating-point type: InvalidArgument naming both, dst untouched.
-TEST(ReduceKernels, RefuseBitwiseOpsOnFloatingPoint) {
-  for (DataType t : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16})
-    for (ReduceOp op : {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor}) {
-      EXPECT_FALSE(op_applies(op, t));
-      uint8_t a[16] = {1}, b[16] = {2}, d[16] = {};
-      try {
-        reduce_to(d, a, b, 2, t, op);
-        ADD_FAILURE() << name(op) << " on " << name(t) << " did not throw";
-      } catch (const InvalidArgument& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find(name(op)), std::string::npos) << what;
-        EXPECT_NE(what.find(name(t)), std::string::npos) << what;
-      }
-      EXPECT_EQ(d[0], 0) << "dst written before the refusal";
-    }
-}
-
 // ---- The collectives ------------------------------------------------------------------
 void check_allreduce(Communicator& c, DataType t, ReduceOp op) {
   const int n = c.size(), r = c.rank();
@@ -454,19 +285,24 @@ class ReduceOps : public ::testing::TestWithParam<std::tuple<int, Layout>> {
 
 TEST_P(ReduceOps, EveryOpAndTypeMatchesTheClosedForm) { run(check_every_op_and_type); }
 
-// The flat forms forced, over TCP (the default above picks by size and topology).
-TEST_P(ReduceOps, AllreduceRingAndRecursiveDoubling) {
-  if (layout() != Layout::kTcp || world() < 3) GTEST_SKIP() << "the auto run covers it";
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
-    CommunicatorOptions o;
-    o.allreduce_algorithm = a;
-    run([a](Communicator& c) {
-      for (DataType t : kEveryDataType)
-        for (ReduceOp op : kEveryReduceOp)
-          if (op_applies(op, t)) check_allreduce(c, t, op);
-      expect(c.last_allreduce_path() == name(a), "ran " + c.last_allreduce_path());
-    }, o);
-  }
+// The flat forms forced, over TCP, on 3 and 4 ranks (the runs above pick by size).
+TEST(ReduceOpsForced, AllreduceRingAndRecursiveDoubling) {
+  setenv("HEFT_ALLREDUCE_CACHE", "off", 1);
+  for (int n : {3, 4})
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+      CommunicatorOptions o;
+      o.shared_memory = false;
+      o.allreduce_algorithm = a;
+      o.timeout = std::chrono::seconds(60);
+      test::StoreProcess store;
+      test::RunResult res = test::run_world(n, store, [a](Communicator& c) {
+        for (DataType t : kEveryDataType)
+          for (ReduceOp op : kEveryReduceOp)
+            if (op_applies(op, t)) check_allreduce(c, t, op);
+        expect(c.last_allreduce_path() == name(a), "ran " + c.last_allreduce_path());
+      }, o);
+      EXPECT_TRUE(res.all_ok()) << name(a) << " world " << n << "\n" << res.summary();
+    }
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<int, Layout>>& info) {

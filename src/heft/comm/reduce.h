@@ -27,6 +27,15 @@ inline void reduce_into(void* dst, const void* src, size_t count, DataType t, Re
   reduce_to(dst, dst, src, count, t, op);
 }
 
+// The order reduce_to (kCached) goes through memory for these addresses and `bytes` of
+// output, chosen against 4K aliasing (a store whose address matches a later load's modulo
+// 4 KiB stalls it; see reduce.cc): kForward when dst is not 1-256 bytes past a or b modulo
+// 4 KiB (or bytes < 1 KiB); kBackward when it is past them but not 1-256 bytes before
+// either; kThroughBlock otherwise (a page at a time into an L1 block placed away from all
+// three, then copied to dst). The result is the same in every order. Never throws.
+enum class ReduceOrder { kForward, kBackward, kThroughBlock };
+ReduceOrder reduce_order(const void* dst, const void* a, const void* b, size_t bytes);
+
 // For ReduceOp::avg: data[i] /= world_size (integer types: truncating division of the
 // wrapped sum).
 // A no-op for the other ops.

@@ -1,0 +1,257 @@
+// ctest-labels: unit
+// The reduction kernels (reduce.h) for every op x element type: Gloo's own results, both
+// instruction-set forms at every relative alignment against a scalar reference, each memory
+// order reduce_order picks against 4K aliasing (and that it picks it), integer average, and
+// the refusal of bitwise ops on floating point. Integer sum and product wrap modulo 2^bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "heft/comm/cpu.h"
+#include "heft/comm/dtype.h"
+#include "heft/comm/reduce.h"
+#include "heft/error.h"
+
+namespace heft::comm {
+namespace {
+
+int bits(DataType t) { return 8 * static_cast<int>(element_size(t)); }
+uint64_t mask(DataType t) { return bits(t) == 64 ? ~uint64_t{0} : (uint64_t{1} << bits(t)) - 1; }
+
+// Integer bits, sign- (or, for u8, zero-) extended to 64.
+int64_t as_signed(DataType t, uint64_t v) {
+  v &= mask(t);
+  if (t == DataType::u8 || bits(t) == 64) return static_cast<int64_t>(v);
+  const uint64_t top = uint64_t{1} << (bits(t) - 1);
+  return static_cast<int64_t>((v ^ top) - top);
+}
+
+uint64_t load_bits(const uint8_t* p, DataType t) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, element_size(t));  // little-endian
+  return v;
+}
+
+// The results Gloo gave for these two ranks' inputs (torch 1.13, gloo backend, 2 ranks,
+// all_reduce and reduce; 2026-11-25): integer sum and product wrap.
+TEST(ReduceKernels, GiveGloosResults) {
+  struct Row {
+    DataType t;
+    int64_t a[4], b[4];
+    int64_t sum[4], product[4], min[4], max[4], band[4], bor[4], bxor[4];
+  };
+  const int64_t i32big = 1073741826, i64big = 4611686018427387906;
+  const Row rows[] = {
+      {DataType::i8, {1, -2, 66, 100}, {2, -3, 66, 101}, {3, -5, -124, -55}, {2, 6, 4, 116},
+       {1, -3, 66, 100}, {2, -2, 66, 101}, {0, -4, 66, 100}, {3, -1, 66, 101}, {3, 3, 0, 1}},
+      {DataType::u8, {1, 200, 130, 100}, {2, 200, 130, 101}, {3, 144, 4, 201}, {2, 64, 4, 116},
+       {1, 200, 130, 100}, {2, 200, 130, 101}, {0, 200, 130, 100}, {3, 200, 130, 101},
+       {3, 0, 0, 1}},
+      {DataType::i32, {1, -2, i32big, 100}, {2, -3, i32big, 101}, {3, -5, -2147483644, 201},
+       {2, 6, 4, 10100}, {1, -3, i32big, 100}, {2, -2, i32big, 101}, {0, -4, i32big, 100},
+       {3, -1, i32big, 101}, {3, 3, 0, 1}},
+      {DataType::i64, {1, -2, i64big, 100}, {2, -3, i64big, 101},
+       {3, -5, -9223372036854775804, 201}, {2, 6, 4, 10100}, {1, -3, i64big, 100},
+       {2, -2, i64big, 101}, {0, -4, i64big, 100}, {3, -1, i64big, 101}, {3, 3, 0, 1}},
+  };
+  for (const Row& row : rows) {
+    const std::pair<ReduceOp, const int64_t*> ops[] = {
+        {ReduceOp::sum, row.sum}, {ReduceOp::product, row.product}, {ReduceOp::min, row.min},
+        {ReduceOp::max, row.max}, {ReduceOp::band, row.band},       {ReduceOp::bor, row.bor},
+        {ReduceOp::bxor, row.bxor}};
+    const size_t es = element_size(row.t);
+    uint8_t a[32], b[32], d[32];
+    for (int j = 0; j < 4; ++j) {
+      std::memcpy(a + j * es, &row.a[j], es);
+      std::memcpy(b + j * es, &row.b[j], es);
+    }
+    for (const auto& [op, want] : ops) {
+      reduce_to(d, a, b, 4, row.t, op);
+      for (int j = 0; j < 4; ++j)
+        EXPECT_EQ(as_signed(row.t, load_bits(d + j * es, row.t)), want[j])
+            << name(row.t) << " " << name(op) << " element " << j;
+    }
+  }
+}
+
+std::vector<KernelIsa> forms() {
+  std::vector<KernelIsa> out{KernelIsa::kPortable};
+  if (cpu_supports(KernelIsa::kAvx2)) out.push_back(KernelIsa::kAvx2);
+  return out;
+}
+
+// One element of a (op) b as the kernels define it: integers on their bits modulo 2^bits,
+// floating point exactly in double and rounded once to the type.
+void reference(uint8_t* d, const uint8_t* a, const uint8_t* b, DataType t, ReduceOp op) {
+  if (!is_integral_type(t)) {
+    const double x = read_element(a, t), y = read_element(b, t);
+    double v = x + y;
+    if (op == ReduceOp::product) v = x * y;
+    if (op == ReduceOp::min) v = std::min(x, y);
+    if (op == ReduceOp::max) v = std::max(x, y);
+    return write_element(d, t, v);
+  }
+  const uint64_t x = load_bits(a, t), y = load_bits(b, t);
+  uint64_t v = x + y;
+  switch (op) {
+    case ReduceOp::sum: case ReduceOp::avg: break;
+    case ReduceOp::product: v = x * y; break;
+    case ReduceOp::min: v = as_signed(t, x) < as_signed(t, y) ? x : y; break;
+    case ReduceOp::max: v = as_signed(t, x) < as_signed(t, y) ? y : x; break;
+    case ReduceOp::band: v = x & y; break;
+    case ReduceOp::bor: v = x | y; break;
+    case ReduceOp::bxor: v = x ^ y; break;
+  }
+  std::memcpy(d, &v, element_size(t));
+}
+
+// Random bits for the integers (every wrap), small halves for floating point (exact sums).
+void fill_random(uint8_t* p, size_t count, DataType t, std::mt19937_64& rng) {
+  const size_t es = element_size(t);
+  for (size_t i = 0; i < count; ++i) {
+    if (is_integral_type(t)) {
+      const uint64_t v = rng();
+      std::memcpy(p + i * es, &v, es);
+    } else {
+      write_element(p + i * es, t, static_cast<double>(static_cast<int>(rng() % 401) - 200) / 2);
+    }
+  }
+}
+
+// Both instruction-set forms, every relative alignment the type allows, lengths around the
+// vector widths, cached and streaming stores; the bytes around dst stay untouched.
+TEST(ReduceKernels, EveryOpAndTypeInEveryFormAndAlignment) {
+  constexpr uint8_t kGuard = 0xA5;
+  const size_t kMax = 4099;
+  std::mt19937_64 rng(29);
+  std::vector<uint8_t> a(kMax * 8 + 128), b(kMax * 8 + 128), dst(kMax * 8 + 256), want(kMax * 8);
+  const KernelIsa saved = kernel_isa();
+  for (KernelIsa isa : forms()) {
+    ASSERT_TRUE(set_kernel_isa(isa));
+    for (DataType t : kEveryDataType) {
+      const size_t es = element_size(t);
+      for (ReduceOp op : kEveryReduceOp) {
+        if (!op_applies(op, t)) continue;
+        for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, size_t{257}, kMax}) {
+          for (size_t d = 0; d < 64; d += es * (n > 300 ? 4 : 1)) {
+            const size_t x = (d * 3 + es) % 64 / es * es, y = (d * 7 + 2 * es) % 64 / es * es;
+            fill_random(a.data() + x, n, t, rng);
+            fill_random(b.data() + y, n, t, rng);
+            for (size_t i = 0; i < n; ++i)
+              reference(want.data() + i * es, a.data() + x + i * es, b.data() + y + i * es, t, op);
+            for (StoreHint hint : {StoreHint::kCached, StoreHint::kStreaming}) {
+              std::fill(dst.begin(), dst.end(), kGuard);
+              reduce_to(dst.data() + 64 + d, a.data() + x, b.data() + y, n, t, op, hint);
+              ASSERT_EQ(std::memcmp(dst.data() + 64 + d, want.data(), n * es), 0)
+                  << name(isa) << " " << name(t) << " " << name(op) << " n=" << n
+                  << " offsets dst " << d << " a " << x << " b " << y;
+              ASSERT_EQ(dst[63 + d], kGuard);
+              ASSERT_EQ(dst[64 + d + n * es], kGuard);
+            }
+          }
+        }
+      }
+    }
+  }
+  set_kernel_isa(saved);
+}
+
+// avg on the integer types: the wrapped sum divided toward zero, world sizes beyond the
+// 8-bit range included.
+TEST(ReduceKernels, IntegerAverageTruncatesTheWrappedSum) {
+  int8_t i8[3] = {-7, 7, 100};
+  finish_average(i8, 3, DataType::i8, ReduceOp::avg, 2);
+  EXPECT_EQ(i8[0], -3);
+  EXPECT_EQ(i8[1], 3);
+  EXPECT_EQ(i8[2], 50);
+  uint8_t u8[2] = {255, 7};
+  finish_average(u8, 2, DataType::u8, ReduceOp::avg, 2);
+  EXPECT_EQ(u8[0], 127);
+  EXPECT_EQ(u8[1], 3);
+  finish_average(u8, 2, DataType::u8, ReduceOp::avg, 300);
+  EXPECT_EQ(u8[0], 0);
+  int16_t i16[1] = {-32768};
+  finish_average(i16, 1, DataType::i16, ReduceOp::avg, 1000);
+  EXPECT_EQ(i16[0], -32);
+  finish_average(i16, 1, DataType::i16, ReduceOp::product, 1000);  // not avg: untouched
+  EXPECT_EQ(i16[0], -32);
+}
+
+// A bitwise op on a floating-point type: InvalidArgument naming both, dst untouched.
+TEST(ReduceKernels, RefuseBitwiseOpsOnFloatingPoint) {
+  for (DataType t : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16})
+    for (ReduceOp op : {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor}) {
+      EXPECT_FALSE(op_applies(op, t));
+      uint8_t a[16] = {1}, b[16] = {2}, d[16] = {};
+      try {
+        reduce_to(d, a, b, 2, t, op);
+        ADD_FAILURE() << name(op) << " on " << name(t) << " did not throw";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(name(op)), std::string::npos) << what;
+        EXPECT_NE(what.find(name(t)), std::string::npos) << what;
+      }
+      EXPECT_EQ(d[0], 0) << "dst written before the refusal";
+    }
+}
+
+// Buffers placed at chosen offsets within 4 KiB pages, so each order of reduce_order runs.
+TEST(ReduceKernels, EachMemoryOrderIsChosenAndExact) {
+  struct Placement {
+    const char* what;
+    size_t dst, a, b;  // byte offsets into one page-aligned area; dst == a: in place
+    ReduceOrder want;
+  };
+  constexpr size_t kPage = 4096, kA = 0, kB = 4 * kPage, kD = 8 * kPage;  // disjoint regions
+  const Placement cases[] = {
+      {"dst far from both", kD + 1024, kA, kB, ReduceOrder::kForward},
+      {"dst 64 and 32 bytes past a and b", kD + 64, kA, kB + 32, ReduceOrder::kBackward},
+      {"dst 64 past a, 64 before b", kD + 64, kA, kB + 128, ReduceOrder::kThroughBlock},
+      {"in place, dst 96 past b", kD + 96, kD + 96, kB, ReduceOrder::kBackward},
+      {"dst 1024 past a, 200 before b", kD + 1024, kA, kB + 1224, ReduceOrder::kForward},
+  };
+  const size_t kBytes = 3 * kPage + 40;  // several pages and a partial one, every dtype
+  const size_t kArea = 12 * kPage + 2048;
+  auto* area = static_cast<uint8_t*>(std::aligned_alloc(kPage, kArea));
+  std::vector<uint8_t> want(kBytes), x(kBytes), y(kBytes);
+  std::mt19937_64 rng(4096);
+  const KernelIsa saved = kernel_isa();
+  for (const Placement& p : cases) {
+    uint8_t* dst = area + p.dst;
+    const uint8_t* a = area + p.a;
+    const uint8_t* b = area + p.b;
+    EXPECT_EQ(reduce_order(dst, a, b, kBytes), p.want) << p.what;
+    EXPECT_EQ(reduce_order(dst, a, b, 512), ReduceOrder::kForward) << p.what << ", small";
+    for (KernelIsa isa : forms()) {
+      ASSERT_TRUE(set_kernel_isa(isa));
+      for (DataType t : kEveryDataType)
+        for (ReduceOp op : kEveryReduceOp) {
+          if (!op_applies(op, t)) continue;
+          const size_t es = element_size(t), n = kBytes / es;
+          std::memset(area, 0xA5, kArea);
+          fill_random(area + p.a, n, t, rng);
+          fill_random(area + p.b, n, t, rng);
+          std::memcpy(x.data(), a, n * es);
+          std::memcpy(y.data(), b, n * es);
+          for (size_t i = 0; i < n; ++i)
+            reference(want.data() + i * es, x.data() + i * es, y.data() + i * es, t, op);
+          reduce_to(dst, a, b, n, t, op);
+          ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0)
+              << p.what << " " << name(isa) << " " << name(t) << " " << name(op);
+          ASSERT_EQ(dst[-1], 0xA5) << p.what << " wrote before dst";
+          ASSERT_EQ(dst[n * es], 0xA5) << p.what << " wrote past dst";
+        }
+    }
+  }
+  set_kernel_isa(saved);
+  std::free(area);
+}
+
+}  // namespace
+}  // namespace heft::comm
