@@ -7,6 +7,27 @@
 
 namespace heft::job {
 
+namespace {
+
+// spec_to_json's output as spec input: it writes every field with its value, defaults
+// included, and the spot block's defaults are not valid input while spot is off (they are
+// the absence of the block).
+nlohmann::json as_input(nlohmann::json spec) {
+  if (spec.contains("spot")) {
+    nlohmann::json& spot = spec["spot"];
+    if (!spot.value("enabled", false)) {
+      spec.erase("spot");
+    } else {
+      if (spot.value("max_wait_s", 0.0) <= 0) spot.erase("max_wait_s");
+      if (spot.contains("simulate") && spot["simulate"].value("count", 0) == 0)
+        spot.erase("simulate");
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
 nlohmann::json spec_to_json(const JobSpec& spec) {
   using nlohmann::json;
   json hps = json::object();
@@ -68,7 +89,7 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
 }
 
 nlohmann::json normalized_spec_json(const JobSpec& spec) {
-  nlohmann::json j = spec_to_json(spec);
+  nlohmann::json j = as_input(spec_to_json(spec));
   j["distribution"] = spec.distribution_normalized;
   if (!spec.base_name.empty() && spec.name.empty()) {
     j.erase("name");
@@ -78,20 +99,7 @@ nlohmann::json normalized_spec_json(const JobSpec& spec) {
 }
 
 Result<JobSpec> spec_from_json(const nlohmann::json& recorded, const std::string& source) {
-  nlohmann::json spec = recorded;
-  // spec_to_json writes every field with its value, defaults included; the spot block's
-  // defaults are not valid input while spot is off (they are the absence of the block).
-  if (spec.contains("spot")) {
-    nlohmann::json& spot = spec["spot"];
-    if (!spot.value("enabled", false)) {
-      spec.erase("spot");
-    } else {
-      if (spot.value("max_wait_s", 0.0) <= 0) spot.erase("max_wait_s");
-      if (spot.contains("simulate") && spot["simulate"].value("count", 0) == 0)
-        spot.erase("simulate");
-    }
-  }
-  return parse_spec(spec.dump(), source, {});  // JSON is YAML
+  return parse_spec(as_input(recorded).dump(), source, {});  // JSON is YAML
 }
 
 }  // namespace heft::job
