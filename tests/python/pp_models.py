@@ -11,18 +11,18 @@ import sharded_models as M
 class Embeddings(nn.Module):
     """Token + position embeddings: token ids (batch, time) -> (batch, time, d)."""
 
-    def __init__(self, d):
+    def __init__(self, d, vocab=M.VOCAB, ctx=M.CTX):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(M.VOCAB, d), nn.Embedding(M.CTX, d)
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
 
     def forward(self, idx):
         return self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
 
 
 class Head(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, vocab=M.VOCAB):
         super().__init__()
-        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, M.VOCAB, bias=False)
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
 
     def forward(self, x):
         return self.head(self.ln(x))
@@ -42,11 +42,35 @@ def cnn():
         nn.Flatten(), nn.Linear(8 * 3 * 3, 24), nn.ReLU(), nn.Linear(24, 5))
 
 
-MODELS = {"gpt": gpt, "cnn": cnn}
+def tp_gpt(blocks=4, d=16, heads=4):
+    """The GPT of tp_models.py (attention reading its widths from the projection, as tensor-
+    parallel code must) as a sequence, untied: embeddings, blocks, head (vocabulary 64)."""
+    import tp_models as TM
+    torch.manual_seed(5)
+    return nn.Sequential(Embeddings(d, TM.VOCAB, TM.CTX),
+                         *[TM.Block(d, heads) for _ in range(blocks)], Head(d, TM.VOCAB))
+
+
+# Megatron's plan for tp_gpt, by the layer's index in the sequence: the token embedding by
+# vocabulary, attention and MLP pairs, the head colwise with its logits gathered.
+TP_PLAN = {"0.wte": "vocab", "*.attn.qkv": "colwise", "*.attn.proj": "rowwise",
+           "*.mlp.0": "colwise", "*.mlp.2": "rowwise", "*.head": "colwise"}
+MODELS = {"gpt": gpt, "cnn": cnn, "tp_gpt": tp_gpt}
+
+
+def tp_batch(step, rows):
+    import tp_models as TM
+    return TM.batch("gpt", step, rows)
+
+
+def loss_of(name, out, y):
+    if name == "tp_gpt":
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return M.loss_of(name, out, y)
 
 
 def loss_fn(name):
-    return lambda out, y: M.loss_of(name, out, y)
+    return lambda out, y: loss_of(name, out, y)
 
 
 def reference(name, steps, batch, lr):
@@ -55,9 +79,9 @@ def reference(name, steps, batch, lr):
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     for step in range(steps):
-        x, y = M.batch(name, step, 0, batch)
+        x, y = tp_batch(step, batch) if name == "tp_gpt" else M.batch(name, step, 0, batch)
         opt.zero_grad()
-        loss = M.loss_of(name, model(x), y)
+        loss = loss_of(name, model(x), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from . import _c10d
 from ._mesh import DeviceMesh
 from ._pipeline_plan import check_arguments, layers_of, plan
+from . import _pipeline_tensor as _tp
 
 _pp = _c10d.parallel.pipeline
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -37,19 +38,20 @@ class Pipeline(torch.nn.Module):
                         "sharded" (heft's ShardedDataParallel over the sharded and replicate
                         groups); None: "sharded" when the mesh was given a sharded degree
                         above 1, else "ddp"
+    tensor_plan         with a mesh's tensor > 1: tensor_parallel's plan for the stages,
+                        its patterns naming modules by the layer's index in the sequence
+                        ("*.attn.qkv": "colwise"); activations between stages go 1/T per
+                        tensor rank and are all-gathered by the next stage
     """
 
     def __init__(self, stages_or_sequential, mesh, *, microbatches, schedule="simple",
                  virtual_stages=1, partition="auto", memory_weight=0.2,
                  active_microbatches=None, activation_checkpointing=False,
-                 example_input=None, data_parallel=None):
+                 example_input=None, data_parallel=None, tensor_plan=None):
         super().__init__()
         if not isinstance(mesh, DeviceMesh):
             raise TypeError("Pipeline: mesh must be a heft.torch.parallel.DeviceMesh, found "
                             f"{type(mesh).__name__}")
-        if mesh.size("tensor") > 1:
-            raise ValueError(f"Pipeline: mesh has tensor={mesh.size('tensor')}: tensor "
-                             "parallelism inside pipeline stages is not supported by Pipeline yet")
         layers = layers_of(stages_or_sequential)
         p = mesh.size("pipeline")
         check_arguments(layers, p, microbatches, schedule, virtual_stages, partition,
@@ -66,7 +68,7 @@ class Pipeline(torch.nn.Module):
                                else self.schedule).forward_only()
         chunks = p * virtual_stages
         first, text = plan(layers, chunks, partition, memory_weight, example_input)
-        self.first = first
+        self.first, self.layers_total = first, len(layers)
         self.plan_text = text
         if dist.get_rank() == 0:
             print("Pipeline: " + text.rstrip(), flush=True)
@@ -74,10 +76,16 @@ class Pipeline(torch.nn.Module):
                   for k in range(chunks)]
         mine = [self.stage + c * p for c in range(virtual_stages)]
         _refuse_tied(layers, bounds)
+        self.tensor_plan = _tp.check_plan(layers, tensor_plan, mesh, bounds)
         self.layer_ranges = [bounds[k] for k in mine]
         owned = {i for k in mine for i in range(*bounds[k])}
         _free([l for i, l in enumerate(layers) if i not in owned])
-        modules = [torch.nn.Sequential(*layers[a:b]) for a, b in self.layer_ranges]
+        modules = [_tp.chunk_module(layers, a, b) for a, b in self.layer_ranges]
+        self.tensors = mesh.size("tensor") if self.tensor_plan else 1
+        if self.tensor_plan:
+            self.tensor_group = _c10d.parallel.Group(mesh.group("tensor"))
+            modules = [_tp.split_chunk(m, self.tensor_plan, mesh, layers) for m in modules]
+        self._scatter_out, self._gather_in = set(), set()  # chunks (this stage's index c)
         self.data_parallel = _data_parallel(mesh, data_parallel)
         self.chunks = torch.nn.ModuleList(self._wrap(m) for m in modules)
         self._backward_chunks = [a[3] for a in self.schedule.actions(self.stage) if a[0] == "B"]
@@ -96,12 +104,17 @@ class Pipeline(torch.nn.Module):
                                            broadcast_buffers=False)
         if self.data_parallel == "sharded":
             from .sharded import ShardedDataParallel
-            with _broadcast_within(self.mesh):
-                return ShardedDataParallel(module, mesh=self.mesh,
-                                           activation_checkpointing=self.activation_checkpointing)
+            return ShardedDataParallel(module, mesh=self.mesh,
+                                       activation_checkpointing=self.activation_checkpointing)
         return module
 
-    def _run_chunk(self, c, x):
+    def _run_chunk(self, c, x, received=False):
+        if received and c in self._gather_in:
+            x = _tp.gather(x, self.tensor_group)
+        y = self._run_chunk_module(c, x)
+        return _tp.scatter(y, self.tensor_group) if c in self._scatter_out else y
+
+    def _run_chunk_module(self, c, x):
         chunk = self.chunks[c]
         if self.data_parallel == "ddp":
             chunk = chunk.module  # DDP's reducer is prepared by hand (_around_backward)
@@ -116,10 +129,13 @@ class Pipeline(torch.nn.Module):
         """Every chunk's input shape and the activation dtype, for micro-batches shaped like
         first_input: each virtual stage in turn runs its chunk on zeros of its input shape
         (eval mode, no grad, the RNG kept) and broadcasts its output's shape over the
-        pipeline group. Once per input shape."""
+        pipeline group (with a tensor plan: 1/T of its last dimension, when T divides it,
+        and whether it was split). Once per input shape."""
         key = tuple(first_input.shape)
         if key in self._shapes:
-            return self._shapes[key]
+            shapes, dtype, self._scatter_out, self._gather_in = self._shapes[key]
+            return shapes, dtype
+        self._scatter_out, self._gather_in = set(), set()
         p, v = self.stages, self.virtual_stages
         ranks = self.mesh.ranks("pipeline")
         group = self.mesh.group("pipeline")
@@ -130,23 +146,29 @@ class Pipeline(torch.nn.Module):
             self.eval()
             for k in range(v * p - 1):
                 s, c = k % p, k // p
-                meta = torch.zeros(9, dtype=torch.long)
+                meta = torch.zeros(10, dtype=torch.long)
                 if s == self.stage:
                     x = first_input if k == 0 else torch.zeros(current[0], dtype=current[1])
                     with torch.no_grad():
-                        y = self._run_chunk(c, x)
+                        y = self._run_chunk_module(c, x)
                     if y.dtype not in _DTYPES:
                         raise TypeError(f"Pipeline: chunk {k} (layers {self.layer_ranges[c]}) "
                                         f"outputs {y.dtype}: activations between stages must "
                                         "be floating point")
                     meta[0], meta[1] = y.dim(), list(_DTYPES).index(y.dtype)
                     meta[2:2 + y.dim()] = torch.tensor(y.shape)
+                    meta[9] = _tp.splits(y, self.tensors)
                 dist.broadcast(meta, ranks[s], group=group)
                 dims = meta[2:2 + int(meta[0])].tolist()
                 current = (dims, list(_DTYPES)[int(meta[1])])
                 dtypes.add(current[1])
+                sent = dims[:-1] + [dims[-1] // self.tensors] if meta[9] else dims
+                if meta[9] and s == self.stage:
+                    self._scatter_out.add(c)
                 if (k + 1) % p == self.stage:
-                    shapes[(k + 1) // p] = dims
+                    shapes[(k + 1) // p] = sent
+                    if meta[9]:
+                        self._gather_in.add((k + 1) // p)
         finally:
             for m, mode in zip(self.modules(), modes):
                 m.training = mode
@@ -155,8 +177,8 @@ class Pipeline(torch.nn.Module):
             raise TypeError(f"Pipeline: activations of different dtypes {sorted(map(str, dtypes))}"
                             ": every chunk must output one floating dtype")
         dtype = _DTYPES[dtypes.pop()] if dtypes else "float32"
-        self._shapes[key] = (shapes, dtype)
-        return self._shapes[key]
+        self._shapes[key] = (shapes, dtype, self._scatter_out, self._gather_in)
+        return shapes, dtype
 
     def _split(self, argument, t):
         n = t.shape[0] if isinstance(t, torch.Tensor) and t.dim() > 0 else None
@@ -183,7 +205,7 @@ class Pipeline(torch.nn.Module):
         losses = []
 
         def forward(c, m, x):
-            out = self._run_chunk(c, xs[m] if x is None else x)
+            out = self._run_chunk(c, xs[m] if x is None else x, x is not None)
             if c != last_chunk:
                 return out
             loss = loss_fn(out, ys[m])
@@ -238,7 +260,7 @@ class Pipeline(torch.nn.Module):
         outs = {}
 
         def forward(c, m, x):
-            out = self._run_chunk(c, xs[m] if x is None else x)
+            out = self._run_chunk(c, xs[m] if x is None else x, x is not None)
             if c == last_chunk:
                 outs[m] = out
             return out
@@ -271,6 +293,26 @@ class Pipeline(torch.nn.Module):
     def forward(self, *args, **kwargs):
         raise RuntimeError("Pipeline: call step(inputs, targets, loss_fn) to train and "
                            "evaluate(inputs) for the output, not the module itself")
+
+    # ---- checkpoints (_layout_ckpt.py) -----------------------------------------------------
+    def save_checkpoint(self, directory, optimizer=None, step=None, meta=None, keep=2):
+        """Collective over the world: this model (and optimizer) as one heft multi-writer
+        checkpoint carrying its layout (layer -> stage, tensor slices); returns the step."""
+        from . import _layout_ckpt
+        return _layout_ckpt.save(self, directory, optimizer, step, meta, keep)
+
+    def load_checkpoint(self, directory, optimizer=None):
+        """Loads the newest Pipeline checkpoint of directory, saved at any pipeline, tensor
+        or data degree, into this rank's layers (and optimizer); returns (step, meta)."""
+        from . import _layout_ckpt
+        return _layout_ckpt.load(self, directory, optimizer)
+
+    @staticmethod
+    def load_full_state_dict(directory):
+        """The newest Pipeline checkpoint of directory as the whole model's state_dict (the
+        nn.Sequential's keys, full tensors), in one process: no process group needed."""
+        from . import _layout_ckpt
+        return _layout_ckpt.full_state(directory)[2]
 
     def print_schedule(self):
         """Prints (and returns) heft's simulated grid of the schedule with its bubble beside
@@ -309,24 +351,3 @@ def _free(layers):
         for layer in layers:
             for t in list(layer.parameters()) + list(layer.buffers()):
                 t.data = torch.empty(0, dtype=t.dtype)
-
-
-class _broadcast_within:
-    """ShardedDataParallel takes its initial values from world rank 0 (a broadcast over the
-    default group); a stage's chunk exists only on that stage's ranks, so during its
-    construction that broadcast goes over this rank's data group from its first rank."""
-
-    def __init__(self, mesh):
-        self.mesh = mesh
-
-    def __enter__(self):
-        self.saved = dist.broadcast
-        group, src = self.mesh.group("data"), self.mesh.ranks("data")[0]
-
-        def within(tensor, src_ignored=0, group_ignored=None, async_op=False):
-            return self.saved(tensor, src, group=group, async_op=async_op)
-        dist.broadcast = within
-
-    def __exit__(self, *exc):
-        dist.broadcast = self.saved
-        return False

@@ -180,12 +180,15 @@ class ShardedDataParallel(torch.nn.Module):
         return lambda m: isinstance(m, classes)
 
     def _shard_from_rank0(self, spec):
-        """This rank's part of the unit's parameters back to back in fp32 (rank 0's
-        values: one broadcast per unit)."""
+        """This rank's part of the unit's parameters back to back in fp32: the values of the
+        first rank of this module's data group (sharded x replicate; world rank 0 without
+        a mesh), broadcast over the shard group, then over the replicate group. Only the
+        ranks holding this module take part (a pipeline stage's chunk, a tensor slice)."""
         flat = torch._C._nn.flatten_dense_tensors([p.detach().float() for p in spec.params]) \
             if spec.params else torch.zeros(0)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.broadcast(flat, 0)
+        for g in (self.shard_group, self.replicate_group):
+            if g is not None and g.size > 1:
+                dist.broadcast(flat, _first_rank(g), group=g.pg)
         n = flat.numel()
         g = self.shard_group
         shard_numel = -(-max(n, 1) // g.size)
@@ -349,6 +352,14 @@ class ShardedDataParallel(torch.nn.Module):
         calls it; every rank gets it). fp32, on CPU."""
         from ._sharded_state import full_state_dict
         return full_state_dict(self)
+
+
+def _first_rank(group):
+    """The world rank of rank 0 of a Group (pg None: the default group)."""
+    if group.pg is None or group.pg is dist.group.WORLD:
+        return 0
+    from torch.distributed import distributed_c10d as c10d
+    return (getattr(c10d, "get_global_rank", None) or c10d._get_global_rank)(group.pg, 0)
 
 
 def _checkpointed(sdp, forward, *args, **kwargs):

@@ -1,0 +1,123 @@
+# ctest-labels: multiproc
+"""Pipeline x tensor on 4 real ranks (issue 28 item 4): tp_gpt (pp_models.py: tp_models' GPT
+as a sequence) under Pipeline(mesh=DeviceMesh(pipeline=2, tensor=2), tensor_plan=TP_PLAN)
+trains 20 AdamW steps equal to one process on the global batch within relative 1e-5: every
+step's loss, the stage's full parameters (its tensor slices joined by full_state_dict) and
+evaluate's output; each rank holds only its slices (qkv 3d/2 rows); the activations between
+stages go 1/2 of the hidden size per tensor rank (the received shape) and the exchange
+counter equals the action list's communication batches. Cases: simple with 4 micro-batches,
+interleaved with 8, interleaved with 2 virtual stages. Refused: tensor=2 without a
+tensor_plan, and a pattern that names nothing, each naming the argument. This file is also
+the worker (HEFT_PP_WORKER=1)."""
+import json
+import os
+import sys
+import unittest
+
+import support
+
+STEPS, BATCH, LR, TOLERANCE = 20, 8, 3e-3, 1e-5
+D = 16
+CASES = [  # (mesh, Pipeline keyword arguments)
+    ({"pipeline": 2, "tensor": 2}, {"microbatches": 4, "partition": [3]}),
+    ({"pipeline": 2, "tensor": 2}, {"microbatches": 8, "schedule": "interleaved",
+                                    "partition": [2]}),
+    ({"pipeline": 2, "tensor": 2}, {"microbatches": 4, "schedule": "interleaved",
+                                    "virtual_stages": 2, "partition": [2, 3, 4]}),
+]
+
+
+def run_case(index, mesh_args, kwargs, meshes, ref):
+    import torch
+    import torch.distributed as dist
+    from heft.torch.parallel import DeviceMesh, Pipeline
+    from heft.torch._tensor_parallel import full_state_dict
+    import pp_models as P
+    key = json.dumps(mesh_args, sort_keys=True)
+    if key not in meshes:
+        meshes[key] = DeviceMesh(**mesh_args)
+    mesh = meshes[key]
+    ref_losses, _, ref_model = ref
+    pipe = Pipeline(P.tp_gpt(), mesh, tensor_plan=P.TP_PLAN, **kwargs)
+    opt = torch.optim.AdamW(pipe.parameters(), lr=LR)
+    losses = []
+    for step in range(STEPS):
+        x, y = P.tp_batch(step, BATCH)
+        opt.zero_grad()
+        losses.append(pipe.step(x, y, P.loss_fn("tp_gpt")))
+        opt.step()
+    out = {"case": index, "rank": dist.get_rank(), "stage": pipe.stage,
+           "loss": P.relative(losses, ref_losses)}
+    full, theirs = {}, ref_model.state_dict()
+    for chunk in pipe.chunks:
+        full.update(full_state_dict(chunk))
+    out["params"] = P.relative([full[k] for k in sorted(full)], [theirs[k] for k in sorted(full)])
+    out["keys"] = len(full)
+    qkv = [p.shape[0] for n, p in pipe.named_parameters() if n.endswith("attn.qkv.weight")]
+    out["qkv_rows"] = [sorted(set(qkv)), [3 * D // 2]]
+    x, _ = P.tp_batch(99, BATCH)
+    out["evaluate"] = P.relative(pipe.evaluate(x), ref_model(x).detach())
+    shapes = pipe._shapes[tuple(x[:BATCH // kwargs["microbatches"]].shape)][0]
+    out["received_last_dims"] = sorted({s[-1] for s in shapes.values()})
+    out["exchanges"] = [pipe.counters["exchanges"],
+                        P.communication_batches(pipe.schedule.actions(pipe.stage))]
+    return out
+
+
+def errors(mesh):
+    from heft.torch.parallel import Pipeline
+    import pp_models as P
+    found = {}
+    for what, plan in (("no_plan", None), ("nothing", {"*.attn.nothing": "colwise"})):
+        try:
+            Pipeline(P.tp_gpt(), mesh, microbatches=2, partition=[3], tensor_plan=plan)
+            found[what] = None
+        except (ValueError, TypeError) as e:
+            found[what] = str(e)
+    return found
+
+
+def worker():
+    import torch.distributed as dist
+    import heft.torch  # noqa: F401  (registers the backend)
+    import pp_models as P
+    dist.init_process_group("heft", init_method="env://")
+    meshes, ref = {}, P.reference("tp_gpt", STEPS, BATCH, LR)
+    for i, (mesh_args, kwargs) in enumerate(CASES):
+        print("result " + json.dumps(run_case(i, mesh_args, kwargs, meshes, ref)), flush=True)
+    print("errors " + json.dumps(errors(next(iter(meshes.values())))), flush=True)
+    dist.destroy_process_group()
+
+
+class PipelineTimesTensor(unittest.TestCase):
+    def test_pipeline_2_x_tensor_2_equals_one_process(self):
+        results = support.run_ranks(4, [support.PYTHON, "-u", os.path.abspath(__file__)],
+                                    timeout=240, env_of_rank=lambda r: {"HEFT_PP_WORKER": "1"})
+        text = support.describe(results)
+        for rc, _, _ in results:
+            self.assertEqual(rc, 0, text)
+        lines = [l for _, out, _ in results for l in out.splitlines()]
+        rows = [json.loads(l[len("result "):]) for l in lines if l.startswith("result ")]
+        self.assertEqual(len(rows), 4 * len(CASES), text)
+        for r in rows:
+            what = f"{CASES[r['case']]} rank {r['rank']}: {r}"
+            self.assertLessEqual(r["loss"], TOLERANCE, what)
+            self.assertLessEqual(r["params"], TOLERANCE, what)
+            self.assertLessEqual(r["evaluate"], TOLERANCE, what)
+            self.assertGreater(r["keys"], 0, what)
+            self.assertEqual(r["qkv_rows"][0], r["qkv_rows"][1], what)  # only its slice
+            self.assertEqual(r["received_last_dims"], [D // 2] if r["stage"] == 1 or
+                             CASES[r["case"]][1].get("virtual_stages", 1) > 1 else [], what)
+            self.assertEqual(r["exchanges"][0], r["exchanges"][1], what)
+        found = [json.loads(l[len("errors "):]) for l in lines if l.startswith("errors ")]
+        self.assertEqual(len(found), 4, text)
+        self.assertIn("tensor_plan", found[0]["no_plan"] or "", text)
+        self.assertIn("tensor_plan pattern '*.attn.nothing'", found[0]["nothing"] or "", text)
+
+
+if __name__ == "__main__":
+    if os.environ.get("HEFT_PP_WORKER"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        worker()
+    else:
+        unittest.main(verbosity=2)
