@@ -4,13 +4,15 @@
 // it and its last lines, without a retry; a rank 0 that saves for less than the grace
 // completes the job. With the local launcher (real shell workers) and, where OpenMPI is
 // installed, through mpirun on this machine, where each rank's worker shim records its exit
-// in the store (launch/worker_shim.h). The 10 s save under the default grace is
+// in the store (launch/worker_shim.h), and under Slurm on the test cluster
+// (tests/support/slurm_cluster.sh; skipped, saying why, where it cannot start). The 10 s save under the default grace is
 // supervisor_straggler_slow_test.cc.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -152,6 +154,37 @@ TEST(Stragglers, UnderMpirunTheStragglerIsNamedFromTheShimsRecords) {
       << r.job.failure_reason;
   EXPECT_NE(r.job.failure_reason.find("tearing down the process group"), std::string::npos);
   EXPECT_LT(r.seconds, 1 + 15);
+  const pid_t pid = std::atoi(read_file(home.path() + "/pid").c_str());
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 50 && !gone(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(gone(pid));
+}
+
+// Under Slurm (a batch job on the test cluster) the same, from the tasks' shims.
+TEST(Stragglers, UnderSlurmTheStragglerIsNamedFromTheShimsRecords) {
+  const std::string cluster = HEFT_SOURCE_DIR "/tests/support/slurm_cluster.sh";
+  const int check = std::system((cluster + " check > /dev/null 2>&1").c_str());
+  if (check != 0) GTEST_SKIP() << "no test Slurm cluster here (`" << cluster << " check` failed)";
+  const std::string dir = "/tmp/heft-straggler-slurm-" + std::to_string(::getpid());
+  struct Down {
+    std::string cmd;
+    ~Down() {
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "%s failed\n", cmd.c_str());
+      ::unsetenv("SLURM_CONF");
+    }
+  } down{cluster + " down " + dir + " > /dev/null 2>&1"};
+  if (std::system((cluster + " up " + dir + " 2 > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "Slurm did not start here (" << cluster << " up)";
+  ::setenv("SLURM_CONF", (dir + "/slurm.conf").c_str(), 1);
+  TempDir home;
+  const Ran r = run_job(home.path(),
+                        sh_job("slurm-straggler", "{launcher: slurm, instance_count: 2, processes_per_host: 2}",
+                               straggling_rank_1(home.path()), "{straggler_grace_s: 1, grace_s: 1}"));
+  EXPECT_EQ(r.exit_code, kExitFailed);
+  EXPECT_EQ(r.job.failure_reason.rfind(
+                "rank 1 was still running 1 s after ranks 0, 2, 3 exited 0 (stopping.straggler_grace_s)", 0),
+            0u)
+      << r.job.failure_reason;
   const pid_t pid = std::atoi(read_file(home.path() + "/pid").c_str());
   ASSERT_GT(pid, 0);
   for (int i = 0; i < 50 && !gone(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
