@@ -152,6 +152,20 @@ class EstimatorJob(SdkTest):
             self.assertEqual(info["received"], [float(j * 10 + rank) for j in range(4)])
             self.assertEqual(info["backend"], "heft")
 
+    def test_builtin_trainer_as_a_generic_estimator(self):
+        # The SDK's positional order: image, role, instance count, instance type.
+        est = sagemaker.Estimator("heft-train", "unused-role", 1, "local",
+                                  hyperparameters={"model": "mlp", "max_steps": 5, "log_every": 1,
+                                                   "limit": 640},
+                                  sagemaker_session=self.session)
+        est.fit(logs=False)
+        d = est.latest_training_job.describe()
+        self.assertEqual(d["TrainingJobStatus"], "Completed")
+        self.assertEqual(d["Heft"]["spec"]["entry_point"], ["heft-train"])
+        names = {m["MetricName"] for m in d["FinalMetricDataList"]}
+        self.assertTrue({"train:loss", "test:acc"} <= names, names)
+        self.assertTrue(os.path.isfile(os.path.join(est.model_data[len("file://"):], "model.pt")))
+
     def test_fit_without_waiting_and_a_failed_job(self):
         est = self.objective_estimator(hyperparameters={"x": 0.3})
         est.fit(wait=False, job_name="no-wait")

@@ -49,6 +49,9 @@ ESTIMATOR = {
     "checkpoint_local_path": ((None, "/opt/ml/checkpoints"), "heft gives every job its own "
                               "checkpoint folder, $SM_CHECKPOINT_DIR ($HEFT_HOME/jobs/<job>/"
                               "checkpoints), kept across spot restarts; a script writes there"),
+    "compiler_config": ((None,), "heft has no training compiler"),
+    "training_recipe": ((None,), "heft has no training recipes: give entry_point"),
+    "recipe_overrides": ((None,), "heft has no training recipes"),
     "input_mode": ((None, "File"), "heft reads channels as local folders (File mode); FastFile "
                    "and Pipe are not supported"),
 }

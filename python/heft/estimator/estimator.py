@@ -38,20 +38,21 @@ def name_from_base(base, max_length=63):
 
 
 class Estimator:
-    """Estimator(entry_point=None, role=None, instance_count=1, instance_type="local", ...).
+    """Estimator(image_uri=None, role=None, instance_count=1, instance_type="local", *,
+    entry_point=None, ...): the cloud SDK's positional order (image, role, count, type).
 
     Also Estimator(image_uri="heft-train", hyperparameters={...}): heft's built-in trainer,
     as a built-in algorithm is used through the cloud SDK's Estimator."""
 
     _default_base = "heft-training"
 
-    def __init__(self, entry_point=None, role=None, instance_count=1, instance_type="local",
-                 source_dir=None, hyperparameters=None, distribution=None,
+    def __init__(self, image_uri=None, role=None, instance_count=1, instance_type="local", *,
+                 entry_point=None, source_dir=None, hyperparameters=None, distribution=None,
                  metric_definitions=None, environment=None, checkpoint_s3_uri=None,
                  use_spot_instances=False, max_run=None, max_wait=None, base_job_name=None,
                  output_path=None, sagemaker_session=None, max_retry_attempts=None,
                  model_uri=None, model_channel_name="model", disable_profiler=False,
-                 processes_per_host=None, image_uri=None, **kwargs):
+                 processes_per_host=None, **kwargs):
         owner = type(self).__name__
         self.builtin = image_uri == BUILTIN_TRAINER
         if not self.builtin:

@@ -56,7 +56,7 @@ class Session:
     def data_folder(self, bucket=None):
         return os.path.join(self.heft_home, "data", bucket or self._bucket)
 
-    def upload_data(self, path, bucket=None, key_prefix="data", extra_args=None, callback=None):
+    def upload_data(self, path, bucket=None, key_prefix="data", callback=None, extra_args=None):
         """Copies the file or folder `path` to `$HEFT_HOME/data/<bucket>/<key_prefix>/` and
         returns its `file://` URI: for a folder, the prefix's (its files keep their relative
         paths under it); for a file, the file's. A later upload of the same names replaces

@@ -9,6 +9,7 @@ Hyperband resources -> hyperband; max_jobs, max_parallel_jobs, random_seed, earl
 to the estimator's. Refused naming them: max_runtime_in_seconds, completion_criteria_config,
 autotune, hyperparameters_to_keep_static, estimator_name, tags (_refused.TUNER).
 """
+import enum
 import json
 import os
 import time
@@ -25,7 +26,7 @@ STRATEGIES = ("Bayesian", "Random", "Grid", "Hyperband")
 _ENDED = ("Completed", "Failed", "Stopped")
 
 
-class WarmStartTypes:
+class WarmStartTypes(enum.Enum):
     IDENTICAL_DATA_AND_ALGORITHM = "IdenticalDataAndAlgorithm"
     TRANSFER_LEARNING = "TransferLearning"
 
@@ -36,8 +37,7 @@ class WarmStartConfig:
 
     def __init__(self, warm_start_type, parents=None):
         value = getattr(warm_start_type, "value", warm_start_type)
-        if value not in (WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM,
-                         WarmStartTypes.TRANSFER_LEARNING):
+        if value not in [t.value for t in WarmStartTypes]:
             raise ValueError(f"WarmStartConfig: warm_start_type: expected IdenticalDataAndAlgorithm "
                              f"or TransferLearning, found {warm_start_type!r}")
         self.type = value
@@ -102,7 +102,7 @@ class HyperparameterTuner:
             raise ValueError(f"{owner}: warm_start_config: expected a WarmStartConfig, found "
                              f"{type(warm_start_config).__name__}")
         if warm_start_config is not None and \
-                warm_start_config.type == WarmStartTypes.TRANSFER_LEARNING:
+                warm_start_config.type == WarmStartTypes.TRANSFER_LEARNING.value:
             raise ValueError(f"{owner}: warm_start_config: TransferLearning is not supported by "
                              "heft: its warm start reuses parents' trials as observations of the "
                              "same problem (IdenticalDataAndAlgorithm)")
@@ -198,10 +198,14 @@ class HyperparameterTuner:
                                                    ("max_resource", hb.max_resource)) if v}
         return spec
 
-    def fit(self, inputs=None, job_name=None, wait=True, **kwargs):
+    def fit(self, inputs=None, job_name=None, include_cls_metadata=False, estimator_kwargs=None,
+            wait=True, **kwargs):
         """Runs `heft tune`; with `wait`, until it ends (showing its live table)."""
         owner = "HyperparameterTuner.fit"
-        _refused.check(owner, _refused.TUNER_FIT, kwargs)
+        if kwargs:
+            raise TypeError(f"{owner}() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        _refused.check(owner, _refused.TUNER_FIT, {"include_cls_metadata": include_cls_metadata,
+                                                   "estimator_kwargs": estimator_kwargs})
         home = self.sagemaker_session.heft_home
         base = self.base_tuning_job_name or self.estimator._base_name()
         name = job_name or name_from_base(base, max_length=59)  # trials add -NNN
