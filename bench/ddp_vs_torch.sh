@@ -1,44 +1,90 @@
-#!/bin/sh
-# heft-train (DistributedDataParallel over heft's communicator) against PyTorch DDP on Gloo
-# (../shared/peers/ddp_torch.py): the same CNN on Fashion-MNIST, 2 ranks on this machine,
-# global batch 64, the first 12800 samples of an epoch, one thread per rank. The two run
-# alternately, ROUNDS times each, in one invocation (the machine is shared and noisy);
-# prints every run's training samples/s (all ranks, training loop only), the medians and
-# their ratio.
+#!/usr/bin/env bash
+# PyTorch DDP over the heft backend against Gloo and against the perfect-overlap ceiling,
+# with the shared peer harness (../shared/peers/ddp_torch.py: the CNN on Fashion-MNIST,
+# global batch 64, the first 12800 samples; gpt_torch.py: the small GPT on fortunes, global
+# batch 16, 60 steps): --backend heft, --backend gloo, and one rank alone at the same
+# per-rank batch (the ceiling: ranks x its throughput, what the ranks would reach if
+# communication and sharing the machine cost nothing). All three alternate, --rounds times,
+# in one invocation; prints every run, then per workload the medians, heft/gloo, heft/ceiling
+# in the median and in the worst round (each round's heft run against that round's
+# ceiling). Target (issue 29 item 6): heft/ceiling >= 0.90.
+# With --heft-train, also the old comparison: heft-train's own CNN DDP against the peer's
+# (gloo) CNN, 2 ranks.
 #
-# usage: bench/ddp_vs_torch.sh [BUILD_DIR]     (default: build; ROUNDS=3, PYTHON=/usr/bin/python3)
-set -eu
+# usage: bench/ddp_vs_torch.sh [--rounds 5] [--ranks 2] [--build build] [--heft-train] [--no-header]
+set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-rounds=${ROUNDS:-3}
-python=${PYTHON:-/usr/bin/python3}
-peer=../shared/peers/ddp_torch.py
-for f in "$build/heft" "$build/heft-train"; do
-  [ -x "$f" ] || { echo "ddp_vs_torch: $f not found; build first (cmake --build $build)" >&2; exit 2; }
+rounds=${ROUNDS:-5} ranks=2 build=build heft_train=0 header=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --heft-train) heft_train=1; shift ;;
+    --no-header) header=0; shift ;;
+    *) echo "usage: $0 [--rounds R] [--ranks N] [--build DIR] [--heft-train] [--no-header]" >&2; exit 2 ;;
+  esac
 done
-[ -f "$peer" ] || { echo "ddp_vs_torch: $peer not found" >&2; exit 2; }
+py=${PYTHON:-/usr/bin/python3}
+peers=${HEFT_PEERS:-../shared/peers}
+[[ -f $build/python/heft/torch/__init__.py ]] || { echo "ddp_vs_torch: no Python package in $build/python; build first" >&2; exit 2; }
+[[ -f $peers/ddp_torch.py && -f $peers/gpt_torch.py ]] || { echo "ddp_vs_torch: $peers/ddp_torch.py or gpt_torch.py not found" >&2; exit 2; }
+(( 64 % ranks == 0 && 16 % ranks == 0 )) || { echo "ddp_vs_torch: --ranks must divide 16" >&2; exit 2; }
+export OMP_NUM_THREADS=1 PYTHONPATH=$build/python
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+port=$((29700 + RANDOM % 200))
 
-heft_run() {
-  OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model cnn \
-    --batch_size 64 --limit 12800 --lr 0.01 --momentum 0.9 --eval false --log_every 100000 |
-    sed -n 's/.*final: .*samples_per_s=\([0-9.]*\).*/\1/p'
+if [[ $header == 1 ]]; then
+  cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
+  echo "# machine: $(getconf _NPROCESSORS_ONLN) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')); torch $($py -c 'import torch; print(torch.__version__)')"
+  echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $($build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f", a[2], $6/1e9}')"
+fi
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  ddp_vs_torch: $ranks ranks, $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+cnn() {  # ranks global_batch limit backend
+  $py "$peers/ddp_torch.py" --ranks "$1" --batch "$2" --limit "$3" --threads 1 --backend "$4" \
+    --port $((port++)) 2>/dev/null | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1
 }
-torch_run() {
-  "$python" "$peer" --ranks 2 --batch 64 --limit 12800 --threads 1 |
-    sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1
+gpt() {  # ranks global_batch backend
+  $py "$peers/gpt_torch.py" --ranks "$1" --batch "$2" --steps 60 --threads 1 --backend "$3" \
+    --port $((port++)) 2>/dev/null | sed -n 's/^final:.*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -n 1
 }
+echo "# round workload heft gloo one_rank x $ranks (samples/s for cnn, tokens/s for gpt)"
+for r in $(seq "$rounds"); do
+  h=$(cnn "$ranks" 64 12800 heft); g=$(cnn "$ranks" 64 12800 gloo)
+  c=$(cnn 1 $((64 / ranks)) $((12800 / ranks)) gloo | awk -v n="$ranks" '{print n * $1}')
+  echo "$r cnn $h $g $c" | tee -a "$out/cnn"
+  h=$(gpt "$ranks" 16 heft); g=$(gpt "$ranks" 16 gloo)
+  c=$(gpt 1 $((16 / ranks)) gloo | awk -v n="$ranks" '{print n * $1}')
+  echo "$r gpt $h $g $c" | tee -a "$out/gpt"
+done
+echo
+echo "## PyTorch DDP over heft, $ranks ranks: against Gloo and the perfect-overlap ceiling (median of $rounds rounds; target heft/ceiling >= 0.90)"
+echo "| workload | heft | gloo | heft/gloo | ceiling ($ranks x one rank) | heft/ceiling | worst round heft/ceiling |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for w in cnn gpt; do
+  unit=$([[ $w == cnn ]] && echo samples/s || echo tokens/s)
+  $py - "$out/$w" "$w ($unit)" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split()[2:5])) for l in open(sys.argv[1]) if len(l.split()) == 5]
+h, g, c = (statistics.median(r[i] for r in rows) for i in range(3))
+worst = min(r[0] / r[2] for r in rows)
+print(f"| {sys.argv[2]} | {h:.1f} | {g:.1f} | {h / g:.2f} | {c:.1f} | {h / c:.2f} | {worst:.2f} |")
+PY
+done
+
+[[ $heft_train == 1 ]] || exit 0
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
-echo "# ddp_vs_torch: cnn, 2 ranks, global batch 64, limit 12800, $rounds rounds; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# round impl samples_per_s"
-heft_all="" torch_all=""
-i=1
-while [ "$i" -le "$rounds" ]; do
-  h=$(heft_run); echo "$i heft $h"
-  t=$(torch_run); echo "$i pytorch_ddp $t"
-  heft_all="$heft_all $h"; torch_all="$torch_all $t"
-  i=$((i + 1))
+echo
+echo "# heft-train (DistributedDataParallel over heft's communicator) against the peer's DDP on Gloo: cnn, 2 ranks"
+ht_all="" pt_all=""
+for r in $(seq "$rounds"); do
+  h=$("$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model cnn --batch_size 64 --limit 12800 \
+    --lr 0.01 --momentum 0.9 --eval false --log_every 100000 | sed -n 's/.*final: .*samples_per_s=\([0-9.]*\).*/\1/p')
+  t=$(cnn 2 64 12800 gloo)
+  echo "$r heft_train $h pytorch_ddp $t"
+  ht_all="$ht_all $h"; pt_all="$pt_all $t"
 done
-hm=$(echo "$heft_all" | tr ' ' '\n' | grep . | median)
-tm=$(echo "$torch_all" | tr ' ' '\n' | grep . | median)
-echo "median heft=$hm pytorch_ddp=$tm ratio=$(awk -v a="$hm" -v b="$tm" 'BEGIN { printf "%.2f", a / b }')"
+hm=$(echo "$ht_all" | tr ' ' '\n' | grep . | median); tm=$(echo "$pt_all" | tr ' ' '\n' | grep . | median)
+echo "median heft_train=$hm pytorch_ddp=$tm ratio=$(awk -v a="$hm" -v b="$tm" 'BEGIN { printf "%.2f", a / b }')"

@@ -6,13 +6,20 @@ the nccl-tests convention (the columns of ../shared/peers/allreduce_gloo.py and 
 
 One rank per process started by `heft run` (torch's env:// rendezvous). Float32 sum, in
 place on one tensor per size (zeros while timed: no overflow, no copy per call); the time
-of a size is the mean over --iters calls of the slowest rank. Checks one sum per size first.
+of a size is the mean over --iters calls of the slowest rank (as `heft bench` times). Checks
+one sum per size first.
+
+    bench/python_allreduce.py summarize [--from 1M] PY_HEFT... -- HEFT_BENCH... -- GLOO...
+
+(bench/python_vs_gloo.sh) reads the rounds of each (files in round order, this script's and
+`heft bench`'s rows) and prints a markdown table per size from --from bytes on: each
+one's median busbw, python_heft/heft_bench from the medians and in the worst round (the
+round's two runs side by side), and python_heft/gloo.
 """
 import argparse
+import statistics
+import sys
 import time
-
-import torch
-import torch.distributed as dist
 
 
 def size(s):
@@ -20,7 +27,46 @@ def size(s):
     return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
 
 
+def read_busbw(path):
+    """{bytes: busbw} of one run's rows (`bytes time_us algbw busbw [path]`)."""
+    rows = {}
+    for line in open(path):
+        parts = line.split()
+        if parts and not line.startswith("#"):
+            rows[int(parts[0])] = float(parts[3])
+    return rows
+
+
+def summarize(argv):
+    start = "1M"
+    if argv[:1] == ["--from"]:
+        start, argv = argv[1], argv[2:]
+    groups = [[]]
+    for f in argv:
+        if f == "--":
+            groups.append([])
+        else:
+            groups[-1].append(f)
+    if len(groups) != 3 or len({len(g) for g in groups}) != 1 or not groups[0]:
+        sys.exit("summarize: expected PY_HEFT... -- HEFT_BENCH... -- GLOO..., as many rounds each")
+    py, hb, gl = ([read_busbw(f) for f in g] for g in groups)
+    print("| bytes | python_heft busbw | heft_bench busbw | gloo busbw | python/heft_bench "
+          "median | worst round | python_heft/gloo |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for b in sorted(py[0]):
+        if b < size(start) or any(b not in r for r in py + hb + gl):
+            continue
+        mp, mh, mg = (statistics.median(r[b] for r in runs) for runs in (py, hb, gl))
+        worst = min(p[b] / h[b] for p, h in zip(py, hb))
+        print(f"| {b} | {mp:.3f} | {mh:.3f} | {mg:.3f} | {mp / mh:.2f} | {worst:.2f} | "
+              f"{mp / mg:.2f} |")
+
+
 def main():
+    if sys.argv[1:2] == ["summarize"]:
+        return summarize(sys.argv[2:])
+    import torch
+    import torch.distributed as dist
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="heft")
     ap.add_argument("--min", default="4K")
