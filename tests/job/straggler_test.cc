@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "heft/job/job_observer.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/launch/straggler_watch.h"
 #include "heft/job/spec/spec_env.h"
@@ -41,7 +42,7 @@ struct Ran {
   }
 };
 
-Ran run_job(const std::string& home, const std::string& yaml) {
+Ran run_job(const std::string& home, const std::string& yaml, JobObserver* observer = nullptr) {
   const Result<JobSpec> spec = parse_spec(yaml, "test.yaml");
   HEFT_CHECK(spec.ok(), spec.error());
   auto db = JobDb::open(database_path(home));
@@ -55,6 +56,7 @@ Ran run_job(const std::string& home, const std::string& yaml) {
   SupervisorOptions options;
   options.echo = false;
   options.heft_binary = HEFT_BINARY_DIR "/heft";
+  options.observer = observer;
   Ran ran;
   const auto start = std::chrono::steady_clock::now();
   ran.exit_code = Supervisor(*db, job, spec.value(), paths, command.value(), options).run();
@@ -96,6 +98,35 @@ TEST(Stragglers, ARankStillRunningAfterItsPeersExitedZeroIsStoppedAndNamed) {
   const pid_t pid = std::atoi(read_file(home.path() + "/pid").c_str());
   ASSERT_GT(pid, 0);
   EXPECT_TRUE(gone(pid));
+}
+
+// What the profiler would say from the collective traces (profile/diagnosis.h).
+class StuckInAllreduce : public JobObserver {
+ public:
+  Environment environment() override { return {}; }
+  void on_start(int, const std::vector<int>&) override {}
+  std::string on_tick() override { return ""; }
+  void on_end(bool) override {}
+  std::string diagnosis() override {
+    ++asked;
+    return "allreduce #12 in group straggler-diag/world: rank 1 waits in it for rank 0";
+  }
+  int asked = 0;
+};
+
+TEST(Stragglers, TheHangDiagnosisSaysWhereTheStragglerWaits) {
+  TempDir home;
+  StuckInAllreduce observer;
+  const Ran r = run_job(home.path(),
+                        sh_job("straggler-diag", "{processes_per_host: 2}", straggling_rank_1(home.path()),
+                               "{straggler_grace_s: 0.5, grace_s: 1}"),
+                        &observer);
+  EXPECT_EQ(r.exit_code, kExitFailed);
+  EXPECT_EQ(r.job.failure_reason,
+            "rank 1 was still running 0.5 s after rank 0 exited 0 (stopping.straggler_grace_s); "
+            "stopped\nallreduce #12 in group straggler-diag/world: rank 1 waits in it for rank 0\n"
+            "last lines of logs/rank-1.log:\ntearing down the process group");
+  EXPECT_GE(observer.asked, 1);
 }
 
 TEST(Stragglers, RankZeroSavingWithinTheGraceCompletesTheJob) {
