@@ -82,7 +82,7 @@ class EstimatorJob(SdkTest):
                                                "Regex": r"loss=([0-9.eE+-]+)"}],
                           environment={"OMP_NUM_THREADS": "1"}, output_path="file://" + out,
                           checkpoint_s3_uri=ckpt, base_job_name="sdk-2x2", max_run=600,
-                          sagemaker_session=self.session)
+                          container_log_level=10, sagemaker_session=self.session)
         est.fit({"training": uri}, logs=False)
         job = est.latest_training_job
         self.assertTrue(job.name.startswith("sdk-2x2-"), job.name)
@@ -98,7 +98,11 @@ class EstimatorJob(SdkTest):
                                delta=1e-6)
         self.assertEqual(d["ResourceConfig"], {"InstanceType": "ml.c5.xlarge",
                                                "InstanceCount": 2, "ProcessesPerHost": 2})
-        self.assertEqual(d["HyperParameters"], {"steps": "4", "lr": "0.05", "tag": "two-by-two"})
+        self.assertEqual(d["HyperParameters"], {
+            "steps": "4", "lr": "0.05", "tag": "two-by-two",
+            # what the SDK adds, as the cloud's does (kept out of the script's arguments)
+            "sagemaker_program": TORCHRUN_SCRIPT, "sagemaker_submit_directory": HERE,
+            "sagemaker_container_log_level": "10"})
         self.assertEqual([m["MetricName"] for m in d["FinalMetricDataList"]], ["train:loss"])
         self.assertEqual(d["CheckpointConfig"]["S3Uri"], ckpt)
         self.assertEqual(d["StoppingCondition"]["MaxRuntimeInSeconds"], 600)
@@ -114,7 +118,9 @@ class EstimatorJob(SdkTest):
         self.assertEqual(info["hosts"], ["algo-1", "algo-2"])
         self.assertEqual(info["local_world_size"], 2)
         self.assertEqual(info["training_files"], ["part-0.csv"])
-        self.assertEqual(info["tag"], "two-by-two")
+        self.assertEqual(info["tag"], "two-by-two")  # and no sagemaker_* argument reached it
+        self.assertEqual(info["toolkit"], {"SM_LOG_LEVEL": "10", "SM_MODULE_DIR": HERE,
+                                           "SM_USER_ENTRY_POINT": TORCHRUN_SCRIPT})
         import torch
         state = torch.load(os.path.join(model_dir, "model.pt"))
         self.assertEqual(sorted(state), ["bias", "weight"])
@@ -354,6 +360,7 @@ class Refusals(SdkTest):
         est = lambda **kw: self.objective_estimator(**kw)  # noqa: E731
         self.assertRefused("instance_type", lambda: est(instance_type="local_gpu"))
         self.assertRefused("instance_count", lambda: est(instance_count=0))
+        self.assertRefused("container_log_level", lambda: est(container_log_level="loud"))
         self.assertRefused("max_wait", lambda: est(max_wait=7200))
         self.assertRefused("max_wait", lambda: est(use_spot_instances=True, max_run=3600,
                                                    max_wait=60))

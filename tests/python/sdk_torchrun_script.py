@@ -46,7 +46,9 @@ def main():
                 "hosts": json.loads(os.environ["SM_HOSTS"]),
                 "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
                 "training_files": sorted(os.listdir(channel)) if channel else None,
-                "tag": args.tag}
+                "tag": args.tag,
+                "toolkit": {k: os.environ.get(k) for k in ("SM_LOG_LEVEL", "SM_MODULE_DIR",
+                                                           "SM_USER_ENTRY_POINT")}}
         with open(os.path.join(model_dir, "info.json"), "w") as f:
             json.dump(info, f)
     dist.destroy_process_group()

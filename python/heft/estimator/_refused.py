@@ -32,7 +32,6 @@ ESTIMATOR = {
     "code_location": ((None,), "heft runs the code where it is; nothing is uploaded"),
     "dependencies": ((None, [], ()), "heft runs source_dir in place and copies nothing: put "
                      "the dependencies inside source_dir"),
-    "container_log_level": ((None, 20), "heft does not set the training toolkit's log level"),
     "instance_groups": ((None, [], ()), "heft's clusters are homogeneous: instance_count hosts "
                         "of processes_per_host workers"),
     "container_entry_point": ((None,), "heft runs no containers: give entry_point"),

@@ -28,6 +28,9 @@ from .inputs import TrainingInput
 from .session import Session
 
 BUILTIN_TRAINER = "heft-train"
+# What the SDK adds to the hyperparameters itself (_spec_hyperparameters).
+_FRAMEWORK_PARAMETERS = ("sagemaker_program", "sagemaker_submit_directory",
+                         "sagemaker_container_log_level")
 
 
 def name_from_base(base, max_length=63):
@@ -52,7 +55,7 @@ class Estimator:
                  use_spot_instances=False, max_run=None, max_wait=None, base_job_name=None,
                  output_path=None, sagemaker_session=None, max_retry_attempts=None,
                  model_uri=None, model_channel_name="model", disable_profiler=False,
-                 processes_per_host=None, **kwargs):
+                 container_log_level=None, processes_per_host=None, **kwargs):
         owner = type(self).__name__
         self.builtin = image_uri == BUILTIN_TRAINER
         if not self.builtin:
@@ -88,6 +91,8 @@ class Estimator:
         self._set_locations(owner, checkpoint_s3_uri, output_path, model_uri, model_channel_name)
         self._set_limits(owner, use_spot_instances, max_run, max_wait, max_retry_attempts)
         self.disable_profiler = bool(disable_profiler)
+        self.container_log_level = None if container_log_level is None else checks.check_int(
+            owner, "container_log_level", container_log_level, 0, 50)
         self.base_job_name = base_job_name
         self.latest_training_job = None
         self._current_job_name = None
@@ -188,7 +193,7 @@ class Estimator:
         if job_name is not None:
             spec["name"] = job_name
         spec["entry_point"] = list(self._command) if not self.builtin else BUILTIN_TRAINER
-        spec["hyperparameters"] = dict(self._hyperparameters)
+        spec["hyperparameters"] = self._spec_hyperparameters()
         spec["inputs"] = self._inputs(inputs)
         cluster = {"instance_count": self.instance_count}
         if self.processes_per_host is not None:
@@ -211,6 +216,20 @@ class Estimator:
         if self.disable_profiler:
             spec["profiler"] = {"enabled": False}
         return spec
+
+    def _spec_hyperparameters(self):
+        """The user's hyperparameters and the framework parameters the SDK adds (heft's spec
+        keeps them out of the script's arguments): sagemaker_program and
+        sagemaker_submit_directory (SM_USER_ENTRY_POINT, SM_MODULE_DIR: the entry point as
+        given and source_dir) and container_log_level's sagemaker_container_log_level
+        (SM_LOG_LEVEL)."""
+        hps = dict(self._hyperparameters)
+        if not self.builtin:
+            hps.setdefault("sagemaker_program", self.entry_point)
+            hps.setdefault("sagemaker_submit_directory", self._cwd)
+        if self.container_log_level is not None:
+            hps["sagemaker_container_log_level"] = self.container_log_level
+        return hps
 
     def _record(self):
         """What heft's spec has no field for, kept beside the job for attach()."""
@@ -305,7 +324,9 @@ class Estimator:
         self.role, self.instance_type = rec.get("role"), rec.get("instance_type", "local")
         self.instance_count = spec["cluster"]["instance_count"]
         self.processes_per_host = spec["cluster"].get("processes_per_host")
-        self._hyperparameters = dict(spec.get("hyperparameters", {}))
+        hps = dict(spec.get("hyperparameters", {}))
+        self.container_log_level = hps.get("sagemaker_container_log_level")
+        self._hyperparameters = {k: v for k, v in hps.items() if k not in _FRAMEWORK_PARAMETERS}
         self.distribution = spec.get("distribution") or {}
         self._metrics = list(spec.get("metric_definitions", []))
         self.metric_definitions = [{"Name": m["name"], "Regex": m["regex"]} for m in self._metrics]
