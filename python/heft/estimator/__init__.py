@@ -10,7 +10,8 @@ A driver script written for the SDK changes its imports:
 What maps, what is refused and why: docs/porting.md. The `heft` executable is found beside
 the package in a build tree, in an installed prefix, on PATH, or at $HEFT_BIN.
 """
-from . import analytics, estimator, exceptions, inputs, parameter, pytorch, session, tuner
+from . import (analytics, estimator, exceptions, inputs, parameter, pytorch, session,
+               tuner)  # the SDK's module names: sagemaker.pytorch, sagemaker.tuner, ...
 from .analytics import HyperparameterTuningJobAnalytics, TrainingJobAnalytics
 from .estimator import Estimator
 from .exceptions import UnexpectedStatusException
@@ -25,4 +26,5 @@ __all__ = ["Estimator", "PyTorch", "HyperparameterTuner", "ContinuousParameter",
            "IntegerParameter", "CategoricalParameter", "WarmStartConfig", "WarmStartTypes",
            "StrategyConfig", "HyperbandStrategyConfig", "Session", "LocalSession",
            "get_execution_role", "TrainingInput", "HyperparameterTuningJobAnalytics",
-           "TrainingJobAnalytics", "UnexpectedStatusException"]
+           "TrainingJobAnalytics", "UnexpectedStatusException", "analytics", "estimator",
+           "exceptions", "inputs", "parameter", "pytorch", "session", "tuner"]
