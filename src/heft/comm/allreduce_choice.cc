@@ -52,7 +52,7 @@ std::string Communicator::Impl::choice_fingerprint() const {
     hosts += (hosts.empty() ? "" : ",") + std::to_string(ranks.size());
   const char* single_copy[] = {"auto", "on", "off"};
   std::string key = fmt::format(
-      "v1 world={} hosts={} host0={} machine={} small={} chunk={} shm_small={} single_copy={}",
+      "v2 world={} hosts={} host0={} machine={} small={} chunk={} shm_small={} single_copy={}",
       size_, hosts, options_.host.empty() ? "-" : options_.host, machine_description(),
       options_.small_message_bytes, options_.shm_chunk_bytes, options_.shm_small_bytes,
       single_copy[static_cast<int>(options_.shm_single_copy)]);
