@@ -75,6 +75,7 @@ struct Completions {
   std::atomic<int64_t> by_waiter{0};
   std::atomic<int64_t> by_thread{0};
   std::atomic<int64_t> on_caller{0};  // of by_waiter: run inline on the caller's thread
+  std::atomic<int64_t> direct{0};     // by the communicator's thread (C++ futures, DDP's)
 };
 
 // One operation: its call on the communicator (`issue`; `work` once issued asynchronously),
@@ -92,6 +93,9 @@ struct Operation {
   std::vector<at::Tensor> outputs;
   std::atomic<bool> waiter{false};   // a caller is in wait()
   std::atomic<bool> claimed{false};  // someone completes it
+  // Its future was taken by C++ (no GIL held: DDP's reducer), so completing it runs no
+  // Python: the communicator's thread completes it as it finishes (no hand-off).
+  std::atomic<bool> direct{false};
 
   // Completes the future with `error`, or with the outputs after finish() (which may fail).
   void settle(std::exception_ptr error) {
@@ -150,6 +154,7 @@ struct Deferred {
   uint64_t seq = 0;                   // operations deferred so far; guarded by mu
   int running = 0;                    // waiters running theirs right now; guarded by mu
   comm::Communicator* comm = nullptr;  // null once closed; guarded by mu
+  bool direct = true;  // futures taken by C++ complete on the communicator's thread
   std::function<void(const std::shared_ptr<Operation>&)> issue_async;  // guarded by mu
 
   // Issues the deferred operation, if any, asynchronously; returns it, for the caller to
@@ -234,6 +239,10 @@ class HeftWork : public c10d::Work {
   void synchronize() override {}
   std::vector<at::Tensor> result() override { return op_->outputs; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    // Without the GIL: a C++ caller (DDP's reducer, from autograd's thread); with it,
+    // Python (a comm hook), whose then() callbacks take the GIL: never on the
+    // communicator's thread.
+    if (deferred_->direct && !(Py_IsInitialized() && PyGILState_Check())) op_->direct = true;
     deferred_->flush();
     return op_->future;
   }
@@ -263,8 +272,8 @@ constexpr comm::Compression kNoCompression = comm::Compression::kDefault;
 
 // How long the completion thread lets a deferred operation wait for its caller (between one
 // and two ticks), and how many ticks without one before it stops looking.
-constexpr std::chrono::microseconds kTick{1000};
-constexpr int kIdleTicks = 100;
+constexpr std::chrono::microseconds kTick{2000};
+constexpr int kIdleTicks = 50;
 
 }  // namespace
 
@@ -293,6 +302,8 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);
   deferred_->comm = comm_.get();
+  const char* direct = std::getenv("HEFT_TORCH_DIRECT_FUTURES");
+  deferred_->direct = !(direct && std::string(direct) == "0");
   deferred_->issue_async = [this](const std::shared_ptr<Operation>& op) { issue_async(op); };
   thread_ = std::thread([this] { complete_loop(); });
   std::lock_guard<std::mutex> lock(live_mu());
@@ -350,9 +361,9 @@ int ProcessGroupHeft::shut_down_all() {
   return n;
 }
 
-std::tuple<int64_t, int64_t, int64_t> ProcessGroupHeft::completions() const {
+std::tuple<int64_t, int64_t, int64_t, int64_t> ProcessGroupHeft::completions() const {
   return {completions_->by_waiter.load(), completions_->by_thread.load(),
-          completions_->on_caller.load()};
+          completions_->on_caller.load(), completions_->direct.load()};
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tensor>& tensors,
@@ -690,6 +701,9 @@ void ProcessGroupHeft::issue_async(const std::shared_ptr<Operation>& op) {
   // stall every collective behind it (or deadlock with a thread that holds the GIL and
   // waits for one). The completion thread drops them.
   op->work->on_finish([this, op] {
+    // A C++ future (DDP's) completes here, its waiter woken without a hand-off; its
+    // operation is still dropped on the completion thread (retired_).
+    if (op->direct && !op->waiter) op->complete(completions_->direct);
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);

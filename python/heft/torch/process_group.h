@@ -12,11 +12,14 @@
 // blocking calls run; the GIL released), copies the results back and completes the future
 // there: no thread hand-off at all; getFuture(), isCompleted() and the like (DDP and comm
 // hooks take the future at once), the next operation of the group (issue order is kept),
-// shut_down(), or the completion thread's tick (an operation held over a full tick, 1 to
-// 2 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async` form:
-// the communicator hands the operation, when it finishes with no waiter, to one completion
-// thread per group, which completes it there, so DDP's hooks and Python comm hooks (then())
-// run off the communicator's thread; a caller already blocked in wait() completes its own.
+// shut_down(), or the completion thread's tick (an operation held over a full tick, after
+// 2-4 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async`
+// form. A future taken by C++ without the GIL (DDP's reducer) is completed by the
+// communicator's thread as the operation finishes: no hand-off before DDP's wait returns
+// (HEFT_TORCH_DIRECT_FUTURES=0 turns it off, for comparison). Any other operation that
+// finishes with no waiter is handed to one completion thread per group, which completes it
+// there, so Python comm hooks (then(), which take the GIL) run off the communicator's
+// thread; a caller already blocked in wait() completes its own.
 // A failed operation (a lost peer, the timeout) sets the future's error: wait() raises a
 // RuntimeError naming the lost rank. As for any c10d group, every rank issues the same
 // collectives in the same order; bad arguments throw c10::Error naming the operation before
@@ -80,10 +83,10 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   comm::Communicator& communicator() { return *live_comm(); }
   // Operations issued through this group (for tests: the heft path ran).
   int64_t operations() const { return operations_.load(); }
-  // Operations completed (by a caller in wait(), by the completion thread, and of the
-  // first, those the caller ran itself: the communicator's blocking form ran them on the
-  // caller's thread, inline).
-  std::tuple<int64_t, int64_t, int64_t> completions() const;
+  // Operations completed: by a caller in wait(); by the completion thread; of the first,
+  // those the caller ran itself (the communicator's blocking form ran them on the caller's
+  // thread, inline); and by the communicator's thread (futures taken by C++).
+  std::tuple<int64_t, int64_t, int64_t, int64_t> completions() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

@@ -7,11 +7,13 @@ reduce op: the heft result must equal Gloo's where Gloo runs the case, and the r
 computed here from every rank's inputs (which each rank can rebuild: they are a function
 of the rank) in every case. Inputs are small integers, so sums are exact in every dtype
 and SUM/MIN/MAX compare exactly; AVG compares within the dtype's rounding.
-Also: subgroups through new_group, non-contiguous tensors, send/recv with tags, and that
-the heft path ran (the group's operation counter and its last allreduce path).
+Also: subgroups through new_group, non-contiguous tensors, send/recv with tags, that the
+heft path ran (the group's operation counter and its last allreduce path), that synchronous
+all_reduces ran on their caller's thread, and that an async one nobody touches still runs.
 Exits 0 when every check holds; prints a summary line `checked=N gloo_compared=G`.
 Leaves out: failures and bad input (failure_worker.py), DDP (ddp_worker.py).
 """
+import datetime
 import sys
 
 import torch
@@ -246,6 +248,26 @@ def check_point_to_point(world, rank):
         same(got, torch.arange(4, dtype=torch.int64) + rank - 1, "send/recv")
 
 
+def check_untouched_work(world, rank):
+    """An async all_reduce that its caller neither waits on, polls nor follows with another
+    operation of the group is still issued (the completion thread's tick): rank 0 holds its
+    Work and waits in the store for rank 1, whose synchronous all_reduce can only finish once
+    rank 0's was issued. A lost tick is a hang, ended by the store's 60 s wait."""
+    if world == 1:
+        return
+    store = dist.distributed_c10d._get_default_store()
+    x = torch.full((4,), float(rank))
+    if rank == 0:
+        work = dist.all_reduce(x, async_op=True)
+        store.wait(["untouched_work_done"], datetime.timedelta(seconds=60))
+        work.wait()
+    else:
+        dist.all_reduce(x)
+        if rank == 1:
+            store.set("untouched_work_done", "1")
+    same(x, torch.full((4,), float(sum(range(world)))), "an all_reduce nobody touched for a while")
+
+
 def check_subgroups(world, rank):
     """new_group through the same backend: evens and odds, each its own communicator."""
     evens = list(range(0, world, 2))
@@ -272,7 +294,7 @@ def main():
         fail(f"the default group is {type(heft_group).__name__}, not heft's")
     gloo_group = dist.new_group(backend="gloo")
     before = heft_group.operations()
-    by_waiter_before, _, on_caller_before = heft_group.completions()
+    by_waiter_before, _, on_caller_before, _ = heft_group.completions()
     check_all_reduce(heft_group, gloo_group, world, rank, ranks)
     # Synchronous calls: the operation waits, not issued, until its caller's wait(), which
     # runs it with the communicator's blocking form on the caller's thread (inline: the
@@ -280,7 +302,7 @@ def main():
     # Gloo's calls in between do not touch heft's group, so every heft all_reduce should
     # take that path; one whose caller was descheduled for over a tick (1-2 ms) between the
     # call and its wait() is issued by the completion thread instead: so most, not all.
-    by_waiter_after, _, on_caller_after = heft_group.completions()
+    by_waiter_after, _, on_caller_after, _ = heft_group.completions()
     by_waiter = by_waiter_after - by_waiter_before
     on_caller = on_caller_after - on_caller_before
     issued = heft_group.operations() - before
@@ -294,6 +316,7 @@ def main():
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
     check_point_to_point(world, rank)
+    check_untouched_work(world, rank)
     hdist.barrier()
     ran = heft_group.operations() - before
     if ran < checked // 2:

@@ -85,15 +85,16 @@ def main():
     gloo_params = train(nn.parallel.DistributedDataParallel(model(), process_group=gloo,
                                                             bucket_cap_mb=0.01), rank)
     before = heft_group.operations()
-    by_thread_before = heft_group.completions()[1]
+    direct_before = heft_group.completions()[3]
     heft_params = train(DistributedDataParallel(model(), bucket_cap_mb=0.01), rank)
     if heft_group.operations() - before < STEPS:
         fail(f"{heft_group.operations() - before} operations through heft in {STEPS} steps")
-    # DDP waits on futures, not on the Work: its gradient all_reduces are completed by the
-    # group's completion thread.
-    if heft_group.completions()[1] - by_thread_before < STEPS:
-        fail(f"only {heft_group.completions()[1] - by_thread_before} operations completed by the "
-             f"completion thread in {STEPS} DDP steps")
+    # DDP's reducer takes its futures in C++ (no GIL) and waits on them, not on the Work:
+    # its gradient all_reduces are completed by the communicator's thread as they finish.
+    direct = heft_group.completions()[3] - direct_before
+    if direct < STEPS:
+        fail(f"only {direct} operations completed by the communicator's thread in {STEPS} DDP "
+             "steps")
     d1 = compare(heft_params, gloo_params, TOLERANCE, "heft DDP against gloo DDP")
     # DDP takes each bucket's future at once, so its all_reduces are issued then and never
     # run on a caller's thread (after the first steps, whose bucket rebuild broadcasts
@@ -108,7 +109,15 @@ def main():
 
     hooked = DistributedDataParallel(model(), bucket_cap_mb=0.01)
     hooked.register_comm_hook(heft_group, allreduce_divide_hook)
+    _, by_thread_before, _, direct_before = heft_group.completions()
     d2 = compare(train(hooked, rank), gloo_params, TOLERANCE, "heft DDP with a future hook")
+    # A Python hook's future (then() takes the GIL) is completed by the completion thread,
+    # never by the communicator's.
+    _, by_thread, _, direct = heft_group.completions()
+    if direct != direct_before or by_thread - by_thread_before < STEPS:
+        fail(f"with a Python hook, {direct - direct_before} operations were completed by the "
+             f"communicator's thread and {by_thread - by_thread_before} by the completion "
+             f"thread in {STEPS} steps (expected 0 and all)")
 
     fp16_gloo = nn.parallel.DistributedDataParallel(model(), process_group=gloo)
     fp16_gloo.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
