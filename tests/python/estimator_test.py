@@ -12,7 +12,9 @@ jobs in a private $HEFT_HOME:
 - the SDK's distribution dicts go into the spec verbatim (and run, once the spec reads them);
 - every argument heft cannot honour, and every s3:// location, raises naming it.
 """
+import contextlib
 import glob
+import io
 import json
 import os
 import subprocess
@@ -30,8 +32,8 @@ import heft.estimator as sagemaker  # noqa: E402  (the one changed import)
 from heft.estimator import _refused  # noqa: E402
 from heft.estimator.pytorch import PyTorch  # noqa: E402
 from heft.estimator.tuner import (CategoricalParameter, ContinuousParameter,  # noqa: E402
-                                  HyperparameterTuner, IntegerParameter, WarmStartConfig,
-                                  WarmStartTypes)
+                                  HyperbandStrategyConfig, HyperparameterTuner, IntegerParameter,
+                                  StrategyConfig, WarmStartConfig, WarmStartTypes)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCHRUN_SCRIPT = "sdk_torchrun_script.py"
@@ -178,6 +180,13 @@ class EstimatorJob(SdkTest):
         self.heft("describe", "no-wait", "--json")
         self.assertEqual(est.latest_training_job.wait(logs=False), "Completed")
         self.assertEqual(est.latest_training_job.describe()["TrainingJobStatus"], "Completed")
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            est.logs()  # heft logs --follow: every rank's lines, until the job has ended
+        self.assertIn("[rank 0] score=0.010000", shown.getvalue())
+        points = sagemaker.TrainingJobAnalytics("no-wait", ["score"], self.session).dataframe()
+        rows = points.to_dict("records") if hasattr(points, "to_dict") else points
+        self.assertEqual([(r["metric_name"], r["value"]) for r in rows], [("score", 0.01)])
         # ... and a failed job raises with the reason the script wrote.
         bad = self.objective_estimator(hyperparameters={"fail": "row 7"})
         with self.assertRaises(sagemaker.UnexpectedStatusException) as cm:
@@ -295,6 +304,30 @@ class Tuner(SdkTest):
                          {"parents": [tuner.latest_tuning_job],
                           "type": "IdenticalDataAndAlgorithm"})
         print(f"best {best}: score {scores[best]}")
+
+    def test_tuning_spec_of_each_argument(self):
+        est = self.objective_estimator()
+        hb = HyperparameterTuner(est, "score", {"x": ContinuousParameter(0, 1, "Linear")},
+                                 strategy="Hyperband", max_jobs=9, max_parallel_jobs=3,
+                                 strategy_config=StrategyConfig(HyperbandStrategyConfig(
+                                     max_resource=9, min_resource=1)),
+                                 objective_type="minimize", random_seed=7)
+        spec = hb.tuning_spec(name="t")
+        self.assertEqual(spec["hyperband"], {"min_resource": 1, "max_resource": 9})
+        self.assertEqual(spec["objective"], {"metric": "score", "type": "Minimize"})
+        self.assertEqual((spec["strategy"], spec["max_jobs"], spec["max_parallel_jobs"],
+                          spec["random_seed"]), ("Hyperband", 9, 3, 7))
+        self.assertEqual(spec["hyperparameter_ranges"], {"continuous": [
+            {"name": "x", "min": 0, "max": 1, "scaling": "Linear"}]})
+        grid = HyperparameterTuner(est, "score", {"n": IntegerParameter(1, 3),
+                                                  "opt": CategoricalParameter(["a", "b"])},
+                                   strategy="Grid", early_stopping_type="Auto")
+        spec = grid.tuning_spec(name="g")
+        self.assertEqual((spec["max_jobs"], spec["early_stopping"]), (6, "Auto"))  # 3 x 2
+        self.assertEqual(spec["training_job"]["metric_definitions"],
+                         [{"name": "score", "regex": SCORE[0]["Regex"]}])
+        one = HyperparameterTuner(est, "score", {"x": ContinuousParameter(0, 1)})
+        self.assertEqual(one.tuning_spec(name="o")["max_jobs"], 1)  # the SDK's default
 
 
 class Refusals(SdkTest):

@@ -177,12 +177,11 @@ class TrainingJob:
 
     def logs(self):
         """Prints every rank's log (`heft logs JOB --follow`), until the job has ended."""
-        proc = subprocess.Popen([_cli.heft_binary(), "logs", self.name, "--follow"],
-                                env=_cli.environment(self.sagemaker_session.heft_home),
-                                stdout=subprocess.PIPE, text=True, errors="replace")
-        for line in proc.stdout:
-            sys.stdout.write(line)
-        proc.wait()
+        with subprocess.Popen([_cli.heft_binary(), "logs", self.name, "--follow"],
+                              env=_cli.environment(self.sagemaker_session.heft_home),
+                              stdout=subprocess.PIPE, text=True, errors="replace") as proc:
+            for line in proc.stdout:
+                sys.stdout.write(line)
         sys.stdout.flush()
 
     def stop(self):
