@@ -9,18 +9,24 @@
 # in the median and in the worst round (each round's heft run against that round's
 # ceiling). Target (issue 29 item 6): heft/ceiling >= 0.90.
 # With --heft-train, also the old comparison: heft-train's own CNN DDP against the peer's
-# (gloo) CNN, 2 ranks.
+# (gloo) CNN, 2 ranks. With --phases, only where a DDP step's time goes: the peer's CNN,
+# 2 ranks, 80 steps per run, timed by heft's step profiler (heft.torch.profile: forward,
+# backward, communication = from the last gradient computed, the first conv's weight, to the
+# end of backward: what the all_reduces add after the gradients are done, optimizer), medians
+# of steps 10-80 on rank 0, heft and gloo, ranks started as the peer harness starts them
+# (free to run on any core) and under `heft run` (each bound to its own core).
 #
-# usage: bench/ddp_vs_torch.sh [--rounds 5] [--ranks 2] [--build build] [--heft-train] [--no-header]
+# usage: bench/ddp_vs_torch.sh [--rounds 5] [--ranks 2] [--build build] [--heft-train] [--phases] [--no-header]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${ROUNDS:-5} ranks=2 build=build heft_train=0 header=1
+rounds=${ROUNDS:-5} ranks=2 build=build heft_train=0 header=1 phases=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --heft-train) heft_train=1; shift ;;
+    --phases) phases=1; shift ;;
     --no-header) header=0; shift ;;
     *) echo "usage: $0 [--rounds R] [--ranks N] [--build DIR] [--heft-train] [--no-header]" >&2; exit 2 ;;
   esac
@@ -41,6 +47,63 @@ if [[ $header == 1 ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $($build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f", a[2], $6/1e9}')"
 fi
 echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  ddp_vs_torch: $ranks ranks, $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [[ $phases == 1 ]]; then
+  cat >"$out/phases.py" <<'PY'
+import os, statistics, sys
+sys.path.insert(0, os.environ["PEERS"])
+import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+import ddp_torch as peer
+import heft.torch
+from heft.torch.profile import StepProfiler
+backend, steps = sys.argv[1], int(sys.argv[2])
+torch.set_num_threads(1); torch.manual_seed(0)
+dist.init_process_group(backend, init_method="env://")
+r, n = dist.get_rank(), dist.get_world_size()
+xtr, ytr = peer.load("train")
+model = nn.parallel.DistributedDataParallel(peer.CNN())
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+prof = StepProfiler.from_env().activate()
+# The first conv's weight gets its gradient last: from then on backward only waits.
+model.module.c1.weight.register_hook(lambda g: prof.push("communication"))
+per = 64 // n
+for i in range(steps):
+    prof.begin_step(i)
+    with prof.phase("data"):
+        b = torch.arange(i * 64 + r * per, i * 64 + r * per + per) % len(xtr)
+        x, y = xtr[b], ytr[b]
+    opt.zero_grad()
+    with prof.phase("forward"):
+        loss = F.cross_entropy(model(x), y)
+    prof.push("backward")
+    loss.backward()
+    prof.pop(); prof.pop()  # communication, backward
+    with prof.phase("optimizer"):
+        opt.step()
+    prof.end_step()
+dist.destroy_process_group()
+if r == 0:
+    rows = [list(map(float, l.split()[2:])) for l in open(os.path.join(os.environ["HEFT_PROFILE_DIR"], "rank-0.steps"))][10:]
+    m = [statistics.median(c[k] for c in rows) for k in range(6)]
+    print(f"| {backend} | {os.environ['LAUNCH']} | {m[0]:.2f} | {m[2]:.2f} | {m[3]:.2f} | {m[4]:.3f} | {m[5]:.2f} | {64 / m[0] * 1e3:.0f} |")
+PY
+  echo "| backend | ranks started | step ms | forward | backward | communication | optimizer | samples/s |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for r in $(seq "$rounds"); do
+    for b in heft gloo; do
+      mkdir -p "$out/p-$r-$b-free" "$out/p-$r-$b-bound"
+      p=$((port++))
+      for k in 0 1; do
+        PEERS=$peers LAUNCH=free HEFT_PROFILE_DIR=$out/p-$r-$b-free MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
+          RANK=$k WORLD_SIZE=2 $py "$out/phases.py" $b 80 &
+      done
+      wait
+      PEERS=$peers LAUNCH="heft run" HEFT_PROFILE_DIR=$out/p-$r-$b-bound "$build/heft" run -n 2 --no-prefix -- \
+        $py "$out/phases.py" $b 80
+    done
+  done
+  exit 0
+fi
 
 cnn() {  # ranks global_batch limit backend
   $py "$peers/ddp_torch.py" --ranks "$1" --batch "$2" --limit "$3" --threads 1 --backend "$4" \
