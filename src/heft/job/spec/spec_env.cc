@@ -30,19 +30,22 @@ json framework_value(const JobSpec& spec, const std::string& name, json fallback
   return it == spec.hyperparameters.end() ? fallback : it->second.value;
 }
 
-// The entry point's script: the first of its words that names a file (python3 -u train.py:
-// train.py), else the program itself. Its directory (absolute) and file name.
+// The entry point's script: the first of its arguments that names a file, else the first
+// that ends in .py (python3 -u train.py: train.py), else the program itself. Its directory
+// (absolute) and file name.
 std::pair<std::string, std::string> entry_script(const JobSpec& spec) {
   std::error_code ec;
-  const fs::path cwd = fs::current_path(ec);
-  for (size_t i = spec.builtin_trainer() ? spec.entry_point.size() : 1;
-       i < spec.entry_point.size(); ++i) {
-    const fs::path p = fs::absolute(spec.entry_point[i], ec);
-    if (!ec && fs::is_regular_file(p, ec))
-      return {p.parent_path().lexically_normal().string(), p.filename().string()};
-  }
+  const size_t first = spec.builtin_trainer() ? spec.entry_point.size() : 1;
+  for (bool need_file : {true, false})
+    for (size_t i = first; i < spec.entry_point.size(); ++i) {
+      const std::string& word = spec.entry_point[i];
+      const fs::path p = fs::absolute(word, ec).lexically_normal();
+      const bool script = word.size() > 3 && word.substr(word.size() - 3) == ".py";
+      if (!ec && (need_file ? fs::is_regular_file(p, ec) : script))
+        return {p.parent_path().string(), p.filename().string()};
+    }
   const std::string program = spec.entry_point.empty() ? "" : spec.entry_point[0];
-  return {cwd.string(), fs::path(program).filename().string()};
+  return {fs::current_path(ec).string(), fs::path(program).filename().string()};
 }
 
 json framework_parameters(const JobSpec& spec) {
