@@ -349,12 +349,9 @@ class Supervisor::Impl {
     return stop_reason_ == StopReason::kNone ? "Training" : "Stopping";
   }
 
-  int finish(const GroupEnd& end) {
-    end_start(end);
-    // Last samples, step records and rule evaluations (a no-op when restart() saw the end).
-    if (options_.observer) options_.observer->on_end(end.exit_code != 0);
-    output_.flush_metrics(db_, job_.id);
-    output_.clear_progress();
+  // How the job ended, from how its last start did and why it was stopped (records Uploading
+  // for a completed one).
+  JobEnd end_result(const GroupEnd& end) {
     JobEnd result;
     result.status = status::kStopped;
     result.exit_code = kExitStopped;
@@ -371,20 +368,15 @@ class Supervisor::Impl {
       result.secondary = secondary::kMaxRuntimeExceeded;
       result.message = "Stopped: max_runtime_s (" + number_text(spec_.stopping.max_runtime_s) +
                        " s) exceeded";
-    } else if (stop_reason_ == StopReason::kStragglers) {
-      result.status = status::kFailed;
-      result.secondary = secondary::kFailed;
-      result.failure_reason = straggler_reason_;
-      result.message = "Failed: " + straggler_reason_.substr(0, straggler_reason_.find('\n'));
-      result.exit_code = kExitFailed;
     } else if (stop_reason_ == StopReason::kMaxWait) {
       result.secondary = secondary::kMaxWaitTimeExceeded;
       result.message = "Stopped: spot max_wait_s (" + number_text(spec_.spot.max_wait_s) +
                        " s) exceeded";
-    } else if (end.exit_code != 0) {
+    } else if (stop_reason_ == StopReason::kStragglers || end.exit_code != 0) {
       result.status = status::kFailed;
       result.secondary = secondary::kFailed;
-      result.failure_reason = failure_reason(end);
+      result.failure_reason =
+          stop_reason_ == StopReason::kStragglers ? straggler_reason_ : failure_reason(end);
       const std::string& reason = result.failure_reason;
       result.message = "Failed: " + reason.substr(0, reason.find('\n'));
       result.exit_code = kExitFailed;
@@ -397,6 +389,16 @@ class Supervisor::Impl {
       result.message = "Training job completed";
       result.exit_code = kExitCompleted;
     }
+    return result;
+  }
+
+  int finish(const GroupEnd& end) {
+    end_start(end);
+    // Last samples, step records and rule evaluations (a no-op when restart() saw the end).
+    if (options_.observer) options_.observer->on_end(end.exit_code != 0);
+    output_.flush_metrics(db_, job_.id);
+    output_.clear_progress();
+    JobEnd result = end_result(end);
     result.progress = progress();
     db_.finish(job_.id, result);
     std::cerr << options_.log_name << ": job " << spec_.name << " "
