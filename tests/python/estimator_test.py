@@ -409,6 +409,9 @@ class Refusals(SdkTest):
                                                           source_dir=HERE,
                                                           sagemaker_session=self.session))
         self.assertRefused("logs", lambda: est().fit(logs="Rules"))
+        self.assertRefused("deploy", lambda: est().deploy(1, "ml.m5.large"))
+        self.assertRefused("is not a folder", lambda: est().fit(
+            {"train": "file://" + os.path.join(HERE, OBJECTIVE_SCRIPT)}))
         self.assertRefused("content_type", lambda: sagemaker.TrainingInput(
             "file:///tmp", content_type="text/csv"))
         self.assertRefused("boto_session", lambda: sagemaker.Session(boto_session=object()))

@@ -182,8 +182,10 @@ class Estimator:
                 value = value.local_uri(what)
             path = local_path(what, value)
             if not os.path.isdir(path):
+                hint = (f"; give the folder that holds it, file://{os.path.dirname(path)}"
+                        if os.path.isfile(path) else "")
                 raise ValueError(f"{what}: {path} is not a folder (a channel is a folder of "
-                                 "files, as the cloud's /opt/ml/input/data/<channel>)")
+                                 f"files, as the cloud's /opt/ml/input/data/<channel>){hint}")
             out[name] = path
         return out
 
@@ -282,6 +284,11 @@ class Estimator:
             raise ValueError(f"{type(self).__name__}.{what}: no training job yet: call fit() "
                              "first (or Estimator.attach(job_name))")
         return self.latest_training_job
+
+    def deploy(self, *args, **kwargs):
+        """Refused: heft trains and serves no endpoints."""
+        raise ValueError(f"{type(self).__name__}.deploy: heft trains models and serves no "
+                         "endpoints; load the files under model_data yourself")
 
     @property
     def model_data(self):

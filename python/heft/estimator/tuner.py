@@ -298,6 +298,11 @@ class HyperparameterTuner:
                                                 self.sagemaker_session,
                                                 self._hyperparameter_ranges)
 
+    def deploy(self, *args, **kwargs):
+        """Refused: heft trains and serves no endpoints."""
+        raise ValueError("HyperparameterTuner.deploy: heft trains models and serves no "
+                         "endpoints; best_estimator().model_data has the best model's files")
+
     def stop_tuning_job(self):
         _cli.run(["stop", self._require("stop_tuning_job"), "--wait"],
                  self.sagemaker_session.heft_home, timeout=600)
