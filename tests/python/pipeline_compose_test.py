@@ -9,7 +9,9 @@ counter equals the action list's communication batches. Cases: simple with 4 mic
 and interleaved with 2 virtual stages; on 8 ranks, x data 2 interleaved (DDP over each data
 group, the chunks already split) and x sharded 2 (ShardedDataParallel; loss and evaluate
 only: its parameters live in flat shards). Refused: tensor=2 without a tensor_plan, and a
-pattern that names nothing, each naming the argument. This file is also the worker
+pattern that names nothing, and a plan the whole model honours but one chunk cannot (a
+rowwise layer whose colwise input is in the chunk before), each naming the argument, the
+last on every rank. This file is also the worker
 (HEFT_PP_WORKER=1)."""
 import json
 import os
@@ -76,9 +78,12 @@ def errors(mesh):
     from heft.torch.parallel import Pipeline
     import pp_models as P
     found = {}
-    for what, plan in (("no_plan", None), ("nothing", {"*.attn.nothing": "colwise"})):
+    # "chunk": honoured by the whole model, but the cut after layer 1 leaves rowwise
+    # 2.attn.qkv without its colwise input in chunk 1 (raised on every rank, stage 0 too).
+    for what, plan in (("no_plan", None), ("nothing", {"*.attn.nothing": "colwise"}),
+                       ("chunk", {"1.mlp.2": "colwise", "2.attn.qkv": "rowwise"})):
         try:
-            Pipeline(P.tp_gpt(), mesh, microbatches=2, partition=[3], tensor_plan=plan)
+            Pipeline(P.tp_gpt(), mesh, microbatches=2, partition=[2], tensor_plan=plan)
             found[what] = None
         except (ValueError, TypeError) as e:
             found[what] = str(e)
@@ -131,6 +136,9 @@ class PipelineTimesTensor(unittest.TestCase):
         self.assertEqual(len(found), 4, text)
         self.assertIn("tensor_plan", found[0]["no_plan"] or "", text)
         self.assertIn("tensor_plan pattern '*.attn.nothing'", found[0]["nothing"] or "", text)
+        for f in found:  # every rank, whichever stage holds the chunk
+            self.assertIn("tensor_plan in chunk 1 (layers 2..5)", f["chunk"] or "", text)
+            self.assertIn("'2.attn.qkv'", f["chunk"] or "", text)
 
 
 if __name__ == "__main__":
