@@ -6,7 +6,8 @@ carries layer -> stage and the tensor degree); then, in the same job, a fresh mo
 pipeline 4 (tensor 1) loads it with its optimizer state: its parameters are bit-identical to
 the saved model's full parameters (every stage's slices joined), and its next two steps'
 losses equal the saved run's next two (relative 1e-5; the second depends on the AdamW state
-having moved too). In one process without a process group, Pipeline.load_full_state_dict
+having moved too); so do those of pipeline 2 x data 2 (DDP, another partition) loading it.
+In one process without a process group, Pipeline.load_full_state_dict
 gives a plain nn.Sequential state_dict that loads strictly, bit-identical, with the same
 next-step loss. A directory holding no checkpoint is refused naming dir=. This file is also
 the worker (HEFT_PP_WORKER=save|one)."""
@@ -28,9 +29,10 @@ def sums(state):
 
 def train(pipe, opt, steps):
     import pp_models as P
-    losses = []
+    losses, data = [], pipe.mesh.size("data")
+    per, d = BATCH // data, pipe.mesh.coordinate("data")
     for step in steps:
-        x, y = P.tp_batch(step, BATCH)
+        x, y = (t[d * per:(d + 1) * per] for t in P.tp_batch(step, BATCH))
         opt.zero_grad()
         losses.append(pipe.step(x, y, P.loss_fn("tp_gpt")))
         opt.step()
@@ -62,6 +64,10 @@ def save_worker(directory):
     out["changed"] = before != out["loaded"]
     out["next4"] = train(pipe4, opt4, range(3, 5))
     out["meta"] = [loaded, meta["layer_stage"], meta["tensor"], meta["pipeline"]]
+    ddp = Pipeline(P.tp_gpt(), DeviceMesh(pipeline=2, data=2), microbatches=2, partition=[2])
+    opt_ddp = torch.optim.AdamW(ddp.parameters(), lr=LR)
+    ddp.load_checkpoint(directory, opt_ddp)  # each chunk wrapped by DDP
+    out["next_ddp"] = train(ddp, opt_ddp, range(3, 5))
     print("result " + json.dumps(out), flush=True)
     dist.destroy_process_group()
 
@@ -108,8 +114,8 @@ class PipelineCheckpoint(unittest.TestCase):
                 self.assertGreater(len(r["loaded"]), 0, text)
                 for key, value in r["loaded"].items():  # bit-identical to the saved model
                     self.assertEqual(value, full[key], key)
-                for a, b in zip(r["next4"], next_losses):
-                    self.assertLessEqual(abs(a - b) / abs(b), TOLERANCE, (r["next4"], next_losses))
+                for a, b in zip(r["next4"] + r["next_ddp"], next_losses + next_losses):
+                    self.assertLessEqual(abs(a - b) / abs(b), TOLERANCE, r)
             env = {"HEFT_PP_WORKER": "one", "HEFT_PP_DIR": d}
             one, text = rows(self, support.run_ranks(1, command, 120, lambda r: env))
             self.assertEqual(one[0]["state"], full, text)  # every key, bit-identical
