@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -57,6 +58,29 @@ TEST(Dtype, EveryNumberPatternRoundTrips) {
   }
   EXPECT_EQ(bad_half, 0);
   EXPECT_EQ(bad_bf16, 0);
+}
+
+// float_to_half against rounding done in double: |f| in units of its half ulp, rounded to
+// nearest even by nearbyint, for one float pattern in every 4099 (~1M, every exponent).
+uint16_t half_by_double(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (std::isnan(f)) return sign | 0x7e00;
+  if (a >= 65520.0) return sign | 0x7c00;
+  const int e = a == 0 ? -14 : std::max(static_cast<int>(std::floor(std::log2(a))), -14);
+  const double q = std::nearbyint(std::ldexp(a, 10 - e));  // mantissa with its leading bit
+  if (e == -14 && q < 1024) return sign | static_cast<uint16_t>(q);  // subnormal (or 1024)
+  return sign | static_cast<uint16_t>(((e + 15) << 10) + static_cast<int>(q) - 1024);
+}
+
+TEST(Dtype, FloatToHalfMatchesRoundingInDouble) {
+  int bad = 0;
+  uint32_t first_bad = 0;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) {
+    const float f = from_bits(static_cast<uint32_t>(b));
+    if (float_to_half(f) != half_by_double(f) && bad++ == 0) first_bad = static_cast<uint32_t>(b);
+  }
+  EXPECT_EQ(bad, 0) << "first at float bits 0x" << std::hex << first_bad;
 }
 
 TEST(Dtype, EveryTypeAndOpHasADistinctNameThatParsesBack) {

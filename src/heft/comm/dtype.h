@@ -93,34 +93,48 @@ inline uint16_t float_to_bf16(float f) {
 
 inline float bf16_to_float(uint16_t b) { return detail::float_of(static_cast<uint32_t>(b) << 16); }
 
-// Half precision: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+// Half precision: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Both directions compute
+// every case and combine them with integer masks, not branches or selects: the compiler
+// will not speculate the floating-point step of the subnormal case into a select (it might
+// trap), and a branch keeps the loops over these from vectorising.
+namespace detail {
+inline uint32_t all_ones_if(bool c) { return 0u - static_cast<uint32_t>(c); }
+inline uint32_t pick(uint32_t mask, uint32_t if_set, uint32_t otherwise) {
+  return (if_set & mask) | (otherwise & ~mask);
+}
+}  // namespace detail
+
 inline uint16_t float_to_half(float f) {
-  uint32_t u = detail::bits_of(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
-    // Add 0.5 (as float) so the FPU rounds the mantissa to half's subnormal grid.
-    float r = detail::float_of(abs) + 0.5f;
-    return static_cast<uint16_t>(sign | (detail::bits_of(r) - 0x3f000000u));
-  }
-  uint32_t mant_odd = (abs >> 13) & 1u;
-  abs += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round to nearest even
-  return static_cast<uint16_t>(sign | (abs >> 13));
+  using detail::all_ones_if;
+  using detail::pick;
+  const uint32_t u = detail::bits_of(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  // Normal result: rebias the exponent (-112 << 23) and round to nearest even.
+  const uint32_t normal = (abs + 0xc8000fffu + ((abs >> 13) & 1u)) >> 13;
+  // Subnormal or zero: adding 0.5 (as float) makes the FPU round the mantissa to half's
+  // subnormal grid.
+  const uint32_t subnormal = detail::bits_of(detail::float_of(abs) + 0.5f) - 0x3f000000u;
+  uint32_t r = pick(all_ones_if(abs < 0x38800000u), subnormal, normal);
+  r = pick(all_ones_if(abs >= 0x477ff000u), 0x7c00u, r);  // overflow -> inf
+  r = pick(all_ones_if(abs > 0x7f800000u), 0x7e00u, r);   // NaN -> the quiet NaN
+  return static_cast<uint16_t>(sign | (r & 0x7fffu));
 }
 
 inline float half_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return detail::float_of(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  if (exp == 0) {
-    // Subnormal or zero: value = mant * 2^-24.
-    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  return detail::float_of(sign | ((exp + 112) << 23) | (mant << 13));
+  using detail::all_ones_if;
+  using detail::pick;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  const uint32_t normal = ((exp + 112) << 23) | (mant << 13);
+  const uint32_t special = 0x7f800000u | (mant << 13);  // inf / NaN
+  // Subnormal or zero: value = mant * 2^-24.
+  const uint32_t subnormal =
+      detail::bits_of(static_cast<float>(static_cast<int32_t>(mant)) * 5.9604644775390625e-8f);
+  uint32_t r = pick(all_ones_if(exp == 0), subnormal, normal);
+  r = pick(all_ones_if(exp == 0x1f), special, r);
+  return detail::float_of(sign | r);
 }
 
 }  // namespace heft::comm
