@@ -5,8 +5,9 @@
 // grace, a rank's end is recorded in the store and mirrored, signals reach the rank. Then
 // SIGKILL of `heft train` during a local job, an mpirun job on this machine and a Slurm batch
 // job (tests/support/slurm_cluster.sh): every worker is gone within the bound (by pid), the
-// Slurm job leaves the queue, and `heft resume` completes the job. The mpirun and Slurm cases
-// skip, saying why, where the engine is missing.
+// Slurm job leaves the queue, and `heft resume` completes the job; mpirun also across two
+// network-namespace hosts (tests/support/netns_hosts.sh). The mpirun and Slurm cases skip,
+// saying why, where the engine (or namespaces) is missing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kHeft = HEFT_BINARY_DIR "/heft";
 const std::string kCluster = HEFT_SOURCE_DIR "/tests/support/slurm_cluster.sh";
+const std::string kHosts = HEFT_SOURCE_DIR "/tests/support/netns_hosts.sh";
+const std::string kRsh = HEFT_SOURCE_DIR "/tests/support/netns_rsh.sh";
 
 bool gone(pid_t pid) { return heft::job::process_start_ticks(pid) == -1; }
 
@@ -154,6 +157,7 @@ class LostSupervisor : public ::testing::Test {
   std::vector<std::pair<std::string, std::string>> env() const {
     std::vector<std::pair<std::string, std::string>> e = {{"HEFT_HOME", tmp_.path() + "/home"}};
     if (!slurm_conf_.empty()) e.push_back({"SLURM_CONF", slurm_conf_});
+    if (!netns_prefix_.empty()) e.push_back({"NETNS_PREFIX", netns_prefix_});
     return e;
   }
   std::unique_ptr<heft::test::HeftProcess> heft(const std::vector<std::string>& args) {
@@ -187,6 +191,7 @@ class LostSupervisor : public ::testing::Test {
   }
   TempDir tmp_;
   std::string slurm_conf_;
+  std::string netns_prefix_;
 };
 
 TEST_F(LostSupervisor, LocalWorkersDieWithHeftTrainAndResumeCompletes) {
@@ -206,6 +211,29 @@ TEST_F(LostSupervisor, MpirunRanksStopWithinTheBoundAndResumeCompletes) {
   EXPECT_GE(s, 0);
   EXPECT_LT(s, 3.0);
   expect_resume_completes("lost-mpirun");
+}
+
+// Across two network-namespace hosts: mpirun's daemons run the ranks there, on their own
+// network stacks; each shim reaches the store over its host's link.
+TEST_F(LostSupervisor, MpirunRanksOnOtherHostsStopWithinTheBoundAndResumeCompletes) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun is not installed here (OpenMPI's openmpi-bin)";
+  const auto check = heft::test::run_command(kHosts + " check 2>&1");
+  if (check.code != 0) GTEST_SKIP() << "no namespace hosts here: " << check.text;
+  netns_prefix_ = "hls" + std::to_string(::getpid() % 100000);
+  struct Down {
+    std::string prefix;
+    ~Down() { heft::test::run_command(kHosts + " down --prefix " + prefix); }
+  } down{netns_prefix_};
+  const auto up = heft::test::run_command(kHosts + " up 2 --net 79 --prefix " + netns_prefix_ + " 2>&1");
+  ASSERT_EQ(up.code, 0) << up.text;
+  const double s = kill_supervisor(
+      "lost-netns", "{launcher: mpirun, hosts: [10.79.0.11, 10.79.0.12], processes_per_host: 1, "
+      "custom_mpi_options: \"--mca plm_rsh_agent " + kRsh + " --mca oob_tcp_if_include 10.79.0.0/24\"}",
+      2, 15s);
+  EXPECT_GE(s, 0);
+  EXPECT_LT(s, 3.0);
+  expect_resume_completes("lost-netns");
 }
 
 TEST_F(LostSupervisor, SlurmBatchJobEndsWithinTheBoundAndResumeCompletes) {
