@@ -6,7 +6,9 @@ carries layer -> stage and the tensor degree); then, in the same job, a fresh mo
 pipeline 4 (tensor 1) loads it with its optimizer state: its parameters are bit-identical to
 the saved model's full parameters (every stage's slices joined), and its next two steps'
 losses equal the saved run's next two (relative 1e-5; the second depends on the AdamW state
-having moved too); so do those of pipeline 2 x data 2 (DDP, another partition) loading it.
+having moved too); so do those of pipeline 2 x data 2 (DDP, another partition) and of
+pipeline 2 x sharded 2 (ShardedDataParallel: the slices cut into its flat shards, with the
+AdamW state), which saves it again at once: that checkpoint is bit-identical too.
 In one process without a process group, Pipeline.load_full_state_dict
 gives a plain nn.Sequential state_dict that loads strictly, bit-identical, with the same
 next-step loss. A directory holding no checkpoint is refused naming dir=. This file is also
@@ -68,6 +70,12 @@ def save_worker(directory):
     opt_ddp = torch.optim.AdamW(ddp.parameters(), lr=LR)
     ddp.load_checkpoint(directory, opt_ddp)  # each chunk wrapped by DDP
     out["next_ddp"] = train(ddp, opt_ddp, range(3, 5))
+    sdp = Pipeline(P.tp_gpt(), DeviceMesh(pipeline=2, sharded=2), microbatches=2,
+                   partition=[3], data_parallel="sharded")
+    opt_sdp = torch.optim.AdamW(sdp.parameters(), lr=LR)
+    sdp.load_checkpoint(directory, opt_sdp)  # each chunk's flat shards
+    sdp.save_checkpoint(os.path.join(directory, "sharded"), opt_sdp)  # gathered back
+    out["next_sdp"] = train(sdp, opt_sdp, range(3, 5))
     print("result " + json.dumps(out), flush=True)
     dist.destroy_process_group()
 
@@ -77,10 +85,12 @@ def one_worker(directory):
     from heft.torch.parallel import Pipeline
     import pp_models as P
     state = Pipeline.load_full_state_dict(directory)
+    again = Pipeline.load_full_state_dict(os.path.join(directory, "sharded"))
     model = P.tp_gpt()
     model.load_state_dict(state, strict=True)
     x, y = P.tp_batch(3, BATCH)
-    out = {"state": sums(model.state_dict()), "loss": P.loss_of("tp_gpt", model(x), y).item()}
+    out = {"state": sums(model.state_dict()), "loss": P.loss_of("tp_gpt", model(x), y).item(),
+           "sharded_state": sums(again)}
     try:
         Pipeline.load_full_state_dict(os.path.join(directory, "nothing-here"))
         out["refused"] = None
@@ -114,11 +124,12 @@ class PipelineCheckpoint(unittest.TestCase):
                 self.assertGreater(len(r["loaded"]), 0, text)
                 for key, value in r["loaded"].items():  # bit-identical to the saved model
                     self.assertEqual(value, full[key], key)
-                for a, b in zip(r["next4"] + r["next_ddp"], next_losses + next_losses):
+                for a, b in zip(r["next4"] + r["next_ddp"] + r["next_sdp"], next_losses * 3):
                     self.assertLessEqual(abs(a - b) / abs(b), TOLERANCE, r)
             env = {"HEFT_PP_WORKER": "one", "HEFT_PP_DIR": d}
             one, text = rows(self, support.run_ranks(1, command, 120, lambda r: env))
             self.assertEqual(one[0]["state"], full, text)  # every key, bit-identical
+            self.assertEqual(one[0]["sharded_state"], full, text)  # through the shards
             self.assertLessEqual(abs(one[0]["loss"] - next_losses[0]) / next_losses[0],
                                  TOLERANCE, text)
             self.assertIn("dir=", one[0]["refused"] or "", text)

@@ -21,11 +21,43 @@ _T = _c10d.parallel.tensor
 FORMAT = "heft-pipeline-layout-1"
 
 
-def _unwrap(chunk, who):
-    if getattr(chunk, "_heft_sharded", False) or hasattr(chunk, "units"):
-        raise ValueError(f"{who}: a Pipeline with data_parallel='sharded' is not supported by "
-                         "pipeline checkpoints yet (use data_parallel='ddp')")
-    return chunk.module if hasattr(chunk, "reducer") else chunk
+def _sharded(chunk):
+    return hasattr(chunk, "units") and hasattr(chunk, "shard_group")
+
+
+def _unwrap(chunk):
+    return chunk.module if hasattr(chunk, "reducer") or _sharded(chunk) else chunk
+
+
+def _chunk_state(chunk, optimizer):
+    """{key: {"tensor": t, "optimizer": {...}}} of one chunk (its tensor slices). A
+    ShardedDataParallel chunk's parameters and optimizer state are gathered over its shard
+    group first (collective there)."""
+    if not _sharded(chunk):
+        names = {id(p) for p in chunk.parameters()}
+        state = {}
+        for key, t in _unwrap(chunk).state_dict(keep_vars=True).items():
+            state[key] = {"tensor": t.detach().clone()}
+            if optimizer is not None and id(t) in names:
+                state[key]["optimizer"] = {k: (v.detach().clone() if torch.is_tensor(v) else v)
+                                           for k, v in optimizer.state.get(t, {}).items()}
+        return state
+    from ._sharded_state import gather_flat, named_full_params
+    state = {k: {"tensor": v} for k, v in chunk.full_state_dict().items()}
+    for u in chunk.units:
+        names = [s.name for places in u.slots for s in places]
+        saved = optimizer.state.get(u.shard, {}) if optimizer is not None else {}
+        for name in names:
+            state[name].setdefault("optimizer", {})
+        for key, v in saved.items():
+            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.shard_numel:
+                full = named_full_params(chunk, u, gather_flat(chunk, u, v))
+                for name in names:
+                    state[name]["optimizer"][key] = full[name].clone()
+            else:
+                for name in names:
+                    state[name]["optimizer"][key] = v.clone() if torch.is_tensor(v) else v
+    return state
 
 
 def _splits(module):
@@ -45,7 +77,6 @@ def _bytes(obj):
 
 def save(pipe, directory, optimizer=None, step=None, meta=None, keep=2):
     """Collective over the world: every rank writes its part, rank 0 commits. Returns step."""
-    who = "Pipeline.save_checkpoint"
     rank, world = dist.get_rank(), dist.get_world_size()
     if step is None:
         found = ckdir.steps(directory)
@@ -55,16 +86,9 @@ def save(pipe, directory, optimizer=None, step=None, meta=None, keep=2):
     mesh = pipe.mesh
     splits, state = {}, {}
     for chunk in pipe.chunks:
-        m = _unwrap(chunk, who)
-        cut = _splits(m)
-        names = {id(p): k for k, p in m.named_parameters()}
-        for key, t in m.state_dict(keep_vars=True).items():
+        cut = _splits(_unwrap(chunk))
+        for key, entry in _chunk_state(chunk, optimizer).items():
             splits[key] = list(cut.get(key, (-1, 1)))
-            entry = {"tensor": t.detach().clone()}
-            if optimizer is not None and id(t) in names:
-                saved = optimizer.state.get(t, {})
-                entry["optimizer"] = {k: (v.detach().clone() if torch.is_tensor(v) else v)
-                                      for k, v in saved.items()}
             state[key] = entry
     layout = {"format": FORMAT, "stage": pipe.stage, "layers": [list(r) for r in
                                                                   pipe.layer_ranges],
@@ -145,7 +169,10 @@ def load(pipe, directory, optimizer=None):
     step, meta, params, optim, groups = full_state(directory, who)
     rank, size = (pipe.mesh.coordinate("tensor"), pipe.tensors) if pipe.tensors > 1 else (0, 1)
     for chunk in pipe.chunks:
-        m = _unwrap(chunk, who)
+        if _sharded(chunk):
+            _load_sharded(chunk, params, optim, optimizer, rank, size, who, directory)
+            continue
+        m = _unwrap(chunk)
         cut = _splits(m)
         for key, t in m.state_dict(keep_vars=True).items():
             if key not in params:
@@ -165,3 +192,35 @@ def load(pipe, directory, optimizer=None):
         for g, saved in zip(optimizer.param_groups, groups):
             g.update(saved)
     return step, meta
+
+
+def _load_sharded(sdp, params, optim, optimizer, rank, size, who, directory):
+    """This rank's shard of each unit (and its optimizer state) from the full tensors, cut
+    for its tensor rank first (no collective)."""
+    from ._sharded_ckpt import _copy_into
+    cut = _splits(sdp.module)
+
+    def mine(key, t):
+        dim, n = cut.get(key, (-1, 1))
+        return _T.take_slice(t, dim, n, rank, size, f"{who}: {key}")
+
+    for u in sdp.units:
+        names = [s.name for places in u.slots for s in places]
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise KeyError(f"{who}: dir={directory!r}: the checkpoint has no {missing[0]!r}")
+        _copy_into(u, {n: mine(n, params[n]) for n in names}, u.shard.data)
+        if optimizer is None or names[0] not in optim:
+            continue
+        state = {}
+        for key, v in optim[names[0]].items():
+            if torch.is_tensor(v) and v.shape == params[names[0]].shape:
+                state[key] = torch.zeros(u.shard_numel, dtype=v.dtype)
+                _copy_into(u, {n: mine(n, optim[n][key]) for n in names}, state[key])
+            else:
+                state[key] = v.clone() if torch.is_tensor(v) else v
+        optimizer.state[u.shard] = state
+    buffers = dict(sdp.module.named_buffers())
+    for key, b in buffers.items():
+        if key in params:
+            b.copy_(mine(key, params[key]))
