@@ -264,20 +264,28 @@ void Context::sync(Deadline deadline, const std::string& op, const Signature* si
 void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::string& op) {
   Header& h = header(peer);
   if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
-  if (options_.spin_us > 0) {
+  using Clock = std::chrono::steady_clock;
+  const bool contended = Clock::now() < contended_until_;
+  if (options_.spin_us > 0 && !contended) {
     // Look at the clock every 64 pauses (a pause is 10-100 ns; the clock read about 20).
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
+    const auto until = Clock::now() + std::chrono::microseconds(options_.spin_us);
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
         cpu_relax();
       }
-      if (std::chrono::steady_clock::now() >= until) break;
+      if (Clock::now() >= until) break;
     }
   }
-  for (int i = 0; i < options_.yields; ++i) {
+  for (int i = 0; i < options_.yields && !contended; ++i) {
     if (reached(h.epoch.load(std::memory_order_acquire), target)) return;
+    const auto before = Clock::now();
     sched_yield();
+    const auto after = Clock::now();
+    if (after - before > std::chrono::microseconds(options_.slow_yield_us)) {
+      contended_until_ = after + std::chrono::milliseconds(options_.contended_ms);
+      break;
+    }
   }
   h.waiters.fetch_add(1, std::memory_order_seq_cst);
   struct Leave {

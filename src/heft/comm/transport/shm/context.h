@@ -14,13 +14,16 @@
 // futex on the peer's counter (timed, so a dead or aborted peer and the deadline are
 // noticed). The budget follows the host's placement (each rank publishes the CPUs it may run
 // on): ranks on disjoint cores spin long, ranks that may share cores spin briefly, and ranks
-// that outnumber the cores they have yield at once, so they do not starve each other.
+// that outnumber the cores they have yield at once, so they do not starve each other. A
+// yield that takes a scheduler turn (other work on the core) makes the waits of the next
+// 50 ms sleep at once instead (ContextOptions::slow_yield_us).
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,6 +52,12 @@ struct ContextOptions {
   // when the host's ranks fit the union of their CPUs, else 0 (yield at once).
   int spin_us = -1;
   int yields = 50;
+  // A yield that takes longer than this handed the core to other work (a busy loop, another
+  // job): for the next `contended_ms`, waits skip the spinning and yields and sleep on the
+  // futex at once, so the kernel wakes this rank when its peer publishes (a woken sleeper
+  // preempts a busy loop; a yielder waits for the busy loop's turn to end, every yield).
+  int slow_yield_us = 500;
+  int contended_ms = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
   // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
@@ -142,6 +151,8 @@ class Context {
   std::vector<Segment> segments_;  // by local rank; segments_[rank_] is ours
   uint32_t epoch_ = 0;
   uint32_t slot_ = 0;
+  // Until then waits sleep at once (ContextOptions::slow_yield_us).
+  std::chrono::steady_clock::time_point contended_until_{};
   std::function<void(int, const std::string&)> liveness_;
   void choose_spin();
 
