@@ -2,9 +2,9 @@
 # PyTorch DDP over the heft backend against Gloo and against the perfect-overlap ceiling,
 # with the shared peer harness (../shared/peers/ddp_torch.py: the CNN on Fashion-MNIST,
 # global batch 64, the first 12800 samples; gpt_torch.py: the small GPT on fortunes, global
-# batch 16, 60 steps): --backend heft, --backend gloo, and one rank alone at the same
-# per-rank batch (the ceiling: ranks x its throughput, what the ranks would reach if
-# communication and sharing the machine cost nothing). All three alternate, --rounds times,
+# batch 16, 60 steps): --backend heft, --backend gloo, and the ceiling: as many one-rank
+# runs at the same per-rank batch as there are ranks, at once, without communication (ranks
+# x one rank's throughput: what the ranks would reach if communication cost nothing). All three alternate, --rounds times,
 # in one invocation; prints every run, then per workload the medians, heft/gloo, heft/ceiling
 # in the median and in the worst round (each round's heft run against that round's
 # ceiling). Target (issue 29 item 6): heft/ceiling >= 0.90.
@@ -17,6 +17,8 @@
 # (free to run on any core) and under `heft run` (each bound to its own core).
 #
 # usage: bench/ddp_vs_torch.sh [--rounds 5] [--ranks 2] [--build build] [--heft-train] [--phases] [--no-header]
+#        ROUNDS=3 bench/ddp_vs_torch.sh BUILD_DIR   (this script's first form: only the
+#        heft-train comparison, printed as docs/performance-ddp.md recorded it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5} ranks=2 build=build heft_train=0 header=1 phases=0
@@ -28,7 +30,8 @@ while [[ $# -gt 0 ]]; do
     --heft-train) heft_train=1; shift ;;
     --phases) phases=1; shift ;;
     --no-header) header=0; shift ;;
-    *) echo "usage: $0 [--rounds R] [--ranks N] [--build DIR] [--heft-train] [--no-header]" >&2; exit 2 ;;
+    -*) echo "usage: $0 [--rounds R] [--ranks N] [--build DIR] [--heft-train] [--phases] [--no-header] | BUILD_DIR" >&2; exit 2 ;;
+    *) build=$1; heft_train=2; shift ;;
   esac
 done
 py=${PYTHON:-/usr/bin/python3}
@@ -40,6 +43,28 @@ export OMP_NUM_THREADS=1 PYTHONPATH=$build/python
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 port=$((29700 + RANDOM % 200))
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+heft_train_vs_peer() {  # heft-train's CNN DDP against the peer's DDP on Gloo, 2 ranks
+  echo "# ddp_vs_torch: cnn, 2 ranks, global batch 64, limit 12800, $rounds rounds; $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# round impl samples_per_s"
+  local ht_all="" pt_all="" h t hm tm
+  for r in $(seq "$rounds"); do
+    h=$("$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model cnn --batch_size 64 --limit 12800 \
+      --lr 0.01 --momentum 0.9 --eval false --log_every 100000 | sed -n 's/.*final: .*samples_per_s=\([0-9.]*\).*/\1/p')
+    echo "$r heft $h"
+    t=$($py "$peers/ddp_torch.py" --ranks 2 --batch 64 --limit 12800 --threads 1 --port $((port++)) |
+      sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1)
+    echo "$r pytorch_ddp $t"
+    ht_all="$ht_all $h"; pt_all="$pt_all $t"
+  done
+  hm=$(echo "$ht_all" | tr ' ' '\n' | grep . | median); tm=$(echo "$pt_all" | tr ' ' '\n' | grep . | median)
+  echo "median heft=$hm pytorch_ddp=$tm ratio=$(awk -v a="$hm" -v b="$tm" 'BEGIN { printf "%.2f", a / b }')"
+}
+if [[ $heft_train == 2 ]]; then
+  heft_train_vs_peer
+  exit 0
+fi
 
 if [[ $header == 1 ]]; then
   cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
@@ -113,18 +138,32 @@ gpt() {  # ranks global_batch backend
   $py "$peers/gpt_torch.py" --ranks "$1" --batch "$2" --steps 60 --threads 1 --backend "$3" \
     --port $((port++)) 2>/dev/null | sed -n 's/^final:.*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -n 1
 }
-echo "# round workload heft gloo one_rank x $ranks (samples/s for cnn, tokens/s for gpt)"
+# The ceiling: $ranks one-rank trainings at the same per-rank batch, without communication,
+# run at once (so they share the machine as the ranks do: on a machine shared with other
+# sessions the kernel's autogroup gives one session's processes one share, so one rank run
+# alone would get the share that all ranks split), their throughputs summed.
+ceiling() {
+  local w=$1 k
+  shift
+  for k in $(seq "$ranks"); do
+    port=$((port + 1))  # each copy its own (the copies run in subshells)
+    "$w" "$@" >"$out/ceiling-$k" &
+  done
+  wait
+  cat "$out"/ceiling-* | awk '{s += $1} END {print s}'
+}
+echo "# round workload heft gloo ceiling ($ranks one-rank runs at once, summed; samples/s for cnn, tokens/s for gpt)"
 for r in $(seq "$rounds"); do
   h=$(cnn "$ranks" 64 12800 heft); g=$(cnn "$ranks" 64 12800 gloo)
-  c=$(cnn 1 $((64 / ranks)) $((12800 / ranks)) gloo | awk -v n="$ranks" '{print n * $1}')
+  c=$(ceiling cnn 1 $((64 / ranks)) $((12800 / ranks)) gloo)
   echo "$r cnn $h $g $c" | tee -a "$out/cnn"
   h=$(gpt "$ranks" 16 heft); g=$(gpt "$ranks" 16 gloo)
-  c=$(gpt 1 $((16 / ranks)) gloo | awk -v n="$ranks" '{print n * $1}')
+  c=$(ceiling gpt 1 $((16 / ranks)) gloo)
   echo "$r gpt $h $g $c" | tee -a "$out/gpt"
 done
 echo
 echo "## PyTorch DDP over heft, $ranks ranks: against Gloo and the perfect-overlap ceiling (median of $rounds rounds; target heft/ceiling >= 0.90)"
-echo "| workload | heft | gloo | heft/gloo | ceiling ($ranks x one rank) | heft/ceiling | worst round heft/ceiling |"
+echo "| workload | heft | gloo | heft/gloo | ceiling ($ranks one-rank runs) | heft/ceiling | worst round heft/ceiling |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for w in cnn gpt; do
   unit=$([[ $w == cnn ]] && echo samples/s || echo tokens/s)
@@ -138,16 +177,5 @@ PY
 done
 
 [[ $heft_train == 1 ]] || exit 0
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-echo "# heft-train (DistributedDataParallel over heft's communicator) against the peer's DDP on Gloo: cnn, 2 ranks"
-ht_all="" pt_all=""
-for r in $(seq "$rounds"); do
-  h=$("$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model cnn --batch_size 64 --limit 12800 \
-    --lr 0.01 --momentum 0.9 --eval false --log_every 100000 | sed -n 's/.*final: .*samples_per_s=\([0-9.]*\).*/\1/p')
-  t=$(cnn 2 64 12800 gloo)
-  echo "$r heft_train $h pytorch_ddp $t"
-  ht_all="$ht_all $h"; pt_all="$pt_all $t"
-done
-hm=$(echo "$ht_all" | tr ' ' '\n' | grep . | median); tm=$(echo "$pt_all" | tr ' ' '\n' | grep . | median)
-echo "median heft_train=$hm pytorch_ddp=$tm ratio=$(awk -v a="$hm" -v b="$tm" 'BEGIN { printf "%.2f", a / b }')"
+heft_train_vs_peer
