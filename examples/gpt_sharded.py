@@ -49,12 +49,12 @@ class Attention(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-                   for z in self.qkv(x).split(d, dim=2))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
+                   for z in self.qkv(x).chunk(3, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         att = att.masked_fill(~causal, float("-inf")).softmax(-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):

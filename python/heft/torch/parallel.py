@@ -17,7 +17,7 @@ from . import BACKEND
 from ._deferred import deferred_init  # noqa: F401
 from ._mesh import DeviceMesh  # noqa: F401
 from ._pipeline import Pipeline  # noqa: F401
-from ._tensor_parallel import tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
+from ._tensor_parallel import full_state_dict, tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
 from ._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
                       require_memory, training_state_bytes)
 from ._sharded_ckpt import load_checkpoint, load_full_state_dict, save_checkpoint  # noqa: F401

@@ -201,7 +201,7 @@ std::string JobProfiler::evaluate(bool final) {
       }
       db_.add_finding(job_id_, row);
       if (rule.notify.any())
-        notifier_.send(rule.notify, {{"job_id", job_id_}, {"job", log_name_}, {"rule", row.rule},
+        notifier_.send(rule.notify, {{"job_id", job_id_}, {"job", spec_.name}, {"rule", row.rule},
                                      {"rank", row.rank}, {"timestamp", row.timestamp},
                                      {"message", row.message}, {"evidence", row.evidence},
                                      {"action", stops ? "stop" : "none"}});

@@ -98,7 +98,19 @@ Status notify_exec(const std::vector<std::string>& argv, const std::string& body
   }
   const Clock::time_point deadline = deadline_after(timeout_s);
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-  write_all(fds[1], body, deadline);  // a command that ignores stdin may still succeed
+  {
+    // A command that exits without reading its stdin gets EPIPE here, not SIGPIPE: blocked
+    // for this thread while it writes, and a SIGPIPE the write raised taken off again.
+    sigset_t pipe_signal, old;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
+    write_all(fds[1], body, deadline);  // a command that ignores stdin may still succeed
+    const timespec now{0, 0};
+    while (::sigtimedwait(&pipe_signal, nullptr, &now) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
   ::close(fds[1]);
   const int status = reap_until(pid, deadline);
   if (status == -1)
@@ -150,11 +162,6 @@ void Notifier::send(const job::NotifyAction& action, const nlohmann::json& findi
   const std::string body = finding.dump();
   std::lock_guard<std::mutex> lock(mu_);
   threads_.emplace_back([this, action, body] {
-    // A command that exits without reading its stdin must not SIGPIPE heft train.
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     for (int kind = 0; kind < 2; ++kind) {
       if (kind == 0 && action.exec.empty()) continue;
       if (kind == 1 && action.url.empty()) continue;
