@@ -1,6 +1,8 @@
 // Element-wise reduction kernels used by every collective algorithm. Each is compiled twice,
 // portable and AVX2, and picked at run time (cpu.h); both give bit-identical results (the
-// same operations in the same order per element, no reassociation).
+// same operations in the same order per element, no reassociation; f16 converts with F16C
+// in the AVX2 form, to the same bits), except which sign a NaN result keeps when both inputs
+// are NaN (the compiler's operand order).
 // Deliberately left out: threading (a rank reduces its own slice; parallelism comes from
 // the algorithm giving each rank a different slice).
 #pragma once
