@@ -204,4 +204,5 @@ $PY bench/compare_rows.py hierarchical "$OUT"/busy-hier-* -- flat_tcp_ring "$OUT
 echo
 echo "## the same, every round: hierarchical against the flat ring, heft shm against OpenMPI"
 worst_rounds 0 hierarchical "$OUT/busy-hier" flat_tcp_ring "$OUT/busy-flat"
+echo
 worst_rounds 0 heft_shm "$OUT/busy-shm" openmpi "$OUT/busy-openmpi"
