@@ -155,6 +155,11 @@ struct Deferred {
   int running = 0;                    // waiters running theirs right now; guarded by mu
   comm::Communicator* comm = nullptr;  // null once closed; guarded by mu
   bool direct = true;  // futures taken by C++ complete on the communicator's thread
+  // Operations to issue at once instead of holding them (guarded by mu): set when one was
+  // held until the next operation or the tick, i.e. its caller went on without waiting
+  // (async_op=True, waited later: holding it would only delay its start).
+  int immediate = 0;
+  static constexpr int kImmediateOps = 64;
   std::function<void(const std::shared_ptr<Operation>&)> issue_async;  // guarded by mu
 
   // Issues the deferred operation, if any, asynchronously; returns it, for the caller to
@@ -679,11 +684,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue
     std::lock_guard<std::mutex> lock(deferred_->mu);
     TORCH_CHECK(deferred_->comm, "heft process group: used after it was shut down");
     before = deferred_->flush_locked();
-    deferred_->op = op;
-    ++deferred_->seq;
-    std::lock_guard<std::mutex> ticks(mu_);
-    wake = !ticking_;
-    ticking_ = true;
+    if (before) deferred_->immediate = Deferred::kImmediateOps;  // its caller did not wait
+    if (deferred_->immediate > 0) {
+      --deferred_->immediate;
+      issue_async(op);
+    } else {
+      deferred_->op = op;
+      ++deferred_->seq;
+      std::lock_guard<std::mutex> ticks(mu_);
+      wake = !ticking_;
+      ticking_ = true;
+    }
   }
   if (wake) cv_.notify_one();
   return c10::make_intrusive<HeftWork>(std::move(op), type, deferred_, completions_);
@@ -766,7 +777,10 @@ void ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
   std::lock_guard<std::mutex> lock(deferred_->mu);
   if (deferred_->op) {
     idle_ticks = 0;
-    if (deferred_->seq == seen && deferred_->comm) stale = deferred_->flush_locked();
+    if (deferred_->seq == seen && deferred_->comm) {
+      stale = deferred_->flush_locked();
+      deferred_->immediate = Deferred::kImmediateOps;  // its caller did not wait
+    }
   } else if (++idle_ticks >= kIdleTicks) {
     std::lock_guard<std::mutex> ticks(mu_);
     ticking_ = false;  // the next submit wakes this thread again
