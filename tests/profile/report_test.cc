@@ -1,7 +1,8 @@
 // ctest-labels: unit
 // The report's presentation (profile/report.h): legends with colour swatches, evidence as
 // rounded readable lines rather than JSON, y axes from zero or with the non-zero start
-// marked, ISO 8601 dates, one status when the secondary says the same.
+// marked, ISO 8601 dates, one status when the secondary says the same, a panel per host
+// when the ranks ran on several.
 #include "heft/profile/report.h"
 
 #include <gtest/gtest.h>
@@ -188,6 +189,30 @@ TEST_F(Report, OneStatusWhenTheSecondarySaysTheSame) {
   in.job.status = "Stopped";
   in.job.secondary_status = "MaxRuntimeExceeded";
   EXPECT_NE(report_html(in).find("Stopped (MaxRuntimeExceeded)"), std::string::npos);
+}
+
+TEST_F(Report, APanelPerHostWithItsCoresAndRanks) {
+  ReportInput in = sample();
+  EXPECT_NE(report_html(in).find("System metrics per worker"), std::string::npos);
+  in.metrics.push_back(point("system:host:node-a", 0, 1, 4));
+  in.metrics.push_back(point("system:host:node-b", 1, 1, 8));
+  for (int64_t step = 1; step <= 10; ++step) {
+    in.metrics.push_back(point("system:cpu_percent", 0, step, 50));
+    in.metrics.push_back(point("system:cpu_percent", 1, step, 190));
+    in.metrics.push_back(point("system:node-b/core0_busy_percent", -1, step, 95));
+  }
+  const std::string html = report_html(in);
+  EXPECT_NE(html.find("System metrics per host"), std::string::npos);
+  EXPECT_NE(html.find("<h3>node-a: 4 cores, rank 0</h3>"), std::string::npos);
+  EXPECT_NE(html.find("<h3>node-b: 8 cores, rank 1</h3>"), std::string::npos);
+  // Each host's CPU chart holds its own rank only; node-b's cores chart has its core.
+  const size_t at_a = html.find("<h3>node-a"), at_b = html.find("<h3>node-b");
+  ASSERT_LT(at_a, at_b);
+  const std::string a = html.substr(at_a, at_b - at_a), b = html.substr(at_b);
+  EXPECT_NE(chart(a, "CPU (% of one core)").find("rank 0"), std::string::npos);
+  EXPECT_EQ(chart(a, "CPU (% of one core)").find("rank 1"), std::string::npos);
+  EXPECT_NE(chart(b, "CPU (% of one core)").find("rank 1"), std::string::npos);
+  EXPECT_NE(chart(b, "cores busy (%)").find("core0"), std::string::npos);
 }
 
 }  // namespace

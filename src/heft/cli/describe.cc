@@ -1,8 +1,11 @@
 // `heft describe JOB [--json]`: one job's statuses, transitions, counters, failure reason
 // and final metrics (docs/jobs.md); or a tuning job's status, counts by status, best trial
-// and trials (docs/tuning.md).
+// and trials (docs/tuning.md). A job the profiler sampled also lists its hosts: each with
+// its cores and the ranks that ran there (docs/observability.md "Hosts").
 #include <iostream>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
@@ -18,6 +21,40 @@ struct DescribeArgs {
   std::string job;
   bool json = false;
 };
+
+// The profiler's "system:host:<host>" series (a point per rank and start, its value the
+// host's cores): [{"host", "cores", "ranks"}] by host name.
+nlohmann::json job_hosts(job::JobDb& db, int64_t job_id,
+                         const std::vector<job::MetricPoint>& final_metrics) {
+  const std::string prefix = "system:host:";
+  nlohmann::json out = nlohmann::json::array();
+  for (const job::MetricPoint& f : final_metrics) {
+    if (f.name.rfind(prefix, 0) != 0) continue;
+    std::set<int> ranks;
+    double cores = 0;
+    for (const job::MetricPoint& p : db.metrics(job_id, f.name)) {
+      ranks.insert(p.rank);
+      cores = p.value;
+    }
+    out.push_back({{"host", f.name.substr(prefix.size())},
+                   {"cores", static_cast<int>(cores)},
+                   {"ranks", std::vector<int>(ranks.begin(), ranks.end())}});
+  }
+  return out;
+}
+
+std::string hosts_text(const nlohmann::json& hosts) {
+  if (hosts.empty()) return "";
+  std::string text = "Hosts:\n";
+  for (const nlohmann::json& h : hosts) {
+    std::string ranks;
+    for (const nlohmann::json& r : h["ranks"])
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.get<int>());
+    text += "  " + h["host"].get<std::string>() + ": " + std::to_string(h["cores"].get<int>()) +
+            " cores, rank" + (h["ranks"].size() == 1 ? " " : "s ") + ranks + "\n";
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -50,11 +87,15 @@ Command add_describe_command(CLI::App& app) {
     const auto transitions = db->transitions(j.id);
     const auto final_metrics = db->final_metrics(j.id);
     const auto findings = db->findings(j.id);
-    if (args->json)
-      std::cout << job::describe_json(j, transitions, final_metrics, findings).dump(2)
-                << std::endl;
-    else
-      std::cout << job::describe_text(j, transitions, final_metrics, findings) << std::flush;
+    const nlohmann::json hosts = job_hosts(*db, j.id, final_metrics);
+    if (args->json) {
+      nlohmann::json out = job::describe_json(j, transitions, final_metrics, findings);
+      out["hosts"] = hosts;
+      std::cout << out.dump(2) << std::endl;
+    } else {
+      std::cout << job::describe_text(j, transitions, final_metrics, findings)
+                << hosts_text(hosts) << std::flush;
+    }
     return 0;
   };
 }

@@ -6,16 +6,24 @@
 // Both point GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the interface that reaches the
 // store (unless set) and run CMD as their child, watching the supervisor's liveness through
 // the store: a rank whose supervisor is gone is stopped (job/launch/worker_shim.h).
+// With HEFT_SYSTEM_SAMPLE_MS (the profiler sets it: job_profiler.h) they also sample their
+// rank's process group and their host's cores that often and publish the samples in the
+// store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <memory>
 
 #include "heft/cli/commands.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/launch/slurm_launcher.h"
 #include "heft/job/launch/worker_shim.h"
+#include "heft/profile/system_sampler.h"
 
 namespace heft::cli {
 
@@ -53,6 +61,41 @@ void choose_socket_interface(job::Environment& env) {
   }
 }
 
+// The host's name for samples: HEFT_HOST (the engine's host list), else gethostname().
+std::string host_name(const job::Environment& env) {
+  const auto it = env.find("HEFT_HOST");
+  if (it != env.end() && !it->second.empty() && it->second.find(' ') == std::string::npos)
+    return it->second;
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown";
+  return buf;
+}
+
+// Samples of the rank's process group every HEFT_SYSTEM_SAMPLE_MS (unset or not a positive
+// integer: none).
+void add_sampling(const job::Environment& env, job::ShimOptions* options) {
+  const auto it = env.find("HEFT_SYSTEM_SAMPLE_MS");
+  if (it == env.end()) return;
+  char* end = nullptr;
+  const long long ms = std::strtoll(it->second.c_str(), &end, 10);
+  if (ms <= 0 || !end || *end != '\0') return;
+  options->sample_every = std::chrono::milliseconds(ms);
+  auto sampler = std::make_shared<profile::SystemSampler>();
+  auto started = std::make_shared<bool>(false);
+  const std::string host = host_name(env);
+  options->sample = [sampler, started, host](int pid) -> std::string {
+    if (!*started) {  // the first read is the baseline
+      *started = true;
+      sampler->set_workers({pid});
+      sampler->sample();
+      return "";
+    }
+    profile::SystemSample s = sampler->sample();
+    s.host = host;
+    return profile::encode_rank_sample(s);
+  };
+}
+
 // `heft <name> -- CMD`: `environment` maps the engine's variables onto the contract.
 Command add_engine_worker_command(CLI::App& app, const std::string& name,
                                   const std::string& description,
@@ -66,6 +109,7 @@ Command add_engine_worker_command(CLI::App& app, const std::string& name,
     choose_socket_interface(env);
     job::ShimOptions options;
     options.name = "heft " + name;
+    add_sampling(env, &options);
     return job::run_worker_shim(env, *command, options);
   };
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -37,6 +38,8 @@ JobProfiler::JobProfiler(job::JobDb& db, int64_t job_id, const job::JobSpec& spe
                    static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
   obs_.cores = SystemSampler::cores();
   obs_.workers_here = spec_.world_size();  // the local launcher runs every worker here
+  char host[256] = {0};
+  local_host_ = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
   std::error_code ec;
   fs::create_directories(profile_dir(paths_), ec);
   fs::create_directories(trace_dir(paths_), ec);
@@ -48,7 +51,9 @@ JobProfiler::JobProfiler(job::JobDb& db, int64_t job_id, const job::JobSpec& spe
 
 job::Environment JobProfiler::environment() {
   if (!spec_.profiler.enabled) return {};
-  return {{"HEFT_PROFILE_DIR", profile_dir(paths_)}, {"HEFT_TRACE_DIR", trace_dir(paths_)}};
+  const long long sample_ms = std::max(100LL, std::llround(spec_.profiler.interval_s * 1000));
+  return {{"HEFT_PROFILE_DIR", profile_dir(paths_)}, {"HEFT_TRACE_DIR", trace_dir(paths_)},
+          {"HEFT_SYSTEM_SAMPLE_MS", std::to_string(sample_ms)}};
 }
 
 void JobProfiler::on_start(int, const std::vector<int>& pids) {
@@ -58,6 +63,9 @@ void JobProfiler::on_start(int, const std::vector<int>& pids) {
        !ec && it != fs::directory_iterator(); it.increment(ec))
     if (it->path().extension() == ".trace") fs::remove(it->path(), ec);
   sampler_.set_workers(pids);
+  local_ranks_ = pids.size();
+  remote_seen_.clear();
+  host_recorded_.clear();
   obs_.started_at = unix_now();
   obs_.last_activity = obs_.started_at;
   obs_.first_step_at = 0;
@@ -92,27 +100,7 @@ void JobProfiler::collect(double now) {
   obs_.now = now;
   std::vector<job::MetricPoint> points;
   if (spec_.profiler.enabled) {
-    if (running_) {
-      SystemSample s = sampler_.sample();
-      if (!s.ranks.empty()) {
-        for (const RankSample& r : s.ranks) {
-          auto add = [&](const char* name, double v) {
-            points.push_back({name, r.rank, s.timestamp, std::nullopt, v});
-          };
-          add("system:cpu_percent", r.cpu_percent);
-          add("system:user_percent", r.user_percent);
-          add("system:system_percent", r.system_percent);
-          add("system:rss_mb", r.rss_mb);
-          add("system:read_mb_s", r.read_mb_s);
-          add("system:write_mb_s", r.write_mb_s);
-          add("system:threads", r.threads);
-        }
-        for (size_t c = 0; c < s.core_busy_percent.size(); ++c)
-          points.push_back({"system:core" + std::to_string(c) + "_busy_percent", -1, s.timestamp,
-                            std::nullopt, s.core_busy_percent[c]});
-        obs_.system.push_back(std::move(s));
-      }
-    }
+    if (running_) sample_system(&points);
     read_steps(&points);
   }
   db_.add_metrics(job_id_, points);
@@ -124,6 +112,91 @@ void JobProfiler::collect(double now) {
     obs_.steps.erase(obs_.steps.begin(), obs_.steps.end() - static_cast<long>(max_steps));
   if (obs_.system.size() > kSampleWindow)
     obs_.system.erase(obs_.system.begin(), obs_.system.end() - static_cast<long>(kSampleWindow));
+}
+
+void JobProfiler::set_sample_source(SampleSource source) { source_ = std::move(source); }
+
+namespace {
+
+void add_rank_points(const SystemSample& s, const RankSample& r,
+                     std::vector<job::MetricPoint>* points) {
+  auto add = [&](const char* name, double v) {
+    points->push_back({name, r.rank, s.timestamp, std::nullopt, v});
+  };
+  add("system:cpu_percent", r.cpu_percent);
+  add("system:user_percent", r.user_percent);
+  add("system:system_percent", r.system_percent);
+  add("system:rss_mb", r.rss_mb);
+  add("system:read_mb_s", r.read_mb_s);
+  add("system:write_mb_s", r.write_mb_s);
+  add("system:threads", r.threads);
+  add("system:processes", r.processes);
+}
+
+void add_core_points(const std::string& prefix, const SystemSample& s,
+                     std::vector<job::MetricPoint>* points) {
+  for (size_t c = 0; c < s.core_busy_percent.size(); ++c)
+    points->push_back({prefix + "core" + std::to_string(c) + "_busy_percent", -1, s.timestamp,
+                       std::nullopt, s.core_busy_percent[c]});
+}
+
+}  // namespace
+
+void JobProfiler::sample_system(std::vector<job::MetricPoint>* points) {
+  SystemSample s = sampler_.sample();
+  for (const RankSample& r : s.ranks) add_rank_points(s, r, points);
+  if (!s.ranks.empty()) add_core_points("system:", s, points);
+  if (local_ranks_ > 0) obs_.hosts[""].cores = s.cores;
+  for (const RankSample& r : s.ranks) {
+    if (host_recorded_.insert(r.rank).second)
+      points->push_back({"system:host:" + local_host_, r.rank, s.timestamp, std::nullopt,
+                         static_cast<double>(s.cores)});
+    obs_.host_of_rank[r.rank] = "";
+    std::vector<int>& here = obs_.hosts[""].ranks;
+    if (std::find(here.begin(), here.end(), r.rank) == here.end()) here.push_back(r.rank);
+  }
+  if (source_)
+    for (int rank = static_cast<int>(local_ranks_); rank < obs_.world; ++rank)
+      read_remote(rank, &s, points);
+  // A group that runs only on other hosts: the rules' machine is the largest host.
+  if (local_ranks_ == 0 && !obs_.hosts.empty()) {
+    int cores = 1, here = 1;
+    for (const auto& [name, h] : obs_.hosts) {
+      cores = std::max(cores, h.cores);
+      here = std::max(here, static_cast<int>(h.ranks.size()));
+    }
+    obs_.cores = cores;
+    obs_.workers_here = here;
+  }
+  if (!s.ranks.empty()) obs_.system.push_back(std::move(s));
+}
+
+void JobProfiler::read_remote(int rank, SystemSample* out, std::vector<job::MetricPoint>* points) {
+  const std::optional<std::string> text = source_(rank_sample_key(spec_.name, rank));
+  SystemSample r;
+  if (!text || !decode_rank_sample(*text, rank, &r)) return;
+  double& seen = remote_seen_[rank];
+  if (r.timestamp <= seen) return;  // nothing new since the last read
+  seen = r.timestamp;
+  HostObservation& host = obs_.hosts[r.host];
+  host.cores = r.cores;
+  if (std::find(host.ranks.begin(), host.ranks.end(), rank) == host.ranks.end()) {
+    host.ranks.push_back(rank);
+    std::sort(host.ranks.begin(), host.ranks.end());
+  }
+  obs_.host_of_rank[rank] = r.host;
+  double& host_time = host_seen_[r.host];
+  if (r.timestamp > host_time) {
+    host_time = r.timestamp;
+    add_core_points("system:" + r.host + "/", r, points);
+  }
+  if (host_recorded_.insert(rank).second)
+    points->push_back({"system:host:" + r.host, rank, r.timestamp, std::nullopt,
+                       static_cast<double>(r.cores)});
+  for (const RankSample& x : r.ranks) {
+    add_rank_points(r, x, points);
+    out->ranks.push_back(x);
+  }
 }
 
 void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {

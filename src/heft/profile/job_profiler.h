@@ -7,10 +7,20 @@
 // action is sent to its command or URL (notify.h) and never stops it. Workers write their
 // collective traces into <job>/traces (comm/trace.h), which diagnosis() reads.
 //
-// Deliberately left out: anything on other machines (their /proc is not ours).
+// Ranks on other hosts (an engine's group: on_start gets no pids) are sampled by their worker
+// shims, which publish each sample in the start's store (system_sampler.h: rank_sample_key,
+// every HEFT_SYSTEM_SAMPLE_MS, which environment() sets to the profiler's interval); the
+// supervisor hands the profiler a way to read that store (set_sample_source) and the
+// profiler records those samples as the same system:* series, their host's cores as
+// system:<host>/core<N>_busy_percent, and Observations::hosts. Every rank's host (this
+// machine's name for local workers) is one point of "system:host:<host>" per start, its
+// value the host's cores (what `heft describe` lists as hosts).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -44,8 +54,19 @@ class JobProfiler : public job::JobObserver {
 
   const Observations& observations() const { return obs_; }
 
+  // The value of a key in the current start's store now, or nothing (ExternalStart::peek).
+  using SampleSource = std::function<std::optional<std::string>(const std::string& key)>;
+  // Where the samples of the ranks this machine did not start are read from, from now on
+  // (an empty source: none). Called on the supervisor's thread, like the rest.
+  void set_sample_source(SampleSource source);
+
  private:
   void collect(double now);
+  // One system sample of every rank: this machine's workers from /proc, the others from
+  // their shims' newest samples; its series into `points`.
+  void sample_system(std::vector<job::MetricPoint>* points);
+  // The newest sample `rank`'s shim published since the last read, into `out` and `points`.
+  void read_remote(int rank, SystemSample* out, std::vector<job::MetricPoint>* points);
   void read_steps(std::vector<job::MetricPoint>* points);
   void read_metrics();
   // Returns why to stop the job, or "".
@@ -63,6 +84,12 @@ class JobProfiler : public job::JobObserver {
   std::set<std::pair<std::string, int>> recorded_;            // (rule, rank) found
   int64_t metrics_seen_ = 0;  // the last metrics row read for activity
   double last_collect_ = 0;
+  SampleSource source_;
+  size_t local_ranks_ = 0;                     // ranks with a pid here (the first ones)
+  std::map<int, double> remote_seen_;          // rank: its newest sample's time read
+  std::map<std::string, double> host_seen_;    // host: its newest cores' time recorded
+  std::set<int> host_recorded_;                // ranks whose system:host:<host> point is in
+  std::string local_host_;                     // this machine's name
   bool running_ = false;
   Notifier notifier_;  // last: its destructor waits for notifications that read the above
 };

@@ -21,4 +21,14 @@ double Observations::worker_utilisation(double cpu_percent) const {
   return cpu_percent / share;
 }
 
+double Observations::worker_utilisation(double cpu_percent, int rank) const {
+  const auto h = host_of_rank.find(rank);
+  if (h == host_of_rank.end()) return worker_utilisation(cpu_percent);
+  const auto it = hosts.find(h->second);
+  if (it == hosts.end() || it->second.cores <= 0) return worker_utilisation(cpu_percent);
+  const double share = static_cast<double>(it->second.cores) /
+                       static_cast<double>(std::max<size_t>(1, it->second.ranks.size()));
+  return cpu_percent / share;
+}
+
 }  // namespace heft::profile

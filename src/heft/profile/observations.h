@@ -26,6 +26,12 @@ struct StepRecord {
 // Parses one step line; false when it is not one (a torn last line).
 bool parse_step_line(const std::string& line, int rank, StepRecord* out);
 
+// A host the job's ranks run on, as their samples describe it.
+struct HostObservation {
+  int cores = 0;            // its online cores
+  std::vector<int> ranks;   // the ranks sampled there, ascending
+};
+
 struct Observations {
   int world = 1;
   // The cores the workers share on this machine and how many workers share them: a worker
@@ -40,9 +46,17 @@ struct Observations {
   std::vector<StepRecord> steps;      // every rank's, in the order read
   std::vector<SystemSample> system;   // in time order
   std::map<std::string, std::vector<job::MetricPoint>> metrics;  // by name, lowest rank's
+  // The hosts by name ("": this machine, the local launcher's) and each sampled rank's host.
+  // `cores` and `workers_here` above are this machine's, or for a group that runs only on
+  // other hosts, the largest host's cores and the most ranks a host holds.
+  std::map<std::string, HostObservation> hosts;
+  std::map<int, std::string> host_of_rank;
 
   // A worker's CPU use in % of the cores it may use (100 = all of its share busy).
   double worker_utilisation(double cpu_percent) const;
+  // The same for `rank` on its own host: that host's cores over the ranks sampled there
+  // (the form above when the rank's host is unknown).
+  double worker_utilisation(double cpu_percent, int rank) const;
 };
 
 }  // namespace heft::profile

@@ -348,23 +348,56 @@ std::string step_phases_html(const std::vector<job::MetricPoint>& metrics, doubl
          svg_chart("step time (ms)", "step", by_rank(metrics, "step:total_ms", t0, true));
 }
 
-// The system sampler's view: each worker's CPU and memory, and the machine's cores.
-std::string system_metrics_html(const std::vector<job::MetricPoint>& metrics,
-                                const std::set<std::string>& names, double t0) {
+// One host's panel: CPU and memory of its ranks (all ranks: `ranks` null) and its cores
+// (the series named core_prefix + "N_busy_percent").
+std::string host_panel_html(const std::vector<job::MetricPoint>& metrics,
+                            const std::set<std::string>& names, double t0,
+                            const std::string& core_prefix, const std::set<int>* ranks) {
   const std::string x_label = "seconds since training start";
+  std::vector<job::MetricPoint> mine;
+  for (const job::MetricPoint& p : metrics)
+    if ((p.name == "system:cpu_percent" || p.name == "system:rss_mb") &&
+        (!ranks || ranks->count(p.rank)))
+      mine.push_back(p);
   std::vector<Series> cores;
   for (const std::string& n : names)
-    if (n.rfind("system:core", 0) == 0) {
+    if (n.rfind(core_prefix, 0) == 0 && n.find('/', core_prefix.size()) == std::string::npos) {
       std::vector<Series> s = by_rank(metrics, n, t0, false);
       if (!s.empty()) {
-        s[0].label = n.substr(7, n.find('_') - 7);
+        const size_t at = core_prefix.size() - 4;  // "coreN"
+        s[0].label = n.substr(at, n.find('_', at) - at);
         cores.push_back(std::move(s[0]));
       }
     }
-  return "<h2>System metrics per worker</h2>" +
-         svg_chart("CPU (% of one core)", x_label, by_rank(metrics, "system:cpu_percent", t0, false)) +
-         svg_chart("resident memory (MB)", x_label, by_rank(metrics, "system:rss_mb", t0, false)) +
-         svg_chart("machine cores busy (%)", x_label, cores);
+  return svg_chart("CPU (% of one core)", x_label, by_rank(mine, "system:cpu_percent", t0, false)) +
+         svg_chart("resident memory (MB)", x_label, by_rank(mine, "system:rss_mb", t0, false)) +
+         svg_chart("cores busy (%)", x_label, cores);
+}
+
+// The system sampler's view: each worker's CPU and memory and the cores, a panel per host
+// (the system:host:HOST series) when the ranks ran on more than one.
+std::string system_metrics_html(const std::vector<job::MetricPoint>& metrics,
+                                const std::set<std::string>& names, double t0) {
+  std::map<std::string, std::pair<double, std::set<int>>> hosts;  // cores, ranks
+  const std::string tag = "system:host:";
+  for (const job::MetricPoint& p : metrics)
+    if (p.name.rfind(tag, 0) == 0) {
+      auto& h = hosts[p.name.substr(tag.size())];
+      h.first = p.value;
+      h.second.insert(p.rank);
+    }
+  if (hosts.size() <= 1)
+    return "<h2>System metrics per worker</h2>" +
+           host_panel_html(metrics, names, t0, "system:core", nullptr);
+  std::string out = "<h2>System metrics per host</h2>";
+  for (const auto& [host, h] : hosts) {
+    std::string ranks;
+    for (int r : h.second) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    out += "<h3>" + esc(host) + ": " + num(h.first, 0) + " cores, rank" +
+           (h.second.size() == 1 ? " " : "s ") + ranks + "</h3>" +
+           host_panel_html(metrics, names, t0, "system:" + host + "/core", &h.second);
+  }
+  return out;
 }
 
 std::string transitions_html(const std::vector<job::Transition>& transitions) {

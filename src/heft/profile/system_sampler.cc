@@ -129,6 +129,7 @@ std::vector<SystemSampler::CoreTimes> SystemSampler::read_cores() {
 SystemSample SystemSampler::sample() {
   SystemSample s;
   s.timestamp = unix_now();
+  s.cores = cores();
   std::map<int, Counters> now;
   std::map<int, RankSample> samples;
   read_groups(&now, &samples);
@@ -157,6 +158,46 @@ SystemSample SystemSampler::sample() {
   }
   last_cores_ = std::move(cores);
   return s;
+}
+
+namespace {
+constexpr const char* kSampleVersion = "heft-sample-1";
+}  // namespace
+
+std::string encode_rank_sample(const SystemSample& s) {
+  RankSample r;
+  if (!s.ranks.empty()) r = s.ranks.front();
+  std::ostringstream out;
+  out.precision(10);
+  out << kSampleVersion << ' ' << (s.host.empty() ? "-" : s.host) << ' ' << s.timestamp << ' '
+      << s.cores << ' ' << r.cpu_percent << ' ' << r.user_percent << ' ' << r.system_percent
+      << ' ' << r.rss_mb << ' ' << r.read_mb_s << ' ' << r.write_mb_s << ' ' << r.threads << ' '
+      << (s.ranks.empty() ? 0 : r.processes);
+  for (double c : s.core_busy_percent) out << ' ' << c;
+  return out.str();
+}
+
+bool decode_rank_sample(const std::string& text, int rank, SystemSample* out) {
+  std::istringstream in(text);
+  std::string version;
+  SystemSample s;
+  RankSample r;
+  r.rank = rank;
+  if (!(in >> version) || version != kSampleVersion) return false;
+  if (!(in >> s.host >> s.timestamp >> s.cores >> r.cpu_percent >> r.user_percent >>
+        r.system_percent >> r.rss_mb >> r.read_mb_s >> r.write_mb_s >> r.threads >> r.processes))
+    return false;
+  if (s.host == "-") s.host.clear();
+  double c;
+  while (in >> c) s.core_busy_percent.push_back(c);
+  if (!in.eof()) return false;  // a field that is not a number
+  if (r.processes > 0) s.ranks.push_back(r);
+  *out = std::move(s);
+  return true;
+}
+
+std::string rank_sample_key(const std::string& job, int rank) {
+  return job + "/world/system/" + std::to_string(rank);
 }
 
 }  // namespace heft::profile

@@ -31,6 +31,8 @@ struct RankSample {
 
 struct SystemSample {
   double timestamp = 0;  // Unix seconds
+  std::string host;      // where it was read; "": this machine (the supervisor's)
+  int cores = 0;         // online cores of that host (0: not given, this machine's)
   std::vector<RankSample> ranks;
   std::vector<double> core_busy_percent;  // per core of the machine, 0-100
 };
@@ -62,5 +64,16 @@ class SystemSampler {
   std::vector<CoreTimes> last_cores_;
   double last_time_ = 0;
 };
+
+// A rank's sample as its worker shim publishes it to the supervisor through the job's store
+// (key rank_sample_key): one line of text, "heft-sample-1 HOST TIMESTAMP CORES CPU USER SYSTEM
+// RSS READ WRITE THREADS PROCESSES CORE0 CORE1 ...". `s` holds at most one rank (its first
+// is encoded; none: the rank fields are zero and PROCESSES is 0). Host names hold no spaces.
+std::string encode_rank_sample(const SystemSample& s);
+// The sample `text` encodes, its one rank numbered `rank`; false when `text` is not one
+// (another version, a missing or non-numeric field).
+bool decode_rank_sample(const std::string& text, int rank, SystemSample* out);
+// "<job>/world/system/<rank>": where rank's shim keeps its newest sample.
+std::string rank_sample_key(const std::string& job, int rank);
 
 }  // namespace heft::profile

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -47,9 +48,10 @@ std::string variable(const Environment& env, const char* name) {
 class SupervisorWatch {
  public:
   SupervisorWatch(std::string address, std::string token, std::string key,
-                  const ShimOptions& o)
+                  std::string sample_key, const ShimOptions& o)
       : address_(std::move(address)), token_(std::move(token)), key_(std::move(key)),
-        every_(o.check_every), silence_(o.silence) {
+        sample_key_(std::move(sample_key)), every_(o.check_every), silence_(o.silence),
+        sample_(o.sample), sample_every_(o.sample_every) {
     ScopedSignalBlock block;  // the handlers run on the main thread only
     thread_ = std::thread([this] { watch(); });
   }
@@ -63,6 +65,9 @@ class SupervisorWatch {
   }
   SupervisorWatch(const SupervisorWatch&) = delete;
   SupervisorWatch& operator=(const SupervisorWatch&) = delete;
+
+  // The child to sample from now on.
+  void set_child(int pid) { child_.store(pid); }
 
   // Why the supervisor is taken for gone; nothing while it answers.
   std::optional<std::string> lost() const {
@@ -96,10 +101,18 @@ class SupervisorWatch {
         store_ = store;
       }
       cv_.notify_all();
+      Clock::time_point next_sample = Clock::now();
+      const bool sampling = sample_ && sample_every_.count() > 0;
+      const auto wait = sampling ? std::min(every_, sample_every_) : every_;
       for (;;) {
         store->check({key_});
+        if (sampling && child_.load() > 0 && Clock::now() >= next_sample) {
+          next_sample = Clock::now() + sample_every_;
+          const std::string text = sample_(child_.load());
+          if (!text.empty()) store->set(sample_key_, text);
+        }
         std::unique_lock<std::mutex> lock(mu_);
-        if (cv_.wait_for(lock, every_, [this] { return done_; })) return;
+        if (cv_.wait_for(lock, wait, [this] { return done_; })) return;
       }
     } catch (const std::exception& e) {
       {
@@ -110,8 +123,11 @@ class SupervisorWatch {
     }
   }
 
-  const std::string address_, token_, key_;
+  const std::string address_, token_, key_, sample_key_;
   const std::chrono::milliseconds every_, silence_;
+  const std::function<std::string(int)> sample_;
+  const std::chrono::milliseconds sample_every_;
+  std::atomic<int> child_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -178,7 +194,8 @@ int run_worker_shim(const Environment& env, const std::vector<std::string>& comm
   const std::string rank = variable(env, "RANK");
   std::unique_ptr<SupervisorWatch> watch;
   if (!address.empty() && !token.empty())
-    watch = std::make_unique<SupervisorWatch>(address, token, job + "/world/supervisor", options);
+    watch = std::make_unique<SupervisorWatch>(address, token, job + "/world/supervisor",
+                                              job + "/world/system/" + rank, options);
   std::unique_ptr<Process> child;
   try {
     child = Process::spawn(SpawnOptions{command, env, false, {}, -1});
@@ -186,6 +203,7 @@ int run_worker_shim(const Environment& env, const std::vector<std::string>& comm
     std::cerr << options.name << ": " << e.what() << std::endl;
     return e.exit_code();
   }
+  if (watch && !rank.empty()) watch->set_child(child->pid());
   const std::chrono::milliseconds grace = stop_grace(env);
   bool stopping = false;
   Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due

@@ -15,6 +15,11 @@
 //    "<HEFT_JOB>/world/exit/<RANK>" (the supervisor learns which ranks ended while others run:
 //    external_group.h), then ends the same way: the child's exit code, or the child's signal
 //    raised on itself, so the engine reports what it would have of the command itself.
+//  - Sampling: with ShimOptions::sample and sample_every, the watcher calls sample(child's
+//    pid) every sample_every (checking the store as often when that is shorter) and keeps a
+//    non-empty result in the store under "<HEFT_JOB>/world/system/<RANK>"
+//    (profile::rank_sample_key), where the supervisor's profiler reads the system series of
+//    ranks on other hosts.
 // Without HEFT_STORE or HEFT_TOKEN the command just runs as the shim's child.
 //
 // Deliberately left out: the engines' own variables (mpi_worker_environment,
@@ -23,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +46,10 @@ struct ShimOptions {
   std::string name = "heft worker";  // leads the shim's lines on stderr ("heft mpi-worker")
   std::chrono::milliseconds check_every = kShimCheckEvery;
   std::chrono::milliseconds silence = kShimSilence;
+  // What the rank's process tree and host look like now (the child leads its process group);
+  // "" stores nothing. Called on the watcher thread. Empty, or sample_every 0: no sampling.
+  std::function<std::string(int child_pid)> sample;
+  std::chrono::milliseconds sample_every{0};
 };
 
 // Runs `command` (argv[0] looked up on env's PATH) with `env` as above and returns the exit

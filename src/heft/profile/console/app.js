@@ -175,8 +175,7 @@ async function jobView(main, name, first) {
     lineChart(training, metric, metric, "seconds", datasetsOf(metrics[metric], false));
   const system = document.getElementById("system");
   lineChart(system, "step:total_ms", "step time (ms)", "step", datasetsOf(metrics["step:total_ms"], true));
-  lineChart(system, "system:cpu_percent", "CPU per worker (% of one core)", "seconds", datasetsOf(metrics["system:cpu_percent"], false));
-  lineChart(system, "system:rss_mb", "resident memory per worker (MB)", "seconds", datasetsOf(metrics["system:rss_mb"], false));
+  hostPanels(system, metrics);
 
   document.getElementById("findings").replaceChildren(job.findings.length === 0 ? el("p", {}, "None.") :
     table(["Rule", "Rank", "Finding", "Action"], job.findings.map(f => [f.rule, f.rank >= 0 ? f.rank : "all", f.message, f.action])));
@@ -188,6 +187,46 @@ async function jobView(main, name, first) {
     pre.textContent += log.text;
     logState.offset = log.offset;
     pre.scrollTop = pre.scrollHeight;
+  }
+}
+
+// The workers' CPU and memory: one panel a host (the profiler's system:host:HOST series, a
+// point a rank, its value the host's cores) with that host's cores busy, when the ranks ran on
+// more than one host; else one chart each for every worker.
+function hostPanels(system, metrics) {
+  const tag = "system:host:";
+  const hosts = Object.keys(metrics).filter(n => n.startsWith(tag)).sort();
+  if (hosts.length < 2) {
+    lineChart(system, "system:cpu_percent", "CPU per worker (% of one core)", "seconds", datasetsOf(metrics["system:cpu_percent"], false));
+    lineChart(system, "system:rss_mb", "resident memory per worker (MB)", "seconds", datasetsOf(metrics["system:rss_mb"], false));
+    return;
+  }
+  let all = document.getElementById("hosts");
+  if (!all) {
+    all = el("div", { id: "hosts" });
+    system.after(all);
+  }
+  for (const key of hosts) {
+    const host = key.slice(tag.length);
+    const ranks = Object.keys(metrics[key]);
+    const points = Object.values(metrics[key])[0];
+    const cores = points.length ? points[points.length - 1][2] : 0;
+    const pick = series => Object.fromEntries(Object.entries(series || {}).filter(([r]) => ranks.includes(r)));
+    const id = canvasId("host-" + host);
+    let box = document.getElementById(id);
+    if (!box) {
+      box = el("div", { id: id, class: "charts" });
+      all.append(el("h3", {}, host + ": " + cores + " cores, rank" + (ranks.length === 1 ? " " : "s ") +
+        ranks.join(", ")), box);
+    }
+    lineChart(box, "cpu@" + host, "CPU per worker on " + host + " (% of one core)", "seconds", datasetsOf(pick(metrics["system:cpu_percent"]), false));
+    lineChart(box, "rss@" + host, "resident memory per worker on " + host + " (MB)", "seconds", datasetsOf(pick(metrics["system:rss_mb"]), false));
+    const cores_busy = {};
+    for (const n of Object.keys(metrics).filter(n => n.startsWith("system:" + host + "/core")))
+      cores_busy[n.slice(("system:" + host + "/").length).split("_")[0]] = (metrics[n]["-1"] || []);
+    lineChart(box, "cores@" + host, "cores busy on " + host + " (%)", "seconds",
+      Object.entries(cores_busy).map(([c, pts], i) => ({ label: c, data: pts.map(p => ({ x: p[0], y: p[2] })),
+        borderColor: COLORS[i % COLORS.length], borderWidth: 1.5, fill: false })));
   }
 }
 

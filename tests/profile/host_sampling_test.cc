@@ -1,0 +1,150 @@
+// ctest-labels: multiproc
+// Per-host sampling (docs/observability.md "Hosts"): a rank's sample survives its text form;
+// a real `heft mpi-worker` shim publishes its rank's process group and its host in the job's
+// store; the profiler, reading that store for ranks it has no pid of, records them as
+// system:* series under their host, and a rank's utilisation uses its own host's cores.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "heft/comm/store/tcp_store.h"
+#include "heft/job/paths.h"
+#include "heft/job/record/job_db.h"
+#include "heft/job/spec/spec.h"
+#include "heft/profile/job_profiler.h"
+#include "heft/profile/system_sampler.h"
+#include "support/files.h"
+#include "support/heft_process.h"
+
+namespace {
+
+using heft::profile::SystemSample;
+const std::string kHeft = HEFT_BINARY_DIR "/heft";
+const std::string kToken = "host-sampling-token";
+
+TEST(HostSampling, RankSampleRoundTripsThroughItsText) {
+  SystemSample s;
+  s.host = "node-b";
+  s.timestamp = 1764100000.25;
+  s.cores = 8;
+  heft::profile::RankSample r;
+  r.cpu_percent = 150.5;
+  r.user_percent = 140.25;
+  r.system_percent = 10.25;
+  r.rss_mb = 512.5;
+  r.read_mb_s = 1.5;
+  r.write_mb_s = 2.5;
+  r.threads = 9;
+  r.processes = 3;
+  s.ranks.push_back(r);
+  s.core_busy_percent = {10, 90.5};
+  SystemSample d;
+  ASSERT_TRUE(heft::profile::decode_rank_sample(heft::profile::encode_rank_sample(s), 5, &d));
+  EXPECT_EQ(d.host, "node-b");
+  EXPECT_NEAR(d.timestamp, s.timestamp, 1e-3);
+  EXPECT_EQ(d.cores, 8);
+  ASSERT_EQ(d.ranks.size(), 1u);
+  EXPECT_EQ(d.ranks[0].rank, 5);
+  EXPECT_NEAR(d.ranks[0].cpu_percent, 150.5, 1e-9);
+  EXPECT_NEAR(d.ranks[0].system_percent, 10.25, 1e-9);
+  EXPECT_NEAR(d.ranks[0].rss_mb, 512.5, 1e-9);
+  EXPECT_EQ(d.ranks[0].threads, 9);
+  EXPECT_EQ(d.ranks[0].processes, 3);
+  ASSERT_EQ(d.core_busy_percent.size(), 2u);
+  EXPECT_NEAR(d.core_busy_percent[1], 90.5, 1e-9);
+  EXPECT_FALSE(heft::profile::decode_rank_sample("heft-sample-2 a 1 2 3", 0, &d));
+  EXPECT_FALSE(heft::profile::decode_rank_sample("heft-sample-1 a 1 2 x 0 0 0 0 0 0 1", 0, &d));
+  EXPECT_FALSE(heft::profile::decode_rank_sample("heft-sample-1 a 1 2 3 0 0 0 0 0 0 1 z", 0, &d));
+}
+
+// A shim of rank `rank` of 2 (one a host, hosts host-a and host-b) running `script`.
+std::unique_ptr<heft::test::HeftProcess> start_shim(const heft::test::TempDir& dir,
+                                                    const heft::comm::TcpStoreServer& store,
+                                                    int rank, const std::string& script) {
+  return std::make_unique<heft::test::HeftProcess>(
+      kHeft, std::vector<std::string>{"mpi-worker", "--", "sh", "-c", script},
+      dir.path() + "/shim-" + std::to_string(rank),
+      std::vector<std::pair<std::string, std::string>>{
+          {"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "2"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+          {"HEFT_MPI_HOSTS", "host-a,host-b"},
+          {"HEFT_STORE", "127.0.0.1:" + std::to_string(store.port())},
+          {"HEFT_TOKEN", kToken}, {"HEFT_JOB", "sampled"}, {"HEFT_SYSTEM_SAMPLE_MS", "200"}});
+}
+
+const char* kBusy = "end=$(( $(date +%s) + 4 )); while [ $(date +%s) -lt $end ]; do :; done";
+
+TEST(HostSampling, ShimPublishesItsRanksProcessGroupAndHostInTheStore) {
+  heft::test::TempDir dir;
+  heft::comm::TcpStoreServer store({"127.0.0.1", 0, kToken});
+  auto shim = start_shim(dir, store, 1, kBusy);
+  SystemSample s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto text = store.peek(heft::profile::rank_sample_key("sampled", 1));
+    if (text && heft::profile::decode_rank_sample(*text, 1, &s) && !s.ranks.empty() &&
+        s.ranks[0].cpu_percent > 5)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(s.ranks.size(), 1u) << "no sample of rank 1 with its CPU busy in the store";
+  EXPECT_EQ(s.host, "host-b");
+  EXPECT_EQ(s.cores, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_GT(s.ranks[0].cpu_percent, 5);
+  EXPECT_GE(s.ranks[0].processes, 1);  // sh, and its date children at times
+  EXPECT_GT(s.ranks[0].rss_mb, 0);
+  EXPECT_EQ(s.core_busy_percent.size(), static_cast<size_t>(s.cores));
+  const auto end = shim->wait(std::chrono::seconds(20));
+  EXPECT_EQ(end.exit_code, 0) << heft::test::describe(end);
+}
+
+TEST(HostSampling, ProfilerRecordsRanksOfOtherHostsAsTheirSystemSeries) {
+  heft::test::TempDir dir;
+  heft::comm::TcpStoreServer store({"127.0.0.1", 0, kToken});
+  auto spec = heft::job::parse_spec(
+      "name: sampled\nentry_point: [sh]\ncluster: {instance_count: 2, processes_per_host: 1}\n"
+      "profiler: {interval_s: 0.2}\n",
+      "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  auto db = heft::job::JobDb::open(dir.path() + "/jobs.db");
+  const heft::job::JobPaths paths = heft::job::job_paths(dir.path(), "sampled");
+  auto record = db->create_job("sampled", nlohmann::json::object(), paths.root, 2, 2);
+  ASSERT_TRUE(record.ok());
+  const int64_t id = record.value().id;
+  heft::profile::JobProfiler profiler(*db, id, spec.value(), paths, "test");
+  EXPECT_EQ(profiler.environment()["HEFT_SYSTEM_SAMPLE_MS"], "200");
+  profiler.set_sample_source([&store](const std::string& key) { return store.peek(key); });
+  auto busy = start_shim(dir, store, 0, kBusy);
+  auto idle = start_shim(dir, store, 1, "sleep 4");
+  profiler.on_start(0, {});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline &&
+         profiler.observations().hosts.size() < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    profiler.on_tick();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  profiler.on_tick();
+  const heft::profile::Observations& obs = profiler.observations();
+  ASSERT_EQ(obs.hosts.size(), 2u);
+  EXPECT_EQ(obs.hosts.at("host-a").ranks, std::vector<int>{0});
+  EXPECT_EQ(obs.hosts.at("host-b").ranks, std::vector<int>{1});
+  EXPECT_EQ(obs.host_of_rank.at(1), "host-b");
+  EXPECT_EQ(obs.workers_here, 1);  // one rank a host, not the world
+  std::set<int> ranks;
+  for (const auto& p : db->metrics(id, "system:cpu_percent")) ranks.insert(p.rank);
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_FALSE(db->metrics(id, "system:host-b/core0_busy_percent").empty());
+  // Rank 1 alone on host-b may use all of its cores.
+  const int cores = obs.hosts.at("host-b").cores;
+  EXPECT_NEAR(obs.worker_utilisation(100.0 * cores, 1), 100.0, 1e-9);
+  profiler.on_end(false);
+  busy->wait(std::chrono::seconds(20));
+  idle->wait(std::chrono::seconds(20));
+}
+
+}  // namespace
