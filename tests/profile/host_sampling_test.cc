@@ -2,11 +2,13 @@
 // Per-host sampling (docs/observability.md "Hosts"): a rank's sample survives its text form;
 // a real `heft mpi-worker` shim publishes its rank's process group and its host in the job's
 // store; the profiler, reading that store for ranks it has no pid of, records them as
-// system:* series under their host, and a rank's utilisation uses its own host's cores.
+// system:* series under their host, and a rank's utilisation uses its own host's cores;
+// `heft describe` lists a local job's host with its cores and ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <thread>
@@ -145,6 +147,34 @@ TEST(HostSampling, ProfilerRecordsRanksOfOtherHostsAsTheirSystemSeries) {
   profiler.on_end(false);
   busy->wait(std::chrono::seconds(20));
   idle->wait(std::chrono::seconds(20));
+}
+
+TEST(HostSampling, DescribeListsTheHostsWithTheirCoresAndRanks) {
+  heft::test::TempDir dir;
+  const std::string spec = dir.path() + "/spec.yaml";
+  std::ofstream(spec) << "name: hosts\nentry_point: [" HEFT_BINARY_DIR
+                         "/test-workers/step_worker, --steps, 80]\n"
+                         "cluster: {instance_count: 1, processes_per_host: 2}\n"
+                         "profiler: {interval_s: 0.2}\n";
+  auto heft = [&](const std::vector<std::string>& args, const std::string& out) {
+    heft::test::HeftProcess p(kHeft, args, dir.path() + "/" + out,
+                              {{"HEFT_HOME", dir.path() + "/home"}});
+    return p.wait(std::chrono::seconds(90));
+  };
+  const auto run = heft({"train", spec}, "train");
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  const auto d = heft({"describe", "hosts", "--json"}, "describe");
+  ASSERT_EQ(d.exit_code, 0) << heft::test::describe(d);
+  const nlohmann::json hosts = d.json()["hosts"];
+  ASSERT_EQ(hosts.size(), 1u) << hosts.dump();
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  EXPECT_EQ(hosts[0]["host"], name);
+  EXPECT_EQ(hosts[0]["cores"], ::sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_EQ(hosts[0]["ranks"], nlohmann::json({0, 1}));
+  const auto text = heft({"describe", "hosts"}, "describe-text");
+  EXPECT_NE(text.out.find("Hosts:\n  " + std::string(name) + ": "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("cores, ranks 0, 1\n"), std::string::npos) << text.out;
 }
 
 }  // namespace
