@@ -91,7 +91,8 @@ TEST(AllreduceChoice, ShmFormsSumInRankOrder) {
         const std::string want = form == Form::kSingleCopy ? "shm/single_copy"
                                  : form == Form::kSlots    ? "shm/slots"
                                                            : "shm/direct";
-        expect(c.last_allreduce_path() == want, "path " + c.last_allreduce_path() + ", want " + want);
+        expect(c.last_allreduce_path() == want,
+               "path " + c.last_allreduce_path() + ", want " + want);
         size_t wrong = 0;
         for (size_t i = 0; i < count; ++i) {
           const float sum = left_fold(xs, i);

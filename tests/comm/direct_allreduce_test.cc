@@ -22,7 +22,9 @@ using test::Buffer;
 using test::expect;
 
 // Rank r's element i: small integers, exact in every dtype under sum, min and max.
-double contribution(int r, size_t i) { return static_cast<double>((r + 1) * (i % 2 ? -1 : 1)) + i % 3; }
+double contribution(int r, size_t i) {
+  return static_cast<double>((r + 1) * (i % 2 ? -1 : 1)) + static_cast<double>(i % 3);
+}
 
 double expected(ReduceOp op, int n, size_t i) {
   double acc = contribution(0, i);

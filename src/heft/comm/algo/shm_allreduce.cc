@@ -269,7 +269,8 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
     return slots_allreduce(links, data, count, t, op, true, world_size, nullptr);
   }
   // Every host of a hierarchical allreduce takes the direct form (the same slices on each).
-  const shm::AllreduceForm form = on_slice ? shm::AllreduceForm::kDirect : links.ctx.allreduce_form();
+  const shm::AllreduceForm form =
+      on_slice ? shm::AllreduceForm::kDirect : links.ctx.allreduce_form();
   if (form == shm::AllreduceForm::kSingleCopy && links.ctx.cma_available()) {
     ++counts.single_copy;
     return cma_allreduce(links, data, count, t, op, world_size, nullptr);
