@@ -1,0 +1,233 @@
+#include "heft/parallel/layout/layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "heft/error.h"
+#include "heft/parallel/pipeline/schedule.h"
+
+namespace heft::parallel::layout {
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "allreduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kP2P: return "p2p";
+  }
+  return "?";
+}
+
+double CommTable::seconds(Collective c, int group, int64_t bytes) const {
+  if (group <= 1 || bytes <= 0) return 0;
+  const CollectiveCost* above = nullptr;
+  const CollectiveCost* below = nullptr;
+  for (const CollectiveCost& e : entries) {
+    if (e.collective != c) continue;
+    if (e.group >= group && (!above || e.group < above->group)) above = &e;
+    if (e.group < group && (!below || e.group > below->group)) below = &e;
+  }
+  const CollectiveCost* e = above ? above : below;
+  if (!e) throw InvalidArgument(std::string("comm_table: expected an entry for ") + to_string(c) + ", found none");
+  return e->alpha_s + static_cast<double>(bytes) / e->beta_bytes_per_s;
+}
+
+std::string to_string(const Layout& l) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "data %d x sharded %d x tensor %d x pipeline %d, m %d, v %d, ckpt %s", l.data,
+                l.sharded, l.tensor, l.pipeline, l.microbatches, l.virtual_stages,
+                l.checkpointing ? l.checkpoint_placement.c_str() : "off");
+  return buf;
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[48];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+namespace {
+
+// One chunk's (P x v of them) costs per micro-batch, on one rank of its tensor group.
+struct Chunk {
+  double forward_s = 0, backward_s = 0;
+  double tensor_comm_s = 0;       // forward + backward
+  int64_t param_bytes = 0;        // / T
+  int64_t largest_layer = 0;      // / T
+  int64_t saved_bytes = 0;        // full activations of one micro-batch / T
+  int64_t input_bytes = 0;        // what a checkpointed micro-batch keeps
+};
+
+int64_t scaled(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+
+void check_layout(const ModelCost& model, const SearchOptions& o, const Layout& l) {
+  const int n = static_cast<int>(model.layers.size());
+  if (l.data < 1 || l.sharded < 1 || l.tensor < 1 || l.pipeline < 1 ||
+      l.data * l.sharded * l.tensor * l.pipeline != o.world)
+    throw InvalidArgument("layout: expected data x sharded x tensor x pipeline = world " + std::to_string(o.world) +
+                          ", found " + to_string(l));
+  if (model.heads > 0 && model.heads % l.tensor != 0)
+    throw InvalidArgument("tensor " + std::to_string(l.tensor) + " does not divide heads " +
+                          std::to_string(model.heads));
+  if (l.pipeline * l.virtual_stages > n)
+    throw InvalidArgument("pipeline " + std::to_string(l.pipeline) + " x virtual stages " +
+                          std::to_string(l.virtual_stages) + " exceeds the model's " + std::to_string(n) + " layers");
+  if (l.virtual_stages > 1 && l.pipeline == 1)
+    throw InvalidArgument("virtual stages " + std::to_string(l.virtual_stages) + " need a pipeline");
+  const int replicas = l.data * l.sharded;
+  if (o.global_batch % replicas != 0)
+    throw InvalidArgument("data x sharded " + std::to_string(replicas) + " does not divide global batch " +
+                          std::to_string(o.global_batch));
+  if (l.microbatches < 1 || (o.global_batch / replicas) % l.microbatches != 0)
+    throw InvalidArgument("micro-batches " + std::to_string(l.microbatches) + " do not divide the batch per replica " +
+                          std::to_string(o.global_batch / replicas));
+  if (l.virtual_stages > 1 && l.microbatches % l.pipeline != 0)
+    throw InvalidArgument("virtual stages need micro-batches a multiple of pipeline " + std::to_string(l.pipeline) +
+                          ", found " + std::to_string(l.microbatches));
+}
+
+std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, const Layout& l,
+                             const std::vector<int>& first, double scale) {
+  const int n = static_cast<int>(model.layers.size());
+  const int count = static_cast<int>(first.size());
+  const double t = l.tensor;
+  const int half = model.tensor_allreduces_per_layer;
+  std::vector<Chunk> out(static_cast<size_t>(count));
+  for (int c = 0; c < count; ++c) {
+    Chunk& ch = out[static_cast<size_t>(c)];
+    const int begin = first[static_cast<size_t>(c)];
+    const int end = c + 1 < count ? first[static_cast<size_t>(c) + 1] : n;
+    double f = 0, b = 0, tc = 0, saved = 0, params = 0, largest = 0;
+    for (int i = begin; i < end; ++i) {
+      const pipeline::LayerCost& layer = model.layers[static_cast<size_t>(i)];
+      const double act = static_cast<double>(layer.activation_bytes) * scale;
+      f += layer.forward_s * scale / t;
+      b += layer.backward_s * scale / t;
+      tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(act));
+      saved += model.saved_activation_factor * act / t;
+      params += static_cast<double>(layer.param_bytes) / t;
+      largest = std::max(largest, static_cast<double>(layer.param_bytes) / t);
+    }
+    ch.tensor_comm_s = tc;
+    ch.forward_s = f + tc / 2;
+    ch.backward_s = b + tc / 2 + (l.checkpointing ? ch.forward_s : 0);
+    ch.param_bytes = scaled(params);
+    ch.largest_layer = scaled(largest);
+    ch.saved_bytes = scaled(saved);
+    if (begin > 0) {
+      ch.input_bytes = scaled(static_cast<double>(model.layers[static_cast<size_t>(begin) - 1].activation_bytes) * scale);
+      ch.backward_s += comm.seconds(Collective::kP2P, 2, ch.input_bytes);  // its input's gradient
+    }
+    if (c + 1 < count) {
+      const double out_bytes = static_cast<double>(model.layers[static_cast<size_t>(end) - 1].activation_bytes) * scale;
+      ch.forward_s += comm.seconds(Collective::kP2P, 2, scaled(out_bytes));
+    }
+  }
+  return out;
+}
+
+// The makespan of m micro-batches on the stages (1F1B, interleaved for v > 1), with the
+// simulator's in-flight counts and bubble.
+pipeline::Simulation run_pipeline(const Layout& l, const std::vector<double>& f, const std::vector<double>& b) {
+  double unit = 0;
+  for (size_t s = 0; s < f.size(); ++s) unit = std::max({unit, f[s], b[s]});
+  if (unit <= 0) unit = 1;
+  std::vector<double> fn(f), bn(b);  // the simulator's grid has unit slots: costs <= 1
+  for (size_t s = 0; s < f.size(); ++s) fn[s] = std::max(f[s] / unit, 1e-9), bn[s] = std::max(b[s] / unit, 1e-9);
+  pipeline::Schedule sc = pipeline::make_schedule("interleaved", l.pipeline, l.microbatches, 0, l.virtual_stages);
+  pipeline::Simulation sim = pipeline::simulate(sc, fn, bn);
+  if (!sim.ok) throw InvalidArgument("pipeline schedule: " + sim.error);
+  sim.makespan *= unit;
+  return sim;
+}
+
+double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, double* hideable) {
+  double t = 0;
+  *hideable = 0;
+  if (l.sharded == 1) {
+    t = comm.seconds(Collective::kAllReduce, l.data, g);
+    *hideable = t;
+    return t;
+  }
+  const double gathers = 2.0 * l.microbatches * comm.seconds(Collective::kAllGather, l.sharded, g);
+  const double rs = comm.seconds(Collective::kReduceScatter, l.sharded, g);
+  const double ar = comm.seconds(Collective::kAllReduce, l.data, g / l.sharded);
+  *hideable = rs + ar;
+  return gathers + rs + ar;
+}
+
+}  // namespace
+
+Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchOptions& o, const Layout& l) {
+  check_layout(model, o, l);
+  const int P = l.pipeline, v = l.virtual_stages, pv = P * v;
+  const int per_micro = o.global_batch / (l.data * l.sharded) / l.microbatches;
+  const double scale = static_cast<double>(per_micro) / model.profiled_batch;
+  Prediction pr;
+  pr.layout = l;
+  pr.stage_first = pv == 1 ? std::vector<int>{0} : pipeline::auto_partition(model.layers, pv, o.memory_weight).first;
+  const std::vector<Chunk> ch = chunks_of(model, comm, l, pr.stage_first, scale);
+
+  // Per stage: its chunks s, s + P, ...
+  std::vector<double> f(static_cast<size_t>(P)), b(static_cast<size_t>(P)), tc(static_cast<size_t>(P));
+  std::vector<int64_t> params(static_cast<size_t>(P)), largest(static_cast<size_t>(P)), saved(static_cast<size_t>(P)),
+      inputs(static_cast<size_t>(P)), chunk_max(static_cast<size_t>(P));
+  for (int c = 0; c < pv; ++c) {
+    const size_t s = static_cast<size_t>(c % P);
+    const Chunk& k = ch[static_cast<size_t>(c)];
+    f[s] += k.forward_s / v;
+    b[s] += k.backward_s / v;
+    tc[s] += k.tensor_comm_s;
+    params[s] += k.param_bytes;
+    largest[s] = std::max(largest[s], k.largest_layer);
+    saved[s] += k.saved_bytes;
+    inputs[s] += k.input_bytes;
+    chunk_max[s] = std::max(chunk_max[s], k.saved_bytes);
+  }
+  std::vector<int> in_flight(static_cast<size_t>(P), 1);
+  if (P == 1) {
+    pr.compute_s = l.microbatches * (f[0] + b[0]);
+  } else {
+    const pipeline::Simulation sim = run_pipeline(l, f, b);
+    pr.compute_s = sim.makespan;
+    pr.bubble = sim.bubble;
+    in_flight = sim.max_in_flight;
+  }
+
+  int64_t g = 0;
+  for (int s = 0; s < P; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    g = std::max(g, params[i]);
+    const double opt = model.optimizer_bytes_per_param_byte;
+    const int64_t state = l.sharded == 1
+                              ? scaled((2.0 + opt) * static_cast<double>(params[i]))
+                              : scaled((2.0 + opt) * static_cast<double>(params[i]) / l.sharded) + 2 * largest[i];
+    const int64_t act = l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
+                                        : in_flight[i] * saved[i] / v;
+    if (state + act > pr.memory_bytes || s == 0) {
+      pr.memory_bytes = state + act;
+      pr.state_bytes = state;
+      pr.activation_bytes = act;
+      pr.max_in_flight = in_flight[i];
+      pr.tensor_comm_s = tc[i] * l.microbatches;
+    }
+  }
+  double hideable = 0;
+  pr.gradient_comm_s = gradient_comm(comm, l, g, &hideable);
+  double hidden = 0;
+  if (o.overlap_gradients) {
+    double last_backward = 0;
+    for (double x : b) last_backward = std::max(last_backward, x * v);
+    hidden = std::min(hideable, last_backward);
+  }
+  pr.step_s = pr.compute_s + pr.gradient_comm_s - hidden;
+  return pr;
+}
+
+}  // namespace heft::parallel::layout

@@ -1,0 +1,139 @@
+// Automatic layout (issue 33): for a model's profiled layers, the communicator's measured
+// collective costs, a world and a per-rank memory limit, every layout
+//   data (R) x sharded (S) x tensor (T) x pipeline (P) = world
+// with its micro-batches (m), virtual stages (v) and activation checkpointing is priced by a
+// cost model, those over the memory limit (or otherwise impossible) are dropped with their
+// reason, and the rest are ranked by predicted step time. No LibTorch: it runs on the
+// partitioner's LayerCost and the schedule simulator (pipeline/partition.h, schedule.h).
+//
+// The model, per layout (D = R x S replicas of the model; each replica's batch global/D is cut
+// into m micro-batches of b = global/(D m) samples):
+//  - Compute. A layer's forward/backward time and activation bytes scale linearly with the
+//    samples of a micro-batch (profiled at ModelCost::profiled_batch). Tensor degree T divides
+//    a layer's time by T and adds ModelCost::tensor_allreduces_per_layer all-reduces of the
+//    layer's output activation over T ranks per micro-batch (half in the forward, half in the
+//    backward), not overlapped. Checkpointing adds one more forward to every backward.
+//  - Pipeline. auto_partition cuts the layers into P x v chunks (SearchOptions::memory_weight);
+//    make_schedule("interleaved", P, m, 0, v) (1F1B; Megatron's interleaving for v > 1) is
+//    simulated with per-stage action costs = the stage's chunk times / v plus, for a stage that
+//    sends, one p2p of the chunk's output activation (not overlapped). The makespan is the
+//    compute part of the step, bubble included. P = 1: m forward+backward passes in sequence.
+//  - Gradients. G = the largest stage's parameter bytes / T. S = 1, R > 1: one all-reduce of G
+//    over R per step. S > 1 (ZeRO-3 style): per micro-batch an all-gather of G over S in the
+//    forward and one in the backward, per step one reduce-scatter of G over S, and with R > 1
+//    (hybrid) an all-reduce of G/S over R. Not overlapped with compute unless
+//    SearchOptions::overlap_gradients, which hides the gradient all-reduce / reduce-scatter
+//    behind the last micro-batch's backward, up to its length.
+//  - Memory per rank (the largest stage): parameters, gradients and optimizer state of G bytes
+//    (each / S when sharded) and, sharded, a gather buffer of two of the stage's largest layers
+//    (one in use, one prefetched); activations: max in-flight micro-batches (from the simulator;
+//    1 without a pipeline) x the stage's saved bytes per micro-batch / v, where a layer saves
+//    ModelCost::saved_activation_factor x its output bytes / T; checkpointed, a micro-batch
+//    keeps only its chunk inputs (one output of the previous layer per chunk) and the backward
+//    recomputes one chunk's full activations (added once).
+// Not modelled: DDP's gradient buckets (one more gradient copy), allocator fragmentation,
+// LibTorch's own memory, overlap of p2p with compute, contention between concurrent groups,
+// placement of the degrees on hosts (every group's cost comes from the CommTable as given).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "heft/parallel/pipeline/partition.h"
+
+namespace heft::parallel::layout {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kP2P };
+const char* to_string(Collective c);
+
+// One measured collective on groups of `group` ranks: seconds(bytes) = alpha_s + bytes / beta.
+// beta in bytes per second (infinity: free bandwidth). For p2p, group is 2.
+struct CollectiveCost {
+  Collective collective = Collective::kAllReduce;
+  int group = 2;
+  double alpha_s = 0;
+  double beta_bytes_per_s = 1e9;
+};
+
+// The communicator's measured costs. A group of 1 costs nothing. For a group size without its
+// own entry the smallest measured group above it is used, else the largest below it.
+struct CommTable {
+  std::vector<CollectiveCost> entries;
+  // Throws heft::InvalidArgument naming comm_table when the collective has no entry.
+  double seconds(Collective c, int group, int64_t bytes) const;
+};
+
+struct ModelCost {
+  std::vector<pipeline::LayerCost> layers;  // profiled at profiled_batch samples
+  int profiled_batch = 1;
+  double optimizer_bytes_per_param_byte = 2;  // adam(w): 2 (exp_avg, exp_avg_sq); sgd: 0
+  double saved_activation_factor = 4;         // bytes a layer saves for backward per output byte
+  int tensor_allreduces_per_layer = 2;        // Megatron's transformer block: 4
+  int heads = 0;                              // > 0: the tensor degree must divide it
+};
+
+struct SearchOptions {
+  int world = 1;
+  int64_t memory_limit_bytes = 0;  // per rank
+  int global_batch = 1;            // samples per step, all replicas together
+  std::vector<int> microbatches = {1, 2, 4, 8, 16, 32};
+  std::vector<int> virtual_stages = {1, 2};  // v > 1 only with P > 1
+  std::vector<bool> checkpointing = {false, true};
+  double memory_weight = 0.2;  // the partitioner's (optimize: speed)
+  bool overlap_gradients = false;
+};
+
+struct Layout {
+  int data = 1, sharded = 1, tensor = 1, pipeline = 1;
+  int microbatches = 1, virtual_stages = 1;
+  bool checkpointing = false;
+  std::string checkpoint_placement = "cluster";
+};
+std::string to_string(const Layout& l);  // "data 2 x sharded 1 x tensor 1 x pipeline 2, m 4, v 1, ckpt off"
+
+struct Prediction {
+  Layout layout;
+  double step_s = 0;
+  double compute_s = 0;      // makespan of the pipeline (bubble included) or m passes
+  double bubble = 0;         // the simulator's idle share (0 without a pipeline)
+  double tensor_comm_s = 0;  // per step
+  double gradient_comm_s = 0;
+  int64_t memory_bytes = 0;  // per rank, the largest stage
+  int64_t state_bytes = 0;   // of which parameters + gradients + optimizer + gather buffers
+  int64_t activation_bytes = 0;
+  int max_in_flight = 1;
+  std::vector<int> stage_first;  // the partitioner's first layer of each of P x v chunks
+};
+
+struct Dropped {
+  Layout layout;
+  std::string reason;  // "memory 7.2 GB > limit 4.0 GB", "tensor 4 does not divide heads 6", ...
+  int64_t memory_bytes = 0;  // when the memory was computed (> 0), else 0
+};
+
+struct SearchResult {
+  std::vector<Prediction> ranked;  // feasible, fastest first
+  std::vector<Dropped> dropped;    // in enumeration order
+};
+
+// Prices one layout (no limit check). Throws heft::InvalidArgument naming the field when the
+// layout is impossible for these inputs (the reason search() records).
+Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchOptions& options,
+                    const Layout& layout);
+
+// Every layout in enumeration order (data descending; then sharded, tensor, m, v ascending as
+// options list them, checkpointing off first; the pipeline degree is what remains), ranked by
+// step_s, ties by that order (the simpler layout: the most data replicas, the least sharding,
+// tensor, micro-batches and chunks): deterministic, the same inputs give the same ranking on
+// every rank. Dropped: what evaluate() rejects (its message) and what exceeds the limit. Throws heft::InvalidArgument naming world, memory_limit,
+// global_batch or layers for bad options, and naming memory_limit with the smallest memory any
+// layout needs (and that layout) when none fits.
+SearchResult search(const ModelCost& model, const CommTable& comm, const SearchOptions& options);
+
+// The ranked table (top `top`) and the dropped layouts with their reasons.
+std::string describe(const SearchResult& result, int top = 10);
+
+std::string format_bytes(int64_t bytes);  // "7.2 GB" (10^9), "512.0 MB", "3.0 kB", "12 B"
+
+}  // namespace heft::parallel::layout
