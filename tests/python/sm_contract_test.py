@@ -89,8 +89,12 @@ class SdkContract(unittest.TestCase):
                 self.assertEqual(s["input_data_config"], s["inputdataconfig_file"])
                 self.assertEqual(sorted(s["input_data_config"]), ["test", "train"])
                 self.assertEqual(s["input_data_config"]["train"]["TrainingInputMode"], "File")
-                self.assertEqual({k: toolkit_decode(v)
-                                  for k, v in s["hyperparameters_file"].items()}, TYPED)
+                # The toolkit splits sagemaker_* off as framework parameters.
+                decoded = {k: toolkit_decode(v) for k, v in s["hyperparameters_file"].items()}
+                self.assertEqual({k: v for k, v in decoded.items()
+                                  if not k.startswith("sagemaker_")}, TYPED)
+                self.assertEqual({k: v for k, v in decoded.items() if k.startswith("sagemaker_")},
+                                 t["additional_framework_parameters"])
                 # The arguments, as argparse reads them.
                 self.assertEqual(s["args"], TYPED)
                 self.assertEqual(s["unknown_args"], [])

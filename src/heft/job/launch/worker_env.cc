@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "heft/error.h"
@@ -181,6 +183,41 @@ void add_training_toolkit_environment(Environment& env) {
   env["SM_DISTRIBUTION_INSTANCE_GROUPS"] = t["distribution_instance_groups"].dump();
   env["SM_IS_HETERO"] = "false";
   env["SM_TRAINING_ENV"] = t.dump();
+}
+
+Status write_host_input_config(const Environment& env) {
+  namespace fs = std::filesystem;
+  const std::string dir = get(env, "SM_INPUT_CONFIG_DIR");
+  if (dir.empty()) return Status::success();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::failure("cannot create " + dir + ": " + ec.message());
+  json hyperparameters = json::object();
+  const json hps = get_json(env, "SM_HPS", json::object());
+  const json framework = get_json(env, "SM_FRAMEWORK_PARAMS", json::object());
+  for (const json* part : {&hps, &framework})
+    for (const auto& [name, value] : part->items()) hyperparameters[name] = value.dump();
+  const std::string unique = "." + std::to_string(::getpid()) + ".tmp";
+  for (const auto& [file, value] :
+       {std::pair<const char*, json>{"hyperparameters.json", hyperparameters},
+        {"inputdataconfig.json", get_json(env, "SM_INPUT_DATA_CONFIG", json::object())},
+        {"resourceconfig.json", get_json(env, "SM_RESOURCE_CONFIG", json::object())}}) {
+    const std::string path = dir + "/" + file;
+    std::ofstream out(path + unique, std::ios::trunc);
+    out << value.dump() << "\n";
+    out.close();
+    fs::rename(path + unique, path, ec);
+    if (!out || ec) return Status::failure("cannot write " + path);
+  }
+  const fs::path data = fs::path(get(env, "SM_INPUT_DIR", dir + "/..")) / "data";
+  for (const json& c : get_json(env, "SM_CHANNELS", json::array())) {
+    if (!c.is_string()) continue;
+    fs::create_directories(data, ec);
+    const fs::path link = data / c.get<std::string>();
+    if (!fs::exists(fs::symlink_status(link, ec)))
+      fs::create_directory_symlink(get(env, "SM_CHANNEL_" + upper(c)), link, ec);
+  }
+  return Status::success();
 }
 
 std::string host_name(int host_index) { return "algo-" + std::to_string(host_index + 1); }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "heft/result.h"
+
 namespace heft::job {
 
 // Variable name -> value. Ordered, so a built environment prints and compares stably.
@@ -72,6 +74,16 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
 // training job: `heft run`). worker_environment calls it; an engine's worker shim calls it
 // on the environment it made.
 void add_training_toolkit_environment(Environment& env);
+
+// Writes the training toolkit's input config files for the host of `env` (an environment
+// add_training_toolkit_environment completed) into its SM_INPUT_CONFIG_DIR, made if missing:
+// resourceconfig.json (SM_RESOURCE_CONFIG), inputdataconfig.json (SM_INPUT_DATA_CONFIG) and
+// hyperparameters.json (SM_HPS and SM_FRAMEWORK_PARAMS, each value JSON-encoded into a
+// string as the cloud SDK hands hyperparameters to the service), each written to a
+// temporary file and renamed, so workers of one host may all call it. Also links
+// SM_INPUT_DIR/data/<channel> to each channel's directory. An error names the file; success
+// and nothing written when env has no SM_INPUT_CONFIG_DIR.
+Status write_host_input_config(const Environment& env);
 
 // resourceconfig.json and SM_RESOURCE_CONFIG: current_host, current_instance_type ("local"),
 // current_group_name, hosts, instance_groups (one, "homogeneousCluster"),

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 namespace heft::job {
@@ -55,14 +54,6 @@ json framework_parameters(const JobSpec& spec) {
   return p;
 }
 
-Status write_json(const std::string& path, const json& value) {
-  std::ofstream out(path, std::ios::trunc);
-  out << value.dump() << "\n";
-  out.close();
-  if (!out) return Status::failure("cannot write " + path);
-  return Status::success();
-}
-
 }  // namespace
 
 std::vector<std::string> hyperparameter_args(const JobSpec& spec) {
@@ -89,6 +80,8 @@ json input_data_config(const JobSpec& spec) {
 json hyperparameters_file(const JobSpec& spec) {
   json file = json::object();
   for (const auto& [name, hp] : spec.hyperparameters) file[name] = hp.value.dump();
+  const json framework = framework_parameters(spec);
+  for (const auto& [name, value] : framework.items()) file[name] = value.dump();
   return file;
 }
 
@@ -155,25 +148,17 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
 Status write_input_config(const JobSpec& spec, const JobPaths& paths) {
   if (spec.cluster.launcher != "local") return Status::success();  // written on the hosts
   const std::vector<std::string> hosts = job_hosts(spec);
-  // As the workers' SM_NETWORK_INTERFACE_NAME: the local launcher's MASTER_ADDR is loopback.
-  Environment probe = current_environment();
-  probe["MASTER_ADDR"] = "127.0.0.1";
-  const std::string iface = network_interface_name(probe);
+  // Each host's files from the environment its workers get (worker_environment's host
+  // variables; the local launcher's MASTER_ADDR is loopback), so the two cannot differ.
+  Environment base = current_environment();
+  for (const auto& [name, value] : training_environment(spec, paths)) base[name] = value;
+  base["MASTER_ADDR"] = "127.0.0.1";
+  base["SM_HOSTS"] = json(hosts).dump();
   for (const std::string& host : hosts) {
-    const std::string dir = paths.input_config_dir(host);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return Status::failure("cannot create " + dir + ": " + ec.message());
-    for (const auto& [channel, source] : spec.inputs) {
-      const fs::path data = fs::path(paths.input_dir(host)) / "data";
-      fs::create_directories(data, ec);
-      if (!fs::exists(data / channel, ec)) fs::create_directory_symlink(source, data / channel, ec);
-    }
-    for (const auto& [file, value] :
-         {std::pair<const char*, json>{"hyperparameters.json", hyperparameters_file(spec)},
-          {"inputdataconfig.json", input_data_config(spec)},
-          {"resourceconfig.json", resource_config(hosts, host, iface)}})
-      if (Status s = write_json(dir + "/" + file, value); !s.ok()) return s;
+    Environment env = base;
+    env["SM_CURRENT_HOST"] = host;
+    add_training_toolkit_environment(env);
+    if (Status s = write_host_input_config(env); !s.ok()) return s;
   }
   return Status::success();
 }

@@ -41,9 +41,10 @@ Result<std::vector<std::string>> worker_command(const JobSpec& spec, const std::
 // FullyReplicated, RecordWrapperType: None}.
 nlohmann::json input_data_config(const JobSpec& spec);
 
-// hyperparameters.json: every hyperparameter (framework parameters too) with its value
-// JSON-encoded into a string, as the cloud SDK hands them to the service ({"epochs": "2",
-// "model": "\"cnn\""}); the toolkit decodes each again.
+// hyperparameters.json: every hyperparameter and framework parameter (SM_FRAMEWORK_PARAMS:
+// the distribution dicts' flags too, as the cloud SDK adds them) with its value JSON-encoded
+// into a string, as the SDK hands them to the service ({"epochs": "2", "model":
+// "\"cnn\""}); the toolkit decodes each again. What write_host_input_config writes.
 nlohmann::json hyperparameters_file(const JobSpec& spec);
 
 // The hosts the job's workers run on, by the names SM_CURRENT_HOST gives them: algo-1 ...
@@ -51,11 +52,11 @@ nlohmann::json hyperparameters_file(const JobSpec& spec);
 // the allocation).
 std::vector<std::string> job_hosts(const JobSpec& spec);
 
-// With the local launcher: writes hyperparameters.json, inputdataconfig.json and
-// resourceconfig.json (as the workers' SM_RESOURCE_CONFIG) into input_config_dir(host) for
-// each of job_hosts(), and input/<host>/data/<channel> as links to the channels'
-// directories. Other launchers' hosts are not this machine: nothing is written. An error
-// names the file.
+// With the local launcher: the input config files of each of job_hosts()
+// (worker_env.h's write_host_input_config on the environment that host's workers get:
+// hyperparameters.json, inputdataconfig.json, resourceconfig.json in input_config_dir(host),
+// input/<host>/data/<channel> linking each channel). Other launchers' hosts are not this
+// machine: nothing is written here (their worker shim writes them). An error names the file.
 Status write_input_config(const JobSpec& spec, const JobPaths& paths);
 
 }  // namespace heft::job
