@@ -168,7 +168,8 @@ std::string encode_rank_sample(const SystemSample& s) {
   RankSample r;
   if (!s.ranks.empty()) r = s.ranks.front();
   std::ostringstream out;
-  out.precision(10);
+  out << std::fixed;  // a timestamp keeps its milliseconds, a rate three decimals
+  out.precision(3);
   out << kSampleVersion << ' ' << (s.host.empty() ? "-" : s.host) << ' ' << s.timestamp << ' '
       << s.cores << ' ' << r.cpu_percent << ' ' << r.user_percent << ' ' << r.system_percent
       << ' ' << r.rss_mb << ' ' << r.read_mb_s << ' ' << r.write_mb_s << ' ' << r.threads << ' '
