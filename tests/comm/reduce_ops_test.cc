@@ -13,6 +13,7 @@
 
 #include "heft/comm/communicator.h"
 #include "heft/comm/dtype.h"
+#include "heft/error.h"
 #include "support/ranks.h"
 
 namespace heft::comm {
@@ -303,6 +304,36 @@ TEST(ReduceOpsForced, AllreduceRingAndRecursiveDoubling) {
       }, o);
       EXPECT_TRUE(res.all_ok()) << name(a) << " world " << n << "\n" << res.summary();
     }
+}
+
+// A bitwise op on a float is refused before anything is sent, naming the collective, the op
+// and the type, on every rank alike, and the communicator stays usable.
+TEST(ReduceOpsRefused, BitwiseOnFloatBeforeAnythingIsSent) {
+  for (int n : {1, 2}) {
+    test::StoreProcess store;
+    test::RunResult res = test::run_world(n, store, [](Communicator& c) {
+      float x[4] = {1, 2, 3, 4}, y[4] = {};
+      for (int which = 0; which < 3; ++which) {
+        std::string said;
+        try {
+          if (which == 0) c.allreduce(x, y, 4, DataType::f32, ReduceOp::band);
+          if (which == 1) c.reduce(x, y, 4, DataType::f64, ReduceOp::bor, 0);
+          if (which == 2) c.reduce_scatter(x, y, 4 / c.size(), DataType::bf16, ReduceOp::bxor);
+        } catch (const heft::InvalidArgument& e) {
+          said = e.what();
+        }
+        const char* op[] = {"band", "bor", "bxor"};
+        const char* type[] = {"f32", "f64", "bf16"};
+        expect(said.find(op[which]) != std::string::npos &&
+                   said.find(type[which]) != std::string::npos,
+               "refusal " + std::to_string(which) + ": '" + said + "'");
+      }
+      expect(c.healthy(), "unhealthy after a refusal");
+      c.allreduce(x, y, 4, DataType::f32, ReduceOp::sum);
+      expect(y[3] == 4.0f * static_cast<float>(c.size()), "sum after the refusals");
+    });
+    EXPECT_TRUE(res.all_ok()) << "world " << n << "\n" << res.summary();
+  }
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<int, Layout>>& info) {

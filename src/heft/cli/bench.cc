@@ -233,8 +233,9 @@ int run_launcher(const BenchArgs& args) {
                           "), found " + std::to_string(args.hosts));
   if (args.factor < 2) throw InvalidArgument("--factor: expected >= 2");
   if (args.iters < 1) throw InvalidArgument("--iters: expected >= 1");
-  comm::parse_data_type(args.dtype);  // fail here, once, rather than in every rank
-  comm::parse_reduce_op(args.op);
+  // Fail here, once, rather than in every rank.
+  comm::require_op_applies(comm::parse_reduce_op(args.op), comm::parse_data_type(args.dtype),
+                           "bench");
   comm::parse_algorithm(args.algo);
   if (parse_size(args.min, "--min") == 0)
     throw InvalidArgument("--min: expected at least 1 byte, found 0 (a collective of 0 "
@@ -275,8 +276,8 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--factor", args->factor, "size multiplier between rows")->capture_default_str();
   sub->add_option("--iters", args->iters, "timed iterations per size")->capture_default_str();
   sub->add_option("--warmup", args->warmup, "untimed iterations per size")->capture_default_str();
-  sub->add_option("--dtype", args->dtype, "f32, f64, f16, bf16, i32, i64")->capture_default_str();
-  sub->add_option("--op", args->op, "sum, avg, min, max")->capture_default_str();
+  sub->add_option("--dtype", args->dtype, "f32, f64, f16, bf16, i8, u8, i16, i32, i64")->capture_default_str();
+  sub->add_option("--op", args->op, "sum, avg, min, max, product, band, bor, bxor (bitwise: integer types)")->capture_default_str();
   sub->add_option("--algo", args->algo,
                   "auto, ring, recursive_doubling, tree, chain, shm, hierarchical "
                   "(HEFT_SHM_FORM picks the shm form: auto, direct, slots, single_copy)")

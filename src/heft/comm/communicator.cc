@@ -171,6 +171,7 @@ void Communicator::Impl::check_peer(int peer, const char* what) const {
 std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv, size_t count,
                                                     DataType t, ReduceOp op,
                                                     Compression compression) {
+  require_op_applies(op, t, "allreduce");  // before anything is sent: every rank refuses alike
   Impl* m = impl_.get();
   if (compression == Compression::kDefault) compression = m->options_.compression;
   if (compression == Compression::kBf16 && t == DataType::f32) {
@@ -252,6 +253,7 @@ void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, Red
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,
                                                          size_t recv_count, DataType t,
                                                          ReduceOp op) {
+  require_op_applies(op, t, "reduce_scatter");
   Impl* m = impl_.get();
   const bool shm = m->single_shm_host();
   std::string name = describe("reduce_scatter", shm ? Algorithm::kShm : Algorithm::kRing,
@@ -308,6 +310,7 @@ std::shared_ptr<Work> Communicator::broadcast_async(void* buf, size_t count, Dat
 
 std::shared_ptr<Work> Communicator::reduce_async(const void* send, void* recv, size_t count,
                                                  DataType t, ReduceOp op, int root) {
+  require_op_applies(op, t, "reduce");
   Impl* m = impl_.get();
   m->check_peer(root, "reduce root");
   const bool shm = m->single_shm_host();

@@ -168,7 +168,8 @@ class Communicator {
   bool healthy() const;
 
   // What the last allreduce that finished on this rank really ran: "shm/small",
-  // "shm/slots", "shm/single_copy", "hierarchical(shm/slots)", "hierarchical(leaders)",
+  // "shm/direct", "shm/slots", "shm/single_copy", "hierarchical(shm/direct)",
+  // "hierarchical(leaders)",
   // "recursive_doubling" or "ring" (empty before the first). Read it after the call's wait().
   std::string last_allreduce_path() const;
   // How this rank's shared-memory allreduces went so far (all zero without shared memory).
