@@ -76,6 +76,7 @@ struct Completions {
   std::atomic<int64_t> by_thread{0};
   std::atomic<int64_t> on_caller{0};  // of by_waiter: run inline on the caller's thread
   std::atomic<int64_t> direct{0};     // by the communicator's thread (C++ futures, DDP's)
+  std::atomic<int64_t> at_once{0};    // issued at once, not held (Deferred::immediate)
 };
 
 // One operation: its call on the communicator (`issue`; `work` once issued asynchronously),
@@ -158,8 +159,11 @@ struct Deferred {
   // Operations to issue at once instead of holding them (guarded by mu): set when one was
   // held until the next operation or the tick, i.e. its caller went on without waiting
   // (async_op=True, waited later: holding it would only delay its start).
+  // A caller that issued another operation shows it for sure; one held until the tick may
+  // also be a synchronous caller the machine descheduled for a few ms: fewer then.
   int immediate = 0;
   static constexpr int kImmediateOps = 64;
+  static constexpr int kImmediateOpsAfterTick = 8;
   std::function<void(const std::shared_ptr<Operation>&)> issue_async;  // guarded by mu
 
   // Issues the deferred operation, if any, asynchronously; returns it, for the caller to
@@ -366,9 +370,10 @@ int ProcessGroupHeft::shut_down_all() {
   return n;
 }
 
-std::tuple<int64_t, int64_t, int64_t, int64_t> ProcessGroupHeft::completions() const {
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ProcessGroupHeft::completions() const {
   return {completions_->by_waiter.load(), completions_->by_thread.load(),
-          completions_->on_caller.load(), completions_->direct.load()};
+          completions_->on_caller.load(), completions_->direct.load(),
+          completions_->at_once.load()};
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tensor>& tensors,
@@ -687,6 +692,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue
     if (before) deferred_->immediate = Deferred::kImmediateOps;  // its caller did not wait
     if (deferred_->immediate > 0) {
       --deferred_->immediate;
+      ++completions_->at_once;
       issue_async(op);
     } else {
       deferred_->op = op;
@@ -779,7 +785,7 @@ void ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
     idle_ticks = 0;
     if (deferred_->seq == seen && deferred_->comm) {
       stale = deferred_->flush_locked();
-      deferred_->immediate = Deferred::kImmediateOps;  // its caller did not wait
+      deferred_->immediate = Deferred::kImmediateOpsAfterTick;  // its caller did not wait
     }
   } else if (++idle_ticks >= kIdleTicks) {
     std::lock_guard<std::mutex> ticks(mu_);

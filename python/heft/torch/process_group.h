@@ -14,9 +14,9 @@
 // hooks take the future at once), the next operation of the group (issue order is kept),
 // shut_down(), or the completion thread's tick (an operation held over a full tick, after
 // 2-4 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async`
-// form. An operation held until the next operation or the tick shows a caller that goes on
-// without waiting (async_op=True, waited later): the group's next 64 operations are then
-// issued at once, not held, so their communication overlaps the caller's work. A future taken by C++ without the GIL (DDP's reducer) is completed by the
+// form. An operation held until the next operation (or the tick) shows a caller that goes
+// on without waiting (async_op=True, waited later): the group's next 64 (8) operations are
+// then issued at once, not held, so their communication overlaps the caller's work. A future taken by C++ without the GIL (DDP's reducer) is completed by the
 // communicator's thread as the operation finishes: no hand-off before DDP's wait returns
 // (HEFT_TORCH_DIRECT_FUTURES=0 turns it off, for comparison). Any other operation that
 // finishes with no waiter is handed to one completion thread per group, which completes it
@@ -87,8 +87,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   int64_t operations() const { return operations_.load(); }
   // Operations completed: by a caller in wait(); by the completion thread; of the first,
   // those the caller ran itself (the communicator's blocking form ran them on the caller's
-  // thread, inline); and by the communicator's thread (futures taken by C++).
-  std::tuple<int64_t, int64_t, int64_t, int64_t> completions() const;
+  // thread, inline); by the communicator's thread (futures taken by C++); and operations
+  // issued at once instead of held (after one whose caller did not wait).
+  std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> completions() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

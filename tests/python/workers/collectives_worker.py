@@ -257,6 +257,7 @@ def check_untouched_work(world, rank):
         return
     store = dist.distributed_c10d._get_default_store()
     x = torch.full((4,), float(rank))
+    group = dist.distributed_c10d._get_default_group()
     if rank == 0:
         work = dist.all_reduce(x, async_op=True)
         store.wait(["untouched_work_done"], datetime.timedelta(seconds=60))
@@ -266,6 +267,13 @@ def check_untouched_work(world, rank):
         if rank == 1:
             store.set("untouched_work_done", "1")
     same(x, torch.full((4,), float(sum(range(world)))), "an all_reduce nobody touched for a while")
+    # Its caller went on without waiting: rank 0's next operations are issued at once.
+    at_once = group.completions()[4]
+    y = torch.ones(4)
+    dist.all_reduce(y)
+    same(y, torch.full((4,), float(world)), "an all_reduce after one nobody touched")
+    if rank == 0 and group.completions()[4] != at_once + 1:
+        fail("after an operation held until the tick, the next one was not issued at once")
 
 
 def check_subgroups(world, rank):
@@ -294,7 +302,7 @@ def main():
         fail(f"the default group is {type(heft_group).__name__}, not heft's")
     gloo_group = dist.new_group(backend="gloo")
     before = heft_group.operations()
-    by_waiter_before, _, on_caller_before, _ = heft_group.completions()
+    by_waiter_before, _, on_caller_before, _, _ = heft_group.completions()
     check_all_reduce(heft_group, gloo_group, world, rank, ranks)
     # Synchronous calls: the operation waits, not issued, until its caller's wait(), which
     # runs it with the communicator's blocking form on the caller's thread (inline: the
@@ -302,7 +310,7 @@ def main():
     # Gloo's calls in between do not touch heft's group, so every heft all_reduce should
     # take that path; one whose caller was descheduled for over a tick (1-2 ms) between the
     # call and its wait() is issued by the completion thread instead: so most, not all.
-    by_waiter_after, _, on_caller_after, _ = heft_group.completions()
+    by_waiter_after, _, on_caller_after, _, _ = heft_group.completions()
     by_waiter = by_waiter_after - by_waiter_before
     on_caller = on_caller_after - on_caller_before
     issued = heft_group.operations() - before

@@ -109,11 +109,11 @@ def main():
 
     hooked = DistributedDataParallel(model(), bucket_cap_mb=0.01)
     hooked.register_comm_hook(heft_group, allreduce_divide_hook)
-    _, by_thread_before, _, direct_before = heft_group.completions()
+    by_thread_before, direct_before = heft_group.completions()[1], heft_group.completions()[3]
     d2 = compare(train(hooked, rank), gloo_params, TOLERANCE, "heft DDP with a future hook")
     # A Python hook's future (then() takes the GIL) is completed by the completion thread,
     # never by the communicator's.
-    _, by_thread, _, direct = heft_group.completions()
+    by_thread, direct = heft_group.completions()[1], heft_group.completions()[3]
     if direct != direct_before or by_thread - by_thread_before < STEPS:
         fail(f"with a Python hook, {direct - direct_before} operations were completed by the "
              f"communicator's thread and {by_thread - by_thread_before} by the completion "
