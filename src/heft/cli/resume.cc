@@ -46,6 +46,12 @@ int resume(const std::string& job_arg) {
     return job::kExitBadSpec;
   }
   const job::JobPaths paths = job::job_paths(home, name);
+  // A job recorded before the input config directory existed gets it now (its files are
+  // rewritten from the spec either way, as heft train writes them).
+  if (const heft::Status written = job::write_input_config(spec.value(), paths); !written.ok()) {
+    std::cerr << kName << ": " << written.error() << "\n";
+    return job::kExitFailed;
+  }
   return supervise(*db, std::move(record).value(), spec.value(), paths, command.value(), kName);
 }
 

@@ -54,7 +54,7 @@ const std::set<std::string> kReservedVariables = {
     "RANK",         "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "MASTER_ADDR",  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",     "HEFT_STORE",
     "HEFT_TOKEN",   "HEFT_JOB",    "HEFT_HOST",  "HEFT_DISTRIBUTION", "HEFT_CHECKPOINT",
-    "HEFT_TIMEOUT", "TRAINING_JOB_NAME", "HEFT_JOB_DIR"};
+    "HEFT_TIMEOUT", "TRAINING_JOB_NAME", "HEFT_JOB_DIR", "HEFT_STOP_GRACE_MS"};
 
 constexpr size_t kMaxHyperparameters = 100;
 constexpr size_t kMaxHyperparameterName = 256;
