@@ -1,0 +1,100 @@
+// _c10d.parallel.layout: heft's C++ layout search (src/heft/parallel/layout/layout_search.h)
+// behind heft.torch.parallel.auto_layout (_auto_layout.py). Nothing is priced here: the rows
+// go to search() as they are; heft::InvalidArgument becomes ValueError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "heft/error.h"
+#include "heft/parallel/layout/layout_search.h"
+
+namespace heft::torch_backend {
+
+namespace py = pybind11;
+namespace pl = heft::parallel::layout;
+
+namespace {
+
+pl::Collective collective_of(const std::string& name) {
+  if (name == "allreduce") return pl::Collective::kAllReduce;
+  if (name == "reduce_scatter") return pl::Collective::kReduceScatter;
+  if (name == "all_gather") return pl::Collective::kAllGather;
+  if (name == "p2p") return pl::Collective::kP2P;
+  throw py::value_error("auto_layout: comm collective " + name +
+                        ": expected allreduce, reduce_scatter, all_gather or p2p");
+}
+
+py::dict layout_dict(const pl::Layout& l) {
+  py::dict d;
+  d["data"] = l.data, d["sharded"] = l.sharded, d["tensor"] = l.tensor, d["pipeline"] = l.pipeline;
+  d["microbatches"] = l.microbatches, d["virtual_stages"] = l.virtual_stages;
+  d["checkpointing"] = l.checkpointing;
+  d["checkpoint_placement"] = l.checkpoint_placement;
+  d["text"] = pl::to_string(l);
+  return d;
+}
+
+py::dict prediction_dict(const pl::Prediction& p) {
+  py::dict d;
+  d["layout"] = layout_dict(p.layout);
+  d["step_s"] = p.step_s, d["compute_s"] = p.compute_s, d["bubble"] = p.bubble;
+  d["tensor_comm_s"] = p.tensor_comm_s, d["gradient_comm_s"] = p.gradient_comm_s;
+  d["memory_bytes"] = p.memory_bytes, d["state_bytes"] = p.state_bytes;
+  d["activation_bytes"] = p.activation_bytes, d["max_in_flight"] = p.max_in_flight;
+  d["stage_first"] = p.stage_first;
+  return d;
+}
+
+py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
+  pl::ModelCost model;
+  for (const py::tuple& r : rows) {
+    if (r.size() != 5) throw py::value_error("auto_layout: a layer cost is (name, forward_s, backward_s, param_bytes, activation_bytes)");
+    model.layers.push_back({r[0].cast<std::string>(), r[1].cast<double>(), r[2].cast<double>(), r[3].cast<int64_t>(),
+                            r[4].cast<int64_t>()});
+  }
+  pl::CommTable table;
+  for (const py::tuple& c : comm) {
+    if (c.size() != 4) throw py::value_error("auto_layout: a comm cost is (collective, group, alpha_s, beta_bytes_per_s)");
+    table.entries.push_back({collective_of(c[0].cast<std::string>()), c[1].cast<int>(), c[2].cast<double>(),
+                             c[3].cast<double>()});
+  }
+  model.profiled_batch = o["profiled_batch"].cast<int>();
+  model.optimizer_bytes_per_param_byte = o["optimizer_bytes_per_param_byte"].cast<double>();
+  model.saved_activation_factor = o["saved_activation_factor"].cast<double>();
+  model.tensor_allreduces_per_layer = o["tensor_allreduces_per_layer"].cast<int>();
+  model.heads = o["heads"].cast<int>();
+  pl::SearchOptions so;
+  so.world = o["world"].cast<int>();
+  so.memory_limit_bytes = o["memory_limit"].cast<int64_t>();
+  so.global_batch = o["global_batch"].cast<int>();
+  so.microbatches = o["microbatches"].cast<std::vector<int>>();
+  so.virtual_stages = o["virtual_stages"].cast<std::vector<int>>();
+  so.checkpointing = o["checkpointing"].cast<std::vector<bool>>();
+  so.overlap_gradients = o["overlap_gradients"].cast<bool>();
+  pl::SearchResult r;
+  try {
+    r = pl::search(model, table, so);
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("auto_layout: ") + e.what());
+  }
+  py::list ranked, dropped;
+  for (const pl::Prediction& p : r.ranked) ranked.append(prediction_dict(p));
+  for (const pl::Dropped& d : r.dropped) {
+    py::dict x;
+    x["layout"] = layout_dict(d.layout), x["reason"] = d.reason, x["memory_bytes"] = d.memory_bytes;
+    dropped.append(x);
+  }
+  py::dict out;
+  out["ranked"] = ranked, out["dropped"] = dropped, out["describe"] = pl::describe(r);
+  return out;
+}
+
+}  // namespace
+
+void bind_layout(py::module_& parallel) {
+  py::module_ m = parallel.def_submodule("layout", "heft's automatic layout search (layout_search.h)");
+  m.def("search", &search, py::arg("layers"), py::arg("comm"), py::arg("options"),
+        "the ranked and dropped layouts for (name, forward_s, backward_s, param_bytes, activation_bytes) "
+        "rows, (collective, group, alpha_s, beta_bytes_per_s) rows and a dict of options");
+}
+
+}  // namespace heft::torch_backend
