@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <fstream>
 #include <thread>
+#include <set>
 #include <string>
 
 #include "support/command.h"
@@ -183,6 +184,26 @@ TEST_F(MpirunJob, SupervisedJobRunsAcrossHostsWithLogsMetricsAndStepTimings) {
   const auto loss = heft(dir, {"metrics", "across", "--name", "train:loss", "--format", "json"});
   EXPECT_EQ(loss.json().size(), 773u);
   EXPECT_TRUE(no_worker_left(773));
+}
+
+// Every rank on every host has its system series (its shim samples it and the profiler reads
+// the samples from the store), and `heft describe` lists both hosts with their ranks.
+TEST_F(MpirunJob, EveryRankOnEveryHostHasSystemSeries) {
+  heft::test::TempDir dir;
+  const auto run = heft(dir, {"train", spec(dir, "sampled", ", --phase-ms, 5, --steps, 150",
+                                            "profiler: {interval_s: 0.3}\n")});
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  const auto cpu = heft(dir, {"metrics", "sampled", "--name", "system:cpu_percent", "--format", "json"});
+  std::set<int> ranks;
+  for (const auto& p : cpu.json()) ranks.insert(p["rank"].get<int>());
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3})) << cpu.out.substr(0, 2000);
+  const nlohmann::json j = heft(dir, {"describe", "sampled", "--json"}).json();
+  ASSERT_EQ(j["hosts"].size(), 2u) << j["hosts"].dump();
+  std::set<int> listed;
+  for (const auto& h : j["hosts"])
+    for (const auto& r : h["ranks"]) listed.insert(r.get<int>());
+  EXPECT_EQ(listed, (std::set<int>{0, 1, 2, 3})) << j["hosts"].dump();
+  EXPECT_TRUE(no_worker_left(150));
 }
 
 // A rank that exits with an error is named with its code (from mpirun's report), not taken

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/job/launch/group_watch.h"
 #include "heft/job/launch/worker_env.h"
 
 namespace heft::job {
@@ -19,6 +20,9 @@ class JobObserver {
   virtual Environment environment() = 0;
   // Every worker of a start runs: their process ids, by rank.
   virtual void on_start(int restart_count, const std::vector<int>& pids) = 0;
+  // Under an engine, after on_start: a way to read the start's store (the shims' system
+  // samples); an empty one when the start ended.
+  virtual void on_store(StorePeek) {}
   // About every 200 ms while the group runs. A non-empty result stops the job (Stopped),
   // the text saying why ("rule StalledTrainingRule: ...").
   virtual std::string on_tick() = 0;

@@ -131,6 +131,9 @@ class Supervisor::Impl {
       if (options_.observer) options_.observer->on_start(restart_count, pids);
     };
     hooks.on_exit = [this](int rank, int wait_status) { stragglers_.exited(rank, wait_status); };
+    hooks.on_store = [this](StorePeek peek) {
+      if (options_.observer) options_.observer->on_store(std::move(peek));
+    };
     hooks.on_tick = [this] { return on_tick(); };
     hooks.restart = [this](const GroupEnd& end) { return restart(end); };
     return hooks;

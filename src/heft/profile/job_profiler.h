@@ -59,6 +59,7 @@ class JobProfiler : public job::JobObserver {
   // Where the samples of the ranks this machine did not start are read from, from now on
   // (an empty source: none). Called on the supervisor's thread, like the rest.
   void set_sample_source(SampleSource source);
+  void on_store(job::StorePeek peek) override { set_sample_source(std::move(peek)); }
 
  private:
   void collect(double now);

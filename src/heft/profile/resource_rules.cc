@@ -43,7 +43,7 @@ double utilisation_at(const Observations& obs, int rank, double t) {
     --it;
   const SystemSample* best = &*it;
   for (const RankSample& r : best->ranks)
-    if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent);
+    if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent, rank);
   return -1;
 }
 
@@ -78,7 +78,7 @@ std::map<int, RankSeries> rank_series(const Observations& obs, double window) {
   for (const SystemSample* s : last_samples(obs, window))
     for (const RankSample& x : s->ranks) {
       RankSeries& r = out[x.rank];
-      r.utilisation.push_back(obs.worker_utilisation(x.cpu_percent));
+      r.utilisation.push_back(obs.worker_utilisation(x.cpu_percent, x.rank));
       r.rss_mb.push_back(x.rss_mb);
       r.loaders.push_back(std::max(0, x.processes - 1));
       r.read_mb_s.push_back(x.read_mb_s);

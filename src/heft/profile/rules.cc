@@ -82,7 +82,7 @@ std::vector<RuleFinding> low_utilization(const job::RuleSpec& r, const Observati
   for (const SystemSample& s : obs.system) {
     if (s.ranks.empty()) continue;
     double sum = 0;
-    for (const RankSample& x : s.ranks) sum += obs.worker_utilisation(x.cpu_percent);
+    for (const RankSample& x : s.ranks) sum += obs.worker_utilisation(x.cpu_percent, x.rank);
     util.push_back(sum / static_cast<double>(s.ranks.size()));
   }
   if (static_cast<double>(util.size()) < r.number("patience")) return {};

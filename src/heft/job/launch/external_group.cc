@@ -298,7 +298,10 @@ GroupEnd run_external_group(const ExternalGroup& g, const LauncherHooks& hooks,
       return end;
     }
     if (hooks.on_start) hooks.on_start(restart_count, {});
+    if (hooks.on_store)
+      hooks.on_store([s = start.get()](const std::string& key) { return s->peek(key); });
     const GroupEnd end = EngineRun(g, hooks, grace, *start, *engine, restart_count).run();
+    if (hooks.on_store) hooks.on_store({});  // the start (and its store) goes away
     if (end.interrupt_signal || !hooks.restart || !hooks.restart(end)) return end;
   }
 }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,9 @@ struct GroupEnd {
 };
 
 // Called on the launcher's thread (never concurrently); each may be left empty.
+// Reads one key of a running start's store (nullopt when absent).
+using StorePeek = std::function<std::optional<std::string>(const std::string& key)>;
+
 struct LauncherHooks {
   // Every complete line a worker writes, without its '\n' (from local workers, a line over
   // kMaxLineBytes comes in pieces of that size). When set, lines go here instead of to this
@@ -70,6 +74,10 @@ struct LauncherHooks {
   // seen at the next tick. At most once per rank and start; ranks an engine ended without
   // their shim recording it are not reported.
   std::function<void(int rank, int wait_status)> on_exit;
+  // Under an engine: right after on_start, a way to read the start's store (where the ranks'
+  // shims publish their system samples, worker_shim.h); an empty one when the start ended.
+  // Local starts never call it (their workers are sampled from /proc).
+  std::function<void(StorePeek peek)> on_store;
   // About every `tick` while the group runs and while it is being stopped. Returning true
   // stops the group as a failure would: SIGTERM to every worker's process group (to the
   // engine, under one), SIGKILL after the launcher's grace. Ignored once the group is stopping.
