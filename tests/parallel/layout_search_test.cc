@@ -182,10 +182,13 @@ TEST(LayoutSearch, KnownMemory) {
   EXPECT_NEAR(p.bubble, 3.0 / 7.0, 1e-5);           // (p-1)/(m+p-1), p2p nearly free
   l.checkpointing = true;
   p = evaluate(m, t, o, l);
-  // Stage 1 (3 in flight) keeps its input (4 samples x 1000 B) per micro-batch, plus one
-  // micro-batch's recomputed 2 layers; stage 0 has no input to keep.
+  // Stage 1 (3 in flight) keeps its 2 layers' inputs (4 samples x 1000 B each) per
+  // micro-batch, plus one layer recomputed; stage 0 (4 in flight) has one input to keep.
   EXPECT_EQ(p.max_in_flight, 3);
-  EXPECT_EQ(p.activation_bytes, 3 * 4000 + 2 * 4000);
+  EXPECT_EQ(p.activation_bytes, 3 * 8000 + 4000);
+  l.pipeline = 1, l.data = 4, l.microbatches = 1;  // no pipeline: the layers' inputs + one layer
+  p = evaluate(m, t, o, l);
+  EXPECT_EQ(p.activation_bytes, 7 * 4000 + 4000);
   l.microbatches = 3;
   EXPECT_THROW(evaluate(m, t, o, l), InvalidArgument);
 }

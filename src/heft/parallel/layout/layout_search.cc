@@ -61,7 +61,8 @@ struct Chunk {
   int64_t param_bytes = 0;        // / T
   int64_t largest_layer = 0;      // / T
   int64_t saved_bytes = 0;        // full activations of one micro-batch / T
-  int64_t input_bytes = 0;        // what a checkpointed micro-batch keeps
+  int64_t input_bytes = 0;        // what a checkpointed micro-batch keeps: each layer's input
+  int64_t largest_saved = 0;      // one layer's full activations (recomputed one at a time)
 };
 
 int64_t scaled(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
@@ -103,7 +104,7 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
     Chunk& ch = out[static_cast<size_t>(c)];
     const int begin = first[static_cast<size_t>(c)];
     const int end = c + 1 < count ? first[static_cast<size_t>(c) + 1] : n;
-    double f = 0, b = 0, tc = 0, saved = 0, params = 0, largest = 0;
+    double f = 0, b = 0, tc = 0, saved = 0, params = 0, largest = 0, inputs = 0, one = 0;
     for (int i = begin; i < end; ++i) {
       const pipeline::LayerCost& layer = model.layers[static_cast<size_t>(i)];
       const double act = static_cast<double>(layer.activation_bytes) * scale;
@@ -111,6 +112,8 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
       b += layer.backward_s * scale / t;
       tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(act));
       saved += model.saved_activation_factor * act / t;
+      one = std::max(one, model.saved_activation_factor * act / t);
+      if (i > 0) inputs += static_cast<double>(model.layers[static_cast<size_t>(i) - 1].activation_bytes) * scale;
       params += static_cast<double>(layer.param_bytes) / t;
       largest = std::max(largest, static_cast<double>(layer.param_bytes) / t);
     }
@@ -120,9 +123,11 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
     ch.param_bytes = scaled(params);
     ch.largest_layer = scaled(largest);
     ch.saved_bytes = scaled(saved);
-    if (begin > 0) {
-      ch.input_bytes = scaled(static_cast<double>(model.layers[static_cast<size_t>(begin) - 1].activation_bytes) * scale);
-      ch.backward_s += comm.seconds(Collective::kP2P, 2, ch.input_bytes);  // its input's gradient
+    ch.input_bytes = scaled(inputs);
+    ch.largest_saved = scaled(one);
+    if (begin > 0) {  // its input's gradient
+      const double in = static_cast<double>(model.layers[static_cast<size_t>(begin) - 1].activation_bytes) * scale;
+      ch.backward_s += comm.seconds(Collective::kP2P, 2, scaled(in));
     }
     if (c + 1 < count) {
       const double out_bytes = static_cast<double>(model.layers[static_cast<size_t>(end) - 1].activation_bytes) * scale;
@@ -188,7 +193,7 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     largest[s] = std::max(largest[s], k.largest_layer);
     saved[s] += k.saved_bytes;
     inputs[s] += k.input_bytes;
-    chunk_max[s] = std::max(chunk_max[s], k.saved_bytes);
+    chunk_max[s] = std::max(chunk_max[s], k.largest_saved);
   }
   std::vector<int> in_flight(static_cast<size_t>(P), 1);
   if (P == 1) {

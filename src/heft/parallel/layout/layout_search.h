@@ -28,9 +28,10 @@
 //    (each / S when sharded) and, sharded, a gather buffer of two of the stage's largest layers
 //    (one in use, one prefetched); activations: max in-flight micro-batches (from the simulator;
 //    1 without a pipeline) x the stage's saved bytes per micro-batch / v, where a layer saves
-//    ModelCost::saved_activation_factor x its output bytes / T; checkpointed, a micro-batch
-//    keeps only its chunk inputs (one output of the previous layer per chunk) and the backward
-//    recomputes one chunk's full activations (added once).
+//    ModelCost::saved_activation_factor x its output bytes / T; checkpointed (every layer a
+//    checkpoint), a micro-batch keeps only each layer's input (the previous layer's output; the
+//    model's own input is not counted) and the backward recomputes one layer at a time (the
+//    largest layer's full activations, added once).
 // Not modelled: DDP's gradient buckets (one more gradient copy), allocator fragmentation,
 // LibTorch's own memory, overlap of p2p with compute, contention between concurrent groups,
 // placement of the degrees on hosts (every group's cost comes from the CommTable as given).
