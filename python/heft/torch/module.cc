@@ -27,7 +27,8 @@ void bind_process_group(py::module_& m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::call_guard<py::gil_scoped_release>())
       .def("completions", &ProcessGroupHeft::completions,
-           "(by a waiter, by the completion thread): which path completed the operations")
+           "(by a waiter, by the completion thread, run on the caller's thread, completed by the "
+           "communicator's thread, issued at once): which path ran and completed the operations")
       .def("operations", &ProcessGroupHeft::operations,
            "operations issued through this group (for tests: the heft path ran)")
       .def("last_allreduce_path",
