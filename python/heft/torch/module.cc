@@ -54,6 +54,7 @@ PYBIND11_MODULE(_c10d, m) {
   py::module_ parallel = heft::torch_backend::bind_parallel_group(m);
   heft::torch_backend::bind_tensor_parallel(parallel);
   heft::torch_backend::bind_pipeline(parallel);
+  heft::torch_backend::bind_layout(parallel);
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
         "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");

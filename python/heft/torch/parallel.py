@@ -7,6 +7,8 @@ over the heft backend.
 (ZeRO-3 / FSDP), with ``deferred_init`` and checkpoints (docs/sharded.md).
 ``tensor_parallel``: tensor parallelism by plan on heft's C++ tensor layers (docs/parallel.md).
 ``Pipeline``: pipeline parallelism on heft's C++ schedules and partitioner (docs/pipeline.md).
+``auto_layout``: the data, sharded, tensor and pipeline degrees a cost model and search choose
+for a model, a world and a memory limit (docs/auto-layout.md).
 ``DeviceMesh``: the world laid out on data, pipeline, tensor and sharded dimensions.
 ``training_state_bytes`` and ``require_memory``: a memory pre-flight that refuses a model
 the ranks on this machine cannot hold before anything is allocated."""
@@ -14,6 +16,7 @@ import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from . import BACKEND
+from ._auto_layout import LayoutPlan, auto_layout  # noqa: F401
 from ._deferred import deferred_init  # noqa: F401
 from ._mesh import DeviceMesh  # noqa: F401
 from ._pipeline import Pipeline  # noqa: F401
