@@ -16,7 +16,11 @@ namespace heft::train::train_test {
 
 // The distribution heft-train runs with these hyperparameters and no spec block.
 inline config::Distribution resolved(const Hyperparameters& hp) {
-  return config::Distribution{}.with_overrides(hp).value();
+  // A named default rather than a temporary: GCC 12 at -O3 warns (maybe-uninitialized, a
+  // false positive) on the temporary's vector members.
+  static const config::Distribution none;
+  config::Distribution out = none.with_overrides(hp).value();
+  return out;
 }
 
 inline bool corpus_installed() {
