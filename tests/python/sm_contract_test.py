@@ -99,7 +99,7 @@ class SdkContract(unittest.TestCase):
                 self.assertEqual(s["args"], TYPED)
                 self.assertEqual(s["unknown_args"], [])
                 self.assertEqual(json.loads(s["env"]["SM_USER_ARGS"]),
-                                 ["--amp", "True", "-b", "8", "--epochs", "2", "--lr", "0.05",
+                                 ["--amp", "True", "--b", "8", "--epochs", "2", "--lr", "0.05",
                                   "--model", "cnn", "--tag", "7"])
                 self.assertEqual(s["env"]["SM_LOG_LEVEL"], "20")
                 self.assertTrue(os.path.isdir(s["env"]["SM_OUTPUT_INTERMEDIATE_DIR"]))

@@ -106,7 +106,7 @@ TEST(SpecSdk, ArgumentsAreTheToolkitsAndFrameworkParametersStayOut) {
                            "tag: '7', sagemaker_program: train.py, sagemaker_container_log_level: 10}\n"
                            "distribution: {pytorchddp: {enabled: true}}\n");
   EXPECT_EQ(hyperparameter_args(s),
-            (std::vector<std::string>{"--amp", "True", "-b", "8", "--lr", "0.050", "--off",
+            (std::vector<std::string>{"--amp", "True", "--b", "8", "--lr", "0.050", "--off",
                                       "False", "--tag", "7"}));
   test::TempDir dir;
   const Environment env = training_environment(s, job_paths(dir.path(), "sdk"));

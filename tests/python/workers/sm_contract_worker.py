@@ -19,7 +19,7 @@ def main():
     parser.add_argument("--lr", type=float)
     parser.add_argument("--model", type=str)
     parser.add_argument("--amp", type=lambda s: {"True": True, "False": False}[s])
-    parser.add_argument("-b", type=int)
+    parser.add_argument("--b", type=int)
     parser.add_argument("--tag", type=str)
     args, unknown = parser.parse_known_args()
     env = os.environ

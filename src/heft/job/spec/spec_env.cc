@@ -60,7 +60,7 @@ std::vector<std::string> hyperparameter_args(const JobSpec& spec) {
   std::vector<std::string> args;
   for (const auto& [name, hp] : spec.hyperparameters) {  // std::map: sorted by name
     if (is_framework_parameter(name)) continue;
-    args.push_back((name.size() == 1 ? "-" : "--") + name);
+    args.push_back("--" + name);
     args.push_back(hp.value.is_boolean() ? (hp.value.get<bool>() ? "True" : "False") : hp.text);
   }
   return args;

@@ -27,7 +27,8 @@ namespace heft::job {
 Environment training_environment(const JobSpec& spec, const JobPaths& paths);
 
 // The hyperparameters as the training toolkit passes them to a script, sorted by name:
-// `--name value` (`-n value` for a one-letter name); a boolean as Python prints it (True,
+// `--name value` for every name (the toolkit passes `-n` for a one-letter name; heft keeps
+// `--n`, which scripts written for heft read); a boolean as Python prints it (True,
 // False), anything else as written in the spec. Framework parameters (sagemaker_*) are left
 // out.
 std::vector<std::string> hyperparameter_args(const JobSpec& spec);
