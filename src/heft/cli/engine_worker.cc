@@ -9,9 +9,6 @@
 // With HEFT_SYSTEM_SAMPLE_MS (the profiler sets it: job_profiler.h) they also sample their
 // rank's process group and their host's cores that often and publish the samples in the
 // store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
-#include <ifaddrs.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <climits>
@@ -29,21 +26,6 @@ namespace heft::cli {
 
 namespace {
 
-// The interface that holds `address` on this host, or "".
-std::string interface_of(const std::string& address) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return "";
-  std::string name;
-  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    char buf[INET_ADDRSTRLEN] = {0};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) && address == buf) name = a->ifa_name;
-  }
-  ::freeifaddrs(list);
-  return name;
-}
-
 // Gloo (and NCCL's socket transport) pick an interface from the host name, which on a
 // cluster often resolves to loopback: points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
 // interface this host reaches the store (HEFT_STORE) through, unless set.
@@ -52,7 +34,7 @@ void choose_socket_interface(job::Environment& env) {
   if (store == env.end()) return;
   try {
     const std::string host = store->second.substr(0, store->second.rfind(':'));
-    const std::string ifname = interface_of(job::local_address_toward(host));
+    const std::string ifname = job::interface_holding(job::local_address_toward(host));
     if (ifname.empty() || ifname == "lo") return;
     env.emplace("GLOO_SOCKET_IFNAME", ifname);
     env.emplace("NCCL_SOCKET_IFNAME", ifname);

@@ -70,21 +70,6 @@ std::string upper(std::string s) {
   return s;
 }
 
-// The interface that holds IPv4 `address` on this machine, or "".
-std::string interface_holding(const std::string& address) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return "";
-  std::string name;
-  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    char buf[INET_ADDRSTRLEN] = {0};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) && address == buf) name = a->ifa_name;
-  }
-  ::freeifaddrs(list);
-  return name;
-}
-
 // SM_TRAINING_ENV's fields that describe the hosts and their groups.
 void add_host_fields(json& t, const json& hosts, const std::string& current, bool distributed) {
   const json group = {{"instance_group_name", kGroup}, {"instance_type", kInstanceType},
@@ -105,6 +90,20 @@ void add_host_fields(json& t, const json& hosts, const std::string& current, boo
 }
 
 }  // namespace
+
+std::string interface_holding(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) && address == buf) name = a->ifa_name;
+  }
+  ::freeifaddrs(list);
+  return name;
+}
 
 json resource_config(const std::vector<std::string>& hosts, const std::string& current_host,
                      const std::string& network_interface) {

@@ -22,6 +22,10 @@ namespace heft::job {
 // Variable name -> value. Ordered, so a built environment prints and compares stably.
 using Environment = std::map<std::string, std::string>;
 
+// The network interface that holds IPv4 `address` on this machine ("eth0"), or "" when none
+// does.
+std::string interface_holding(const std::string& address);
+
 // What is the same for every worker of one job.
 struct JobEnvironment {
   // Simulated hosts (algo-1..algo-H) and processes on each. Both >= 1.
