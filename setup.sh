@@ -17,6 +17,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread
   # peers and compatibility tests: OpenMPI, PyTorch (Gloo) on Debian's python3
   openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch python3-mpi4py python3-optuna
+  python3-torchvision
   # real data for the built-in trainer
   dataset-fashion-mnist fortunes
   # observability: the web console (server, plots) and its browser test
