@@ -10,6 +10,11 @@ import torch
 # The automatic policy aims at about this many units (FSDP's size-based auto wrap, with
 # the threshold taken from the model's size instead of a fixed 1e8).
 AUTO_UNITS = 8
+# Modules whose forward reads their children's parameters without calling the children
+# (nn.MultiheadAttention passes out_proj.weight to F.multi_head_attention_forward): a child
+# of one never becomes a unit, whose gather would run in a forward hook that never fires
+# (FSDP's size-based policy forces these to be leaves likewise).
+LEAVES = (torch.nn.MultiheadAttention,)
 
 
 class Slot:
@@ -40,6 +45,12 @@ def _auto_units(root, min_params):
     chosen = []
 
     def visit(name, module):
+        if isinstance(module, LEAVES):
+            free = _count(module)
+            if module is not root and free >= min_params:
+                chosen.append((name, module))
+                return 0
+            return free
         free = sum(p.numel() for p in module._parameters.values() if p is not None)
         for child_name, child in module._modules.items():
             if child is not None:
@@ -56,7 +67,8 @@ def _auto_units(root, min_params):
 def select_units(root, units):
     """[(qualified name, module)] of the unit modules, in module order (outer first).
     units: None (automatic), an int (the automatic policy's minimum parameters per unit),
-    a list/tuple of module classes, or a callable (name, module) -> bool."""
+    a list/tuple of module classes, or a callable (name, module) -> bool. A module inside
+    one of LEAVES is never chosen (its parameters stay with the enclosing unit)."""
     named = list(root.named_modules())
     if units is None or (isinstance(units, int) and not isinstance(units, bool)):
         total = _count(root)
@@ -79,7 +91,8 @@ def select_units(root, units):
     else:
         raise TypeError(f"ShardedDataParallel: units={units!r}: expected None, an int, a list of "
                         "module classes or a callable (name, module) -> bool")
-    chosen = [(n, m) for n, m in named if m is not root and match(n, m)]
+    inside = {id(c) for _, m in named if isinstance(m, LEAVES) for c in m.modules() if c is not m}
+    chosen = [(n, m) for n, m in named if m is not root and id(m) not in inside and match(n, m)]
     if not chosen:
         raise ValueError(f"ShardedDataParallel: units={units!r} matches no sub-module of "
                          f"{type(root).__name__} (the root itself never counts)")
