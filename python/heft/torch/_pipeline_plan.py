@@ -96,8 +96,8 @@ def _profile(layers, example_input):
 
     def time_layer(i):
         x = inputs[i]
-        if x.is_floating_point():
-            x = x.detach().requires_grad_(True)
+        if x.is_floating_point():  # a copy, not a leaf: a layer that works in place
+            x = x.detach().requires_grad_(True).clone()  # (nn.ReLU(inplace=True)) may write it
         t0 = _now()
         y = layers[i](x)
         t1 = _now()
