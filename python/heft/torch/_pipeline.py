@@ -111,6 +111,8 @@ class Pipeline(torch.nn.Module):
     def _run_chunk(self, c, x, received=False):
         if received and c in self._gather_in:
             x = _tp.gather(x, self.tensor_group)
+        elif received and x.requires_grad:  # the runtime's leaf: a first layer that works in
+            x = x.clone()  # place (nn.ReLU(inplace=True)) may not write a leaf needing grad
         y = self._run_chunk_module(c, x)
         return _tp.scatter(y, self.tensor_group) if c in self._scatter_out else y
 
