@@ -11,7 +11,12 @@ it within a stated tolerance (the largest difference is printed):
   VisionTransformer with units=[nn.Linear] (an nn.MultiheadAttention's out_proj, whose
   weight the attention reads without calling it, must not become a unit). The full
   state_dict (parameters and the BatchNorm buffers), a checkpoint's load_full_state_dict and
-  a load_checkpoint into a fresh wrapper equal the one-process model.
+  a load_checkpoint into a fresh wrapper equal the one-process model;
+- Pipeline over resnet18 as an nn.Sequential of its children (conv1 .. fc, a Flatten before
+  fc), 2 stages, partition="auto" (profiles a layer that is an in-place ReLU) and
+  partition=[2] (stage 1 begins with that ReLU, on the received activation), 4 micro-batches;
+  and over torchvision's VisionTransformer cut into a sequence (patches, class token and
+  positions, the encoder blocks, the norm, the class token's row, the head).
 
 This file is also the worker (HEFT_TV_WORKER=1; rank 0 prints `case ` JSON lines)."""
 import json
@@ -24,6 +29,7 @@ import support
 
 CLASSES, IMAGE = 10, 32
 SDP_TOL = 1e-5   # relative, losses and per tensor (norm of the difference over the norm)
+PP_TOL = 1e-5
 VIT = dict(image_size=IMAGE, patch_size=8, num_layers=4, num_heads=4, hidden_dim=64,
            mlp_dim=128, num_classes=CLASSES)
 
@@ -120,14 +126,101 @@ def sharded_case(name, make, units=None, steps=3, total=4):
             "buffers": sum(1 for k in plain if "running" in k or "batches" in k)}
 
 
+# ---- Pipeline --------------------------------------------------------------------------------
+def resnet_sequence():
+    import torch.nn as nn
+    m = resnet("batch")
+    return nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, m.layer1, m.layer2, m.layer3,
+                         m.layer4, m.avgpool, nn.Flatten(1), m.fc).eval()
+
+
+def vit_sequence():
+    """torchvision's VisionTransformer as a sequence of its own modules and parameters, the
+    glue (_process_input, the class token, the first row) as small layers."""
+    import torch
+    import torch.nn as nn
+    v = vit()
+
+    class Patches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_proj = v.conv_proj
+
+        def forward(self, x):
+            x = self.conv_proj(x)
+            return x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)
+
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.class_token, self.pos_embedding = v.class_token, v.encoder.pos_embedding
+            self.dropout = v.encoder.dropout
+
+        def forward(self, x):
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+            return self.dropout(x + self.pos_embedding)
+
+    class First(nn.Module):
+        def forward(self, x):
+            return x[:, 0]
+
+    return nn.Sequential(Patches(), Tokens(), *v.encoder.layers, v.encoder.ln, First(),
+                         v.heads), v
+
+
+def pipeline_case(name, make, partition, mesh, steps=3, total=8, micro=4):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from heft.torch.parallel import Pipeline
+    ref = make()
+    ref_opt = sgd(ref.parameters())
+    model = make()
+    kwargs = {"example_input": batch(0, 0, total // micro, total)[0]} if partition == "auto" else {}
+    pipe = Pipeline(model, mesh, microbatches=micro, partition=partition, **kwargs)
+    params = list(pipe.parameters())
+    opt = sgd(params) if params else None
+    loss_diff = 0.0
+    for step in range(steps):
+        x, y = batch(step, 0, total, total)
+        ref_opt.zero_grad()
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        if opt:
+            opt.zero_grad()
+        loss = pipe.step(x, y, F.cross_entropy)
+        if opt:
+            opt.step()
+        loss_diff = max(loss_diff, relative(loss, ref_loss.item()))
+    mine = [p.detach() for c in pipe.chunks for p in c.parameters()]
+    theirs = [p.detach() for a, b in pipe.layer_ranges for i in range(a, b)
+              for p in ref[i].parameters()]
+    x, _ = batch(99, 0, total, total)
+    with torch.no_grad():
+        expected = ref.eval()(x)
+    out = {"case": f"pipeline {name} partition={partition}", "tolerance": PP_TOL,
+           "loss": loss_diff, "layers": pipe.layer_ranges, "stage": pipe.stage,
+           "params": max([relative(a, b) for a, b in zip(mine, theirs)] + [0.0]),
+           "held": [len(mine), len(theirs)], "evaluate": relative(pipe.evaluate(x), expected)}
+    rows = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, out)
+    return {"case": out["case"], "tolerance": PP_TOL, "ranks": rows}
+
+
 def worker():
     import torch.distributed as dist
     import heft.torch  # noqa: F401  (registers the backend)
     import torch.nn as nn
+    from heft.torch.parallel import DeviceMesh
     dist.init_process_group("heft", init_method="env://")
+    stages = DeviceMesh(pipeline=2)
     cases = [lambda: sharded_case("resnet18 batch", lambda: resnet("batch")),
              lambda: sharded_case("resnet18 group", lambda: resnet("group")),
-             lambda: sharded_case("vit linear units", vit, units=[nn.Linear])]
+             lambda: sharded_case("vit linear units", vit, units=[nn.Linear]),
+             lambda: pipeline_case("resnet18", resnet_sequence, "auto", stages),
+             lambda: pipeline_case("resnet18", resnet_sequence, [2], stages),
+             lambda: pipeline_case("vit", lambda: vit_sequence()[0], "auto", stages)]
     only = os.environ.get("HEFT_TV_ONLY")  # e.g. "2,3": those cases alone (while debugging)
     for i, case in enumerate(cases):
         if only and str(i) not in only.split(","):
@@ -182,6 +275,27 @@ class TorchvisionModels(unittest.TestCase):
         # Every nn.Linear but the attentions' out_proj (nn.MultiheadAttention uses its
         # weight without calling it): 2 per MLP and the head, and the root.
         self.assertEqual(row["units"], 2 * VIT["num_layers"] + 1 + 1, row)
+
+    def check_pipeline(self, name):
+        row = self.row(name)
+        for r in row["ranks"]:
+            self.assertLessEqual(r["loss"], row["tolerance"], r)
+            self.assertLessEqual(r["params"], row["tolerance"], r)
+            self.assertLessEqual(r["evaluate"], row["tolerance"], r)
+            self.assertEqual(r["held"][0], r["held"][1], r)
+        return row
+
+    def test_pipeline_resnet18_auto(self):
+        row = self.check_pipeline("pipeline resnet18 partition=auto")
+        self.assertIn("Pipeline: partition (auto: profiled on rank 0", self.results[0][1])
+        self.assertEqual(row["ranks"][0]["layers"][0][0], 0, row)
+
+    def test_pipeline_resnet18_stage_begins_with_inplace_relu(self):
+        row = self.check_pipeline("pipeline resnet18 partition=[2]")
+        self.assertEqual(row["ranks"][1]["layers"], [[2, 11]], row)
+
+    def test_pipeline_vision_transformer_auto(self):
+        self.check_pipeline("pipeline vit partition=auto")
 
 
 if __name__ == "__main__":
