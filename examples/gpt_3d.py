@@ -20,7 +20,6 @@ heft's checkpoint directory with the layout) and a later run resumes from it, at
 tensor / pipeline degree. Hyperparameters come as `--name value` (what heft train passes).
 """
 import argparse
-import math
 import os
 import time
 
@@ -31,17 +30,9 @@ import torch.nn.functional as F
 
 import heft.torch  # noqa: F401  # heft: registers the torch.distributed backend "heft"
 from heft.torch.parallel import DeviceMesh, Pipeline  # heft
+from gpt_sharded import Block, batch, load_text  # the same blocks, text and batches
 
 VOCAB = 256
-
-
-def load_text(root):
-    names = sorted(n for n in os.listdir(root) if not n.endswith((".dat", ".u8"))
-                   and os.path.isfile(os.path.join(root, n)))
-    if not names:
-        raise SystemExit(f"gpt_3d: --data {root}: no text files")
-    raw = b"".join(open(os.path.join(root, n), "rb").read() for n in names)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
 
 
 class Embeddings(nn.Module):  # token ids (batch, time) -> (batch, time, d)
@@ -51,32 +42,6 @@ class Embeddings(nn.Module):  # token ids (batch, time) -> (batch, time, d)
 
     def forward(self, idx):
         return self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-
-
-class Attention(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
-
-    def forward(self, x):
-        b, t, _ = x.shape  # widths from the projection: heads / T heads per tensor rank
-        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
-                   for z in self.qkv(x).chunk(3, dim=2))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
-
-
-class Block(nn.Module):  # (batch, time, d) -> (batch, time, d)
-    def __init__(self, d, heads):
-        super().__init__()
-        self.ln1, self.attn, self.ln2 = nn.LayerNorm(d), Attention(d, heads), nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
 
 
 class Head(nn.Module):  # (batch, time, d) -> logits (batch, time, VOCAB)
@@ -102,13 +67,6 @@ def gpt(n_layer, n_head, d, block):
 # colwise with its logits gathered for the plain cross-entropy.
 PLAN = {"0.tok": "vocab", "*.attn.qkv": "colwise", "*.attn.proj": "rowwise",
         "*.mlp.0": "colwise", "*.mlp.2": "rowwise", "*.out": "colwise"}
-
-
-def batch(text, step, rows, block, lo, hi):
-    g = torch.Generator().manual_seed(1000 + step)
-    starts = torch.randint(0, text.numel() - block - 1, (rows,), generator=g)[lo:hi]
-    idx = torch.stack([text[s:s + block + 1] for s in starts.tolist()])
-    return idx[:, :-1], idx[:, 1:]
 
 
 def loss_fn(logits, target):  # a mean over the micro-batch

@@ -43,12 +43,13 @@ def load_text(root):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, qkv_bias=True):
         super().__init__()
-        self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=qkv_bias), nn.Linear(d, d)
 
     def forward(self, x):
-        b, t, d = x.shape
+        b, t, _ = x.shape  # widths from the projection: heads / T heads per tensor rank
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
                    for z in self.qkv(x).chunk(3, dim=2))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
@@ -57,10 +58,11 @@ class Attention(nn.Module):
         return self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads):
+class Block(nn.Module):  # (batch, time, d) -> (batch, time, d)
+    def __init__(self, d, heads, qkv_bias=True):
         super().__init__()
-        self.ln1, self.attn, self.ln2 = nn.LayerNorm(d), Attention(d, heads), nn.LayerNorm(d)
+        self.ln1, self.attn = nn.LayerNorm(d), Attention(d, heads, qkv_bias)
+        self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def forward(self, x):
@@ -69,10 +71,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, n_layer, n_head, d, block, vocab=256):
+    def __init__(self, n_layer, n_head, d, block, vocab=256, qkv_bias=True):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(Block(d, n_head) for _ in range(n_layer))
+        self.blocks = nn.ModuleList(Block(d, n_head, qkv_bias) for _ in range(n_layer))
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied
         for name, p in self.named_parameters():

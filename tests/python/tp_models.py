@@ -1,70 +1,47 @@
 """Models for tensor_parallel_test.py, in plain PyTorch, with their tensor-parallel plans:
-- GPT: examples/gpt_sharded.py's GPT (token and position embeddings, a tied head, blocks of
-  `attn` (Attention with `heads`, a fused qkv and proj) and `mlp` (Sequential fc, GELU, out),
-  a final norm), whose attention reads its widths from the projection's output and its head
-  count (chunk(3), view(b, t, heads, -1), reshape(b, t, -1)) as tensor-parallel attention
-  code must: after tensor_parallel a rank holds heads/T heads of width d/heads;
+- GPT: examples/gpt_sharded.py's GPT, imported from the example (token and position
+  embeddings, a tied head, blocks of `attn` (Attention with `heads`, a fused qkv and proj)
+  and `mlp` (Sequential fc, GELU, out), a final norm), whose attention reads its widths from
+  the projection's output and its head count (chunk(3), view(b, t, heads, -1),
+  reshape(b, t, -1)) as tensor-parallel attention code must: after tensor_parallel a rank
+  holds heads/T heads of width d/heads; here small, vocabulary 64, no q/k/v bias;
 - SplitAttention: attention with separate q, k, v and o layers and `num_heads`;
 - Mixer: an MLP-mixer (patches embedded, token-mixing MLPs across the patches, channel-mixing
   MLPs across the features, a class head): another shape, where one colwise/rowwise pair
   acts on the transposed activations.
 Batches depend only on (step, index), so every process builds the same global batch."""
 import math
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import support
+
+if os.path.join(support.BINARY_DIR, "python") not in sys.path:  # the example imports heft
+    sys.path.append(os.path.join(support.BINARY_DIR, "python"))
+sys.path.insert(0, os.path.join(support.SOURCE_DIR, "examples"))
+import gpt_sharded as G  # noqa: E402  (examples/gpt_sharded.py: its model, no side effects)
+
 VOCAB, CTX, CLASSES, PATCHES, PATCH = 64, 8, 8, 8, 12
 
 
-class Attention(nn.Module):
+class Block(G.Block):
+    """examples/gpt_sharded.py's block; no q/k/v bias by default: a key bias has a gradient
+    of exactly zero (softmax ignores a constant), so under Adam it follows rounding noise and
+    no two summation orders agree (qkv_bias=True only for slicing checks)."""
+
     def __init__(self, d, heads, qkv_bias=False):
-        super().__init__()
-        # A key bias has a gradient of exactly zero (softmax ignores a constant), so under
-        # Adam it follows rounding noise and no two summation orders agree: no q/k/v bias
-        # in the trained cases (qkv_bias=True only for slicing checks).
-        self.heads = heads
-        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=qkv_bias), nn.Linear(d, d)
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
-                   for z in self.qkv(x).chunk(3, dim=2))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
+        super().__init__(d, heads, qkv_bias)
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads, qkv_bias=False):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = Attention(d, heads, qkv_bias)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+class GPT(G.GPT):
+    """examples/gpt_sharded.py's GPT, small, with the test's vocabulary and no q/k/v bias."""
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
     def __init__(self, n_layer=2, n_head=4, d=32, block=CTX, vocab=VOCAB, qkv_bias=False):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(Block(d, n_head, qkv_bias) for _ in range(n_layer))
-        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.tok.weight  # tied
-        for name, p in self.named_parameters():
-            if name.endswith("weight") and p.dim() == 2:
-                nn.init.normal_(p, std=0.02)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln(x))
+        super().__init__(n_layer, n_head, d, block, vocab, qkv_bias)
 
 
 # Megatron's layout: the token embedding and the (tied) head split by vocabulary, the
