@@ -17,7 +17,8 @@ const std::vector<std::string> kModelParallelKeys = {
     "auto_partition",     "default_partition",  "active_microbatches",
     "activation_checkpointing", "bf16",         "ddp",
     "tensor_parallel_degree",   "sharded_data_parallel_degree", "partition_boundaries",
-    "virtual_stages"};
+    "virtual_stages",     "auto_layout",        "memory_limit_gb"};
+constexpr double kMaxMemoryLimitGb = 1e6;
 constexpr int kMaxDegree = 1024;
 constexpr int kMaxMicrobatches = 1 << 16;
 
@@ -64,6 +65,28 @@ std::string boundaries_problem(const std::vector<int>& b, const ModelParallel& m
            " layer indices (one per stage after the first: partitions x virtual_stages - 1), "
            "found " + std::to_string(b.size());
   return "";
+}
+
+// The knobs auto_layout chooses that m gives another value than their default, as
+// "name: value", each with its name.
+std::vector<std::pair<std::string, std::string>> auto_layout_conflicts(const ModelParallel& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto integer = [&](const char* name, int value) {
+    if (value != 1) out.emplace_back(name, std::to_string(value));
+  };
+  integer("partitions", m.partitions);
+  integer("microbatches", m.microbatches);
+  integer("virtual_stages", m.virtual_stages);
+  integer("tensor_parallel_degree", m.tensor_parallel_degree);
+  integer("sharded_data_parallel_degree", m.sharded_data_parallel_degree);
+  if (m.activation_checkpointing) out.emplace_back("activation_checkpointing", "true");
+  if (m.pipeline != "interleaved") out.emplace_back("pipeline", m.pipeline);
+  return out;
+}
+
+std::string auto_layout_text(const std::string& knob, const std::string& value) {
+  return "true chooses " + knob + " itself, but " + knob + " is " + value +
+         "; give one or the other (docs/auto-layout.md)";
 }
 
 std::string virtual_stages_problem(const ModelParallel& m) {
@@ -190,6 +213,15 @@ void parse_boundaries(Reader& r, const nlohmann::json& p, const std::string& par
     m.partition_boundaries = b;
 }
 
+void parse_memory_limit(Reader& r, const nlohmann::json& p, const std::string& path, ModelParallel& m) {
+  if (!p.contains("memory_limit_gb")) return;
+  const nlohmann::json& v = p["memory_limit_gb"];
+  if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > kMaxMemoryLimitGb)
+    return r.error(path + ".memory_limit_gb",
+                   "expected a number of GB above 0 and at most 1000000, found " + found(v));
+  m.memory_limit_gb = v.get<double>();
+}
+
 // modelparallel.parameters (the library's other names already translated), in the order of
 // the documentation.
 void parse_parameters(Reader& r, const nlohmann::json& p, const std::string& path,
@@ -214,6 +246,11 @@ void parse_parameters(Reader& r, const nlohmann::json& p, const std::string& pat
   r.integer(p, path, kShardedDegree, m);
   r.integer(p, path, kVirtualStages, m);
   parse_boundaries(r, p, path, m);
+  r.boolean(p, "auto_layout", path, &m.auto_layout);
+  parse_memory_limit(r, p, path, m);
+  if (m.auto_layout)
+    for (const auto& [knob, value] : auto_layout_conflicts(m))
+      r.error(path + ".auto_layout", auto_layout_text(path + "." + knob, value));
   if (const std::string problem = virtual_stages_problem(m); !problem.empty())
     r.error(path + ".virtual_stages", problem);
   if (m.default_partition >= m.partitions && p.contains("default_partition"))
@@ -274,6 +311,32 @@ class Overrides {
     const std::string shown = boundaries_text_.empty() ? "the block's" : boundaries_text_;
     if (const std::string p = boundaries_problem(m_.partition_boundaries, m_, shown); !p.empty())
       problems_.push_back(path("partition_boundaries") + ": " + p);
+  }
+  // auto_layout and memory_limit_gb from hyperparameters, then the knobs auto_layout
+  // chooses checked against it (whichever side gave each).
+  void auto_layout(const Hyperparameters& hp) {
+    if (hp.auto_layout) {
+      m_.auto_layout = true;
+      given("auto_layout");
+    }
+    if (hp.memory_limit_gb != 0) {
+      if (!(hp.memory_limit_gb > 0) || hp.memory_limit_gb > kMaxMemoryLimitGb)
+        return error("memory_limit_gb", "expected a number of GB above 0 and at most 1000000, found " +
+                                            std::to_string(hp.memory_limit_gb));
+      if (!m_.auto_layout) return error("memory_limit_gb", "applies with auto_layout true only");
+      m_.memory_limit_gb = hp.memory_limit_gb;
+      given("memory_limit_gb");
+    }
+    if (!m_.auto_layout && m_.memory_limit_gb > 0)
+      return problems_.push_back(path("memory_limit_gb") + ": applies with auto_layout true only");
+    if (!m_.auto_layout || !problems_.empty()) return;
+    for (const auto& [knob, value] : auto_layout_conflicts(m_))
+      problems_.push_back(path("auto_layout") + ": " + auto_layout_text(path(knob), value));
+    if (hp.gradient_accumulation > 1)
+      problems_.push_back(path("auto_layout") + ": " +
+                          auto_layout_text("hyperparameters.gradient_accumulation",
+                                           std::to_string(hp.gradient_accumulation)) +
+                          " (micro-batches without a pipeline are gradient accumulation)");
   }
   const std::vector<std::string>& problems() const { return problems_; }
 
@@ -353,6 +416,7 @@ Result<Distribution> Distribution::with_overrides(const Hyperparameters& hp) con
          &ModelParallel::activation_checkpointing);
   o.flag(hp.bf16, "bf16", &ModelParallel::bf16);
   o.relations();
+  o.auto_layout(hp);
   if (!o.problems().empty()) return Result<Distribution>::failure(joined(o.problems()));
   if (m.active_microbatches == 0) m.active_microbatches = m.partitions + 2;
   return Result<Distribution>::success(d);

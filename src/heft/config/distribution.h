@@ -54,6 +54,12 @@ struct ModelParallel {
   std::optional<bool> ddp;
   int tensor_parallel_degree = 1;          // tp
   int sharded_data_parallel_degree = 1;    // sdp: 1 = no sharding
+  // The layout search chooses partitions, microbatches, virtual_stages,
+  // tensor_parallel_degree, sharded_data_parallel_degree and activation_checkpointing
+  // (heft-train, docs/auto-layout.md): any of them given another value than its default
+  // beside it is an error naming both, as is gradient_accumulation > 1 or pipeline: simple.
+  bool auto_layout = false;
+  double memory_limit_gb = 0;              // auto_layout: per rank; 0: the host's (heft-train)
 };
 
 struct Distribution {

@@ -27,6 +27,8 @@ nlohmann::json Distribution::to_json() const {
   if (m.active_microbatches > 0) p["active_microbatches"] = m.active_microbatches;
   if (m.ddp.has_value()) p["ddp"] = *m.ddp;
   if (!m.partition_boundaries.empty()) p["partition_boundaries"] = m.partition_boundaries;
+  if (m.auto_layout) p["auto_layout"] = true;
+  if (m.memory_limit_gb > 0) p["memory_limit_gb"] = m.memory_limit_gb;
   j["modelparallel"] = {{"enabled", true}, {"parameters", p}};
   return j;
 }

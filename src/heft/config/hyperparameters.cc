@@ -217,6 +217,12 @@ const std::vector<Field>& fields() {
                  "recompute each block's forward in backward instead of keeping activations"),
       bool_field("bf16", &H::bf16,
                  "sharded: forward and backward in bfloat16 with float32 master weights"),
+      bool_field("auto_layout", &H::auto_layout,
+                 "choose the data, sharded, tensor and pipeline degrees, micro-batches, virtual "
+                 "stages and checkpointing by the layout search (gpt; docs/auto-layout.md)"),
+      double_field("memory_limit_gb", &H::memory_limit_gb, 0.0, false,
+                   "auto_layout: memory per rank in GB (10^9 bytes); 0: the distribution "
+                   "block's, else the host's available memory / its ranks"),
   };
   return f;
 }

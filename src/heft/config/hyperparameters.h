@@ -73,6 +73,9 @@ struct Hyperparameters {
                                   // them until its backward
   bool activation_checkpointing = false;  // recompute each unit's forward in backward
   bool bf16 = false;              // sharded: compute in bfloat16, float32 master weights
+  bool auto_layout = false;       // the layout search chooses the degrees (docs/auto-layout.md)
+  double memory_limit_gb = 0;     // auto_layout: per rank, GB; 0: the distribution's, else
+                                  // the machine's available memory / ranks on the host
 };
 
 // The models' own defaults, applied to every hyperparameter not given explicitly (`given`

@@ -4,16 +4,22 @@
 // SM_CHECKPOINT_DIR; every_steps and keep come from HEFT_CHECKPOINT (the job spec's
 // checkpoint block, JSON) unless given as hyperparameters. SIGTERM (a spot interruption,
 // heft stop) makes the run checkpoint at the next step boundary and exit 0, as an
-// interrupted worker should (docs/jobs.md). Exit codes: 0 done or stopped; 2 bad input
+// interrupted worker should (docs/jobs.md). auto_layout (docs/auto-layout.md): the layout
+// search chooses the degrees before training (auto_layout.h) and world rank 0 prints, after
+// the run, "layout: <the choice> measured_step_s=M peak_rss_gb=R"; --print-plan prints the
+// search's table for WORLD_SIZE ranks on this one process, without training. Exit codes: 0 done or stopped; 2 bad input
 // (hyperparameters, HEFT_CHECKPOINT, a distribution heft-train cannot run or that does not
 // fit the world, malformed data, a checkpoint of another model: every heft::InvalidArgument);
 // 1 any other failure (missing data, a lost peer), with the reason on stderr.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <malloc.h>
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <optional>
 
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +31,7 @@
 #include "heft/comm/init.h"
 #include "heft/comm/store/memory_store.h"
 #include "heft/error.h"
+#include "heft/train/auto_layout.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
 #include "heft/parallel/mesh.h"
@@ -36,15 +43,20 @@
 
 namespace {
 
-// The world of a job started by heft run / heft train, or a world of one.
-heft::comm::World join() {
-  if (std::getenv("HEFT_STORE")) return heft::comm::init();
+// The world of one this process is, without a job's store.
+heft::comm::World alone() {
   heft::comm::CommunicatorOptions o = heft::comm::CommunicatorOptions::from_env();
   if (o.token.empty()) o.token = "local";
   heft::comm::World w;
   w.store = std::make_shared<heft::comm::MemoryStore>();
   w.comm = heft::comm::Communicator::create(w.store, "local", 0, 1, o);
   return w;
+}
+
+// The world of a job started by heft run / heft train, or a world of one.
+heft::comm::World join() {
+  if (std::getenv("HEFT_STORE")) return heft::comm::init();
+  return alone();
 }
 
 // glibc returns big freed blocks to the kernel (munmap, heap trimming), so every step's
@@ -141,6 +153,7 @@ struct CommandLine {
   bool help = false;
   bool print_mesh = false;
   bool print_schedule = false;
+  bool print_plan = false;
   std::vector<std::string> hyperparameters;
 };
 
@@ -151,17 +164,21 @@ CommandLine read_command_line(int argc, char** argv) {
     if (a == "--help" || a == "-h") c.help = true;
     else if (a == "--print-mesh") c.print_mesh = true;
     else if (a == "--print-schedule") c.print_schedule = true;
+    else if (a == "--print-plan") c.print_plan = true;
     else c.hyperparameters.push_back(a);
   }
   return c;
 }
 
 void print_help() {
-  std::cout << "usage: heft-train [--print-mesh | --print-schedule] [--name value]...  (also from SM_HPS, a "
-               "JSON object)\n"
+  std::cout << "usage: heft-train [--print-mesh | --print-schedule | --print-plan] [--name value]...  (also "
+               "from SM_HPS, a JSON object)\n"
             << "--print-mesh: print the ranks' layout for WORLD_SIZE workers and exit\n"
             << "--print-schedule: print the pipeline's schedule (partitions, microbatches,\n"
             << "  pipeline) as stages x time slots with its bubble, and exit\n"
+            << "--print-plan: profile the model here and print the layout search's candidates\n"
+            << "  for WORLD_SIZE ranks (predicted step time, memory per rank, why each other\n"
+            << "  layout was dropped), and exit; 2 when no layout fits the memory limit\n"
             << "hyperparameters (name, default, meaning):\n"
             << heft::train::hyperparameters_help();
 }
@@ -204,6 +221,27 @@ int print_mesh(const heft::config::Distribution& distribution) {
   }
 }
 
+// --print-plan: the layout search for WORLD_SIZE ranks, profiled here, without training.
+int print_plan(const heft::train::Hyperparameters& hp, const heft::config::Distribution& distribution) {
+  try {
+    const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));
+    if (world < 1) return fail("WORLD_SIZE: expected at least 1, found " + std::to_string(world), 2);
+    heft::comm::World one = alone();
+    const heft::train::LayoutInputs in = heft::train::layout_inputs(hp, distribution, *one.comm, world);
+    std::cout << heft::train::describe_inputs(in);
+    const heft::parallel::layout::SearchResult r =
+        heft::parallel::layout::search(in.model, in.comm, in.options);
+    std::cout << heft::parallel::layout::describe(r, 10)
+              << "layout: " << heft::train::layout_fields(r.ranked.front(), static_cast<double>(in.options.memory_limit_bytes))
+              << std::endl;
+    return 0;
+  } catch (const heft::InvalidArgument& e) {
+    return fail(e.what(), 2);
+  } catch (const std::exception& e) {
+    return fail(e.what(), 1);
+  }
+}
+
 // Joins the job and trains; the exit code.
 int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution& distribution,
         const std::string& test_dir) {
@@ -211,10 +249,28 @@ int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution
   try {
     keep_freed_memory();
     heft::comm::World world = join();
-    if (const heft::Status fits = distribution.check_world(world.comm->size()); !fits.ok())
+    heft::train::Hyperparameters run_hp = hp;
+    heft::config::Distribution run_distribution = distribution;
+    std::optional<heft::train::LayoutChoice> choice;
+    if (distribution.modelparallel.auto_layout) {
+      choice = heft::train::choose_layout(hp, distribution, *world.comm, std::cout);
+      run_distribution = choice->distribution;
+      run_hp.gradient_accumulation = choice->gradient_accumulation;
+    }
+    if (const heft::Status fits = run_distribution.check_world(world.comm->size()); !fits.ok())
       return fail(fits.error(), 2);
     const heft::train::TrainResult r =
-        heft::train::train(hp, distribution, test_dir, *world.comm, std::cout, &g_stop);
+        heft::train::train(run_hp, run_distribution, test_dir, *world.comm, std::cout, &g_stop);
+    if (choice && world.comm->rank() == 0) {
+      struct rusage u {};
+      getrusage(RUSAGE_SELF, &u);
+      std::printf("layout: %s measured_step_s=%.4f peak_rss_gb=%.3f\n",
+                  heft::train::layout_fields(choice->prediction,
+                                             static_cast<double>(choice->inputs.options.memory_limit_bytes))
+                      .c_str(),
+                  r.median_step_s, static_cast<double>(u.ru_maxrss) * 1024 / 1e9);
+      std::fflush(stdout);
+    }
     if (r.stopped)
       std::cerr << "heft-train: stopped by SIGTERM at step " << r.steps
                 << (hp.checkpoint_dir.empty() ? std::string(" (no checkpoint directory)")
@@ -246,9 +302,10 @@ int main(int argc, char** argv) {
   if (!distribution.ok()) return fail(one_line(distribution.error()), 2);
   if (command.print_schedule) return print_schedule(distribution.value());
   if (command.print_mesh) return print_mesh(distribution.value());
-  if (const heft::Status s = apply_environment(hp); !s.ok()) return fail(s.error(), 2);
-  const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
   // A bad OMP_NUM_THREADS is bad input: exit 2, as every other.
   if (const heft::Status s = set_threads(); !s.ok()) return fail(s.error(), 2);
+  if (command.print_plan) return print_plan(hp, distribution.value());
+  if (const heft::Status s = apply_environment(hp); !s.ok()) return fail(s.error(), 2);
+  const std::string test_dir = heft::comm::env_or("SM_CHANNEL_TEST", hp.data);
   return run(hp, distribution.value(), test_dir);
 }

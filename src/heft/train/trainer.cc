@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -95,6 +96,7 @@ class Training {
     result_.steps = step_;
     result_.seconds = seconds_;
     result_.samples_per_s = static_cast<double>(samples_) / seconds_;
+    step_times();
     if (result_.stopped) return result_;
     checkpoint();
     finish();
@@ -124,6 +126,7 @@ class Training {
       const Clock::time_point t0 = Clock::now();
       for (int64_t i = next_batch_; i < steps_per_epoch && !done; ++i) {
         profiler_.begin_step(step_ + 1);
+        const Clock::time_point step_start = Clock::now();
         const Batch batch = [&] {
           auto data = profiler_.phase(profile::Phase::kData);
           return task_->batch(i);
@@ -131,6 +134,7 @@ class Training {
         const double lr = learning_rate(optimizer_config_, step_);
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
+        step_seconds_.push_back(seconds_since(step_start));
         samples_ += batch.samples;
         if (!memory_printed_) print_memory();
         done = hp_.max_steps > 0 && step_ >= hp_.max_steps;
@@ -162,8 +166,23 @@ class Training {
     }
   }
 
+  // The median and largest step of this run after its first (the first alone when it is
+  // the only one): the first allocates what the others reuse.
+  void step_times() {
+    std::vector<double> t = step_seconds_;
+    if (t.size() > 1) t.erase(t.begin());
+    if (t.empty()) return;
+    result_.worst_step_s = *std::max_element(t.begin(), t.end());
+    std::sort(t.begin(), t.end());
+    const size_t n = t.size();
+    result_.median_step_s = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  }
+
   // After the last step: the final: line, the model, generated text, the strategy's summary.
   void finish() {
+    if (strategy_->reports() && task_->tokens_per_sample() > 0)
+      print("step_time: median_s=%.4f worst_s=%.4f steps=%lld", result_.median_step_s, result_.worst_step_s,
+            static_cast<long long>(step_seconds_.size()));
     if (strategy_->reports()) {
       std::string metrics;
       for (const auto& [name, value] : result_.metrics) metrics += format(" %s=%.4f", name.c_str(), value);
@@ -327,6 +346,7 @@ class Training {
   double seconds_ = 0, seconds_at_log_ = 0;  // training time so far; at the last step= line
   double eval_seconds_ = 0;                  // evaluation inside the current epoch
   bool memory_printed_ = false;
+  std::vector<double> step_seconds_;         // this run's steps, wall time
   int64_t evaluated_step_ = -1;              // the step of the last evaluation
   // Step timings for the supervisor (step_profiler/step_profiler.h); active while run() runs.
   profile::StepProfiler profiler_ = profile::StepProfiler::from_env();

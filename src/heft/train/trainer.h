@@ -11,6 +11,7 @@
 //   step=N epoch=E loss=L lr=X samples_per_s=S        every log_every steps and the last
 //   epoch=E test_loss=L test_acc=A                     after each epoch, when eval is on
 //                                                      (the task's evaluation metrics)
+//   step_time: median_s=M worst_s=W steps=N          (gpt: before final:, TrainResult's)
 //   final: step=N loss=L test_acc=A samples_per_s=S seconds=T
 //                                                      (the task's metric_names(), nan when
 //                                                      eval is off)
@@ -63,6 +64,10 @@ struct TrainResult {
   double seconds = 0;        // training loop wall time
   bool stopped = false;      // `stop` was set: checkpointed and returned early
   int64_t resumed_from = 0;  // the step of the checkpoint the run resumed from; 0: none
+  // Wall seconds of this rank's steps (batch + strategy step) after the first (the only one
+  // when there is one): median and largest.
+  double median_step_s = 0;
+  double worst_step_s = 0;
 };
 
 // `distribution` is resolved (config::Distribution::with_overrides): it alone sets the

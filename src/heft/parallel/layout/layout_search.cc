@@ -111,8 +111,11 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
       f += layer.forward_s * scale / t;
       b += layer.backward_s * scale / t;
       tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(act));
-      saved += model.saved_activation_factor * act / t;
-      one = std::max(one, model.saved_activation_factor * act / t);
+      const double kept = model.saved_bytes.empty()
+                              ? model.saved_activation_factor * act
+                              : static_cast<double>(model.saved_bytes[static_cast<size_t>(i)]) * scale;
+      saved += kept / t;
+      one = std::max(one, kept / t);
       if (i > 0) inputs += static_cast<double>(model.layers[static_cast<size_t>(i) - 1].activation_bytes) * scale;
       params += static_cast<double>(layer.param_bytes) / t;
       largest = std::max(largest, static_cast<double>(layer.param_bytes) / t);
@@ -210,13 +213,14 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     const size_t i = static_cast<size_t>(s);
     g = std::max(g, params[i]);
     const double opt = model.optimizer_bytes_per_param_byte;
+    const double copies = l.data > 1 ? model.replica_gradient_copies : 0;
     const int64_t state = l.sharded == 1
-                              ? scaled((2.0 + opt) * static_cast<double>(params[i]))
+                              ? scaled((2.0 + opt + copies) * static_cast<double>(params[i]))
                               : scaled((2.0 + opt) * static_cast<double>(params[i]) / l.sharded) + 2 * largest[i];
     const int64_t act = l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
                                         : in_flight[i] * saved[i] / v;
-    if (state + act > pr.memory_bytes || s == 0) {
-      pr.memory_bytes = state + act;
+    if (state + act + model.fixed_bytes > pr.memory_bytes || s == 0) {
+      pr.memory_bytes = state + act + model.fixed_bytes;
       pr.state_bytes = state;
       pr.activation_bytes = act;
       pr.max_in_flight = in_flight[i];

@@ -28,7 +28,8 @@
 //    (each / S when sharded) and, sharded, a gather buffer of two of the stage's largest layers
 //    (one in use, one prefetched); activations: max in-flight micro-batches (from the simulator;
 //    1 without a pipeline) x the stage's saved bytes per micro-batch / v, where a layer saves
-//    ModelCost::saved_activation_factor x its output bytes / T; checkpointed (every layer a
+//    ModelCost::saved_bytes (measured) or saved_activation_factor x its output bytes, / T;
+//    plus ModelCost::fixed_bytes, and replicated, replica_gradient_copies x G; checkpointed (every layer a
 //    checkpoint), a micro-batch keeps only each layer's input (the previous layer's output; the
 //    model's own input is not counted) and the backward recomputes one layer at a time (the
 //    largest layer's full activations, added once).
@@ -72,6 +73,14 @@ struct ModelCost {
   double saved_activation_factor = 4;         // bytes a layer saves for backward per output byte
   int tensor_allreduces_per_layer = 2;        // Megatron's transformer block: 4
   int heads = 0;                              // > 0: the tensor degree must divide it
+  // Per layer, at profiled_batch: the bytes its forward keeps for the backward (measured);
+  // empty: saved_activation_factor x its output bytes.
+  std::vector<int64_t> saved_bytes;
+  // Per rank whatever the layout: the runtime's own memory (LibTorch, communicator buffers).
+  int64_t fixed_bytes = 0;
+  // Replicated (sharded 1, data > 1): flat copies of the stage's gradients the all-reduce
+  // keeps (DDP's buckets): this many x the stage's parameter bytes more state.
+  double replica_gradient_copies = 0;
 };
 
 struct SearchOptions {
@@ -132,8 +141,9 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
 // layout needs (and that layout) when none fits.
 SearchResult search(const ModelCost& model, const CommTable& comm, const SearchOptions& options);
 
-// The ranked table (top `top`) and the dropped layouts with their reasons.
-std::string describe(const SearchResult& result, int top = 10);
+// The ranked table (top `top`) and the dropped layouts with their reasons (the first
+// `dropped` of them and how many more; < 0: all).
+std::string describe(const SearchResult& result, int top = 10, int dropped = -1);
 
 std::string format_bytes(int64_t bytes);  // "7.2 GB" (10^9), "512.0 MB", "3.0 kB", "12 B"
 

@@ -25,6 +25,9 @@ void check_options(const ModelCost& model, const SearchOptions& o) {
   if (o.global_batch < 1)
     throw InvalidArgument("global_batch: expected at least 1 sample, found " + std::to_string(o.global_batch));
   if (model.layers.empty()) throw InvalidArgument("layers: expected at least one layer, found none");
+  if (!model.saved_bytes.empty() && model.saved_bytes.size() != model.layers.size())
+    throw InvalidArgument("saved_bytes: expected one per layer (" + std::to_string(model.layers.size()) +
+                          ") or none, found " + std::to_string(model.saved_bytes.size()));
   if (model.profiled_batch < 1)
     throw InvalidArgument("profiled_batch: expected at least 1 sample, found " + std::to_string(model.profiled_batch));
 }
@@ -89,7 +92,7 @@ SearchResult search(const ModelCost& model, const CommTable& comm, const SearchO
   return r;
 }
 
-std::string describe(const SearchResult& result, int top) {
+std::string describe(const SearchResult& result, int top, int dropped) {
   std::ostringstream os;
   char buf[320];
   os << result.ranked.size() << " feasible layouts (fastest first), " << result.dropped.size() << " dropped\n";
@@ -102,8 +105,12 @@ std::string describe(const SearchResult& result, int top) {
                   format_bytes(p.memory_bytes).c_str(), to_string(p.layout).c_str());
     os << buf;
   }
-  if (!result.dropped.empty()) os << "dropped:\n";
-  for (const Dropped& d : result.dropped) os << "  " << to_string(d.layout) << ": " << d.reason << "\n";
+  const size_t shown = dropped < 0 ? result.dropped.size() : std::min(result.dropped.size(), static_cast<size_t>(dropped));
+  if (shown > 0) os << "dropped:\n";
+  for (size_t i = 0; i < shown; ++i)
+    os << "  " << to_string(result.dropped[i].layout) << ": " << result.dropped[i].reason << "\n";
+  if (shown < result.dropped.size())
+    os << "(" << result.dropped.size() - shown << " dropped layouts not shown: heft plan lists each with its reason)\n";
   return os.str();
 }
 

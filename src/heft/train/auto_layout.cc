@@ -1,0 +1,234 @@
+#include "heft/train/auto_layout.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+#include "heft/comm/options.h"
+#include "heft/error.h"
+#include "heft/parallel/layout/comm_measure.h"
+#include "heft/parallel/layout/host_memory.h"
+#include "heft/train/models.h"
+#include "heft/train/pipeline_strategy.h"
+
+namespace heft::train {
+
+namespace {
+
+using parallel::layout::ModelCost;
+using parallel::layout::Prediction;
+
+// Bytes malloc has handed out and not taken back (heap and mmap'd blocks).
+int64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// Per layer: the heap its forward (with autograd) keeps alive until its backward, its output
+// included, on `batch` samples; each layer reads the previous one's output.
+std::vector<int64_t> saved_bytes(Model& model, int64_t batch) {
+  const size_t n = model.layer_names().size();
+  std::vector<int64_t> out(n, 0);
+  torch::Tensor x = model.sample_input(batch);
+  for (size_t i = 0; i < n; ++i) {
+    const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+    const int64_t before = heap_in_use();
+    torch::Tensor y = model.forward_range(static_cast<int>(i), static_cast<int>(i), in);
+    out[i] = std::max<int64_t>(0, heap_in_use() - before);
+    x = y.detach();
+  }
+  return out;
+}
+
+// Rank 0's numbers, in the order they are broadcast: a header, then 5 a layer.
+struct Header {
+  double layers = 0, fixed_bytes = 0, limit_bytes = 0, contention = 1;
+};
+
+// Profiles hp's model on this process (the global generator's state put back) into rows of
+// (forward_s, backward_s, param_bytes, activation_bytes, saved_bytes).
+std::vector<double> profile(const Hyperparameters& hp, int64_t batch) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state = generator.get_state();
+  }
+  torch::manual_seed(static_cast<uint64_t>(hp.seed));
+  ModelContext context;
+  context.hp = hp;
+  const std::shared_ptr<Model> model = make_model(hp.model, context);
+  parallel::pipeline::ProfileOptions options;
+  options.warmup = 1;
+  options.repeats = 5;
+  const std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
+  const std::vector<int64_t> saved = saved_bytes(*model, batch);
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+  std::vector<double> rows;
+  for (size_t i = 0; i < layers.size(); ++i)
+    rows.insert(rows.end(), {layers[i].forward_s, layers[i].backward_s, static_cast<double>(layers[i].param_bytes),
+                             static_cast<double>(layers[i].activation_bytes), static_cast<double>(saved[i])});
+  return rows;
+}
+
+double optimizer_state(const Hyperparameters& hp) {
+  if (hp.optimizer == "adamw") return 2;
+  return hp.momentum != 0 ? 1 : 0;
+}
+
+// Rank 0's header: what the runtime holds already, the limit and the contention factor.
+Header local_header(const config::Distribution& d, std::string* memory_source) {
+  Header h;
+  h.fixed_bytes = static_cast<double>(parallel::layout::resident_bytes());
+  const int local = std::max(1, std::stoi(comm::env_or("LOCAL_WORLD_SIZE", "1")));
+  if (d.modelparallel.memory_limit_gb > 0) {
+    h.limit_bytes = d.modelparallel.memory_limit_gb * 1e9;
+    *memory_source = "memory_limit_gb";
+  } else {
+    std::string from;
+    h.limit_bytes = static_cast<double>(parallel::layout::available_host_memory(&from)) / local;
+    *memory_source = from + " / " + std::to_string(local) + " ranks on the host";
+  }
+  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  h.contention = std::max(1.0, static_cast<double>(local) * torch::get_num_threads() / static_cast<double>(cores));
+  return h;
+}
+
+// How many ranked layouts heft-train prints: HEFT_LAYOUT_TOP (bench/auto_layout.sh reads them
+// all), else 5.
+int top_shown() {
+  const std::string v = comm::env_or("HEFT_LAYOUT_TOP", "5");
+  if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) return 5;
+  return std::stoi(v);
+}
+
+std::string fixed(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution& d, comm::Communicator& comm,
+                           int world_size) {
+  if (hp.model != "gpt")
+    throw InvalidArgument("auto_layout: expected a model cut into layers (model gpt), found model " + hp.model);
+  LayoutInputs in;
+  const int64_t batch = std::max<int64_t>(1, hp.batch_size / world_size);
+  Header h;
+  std::vector<double> rows;
+  if (comm.rank() == 0) {
+    h = local_header(d, &in.memory_source);
+    rows = profile(hp, batch);
+    h.layers = static_cast<double>(rows.size() / 5);
+  } else {
+    in.memory_source = "world rank 0's";
+  }
+  double header[4] = {h.layers, h.fixed_bytes, h.limit_bytes, h.contention};
+  comm.broadcast(header, 4, comm::DataType::f64, 0);
+  rows.resize(static_cast<size_t>(header[0]) * 5);
+  comm.broadcast(rows.data(), rows.size(), comm::DataType::f64, 0);
+  in.contention = header[3];
+  ModelCost& m = in.model;
+  for (size_t i = 0; i < rows.size() / 5; ++i) {
+    const double* r = &rows[i * 5];
+    m.layers.push_back({"layer" + std::to_string(i), r[0] * in.contention, r[1] * in.contention,
+                        static_cast<int64_t>(r[2]), static_cast<int64_t>(r[3])});
+    m.saved_bytes.push_back(static_cast<int64_t>(r[4]));
+  }
+  m.profiled_batch = static_cast<int>(batch);
+  m.fixed_bytes = static_cast<int64_t>(header[1]);
+  m.optimizer_bytes_per_param_byte = optimizer_state(hp);
+  m.tensor_allreduces_per_layer = 4;  // a block: attention and MLP, forward and backward
+  // The tensor degree must divide the heads and the vocabulary (vocabulary-parallel head).
+  m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
+  m.replica_gradient_copies = 1;  // the flat gradient buffer replicas all-reduce
+  parallel::layout::SearchOptions& o = in.options;
+  o.world = world_size;
+  o.memory_limit_bytes = static_cast<int64_t>(header[2]);
+  o.global_batch = static_cast<int>(hp.batch_size);
+  o.memory_weight = d.modelparallel.memory_weight;
+  o.overlap_gradients = true;  // DDP's buckets reduce during the backward
+  in.comm_measured = comm.size() > 1;
+  in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
+  return in;
+}
+
+config::Distribution layout_distribution(const config::Distribution& base, const Prediction& p,
+                                         int64_t* gradient_accumulation) {
+  config::Distribution d = base;
+  config::ModelParallel& m = d.modelparallel;
+  const parallel::layout::Layout& l = p.layout;
+  m.enabled = true;
+  m.partitions = l.pipeline;
+  m.microbatches = l.pipeline > 1 ? l.microbatches : 1;
+  m.virtual_stages = l.virtual_stages;
+  m.tensor_parallel_degree = l.tensor;
+  m.sharded_data_parallel_degree = l.sharded;
+  m.activation_checkpointing = l.checkpointing;
+  m.pipeline = "interleaved";
+  m.active_microbatches = l.pipeline + 2;
+  m.partition_boundaries.clear();
+  m.auto_partition = true;
+  if (l.pipeline > 1) {  // the split the search priced
+    m.auto_partition = false;
+    m.partition_boundaries.assign(p.stage_first.begin() + 1, p.stage_first.end());
+  }
+  *gradient_accumulation = l.pipeline > 1 ? 1 : l.microbatches;
+  return d;
+}
+
+std::string layout_fields(const Prediction& p, double memory_limit_bytes) {
+  const parallel::layout::Layout& l = p.layout;
+  std::ostringstream os;
+  os << "data=" << l.data << " sharded=" << l.sharded << " tensor=" << l.tensor << " pipeline=" << l.pipeline
+     << " microbatches=" << l.microbatches << " virtual_stages=" << l.virtual_stages
+     << " checkpointing=" << (l.checkpointing ? 1 : 0) << " predicted_step_s=" << fixed("%.4f", p.step_s)
+     << " predicted_memory_gb=" << fixed("%.3f", static_cast<double>(p.memory_bytes) / 1e9)
+     << " memory_limit_gb=" << fixed("%.3f", memory_limit_bytes / 1e9);
+  return os.str();
+}
+
+std::string describe_inputs(const LayoutInputs& in) {
+  std::ostringstream os;
+  os << "auto_layout: " << in.model.layers.size() << " layers profiled on one rank at " << in.model.profiled_batch
+     << " samples (CPU seconds x " << fixed("%.2f", in.contention)
+     << ", the host's ranks x threads over its cores); runtime " << parallel::layout::format_bytes(in.model.fixed_bytes)
+     << " resident; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
+     << in.memory_source << ")\n";
+  if (in.comm_measured)
+    os << "auto_layout: collective costs measured on " << in.options.world
+       << " ranks (seconds = alpha + bytes / beta):\n";
+  else
+    os << "auto_layout: collective costs are the defaults (50 us + bytes / 2 GB/s), not measured: one process "
+          "has no communicator to measure\n";
+  std::istringstream table(parallel::layout::describe(in.comm));
+  for (std::string line; std::getline(table, line);) os << "  " << line << "\n";
+  return os.str();
+}
+
+LayoutChoice choose_layout(const Hyperparameters& hp, const config::Distribution& d, comm::Communicator& world,
+                           std::ostream& out) {
+  LayoutChoice c;
+  c.inputs = layout_inputs(hp, d, world, world.size());
+  if (world.rank() == 0) out << describe_inputs(c.inputs) << std::flush;
+  c.result = parallel::layout::search(c.inputs.model, c.inputs.comm, c.inputs.options);
+  c.prediction = c.result.ranked.front();
+  c.distribution = layout_distribution(d, c.prediction, &c.gradient_accumulation);
+  if (world.rank() == 0)
+    out << parallel::layout::describe(c.result, top_shown(), 0) << "layout: "
+        << layout_fields(c.prediction, static_cast<double>(c.inputs.options.memory_limit_bytes)) << std::endl;
+  return c;
+}
+
+}  // namespace heft::train
