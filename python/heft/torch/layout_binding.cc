@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include "heft/error.h"
+#include "heft/parallel/layout/comm_measure.h"
 #include "heft/parallel/layout/layout_search.h"
+#include "parallel_group.h"
 
 namespace heft::torch_backend {
 
@@ -88,6 +90,24 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   return out;
 }
 
+// comm_measure.h on the group's communicator: (collective, group, alpha_s, beta) rows, rank
+// 0's fit on every rank (collective over the group).
+std::vector<py::tuple> measure(ParallelGroup& group, const std::vector<int64_t>& bytes, int warmup, int repeats) {
+  pl::MeasureOptions o;
+  o.bytes = bytes, o.warmup = warmup, o.repeats = repeats;
+  pl::CommTable t;
+  try {
+    py::gil_scoped_release release;
+    t = pl::measure_comm_table(group.heft().communicator(), o);
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("auto_layout: ") + e.what());
+  }
+  std::vector<py::tuple> rows;
+  for (const pl::CollectiveCost& c : t.entries)
+    rows.push_back(py::make_tuple(pl::to_string(c.collective), c.group, c.alpha_s, c.beta_bytes_per_s));
+  return rows;
+}
+
 }  // namespace
 
 void bind_layout(py::module_& parallel) {
@@ -95,6 +115,10 @@ void bind_layout(py::module_& parallel) {
   m.def("search", &search, py::arg("layers"), py::arg("comm"), py::arg("options"),
         "the ranked and dropped layouts for (name, forward_s, backward_s, param_bytes, activation_bytes) "
         "rows, (collective, group, alpha_s, beta_bytes_per_s) rows and a dict of options");
+  m.def("measure", &measure, py::arg("group"), py::arg("bytes") = std::vector<int64_t>{16 << 10, 256 << 10, 2 << 20},
+        py::arg("warmup") = 2, py::arg("repeats") = 5,
+        "(collective, group, alpha_s, beta_bytes_per_s) rows measured on the group's communicator "
+        "(comm_measure.h): every rank of the group calls it and gets rank 0's fit");
 }
 
 }  // namespace heft::torch_backend
