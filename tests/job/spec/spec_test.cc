@@ -50,7 +50,11 @@ TEST(JobSpec, BuiltinTrainerGetsDefaultMetricsAfterItsOwn) {
   for (const auto& d : r.value().metric_definitions) names.push_back(d.name);
   EXPECT_EQ(names, (std::vector<std::string>{"train:loss", "x", "train:throughput",
                                              "train:tokens_per_s", "test:acc",
-                                             "validation:loss"}));
+                                             "validation:loss", "layout:data", "layout:sharded",
+                                             "layout:tensor", "layout:pipeline",
+                                             "layout:microbatches", "layout:virtual_stages",
+                                             "layout:checkpointing", "layout:predicted_step_s",
+                                             "layout:measured_step_s"}));
   EXPECT_EQ(r.value().metric_definitions[0].regex, "L=([0-9.]+)");
 }
 

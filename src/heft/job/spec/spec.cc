@@ -514,14 +514,25 @@ bool is_base_name(const std::string& s) { return is_job_name(s) && s.size() <= k
 
 std::vector<MetricDefinition> builtin_metric_definitions() {
   // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S [tokens_per_s=T]",
-  // "epoch=E test_loss=L test_acc=A" and "step=N val_loss=V" (the GPT); the final summary
+  // "epoch=E test_loss=L test_acc=A", "step=N val_loss=V" (the GPT) and auto_layout's
+  // "layout: ..." lines (train/auto_layout.h); the final summary
   // line is not matched again.
   const std::string number = "([-+]?[0-9]*\\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf)";
   return {{"train:loss", "^step=[0-9]+ .*\\bloss=" + number},
           {"train:throughput", "^step=[0-9]+ .*\\bsamples_per_s=" + number},
           {"train:tokens_per_s", "^step=[0-9]+ .*\\btokens_per_s=" + number},
           {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number},
-          {"validation:loss", "^(?:step|epoch)=[0-9]+ .*\\bval_loss=" + number}};
+          {"validation:loss", "^(?:step|epoch)=[0-9]+ .*\\bval_loss=" + number},
+          // auto_layout's "layout: data=D sharded=S ... predicted_step_s=P [measured_step_s=M]"
+          {"layout:data", "^layout: .*\\bdata=" + number},
+          {"layout:sharded", "^layout: .*\\bsharded=" + number},
+          {"layout:tensor", "^layout: .*\\btensor=" + number},
+          {"layout:pipeline", "^layout: .*\\bpipeline=" + number},
+          {"layout:microbatches", "^layout: .*\\bmicrobatches=" + number},
+          {"layout:virtual_stages", "^layout: .*\\bvirtual_stages=" + number},
+          {"layout:checkpointing", "^layout: .*\\bcheckpointing=" + number},
+          {"layout:predicted_step_s", "^layout: .*\\bpredicted_step_s=" + number},
+          {"layout:measured_step_s", "^layout: .*\\bmeasured_step_s=" + number}};
 }
 
 Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
