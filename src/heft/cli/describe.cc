@@ -1,7 +1,10 @@
 // `heft describe JOB [--json]`: one job's statuses, transitions, counters, failure reason
 // and final metrics (docs/jobs.md); or a tuning job's status, counts by status, best trial
 // and trials (docs/tuning.md). A job the profiler sampled also lists its hosts: each with
-// its cores and the ranks that ran there (docs/observability.md "Hosts").
+// its cores and the ranks that ran there (docs/observability.md "Hosts"). A heft-train job
+// with auto_layout shows the layout it chose, its predicted and its measured median step
+// time, from the layout:* metrics of heft-train's "layout: ..." lines (docs/auto-layout.md).
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -41,6 +44,36 @@ nlohmann::json job_hosts(job::JobDb& db, int64_t job_id,
                    {"ranks", std::vector<int>(ranks.begin(), ranks.end())}});
   }
   return out;
+}
+
+// The layout:* final metrics as {"data": 2, ..., "predicted_step_s": 0.31,
+// "measured_step_s": 0.34}; null when the job has none.
+nlohmann::json job_layout(const std::vector<job::MetricPoint>& final_metrics) {
+  const std::string prefix = "layout:";
+  nlohmann::json out = nlohmann::json::object();
+  for (const job::MetricPoint& f : final_metrics)
+    if (f.name.rfind(prefix, 0) == 0) out[f.name.substr(prefix.size())] = f.value;
+  return out.contains("data") ? out : nlohmann::json();
+}
+
+// "Layout: data 2 x sharded 1 x tensor 2 x pipeline 1, microbatches 1, virtual stages 1,
+// checkpointing off; predicted 0.310 s/step, measured 0.340 s/step (auto_layout)".
+std::string layout_text(const nlohmann::json& layout) {
+  if (layout.is_null()) return "";
+  const auto whole = [&](const char* key) {
+    return layout.contains(key) ? std::to_string(static_cast<int>(layout[key].get<double>())) : std::string("?");
+  };
+  const auto seconds = [&](const char* key) {
+    if (!layout.contains(key)) return std::string("not yet");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f s/step", layout[key].get<double>());
+    return std::string(buf);
+  };
+  return "Layout: data " + whole("data") + " x sharded " + whole("sharded") + " x tensor " + whole("tensor") +
+         " x pipeline " + whole("pipeline") + ", microbatches " + whole("microbatches") + ", virtual stages " +
+         whole("virtual_stages") + ", checkpointing " + (whole("checkpointing") == "1" ? "on" : "off") +
+         "; predicted " + seconds("predicted_step_s") + ", measured " + seconds("measured_step_s") +
+         " (auto_layout)\n";
 }
 
 std::string hosts_text(const nlohmann::json& hosts) {
@@ -88,13 +121,15 @@ Command add_describe_command(CLI::App& app) {
     const auto final_metrics = db->final_metrics(j.id);
     const auto findings = db->findings(j.id);
     const nlohmann::json hosts = job_hosts(*db, j.id, final_metrics);
+    const nlohmann::json layout = job_layout(final_metrics);
     if (args->json) {
       nlohmann::json out = job::describe_json(j, transitions, final_metrics, findings);
       out["hosts"] = hosts;
+      if (!layout.is_null()) out["layout"] = layout;
       std::cout << out.dump(2) << std::endl;
     } else {
       std::cout << job::describe_text(j, transitions, final_metrics, findings)
-                << hosts_text(hosts) << std::flush;
+                << layout_text(layout) << hosts_text(hosts) << std::flush;
     }
     return 0;
   };
