@@ -33,6 +33,8 @@ std::string heft_binary_dir();
 // on their PYTHONPATH: `<bin>/python` in a build tree, `<bin>/../HEFT_PYTHON_INSTALL_DIR`
 // in an installed copy; "" when there is none (built without Python) (train.cc).
 std::string heft_python_dir();
+// `heft plan SPEC [--set key.path=value ...]` (plan.cc)
+Command add_plan_command(CLI::App& app);
 // `heft jobs [--status S] [--tuning NAME] [--since WHEN] [--limit N] [--json]` (jobs.cc)
 Command add_jobs_command(CLI::App& app);
 // `heft delete JOB... | --tuning NAME` (delete.cc)

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   };
   add(heft::cli::add_train_command);
   add(heft::cli::add_resume_command);
+  add(heft::cli::add_plan_command);
   add(heft::cli::add_jobs_command);
   add(heft::cli::add_describe_command);
   add(heft::cli::add_logs_command);

@@ -1,0 +1,116 @@
+// ctest-labels: multiproc
+// The automatic layout's surfaces through the built binaries (docs/auto-layout.md):
+// `heft plan SPEC` prints the ranked table (predicted step time, memory per rank), the dropped
+// layouts with their reasons and the chosen layout's line, saying the collective costs are the
+// defaults; a spec that fits nowhere exits 2 naming the smallest memory a layout needs; a
+// spec that is not heft-train's, or that gives a degree beside auto_layout, exits 2 naming the
+// field. A job with auto_layout trains on 2 ranks with the layout it chose, and
+// `heft describe` shows it with its predicted and measured step time.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "support/command.h"
+#include "support/files.h"
+
+namespace {
+
+const std::string kBin = HEFT_BINARY_DIR;
+
+using heft::test::run_command;
+using heft::test::TempDir;
+
+// A small GPT's spec on `ranks` ranks of one host with `parameters` in its modelparallel block.
+std::string write_spec(const TempDir& dir, int ranks, const std::string& parameters,
+                       const std::string& extra = "") {
+  const std::string path = dir.path() + "/spec.yaml";
+  std::ofstream(path) << "name: plan-gpt\n"
+                         "entry_point: heft-train\n"
+                         "hyperparameters: {model: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, "
+                         "batch_size: 8, max_steps: 4, eval: false, log_every: 2" +
+                             extra +
+                             "}\n"
+                             "cluster: {instance_count: 1, processes_per_host: " +
+                             std::to_string(ranks) +
+                             "}\n"
+                             "distribution:\n"
+                             "  modelparallel: {enabled: true, parameters: {" +
+                             parameters + "}}\n";
+  return path;
+}
+
+std::string heft(const TempDir& dir, const std::string& args) {
+  return "HEFT_HOME=" + dir.path() + "/home OMP_NUM_THREADS=1 " + kBin + "/heft " + args;
+}
+
+TEST(HeftPlan, PrintsTheRankedTableAndTheDroppedLayouts) {
+  TempDir dir("plan-test");
+  const std::string spec = write_spec(dir, 4, "auto_layout: true, memory_limit_gb: 8");
+  const heft::test::CommandOutput out = run_command(heft(dir, "plan " + spec));
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("plan: 4 ranks (1 hosts x 4)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("collective costs are the defaults"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("memory limit 8.0 GB per rank (memory_limit_gb)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("feasible layouts (fastest first)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("rank  step ms  compute ms"), std::string::npos) << out.text;
+  // Row 1 of the table, and the chosen layout's line with its fields.
+  EXPECT_TRUE(std::regex_search(out.text, std::regex(R"(\n   1 +[0-9.]+ +[0-9.]+ .* data \d x sharded \d x tensor \d)")))
+      << out.text;
+  EXPECT_TRUE(std::regex_search(out.text, std::regex(R"(\nlayout: data=\d sharded=\d tensor=\d pipeline=\d )"
+                                                     R"(microbatches=\d+ virtual_stages=\d checkpointing=[01] )"
+                                                     R"(predicted_step_s=[0-9.]+ predicted_memory_gb=[0-9.]+ )"
+                                                     R"(memory_limit_gb=8.000\n)")))
+      << out.text;
+  // Layouts the model cannot take, each with its reason: 2 heads cannot be split 4 ways.
+  EXPECT_NE(out.text.find("dropped:"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("tensor 4 does not divide heads 2"), std::string::npos) << out.text;
+  // Nothing was recorded: plan does not train.
+  EXPECT_EQ(run_command(heft(dir, "jobs")).text.find("plan-gpt"), std::string::npos);
+}
+
+TEST(HeftPlan, FitsNowhereExits2NamingTheSmallestMemory) {
+  TempDir dir("plan-test");
+  const std::string spec = write_spec(dir, 4, "auto_layout: true, memory_limit_gb: 0.001");
+  const heft::test::CommandOutput out = run_command(heft(dir, "plan " + spec));
+  EXPECT_EQ(out.code, 2) << out.text;
+  EXPECT_TRUE(std::regex_search(out.text, std::regex(R"(memory_limit: no layout fits 1\.0 MB per rank; the smallest )"
+                                                     R"(needs [0-9.]+ [kMG]B \(data \d x sharded)")))
+      << out.text;
+}
+
+TEST(HeftPlan, BadSpecsNameTheField) {
+  TempDir dir("plan-test");
+  const heft::test::CommandOutput both =
+      run_command(heft(dir, "plan " + write_spec(dir, 4, "auto_layout: true, tensor_parallel_degree: 2")));
+  EXPECT_EQ(both.code, 2) << both.text;
+  EXPECT_NE(both.text.find("distribution.modelparallel.parameters.auto_layout: true chooses "
+                           "distribution.modelparallel.parameters.tensor_parallel_degree itself"),
+            std::string::npos)
+      << both.text;
+  const std::string script = dir.path() + "/script.yaml";
+  std::ofstream(script) << "name: s\nentry_point: [python3, train.py]\n";
+  const heft::test::CommandOutput other = run_command(heft(dir, "plan " + script));
+  EXPECT_EQ(other.code, 2) << other.text;
+  EXPECT_NE(other.text.find("entry_point: expected heft-train"), std::string::npos) << other.text;
+}
+
+TEST(HeftPlan, AnAutoLayoutJobTrainsAndDescribeShowsItsLayout) {
+  TempDir dir("plan-test");
+  const std::string spec = write_spec(dir, 2, "auto_layout: true, memory_limit_gb: 8");
+  const heft::test::CommandOutput train = run_command(heft(dir, "train " + spec));
+  ASSERT_EQ(train.code, 0) << train.text;
+  const heft::test::CommandOutput log = run_command(heft(dir, "logs plan-gpt --rank 0"));
+  EXPECT_NE(log.text.find("collective costs measured on 2 ranks"), std::string::npos) << log.text;
+  EXPECT_TRUE(std::regex_search(log.text, std::regex(R"(layout: data=\d .* measured_step_s=[0-9.]+ peak_rss_gb=)")))
+      << log.text;
+  const heft::test::CommandOutput d = run_command(heft(dir, "describe plan-gpt"));
+  ASSERT_EQ(d.code, 0) << d.text;
+  EXPECT_TRUE(std::regex_search(d.text, std::regex(R"(Layout: data \d x sharded \d x tensor \d x pipeline \d, )"
+                                                   R"(microbatches \d+, virtual stages \d, checkpointing o(n|ff); )"
+                                                   R"(predicted [0-9.]+ s/step, measured [0-9.]+ s/step)")))
+      << d.text;
+}
+
+}  // namespace
