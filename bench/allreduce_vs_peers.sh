@@ -116,9 +116,9 @@ for size in sorted(by):
 
 if [[ $QUICK == 0 ]]; then
   echo
-  echo "## copy kernels across the 64 relative alignments (GB/s, best of 3 per offset; worst/best at least 0.8 is flat)"
-  build/kernel_alignment_bench --benchmark_min_time=0.01 --benchmark_repetitions=3 \
-    --benchmark_format=csv 2>/dev/null |
+  echo "## copy kernels across the 64 relative alignments (GB/s, best of 5 per offset, the repetitions interleaved in random order so a burst of load does not slow a run of neighbouring offsets; worst/best at least 0.8 is flat)"
+  build/kernel_alignment_bench --benchmark_min_time=0.01 --benchmark_repetitions=5 \
+    --benchmark_enable_random_interleaving=true --benchmark_format=csv 2>/dev/null |
     $PY -c '
 import csv, sys
 names = ["glibc memcpy", "heft copy (avx2)", "heft copy (portable)", "heft sum a+b (avx2, f32)"]

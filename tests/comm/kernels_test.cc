@@ -20,7 +20,9 @@ namespace heft::comm {
 namespace {
 
 constexpr uint8_t kGuard = 0xA5;
-const size_t kLengths[] = {0, 1, 3, 15, 31, 33, 63, 127, 128, 129, 255, 1000, 4099, 65537};
+// Around the vector, group (4 vectors) and pipeline (2 groups ahead) widths of both forms.
+const size_t kLengths[] = {0,   1,   3,   15,  31,   33,   63,   127,  128,  129,
+                           255, 256, 257, 383, 384, 385, 511, 1000, 4099, 65537};
 
 std::vector<KernelIsa> forms() {
   std::vector<KernelIsa> out{KernelIsa::kPortable};
