@@ -156,37 +156,50 @@ void Communicator::Impl::run_one(const std::string& op, const std::function<void
 
 // The first rank to fail records why under "<group>/abort" before breaking its links, so a
 // rank that then sees one of those links close can name the peer that was really lost.
+// "First" is decided by the store (an add on "<group>/abort-order": one round trip, atomic),
+// not by looking for the record: a store may apply a set after it answered another client
+// (torch's TCPStore does not wait for the server on set), so a rank two hops from the lost
+// one could look before its neighbour's record landed and record its neighbour instead. The
+// first waits for its record to be readable before it breaks any link; every later rank
+// waits for the record (at most kRecordWait) and, when it lost a peer itself, names the
+// peer in the record.
 std::exception_ptr Communicator::Impl::on_failure(const std::string& op,
                                                   std::exception_ptr error) {
+  constexpr Millis kRecordWait{2000};
   const std::string key = group_ + "/abort";
   std::exception_ptr result = error;
+  int peer = -1;
+  bool lost = false;
+  std::string what;
   try {
-    try {
-      std::rethrow_exception(error);
-    } catch (const PeerLost& e) {
-      if (store_->check({key})) {
-        std::string why = store_->get_string(key, Millis(1000));
-        auto nl = why.find('\n');
-        int lost = std::atoi(why.substr(0, nl).c_str());
-        result = std::make_exception_ptr(
-            PeerLost(rank_, lost, op, "first seen by " + why.substr(nl + 1)));
-      } else {
-        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
-      }
-    } catch (const Timeout& e) {
-      // A vote for who hung: the launcher names the rank that everyone waited for and that
-      // itself waited for nobody (docs/errors.md).
-      if (e.peer() >= 0)
-        store_->set(group_ + "/timeout/" + std::to_string(rank_),
-                    std::to_string(e.peer()) + "\n" + op);
-      if (!store_->check({key}))
-        store_->set(key, std::to_string(e.peer()) + "\n" + e.what());
-    } catch (const Error& e) {
-      if (!store_->check({key}))
-        store_->set(key, std::string("-1\n") + e.what());
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    peer = e.peer(), lost = true, what = e.what();
+  } catch (const Timeout& e) {
+    peer = e.peer(), what = e.what();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown error";
+  }
+  try {
+    // A vote for who hung: the launcher names the rank that everyone waited for and that
+    // itself waited for nobody (docs/errors.md).
+    if (!lost && peer >= 0)
+      store_->set(group_ + "/timeout/" + std::to_string(rank_), std::to_string(peer) + "\n" + op);
+    if (store_->add(group_ + "/abort-order", 1) == 1) {
+      store_->set(key, std::to_string(peer) + "\n" + what);
+      store_->get(key, kRecordWait);  // readable by every rank before a link breaks
+    } else {
+      const std::string why = store_->get_string(key, kRecordWait);
+      const auto nl = why.find('\n');
+      if (lost && nl != std::string::npos)
+        result = std::make_exception_ptr(PeerLost(rank_, std::atoi(why.substr(0, nl).c_str()), op,
+                                                  "first seen by " + why.substr(nl + 1)));
     }
   } catch (...) {
-    // The store is unreachable too (the launcher died): keep the original error.
+    // The store is unreachable too (the launcher died), or the first rank died before its
+    // record landed: keep the original error.
   }
   transport_->abort();
   if (shm_) shm_->abort();
