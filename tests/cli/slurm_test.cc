@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "support/command.h"
@@ -160,6 +163,41 @@ TEST_F(SlurmJob, AFailingTaskFailsTheBatchJobAndTheJob) {
   EXPECT_NE(j["failure_reason"].get<std::string>().find("rank 2 exited with code 5"), std::string::npos)
       << j["failure_reason"];
   EXPECT_TRUE(heft::test::run_command("pgrep -f 'step_worke[r] .*--steps 776200$'").text.empty());
+  EXPECT_EQ(queue(), "");
+}
+
+// The batch job's every task has its system series (its slurm-worker shim samples it and
+// publishes the samples through the store), `heft describe` lists both nodes, and rank 3 on
+// n2, made CPU-bound in its data loading (step_worker --busy-rank), is named by
+// CPUBottleneck (from its own samples: the supervisor starts no worker) and LoadBalancing.
+// cpu_threshold is 50, not 90: the nodes share this machine's 2 cores.
+TEST_F(SlurmJob, EveryTaskHasSystemSeriesAndACpuBoundTaskIsNamed) {
+  const auto run = heft({"train", spec("busy", ", --phase-ms, 2, --busy-rank, 3, --busy-ms, 40, --steps, 161",
+                                       "profiler: {interval_s: 0.3}\n"
+                                       "rules: [{rule: CPUBottleneck, parameters: {cpu_threshold: 50}},\n"
+                                       "        {rule: LoadBalancing}]\n")},
+                        seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  const nlohmann::json j = heft({"describe", "busy", "--json"}).json();
+  std::map<std::string, nlohmann::json> found;  // by rule; one finding each: no other rank
+  for (const auto& f : j["findings"])
+    EXPECT_TRUE(found.emplace(f["rule"].get<std::string>(), f).second) << j["findings"].dump(1);
+  ASSERT_EQ(found.count("CPUBottleneck"), 1u) << j["findings"].dump(1);
+  EXPECT_EQ(found["CPUBottleneck"]["rank"], 3) << j["findings"].dump(1);
+  EXPECT_EQ(found["CPUBottleneck"]["message"].get<std::string>().rfind("rank 3 on n2: ", 0), 0u)
+      << j["findings"].dump(1);
+  ASSERT_EQ(found.count("LoadBalancing"), 1u) << j["findings"].dump(1);
+  EXPECT_EQ(found["LoadBalancing"]["rank"], 3) << j["findings"].dump(1);
+  std::set<int> ranks;
+  for (const auto& p : heft({"metrics", "busy", "--name", "system:cpu_percent", "--format", "json"}).json())
+    ranks.insert(p["rank"].get<int>());
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  std::map<std::string, nlohmann::json> hosts;
+  for (const auto& h : j["hosts"]) hosts[h["host"].get<std::string>()] = h["ranks"];
+  EXPECT_EQ(hosts.size(), 2u) << j["hosts"].dump();
+  EXPECT_EQ(hosts["n1"], nlohmann::json({0, 1})) << j["hosts"].dump();
+  EXPECT_EQ(hosts["n2"], nlohmann::json({2, 3})) << j["hosts"].dump();
+  std::cerr << "findings: " << j["findings"].dump(1) << "\n";
   EXPECT_EQ(queue(), "");
 }
 

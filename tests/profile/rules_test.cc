@@ -103,6 +103,45 @@ TEST(Rules, CpuBottleneckFiresWhenBusyWorkersWaitOnData) {
   EXPECT_TRUE(evaluate_rule(rule("CPUBottleneck"), healthy).empty());
 }
 
+// A rank of another host (an engine's group) is judged by its own host's cores, in the
+// samples its shim's newest sample reached: the profiler reads those at its own pace, so
+// the sample nearest a step may lack the rank (regression: such steps counted as idle).
+TEST(Rules, CpuBottleneckJudgesARankOfAnotherHostByItsHostsSamples) {
+  Observations o = steps(2, 30, 20, 1, 100, 1);  // rank 1 waits on data: 104 of 126 ms
+  o.cores = 8;  // the supervisor's machine: 4 cores a worker, where 95% of one core is idle
+  o.workers_here = 2;
+  o.hosts["a"] = {1, {0}};
+  o.hosts["b"] = {1, {1}};  // rank 1 alone on a 1-core host: 95% is busy
+  o.host_of_rank = {{0, "a"}, {1, "b"}};
+  for (int i = 0; i <= 12; ++i) {  // every 0.25 s; rank 1's sample in every third only
+    SystemSample s;
+    s.timestamp = 1000 + 0.25 * i;
+    for (int r = 0; r < 2; ++r)
+      if (r == 0 || i % 3 == 0) s.ranks.push_back(RankSample{r, 95});
+    o.system.push_back(s);
+  }
+  const auto f = evaluate_rule(rule("CPUBottleneck"), o);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].rank, 1);
+  EXPECT_EQ(f[0].evidence["bottlenecked_steps"], 30);  // every step, not the third near its samples
+  EXPECT_EQ(f[0].evidence["host"], "b");
+  EXPECT_EQ(f[0].message.rfind("rank 1 on b: 100.0% of 30 steps waited on data", 0), 0u) << f[0].message;
+  // Judged by the supervisor's cores instead (hosts unknown), the same CPU use is idle.
+  o.hosts.clear();
+  o.host_of_rank.clear();
+  EXPECT_TRUE(evaluate_rule(rule("CPUBottleneck"), o).empty());
+}
+
+TEST(Rules, LoadBalancingNamesTheSlowRankAndItsHost) {
+  Observations o = steps(4, 40, 20, 3, 200, 4);
+  o.host_of_rank = {{0, "h1"}, {1, "h1"}, {2, "h2"}, {3, "h2"}};
+  const auto f = evaluate_rule(rule("LoadBalancing"), o);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].rank, 3);
+  EXPECT_EQ(f[0].evidence["host"], "h2");
+  EXPECT_EQ(f[0].message.rfind("rank 3 on h2 is the slowest", 0), 0u) << f[0].message;
+}
+
 TEST(Rules, LowUtilizationFiresOnIdleCores) {
   Observations idle;
   idle.world = idle.cores = idle.workers_here = 2;

@@ -33,18 +33,47 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
-double utilisation_at(const Observations& obs, int rank, double t) {
-  if (obs.system.empty()) return -1;
-  // Samples are in time order: the first at or after t, or the one before it.
-  auto it = std::lower_bound(obs.system.begin(), obs.system.end(), t,
-                             [](const SystemSample& s, double x) { return s.timestamp < x; });
-  if (it == obs.system.end() ||
-      (it != obs.system.begin() && t - std::prev(it)->timestamp < it->timestamp - t))
-    --it;
-  const SystemSample* best = &*it;
-  for (const RankSample& r : best->ranks)
+namespace {
+
+// The utilisation of `rank` in `s`; -1 when `s` does not hold it.
+double utilisation_in(const Observations& obs, const SystemSample& s, int rank) {
+  for (const RankSample& r : s.ranks)
     if (r.rank == rank) return obs.worker_utilisation(r.cpu_percent, rank);
   return -1;
+}
+
+}  // namespace
+
+double utilisation_at(const Observations& obs, int rank, double t) {
+  // Samples are in time order: from the first at or after t, outwards both ways to the
+  // nearest that holds the rank, at most kNearby samples each way (a rank's shim publishes
+  // as often as the profiler reads: a gap of one or two samples, not more).
+  constexpr long kNearby = 8;
+  const auto& all = obs.system;
+  const auto it = std::lower_bound(all.begin(), all.end(), t,
+                                   [](const SystemSample& s, double x) { return s.timestamp < x; });
+  const long start = it - all.begin();
+  long after = start, before = start - 1;
+  const long n = std::min(static_cast<long>(all.size()), start + kNearby);
+  const long first = std::max(0L, start - kNearby);
+  while (before >= first || after < n) {
+    const bool take_before =
+        after >= n || (before >= first && t - all[before].timestamp < all[after].timestamp - t);
+    const long i = take_before ? before-- : after++;
+    const double u = utilisation_in(obs, all[i], rank);
+    if (u >= 0) return u;
+  }
+  return -1;
+}
+
+std::string host_of(const Observations& obs, int rank) {
+  const auto it = obs.host_of_rank.find(rank);
+  return it == obs.host_of_rank.end() ? "" : it->second;
+}
+
+std::string rank_text(const Observations& obs, int rank) {
+  const std::string host = host_of(obs, rank);
+  return "rank " + std::to_string(rank) + (host.empty() ? "" : " on " + host);
 }
 
 std::vector<const SystemSample*> last_samples(const Observations& obs, double window) {
@@ -65,8 +94,6 @@ RuleFinding finding(const job::RuleSpec& r, int rank, std::string message, nlohm
   f.evidence = std::move(evidence);
   return f;
 }
-
-std::string rank_text(int rank) { return "rank " + std::to_string(rank); }
 
 // Per rank: its samples in the window (cpu utilisation, RSS MB, loader processes, read MB/s).
 struct RankSeries {
@@ -107,7 +134,7 @@ std::vector<RuleFinding> io_bottleneck(const job::RuleSpec& r, const Observation
     const double read = it == series.end() ? 0 : median(it->second.read_mb_s);
     out.push_back(finding(
         r, rank,
-        rank_text(rank) + ": " + fmt(pct) + "% of " + std::to_string(steps.size()) +
+        rank_text(obs, rank) + ": " + fmt(pct) + "% of " + std::to_string(steps.size()) +
             " steps waited on data (>= " + fmt(r.number("io_threshold"), 0) +
             "% of the step) while its CPU was below " + fmt(r.number("cpu_threshold"), 0) +
             "% (reading " + fmt(read) + " MB/s at the median)",
@@ -127,7 +154,7 @@ std::vector<RuleFinding> batch_size(const job::RuleSpec& r, const Observations& 
     if (cpu >= r.number("cpu_threshold_p95") || mem >= r.number("memory_threshold_p95")) continue;
     out.push_back(finding(
         r, rank,
-        rank_text(rank) + " used " + fmt(cpu) + "% of its cores and " + fmt(mem) +
+        rank_text(obs, rank) + " used " + fmt(cpu) + "% of its cores and " + fmt(mem) +
             "% of its share of the host's memory (" + fmt(share_mb, 0) +
             " MB) at the 95th percentile (thresholds " + fmt(r.number("cpu_threshold_p95"), 0) +
             "% and " + fmt(r.number("memory_threshold_p95"), 0) + "%)",
@@ -198,7 +225,7 @@ std::vector<RuleFinding> dataloader(const job::RuleSpec& r, const Observations& 
     }
     out.push_back(finding(
         r, rank,
-        rank_text(rank) + " ran " + fmt(loaders, 0) + " data-loader processes, " + why + " the " +
+        rank_text(obs, rank) + " ran " + fmt(loaders, 0) + " data-loader processes, " + why + " the " +
             fmt(cores) + " cores it may use" +
             (waiting > 0 ? ", while its steps spent " + fmt(waiting) + "% of their time on data" : ""),
         {{"loader_processes", loaders}, {"cores_per_worker", cores}, {"data_percent", waiting}}));

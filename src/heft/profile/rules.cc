@@ -21,6 +21,7 @@ namespace {
 using detail::fmt;
 using detail::median;
 using detail::percentile;
+using detail::rank_text;
 using detail::steps_by_rank;
 using detail::utilisation_at;
 
@@ -39,7 +40,7 @@ std::vector<RuleFinding> cpu_bottleneck(const job::RuleSpec& r, const Observatio
     RuleFinding f;
     f.rule = r.rule;
     f.rank = rank;
-    f.message = "rank " + std::to_string(rank) + ": " + fmt(pct) + "% of " +
+    f.message = rank_text(obs, rank) + ": " + fmt(pct) + "% of " +
                 std::to_string(steps.size()) + " steps waited on data (>= " +
                 fmt(r.number("data_threshold"), 0) + "% of the step) while its CPU was >= " +
                 fmt(r.number("cpu_threshold"), 0) + "% busy";
@@ -67,9 +68,9 @@ std::vector<RuleFinding> load_balancing(const job::RuleSpec& r, const Observatio
   RuleFinding f;
   f.rule = r.rule;
   f.rank = hi->first;
-  f.message = "rank " + std::to_string(hi->first) + " is the slowest: " + fmt(hi->second) +
-              " ms of work a step against " + fmt(lo->second) + " ms on rank " +
-              std::to_string(lo->first) + " (" + fmt(100 * diff, 0) + "% apart; threshold " +
+  f.message = rank_text(obs, hi->first) + " is the slowest: " + fmt(hi->second) +
+              " ms of work a step against " + fmt(lo->second) + " ms on " +
+              rank_text(obs, lo->first) + " (" + fmt(100 * diff, 0) + "% apart; threshold " +
               fmt(100 * r.number("threshold"), 0) + "%)";
   nlohmann::json per_rank = nlohmann::json::object();
   for (const auto& [rank, m] : mean) per_rank[std::to_string(rank)] = m;
@@ -128,7 +129,7 @@ std::vector<RuleFinding> step_outlier(const job::RuleSpec& r, const Observations
     RuleFinding f;
     f.rule = r.rule;
     f.rank = rank;
-    f.message = "rank " + std::to_string(rank) + ": " + std::to_string(n) + " steps slower than " +
+    f.message = rank_text(obs, rank) + ": " + std::to_string(n) + " steps slower than " +
                 fmt(limit) + " ms (median " + fmt(med) + " + " + fmt(r.number("stddev"), 0) +
                 " x sigma " + fmt(sigma) + ", at least " + fmt(r.number("min_ratio"), 1) +
                 " x the median); the slowest, step " + std::to_string(worst_step) + ", took " +
@@ -219,7 +220,11 @@ std::vector<RuleFinding> evaluate_rule(const job::RuleSpec& rule, const Observat
   else if (rule.rule == "OverallSystemUsage") out = detail::overall_system_usage(rule, obs);
   else if (rule.rule == "Dataloader") out = detail::dataloader(rule, obs);
   else throw InvalidArgument("no profiler rule named '" + rule.rule + "'");
-  for (RuleFinding& f : out) f.recommendation = recommendation(rule.rule);
+  for (RuleFinding& f : out) {
+    f.recommendation = recommendation(rule.rule);
+    const std::string host = f.rank >= 0 ? detail::host_of(obs, f.rank) : "";
+    if (!host.empty()) f.evidence["host"] = host;
+  }
   return out;
 }
 

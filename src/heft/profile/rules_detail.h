@@ -18,8 +18,14 @@ std::map<int, std::vector<const StepRecord*>> steps_by_rank(const Observations& 
 double median(std::vector<double> v);
 // The p-th percentile (0-100), interpolated; 0 for none.
 double percentile(std::vector<double> v, double p);
-// The utilisation of `rank` in the system sample nearest to `t`; -1 when none.
+// The utilisation of `rank` in the system sample nearest to `t` that holds the rank (a rank
+// of another host is in the samples its shim's newest sample reached in time, not in every
+// one); -1 when none holds it.
 double utilisation_at(const Observations& obs, int rank, double t);
+// "rank N", or "rank N on HOST" for a rank sampled on a named host (an engine's group).
+std::string rank_text(const Observations& obs, int rank);
+// The host `rank` was sampled on ("": this machine, or not sampled).
+std::string host_of(const Observations& obs, int rank);
 // The last `window` system samples (all when fewer).
 std::vector<const SystemSample*> last_samples(const Observations& obs, double window);
 

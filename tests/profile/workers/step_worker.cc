@@ -6,6 +6,8 @@
 //   --phase-ms M      milliseconds slept in each of data, forward, backward (default 5)
 //   --slow-rank R     this rank sleeps --slow-ms more in data every --slow-every steps
 //   --slow-ms S, --slow-every K
+//   --busy-rank R     this rank is CPU-bound: it spins instead of sleeping in its phases and
+//   --busy-ms B       spins B ms more in data each step (default 40): a loader that computes
 //   --stall-rank R    this rank stops (sleeps for an hour) before step --stall-step
 //   --stall-step K
 //   --loss-flat       the printed loss stays at 1.0 (else it falls as 1/step)
@@ -26,11 +28,20 @@ void sleep_ms(double ms) {
   std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(ms * 1000)));
 }
 
+// Keeps a core busy for `ms` milliseconds of wall time.
+void spin_ms(double ms) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::microseconds(static_cast<long>(ms * 1000));
+  volatile double x = 1;
+  while (std::chrono::steady_clock::now() < end)
+    for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 40, slow_rank = -1, slow_every = 4, stall_rank = -1, stall_step = 5;
-  double phase_ms = 5, slow_ms = 200;
+  int steps = 40, slow_rank = -1, slow_every = 4, stall_rank = -1, stall_step = 5, busy_rank = -1;
+  double phase_ms = 5, slow_ms = 200, busy_ms = 40;
   bool loss_flat = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -42,12 +53,16 @@ int main(int argc, char** argv) {
     else if (a == "--slow-every") slow_every = static_cast<int>(next());
     else if (a == "--stall-rank") stall_rank = static_cast<int>(next());
     else if (a == "--stall-step") stall_step = static_cast<int>(next());
+    else if (a == "--busy-rank") busy_rank = static_cast<int>(next());
+    else if (a == "--busy-ms") busy_ms = next();
     else if (a == "--loss-flat") loss_flat = true;
     // hyperparameters of the spec arrive as --name value pairs too: ignore the others
   }
   heft::comm::World world = heft::comm::init();
   heft::comm::Communicator& comm = *world.comm;
   const int rank = comm.rank();
+  const bool busy = rank == busy_rank;
+  auto work_ms = [busy](double ms) { busy ? spin_ms(ms) : sleep_ms(ms); };
   heft::profile::StepProfiler profiler = heft::profile::StepProfiler::from_env();
   std::vector<float> grad(256, 1.0f);
   for (int step = 1; step <= steps; ++step) {
@@ -55,15 +70,16 @@ int main(int argc, char** argv) {
     profiler.begin_step(step);
     {
       auto p = profiler.phase(heft::profile::Phase::kData);
-      sleep_ms(phase_ms + (rank == slow_rank && step % slow_every == 0 ? slow_ms : 0));
+      sleep_ms(rank == slow_rank && step % slow_every == 0 ? slow_ms : 0);
+      work_ms(phase_ms + (busy ? busy_ms : 0));
     }
     {
       auto p = profiler.phase(heft::profile::Phase::kForward);
-      sleep_ms(phase_ms);
+      work_ms(phase_ms);
     }
     {
       auto p = profiler.phase(heft::profile::Phase::kBackward);
-      sleep_ms(phase_ms);
+      work_ms(phase_ms);
     }
     {
       auto p = profiler.phase(heft::profile::Phase::kCommunication);
