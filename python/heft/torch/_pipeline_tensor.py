@@ -5,12 +5,12 @@ activations between stages travel in the tensor layout: a stage sends only its t
 send the other parts, each over its own pipeline group), and the next stage all-gathers
 them. Backward mirrors it: the received gradient slice is all-gathered on the sending side.
 The collectives are heft's C++ regions (_c10d.parallel.tensor); see docs/pipeline.md."""
-import fnmatch
 from collections import OrderedDict
 
 import torch
 
 from . import _c10d
+from ._tensor_parallel_plan import module_names, names_matching, plan_layers
 
 _T = _c10d.parallel.tensor
 
@@ -37,20 +37,18 @@ def check_plan(layers, plan, mesh, bounds):
         raise TypeError(f"Pipeline: tensor_plan={plan!r}: expected a non-empty dict of module-"
                         "name patterns to 'colwise', 'rowwise' or 'vocab'")
     whole = torch.nn.Sequential(*layers)
-    names = [n for n, _ in whole.named_modules() if n]
+    names = module_names(whole)
     for pattern in plan:
-        if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern)
-                                                   for n in names):
+        if not isinstance(pattern, str) or not names_matching(names, pattern):
             raise ValueError(f"Pipeline: tensor_plan pattern {pattern!r} matches no module of "
                              "the model (names are the layer's index in the sequence, then its "
                              f"own: {names[1:4]})")
-    from ._tensor_parallel import _plan  # the checks tensor_parallel makes, changing nothing
     for k, (a, b) in enumerate(bounds):
         module = chunk_module(layers, a, b)
         sub = sub_plan(module, plan)
         if sub:
             try:
-                _plan(module, sub, t)
+                plan_layers(module, sub, t)  # tensor_parallel's checks, changing nothing
             except ValueError as e:
                 raise ValueError(f"Pipeline: tensor_plan in chunk {k} (layers {a}..{b - 1}): "
                                  f"{e}") from e
@@ -59,8 +57,8 @@ def check_plan(layers, plan, mesh, bounds):
 
 def sub_plan(module, plan):
     """The plan's patterns that name a module of this chunk."""
-    names = [n for n, _ in module.named_modules() if n]
-    return {p: s for p, s in plan.items() if any(fnmatch.fnmatchcase(n, p) for n in names)}
+    names = module_names(module)
+    return {p: s for p, s in plan.items() if names_matching(names, p)}
 
 
 def split_chunk(module, plan, mesh, layers):
