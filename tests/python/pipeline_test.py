@@ -96,6 +96,11 @@ def run_case(index, name, mesh_args, kwargs, meshes, refs):
     out["evaluate"] = P.relative(pipe.evaluate(x), ref_model(x).detach())
     actions = pipe.schedule.actions(pipe.stage)
     out["exchanges"] = [pipe.counters["exchanges"], P.communication_batches(actions)]
+    # The last step's calls into Python: one per forward, and one per backward only with DDP.
+    c, kinds = pipe.counters, [a[0] for a in actions]
+    out["python_calls"] = [c["python_calls"], kinds.count("F") + (
+        kinds.count("B") if pipe.data_parallel == "ddp" else 0),
+        0 < c["forward_seconds"] <= c["busy_seconds"]]
     sim = __import__("heft.torch._c10d", fromlist=["x"]).parallel.pipeline.simulate(pipe.schedule)
     out["in_flight"] = [pipe.counters["max_in_flight"], sim["max_in_flight"][pipe.stage],
                         kwargs.get("active_microbatches")]
@@ -218,6 +223,8 @@ class PipelineEquivalence(unittest.TestCase):
                 self.assertIn("theory", r["schedule"], what)
             self.assertEqual(r["exchanges"][0], r["exchanges"][1], what)
             self.assertGreater(r["exchanges"][0], 0, what)
+            self.assertEqual(r["python_calls"][0], r["python_calls"][1], what)
+            self.assertTrue(r["python_calls"][2], what)  # 0 < forward_seconds <= busy_seconds
             ran, simulated, active = r["in_flight"]
             self.assertEqual(ran, simulated, what)
             if active is not None:

@@ -191,9 +191,9 @@ class Pipeline(torch.nn.Module):
                              f"batch of {n} samples in {argument}")
         return list(t.split(n // self.microbatches))
 
-    def _shape_fn(self, name, shapes):
-        order = iter(self._receives[name])
-        return lambda m: shapes[next(order)]
+    def _received_shapes(self, name, shapes):
+        """The shape of each activation this stage receives, in the order of its receives."""
+        return [shapes[c] for c in self._receives[name]]
 
     # ---- training ----------------------------------------------------------------------------
     def step(self, inputs, targets, loss_fn):
@@ -214,27 +214,33 @@ class Pipeline(torch.nn.Module):
             losses.append(loss.detach().double())
             return loss / self.microbatches
 
-        done = [0]
-
-        def around_backward(m, last, run):
-            k = done[0]
-            done[0] += 1
-            if self.data_parallel == "ddp":
-                c = self._backward_chunks[k]
-                if self._last_backward[c] == k:  # the chunk's last: DDP reduces during it
-                    self.chunks[c].reducer.prepare_for_backward([])
-            run()
-
-        self.counters = self._run(self.schedule, forward, around_backward,
-                                  self._shape_fn("train", shapes), dtype)
+        self.counters = self._run(self.schedule, forward, self._around_backward(),
+                                  self._received_shapes("train", shapes), dtype)
         total = torch.zeros(1, dtype=torch.float64)
         if losses:
             total += torch.stack(losses).sum() / self.microbatches
         return self._everywhere(total).item()
 
-    def _run(self, schedule, forward, around_backward, shape_fn, dtype):
+    def _around_backward(self):
+        """With DDP: arms its reducer for each chunk's last backward of the step (DDP reduces
+        during it; the earlier ones accumulate, as under no_sync). Otherwise None: the C++
+        runtime runs the backwards without calling into Python."""
+        if self.data_parallel != "ddp":
+            return None
+        done = [0]
+
+        def around_backward(m, last, run):
+            k = done[0]
+            done[0] += 1
+            c = self._backward_chunks[k]
+            if self._last_backward[c] == k:
+                self.chunks[c].reducer.prepare_for_backward([])
+            run()
+        return around_backward
+
+    def _run(self, schedule, forward, around_backward, shapes, dtype):
         try:
-            return _pp.run_stage(schedule, self.pg, forward, around_backward, shape_fn, dtype)
+            return _pp.run_stage(schedule, self.pg, forward, around_backward, shapes, dtype)
         except _pp.PeerLost as e:
             message, peer = e.args
             rank = self.mesh.ranks("pipeline")[peer] if 0 <= peer < self.stages else peer
@@ -270,7 +276,8 @@ class Pipeline(torch.nn.Module):
         modes = [m.training for m in self.modules()]
         self.eval()
         try:
-            self._run(self._eval_schedule, forward, None, self._shape_fn("eval", shapes), dtype)
+            self._run(self._eval_schedule, forward, None, self._received_shapes("eval", shapes),
+                      dtype)
         finally:
             for mod, mode in zip(self.modules(), modes):
                 mod.training = mode

@@ -6,13 +6,17 @@
 //
 // The GIL: run_stage runs with the GIL released (its exchanges wait on the network, and the
 // backward it runs is LibTorch's engine, which takes the GIL itself for Python hooks); each
-// Python callback takes it back. A Python exception raised in a callback is kept (with the GIL)
+// Python callback takes it back: forward for every forward action, around_backward (when
+// given) for every backward; the received activations' shapes are a list given up front. A Python exception raised in a callback is kept (with the GIL)
 // and raised again once run_stage has unwound; heft::PeerLost becomes PeerLost(message, peer)
 // with the lost peer's rank in the pipeline group; heft::InvalidArgument becomes ValueError.
 #include <torch/csrc/utils/pybind.h>
 
 #include <memory>
 #include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "heft/error.h"
@@ -28,13 +32,14 @@ namespace pp = heft::parallel::pipeline;
 
 namespace {
 
-// Thrown through run_stage when a Python callback raised; the Python error waits in Failure.
+// Thrown through run_stage when a Python callback raised; the Python error waits in Callbacks.
 struct CallbackFailed : std::runtime_error {
   CallbackFailed() : std::runtime_error("a Python callback of the pipeline stage raised") {}
 };
 
-struct Failure {
+struct Callbacks {
   std::optional<py::error_already_set> error;  // set and destroyed with the GIL held
+  int64_t calls = 0;                           // into Python (each takes the GIL)
 };
 
 template <typename F>
@@ -55,6 +60,7 @@ torch::ScalarType dtype_of(const std::string& name) {
                         ": expected float32, float64, float16 or bfloat16");
 }
 
+// (name, forward_s, backward_s, param_bytes, activation_bytes) rows <-> heft's LayerCost.
 std::vector<pp::LayerCost> costs_of(const std::vector<py::tuple>& rows) {
   std::vector<pp::LayerCost> out;
   for (const py::tuple& r : rows) {
@@ -65,7 +71,19 @@ std::vector<pp::LayerCost> costs_of(const std::vector<py::tuple>& rows) {
   return out;
 }
 
-py::dict plan_dict(const pp::Plan& plan, const std::vector<pp::LayerCost>& layers) {
+py::list rows_of(const std::vector<pp::LayerCost>& layers) {
+  py::list out;
+  for (const auto& l : layers)
+    out.append(py::make_tuple(l.name, l.forward_s, l.backward_s, l.param_bytes, l.activation_bytes));
+  return out;
+}
+
+// The partitioners' common conversion: rows in, `partition(layers)` run (InvalidArgument as
+// ValueError), the plan out as a dict.
+template <typename F>
+py::dict partitioned(const std::vector<py::tuple>& rows, F&& partition) {
+  const std::vector<pp::LayerCost> layers = costs_of(rows);
+  const pp::Plan plan = invalid_as_value_error([&] { return partition(layers); });
   py::dict d;
   d["first"] = plan.first;
   d["max_cost"] = plan.max_cost;
@@ -108,38 +126,46 @@ py::dict counters_dict(const pp::PipelineCounters& c) {
   d["sends"] = c.sends;
   d["recvs"] = c.recvs;
   d["busy_seconds"] = c.busy_seconds;
+  d["forward_seconds"] = c.forward_seconds;
   d["step_seconds"] = c.step_seconds;
   d["max_in_flight"] = c.max_in_flight;
   d["microbatch_seconds"] = c.microbatch_seconds;
   return d;
 }
 
-py::dict run(const pp::Schedule& sc, ParallelGroup& group, const py::function& forward,
-             const py::object& around_backward, const py::function& activation_shape,
-             const std::string& dtype, const py::object& peer_lost) {
-  auto failure = std::make_shared<Failure>();
-  auto guarded = [failure](auto&& body) {
+// The stage's functions over the Python callbacks. Only forward calls into Python for
+// every action; the received activations' shapes are given up front (in the order of the
+// stage's receives) and, without around_backward, a backward never takes the GIL.
+pp::StageFunctions stage_functions(const py::function& forward, const py::object& around_backward,
+                                   std::vector<std::vector<int64_t>> shapes,
+                                   const std::string& dtype, std::shared_ptr<Callbacks> callbacks) {
+  auto guarded = [callbacks](auto&& body) {
     py::gil_scoped_acquire gil;
+    ++callbacks->calls;
     try {
       return body();
     } catch (py::error_already_set& e) {
-      failure->error.emplace(std::move(e));
+      callbacks->error.emplace(std::move(e));
       throw CallbackFailed();
     }
   };
   pp::StageFunctions stage;
   stage.dtype = dtype_of(dtype);
-  stage.forward = [&](int chunk, int m, const torch::Tensor& input) {
+  stage.forward = [guarded, &forward](int chunk, int m, const torch::Tensor& input) {
     return guarded([&] {
       py::object in = input.defined() ? py::cast(input) : py::none();
       return forward(chunk, m, in).cast<torch::Tensor>();
     });
   };
-  stage.activation_shape = [&](int m) {
-    return guarded([&] { return activation_shape(m).cast<std::vector<int64_t>>(); });
+  auto next = std::make_shared<size_t>(0);
+  stage.activation_shape = [shapes = std::move(shapes), next](int) {
+    if (*next >= shapes.size())
+      throw heft::InvalidArgument("pipeline: activation_shapes gives " + std::to_string(shapes.size()) +
+                                  " shapes; the stage receives more activations than that");
+    return shapes[(*next)++];
   };
   if (!around_backward.is_none())
-    stage.around_backward = [&](int m, bool last, const std::function<void()>& body) {
+    stage.around_backward = [guarded, &around_backward](int m, bool last, const std::function<void()>& body) {
       guarded([&] {
         py::cpp_function run_it([&body] {
           py::gil_scoped_release nogil;
@@ -149,6 +175,11 @@ py::dict run(const pp::Schedule& sc, ParallelGroup& group, const py::function& f
         return 0;
       });
     };
+  return stage;
+}
+
+py::dict run(const pp::Schedule& sc, ParallelGroup& group, const pp::StageFunctions& stage,
+             Callbacks& callbacks, const py::object& peer_lost) {
   pp::PipelineCounters counters;
   std::optional<heft::PeerLost> lost;
   try {
@@ -159,9 +190,9 @@ py::dict run(const pp::Schedule& sc, ParallelGroup& group, const py::function& f
       lost.emplace(e);
     }
   } catch (const CallbackFailed&) {
-    if (failure->error) {
-      failure->error->restore();
-      failure->error.reset();
+    if (callbacks.error) {
+      callbacks.error->restore();
+      callbacks.error.reset();
       throw py::error_already_set();
     }
     throw;
@@ -172,7 +203,9 @@ py::dict run(const pp::Schedule& sc, ParallelGroup& group, const py::function& f
     PyErr_SetObject(peer_lost.ptr(), py::make_tuple(lost->what(), lost->peer()).ptr());
     throw py::error_already_set();
   }
-  return counters_dict(counters);
+  py::dict d = counters_dict(counters);
+  d["python_calls"] = callbacks.calls;
+  return d;
 }
 
 }  // namespace
@@ -223,18 +256,16 @@ void bind_pipeline(py::module_& parallel) {
         py::arg("virtual_stages") = 1);
   m.def("auto_partition", [](const std::vector<py::tuple>& rows, int stages, double memory_weight,
                              double tolerance) {
-          auto layers = costs_of(rows);
-          return plan_dict(invalid_as_value_error([&] {
-                             return pp::auto_partition(layers, stages, memory_weight, tolerance);
-                           }), layers);
+          return partitioned(rows, [&](const auto& layers) {
+            return pp::auto_partition(layers, stages, memory_weight, tolerance);
+          });
         },
         py::arg("layers"), py::arg("stages"), py::arg("memory_weight"), py::arg("tolerance") = 0.0);
   m.def("manual_partition", [](const std::vector<py::tuple>& rows, const std::vector<int>& boundaries,
                                double memory_weight) {
-          auto layers = costs_of(rows);
-          return plan_dict(invalid_as_value_error([&] {
-                             return pp::manual_partition(layers, boundaries, memory_weight);
-                           }), layers);
+          return partitioned(rows, [&](const auto& layers) {
+            return pp::manual_partition(layers, boundaries, memory_weight);
+          });
         },
         py::arg("layers"), py::arg("boundaries"), py::arg("memory_weight"));
   m.def("profile_layers", [](const std::vector<py::tuple>& rows, int warmup, int repeats,
@@ -242,28 +273,29 @@ void bind_pipeline(py::module_& parallel) {
           auto layers = costs_of(rows);
           invalid_as_value_error([&] {
             pp::profile_layers(layers, {warmup, repeats}, [&](int i, double* f, double* b) {
-              auto fb = time_layer(i).cast<std::pair<double, double>>();
-              *f = fb.first;
-              *b = fb.second;
+              std::tie(*f, *b) = time_layer(i).cast<std::pair<double, double>>();
             });
             return 0;
           });
-          py::list out;
-          for (const auto& l : layers)
-            out.append(py::make_tuple(l.name, l.forward_s, l.backward_s, l.param_bytes, l.activation_bytes));
-          return out;
+          return rows_of(layers);
         },
         py::arg("layers"), py::arg("warmup"), py::arg("repeats"), py::arg("time_layer"),
         "each layer's median forward and backward seconds (time_layer(i) -> (forward_s, backward_s))");
   m.def("run_stage",
         [peer_lost](const pp::Schedule& sc, ParallelGroup& group, const py::function& forward,
-                    const py::object& around_backward, const py::function& activation_shape,
-                    const std::string& dtype) {
-          return run(sc, group, forward, around_backward, activation_shape, dtype, peer_lost);
+                    const py::object& around_backward,
+                    std::vector<std::vector<int64_t>> activation_shapes, const std::string& dtype) {
+          auto callbacks = std::make_shared<Callbacks>();
+          const pp::StageFunctions stage = stage_functions(
+              forward, around_backward, std::move(activation_shapes), dtype, callbacks);
+          return run(sc, group, stage, *callbacks, peer_lost);
         },
         py::arg("schedule"), py::arg("group"), py::arg("forward"), py::arg("around_backward"),
-        py::arg("activation_shape"), py::arg("dtype") = "float32",
-        "runs this rank's stage of schedule over group; returns its PipelineCounters as a dict");
+        py::arg("activation_shapes"), py::arg("dtype") = "float32",
+        "runs this rank's stage of schedule over group (forward(chunk, m, input) -> tensor; "
+        "around_backward(m, last, run) or None; activation_shapes: the shape of each activation "
+        "the stage receives, in the order of its receives); returns its PipelineCounters as a dict "
+        "with python_calls, the callbacks made into Python");
 }
 
 }  // namespace heft::torch_backend

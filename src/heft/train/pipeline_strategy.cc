@@ -261,9 +261,10 @@ class Pipelined : public MeshStrategy {
     const double idle = counters_.step_seconds > 0
                             ? 1.0 - counters_.busy_seconds / counters_.step_seconds : 0;
     std::snprintf(line, sizeof(line),
-                  "pipeline: stage=%d busy_seconds=%.3f step_seconds=%.3f idle_fraction=%.3f "
-                  "theory=%.3f max_in_flight=%d exchanges=%lld",
-                  pipe_.rank(), counters_.busy_seconds, counters_.step_seconds, idle,
+                  "pipeline: stage=%d busy_seconds=%.3f forward_seconds=%.3f step_seconds=%.3f "
+                  "idle_fraction=%.3f theory=%.3f max_in_flight=%d exchanges=%lld",
+                  pipe_.rank(), counters_.busy_seconds, counters_.forward_seconds,
+                  counters_.step_seconds, idle,
                   parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches, settings_.virtual_stages),
                   counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
     if (!reports_ || measured_s_.empty()) return line;

@@ -124,7 +124,7 @@ class StageRun {
     outputs_[k] = out;
     if (vs < virtual_count_ - 1) to_send_act_[k] = out.detach().contiguous();
     if (counters_) {
-      count_compute(a.microbatch, t0);
+      counters_->forward_seconds += count_compute(a.microbatch, t0);
       counters_->max_in_flight = std::max(counters_->max_in_flight, static_cast<int>(outputs_.size()));
     }
   }
@@ -155,9 +155,12 @@ class StageRun {
     if (counters_) count_compute(a.microbatch, t0);
   }
 
-  void count_compute(int m, Clock::time_point t0) {
-    counters_->busy_seconds += seconds_since(t0);
-    counters_->microbatch_seconds.at(static_cast<size_t>(m)) += seconds_since(t0);
+  // Adds the compute since t0 to the counters; returns its seconds.
+  double count_compute(int m, Clock::time_point t0) {
+    const double s = seconds_since(t0);
+    counters_->busy_seconds += s;
+    counters_->microbatch_seconds.at(static_cast<size_t>(m)) += s;
+    return s;
   }
 
   ProcessGroup& group_;

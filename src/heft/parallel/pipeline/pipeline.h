@@ -38,8 +38,11 @@ struct StageFunctions {
 struct PipelineCounters {
   int64_t exchanges = 0;  // batches of communication actions issued
   int64_t sends = 0, recvs = 0;
-  double busy_seconds = 0;   // in forward and backward compute
-  double step_seconds = 0;   // in run_stage
+  double busy_seconds = 0;     // in forward and backward compute
+  double forward_seconds = 0;  // of which in forward compute (the rest: backward)
+  double step_seconds = 0;     // in run_stage: from before its first action to after its
+                               // last; on the first stage, which runs the step's first
+                               // forward and its last backward, the schedule's makespan
   int max_in_flight = 0;     // micro-batches whose activations were held at once
   // The last step's compute seconds per micro-batch (forward + backward of every chunk this
   // stage holds; the backward as around_backward wraps it), indexed by micro-batch.
