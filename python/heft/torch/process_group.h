@@ -56,7 +56,7 @@
 
 namespace heft::torch_backend {
 
-struct Operation;    // one operation (process_group.cc)
+struct Operation;    // one operation (operation.h)
 struct Completions;  // which completer completed a group's operations
 struct Deferred;     // the operation not issued yet, shared with the group's Works
 
