@@ -13,6 +13,8 @@ A plan maps glob patterns of module names (fnmatch on named_modules() names) to
              just before it and all-reduces (the bias added once, after the sum)
   "vocab"    nn.Embedding cut by vocabulary rows (one all-reduce), or an nn.Linear head cut
              by vocabulary rows whose logits stay split, for vocab_parallel_cross_entropy
+  "heads"    nn.MultiheadAttention split by heads: in_proj's q, k, v rows of this rank's
+             heads, out_proj rowwise (_heads_attention.py)
 A fused q/k/v projection (a colwise layer giving 3x its rowwise's input) is cut as 3 parts so
 each rank keeps its heads' q, k and v, and the nearest enclosing module's heads / n_head /
 num_heads is divided by T; likewise three colwise q, k, v layers under such a module.
@@ -129,6 +131,8 @@ def _cut(style, m, parts):
     """How each parameter of full module m is cut: {name: (dim, parts)}."""
     if style == "rowwise":
         return {"weight": (1, 1), "bias": (-1, 1)}
+    if style == "heads":  # (out_proj's are under out_proj: not tied elsewhere)
+        return {"in_proj_weight": (0, 3), "in_proj_bias": (0, 3)}
     if isinstance(m, nn.Embedding):
         return {"weight": (0, 1)}
     return {"weight": (0, parts), "bias": (0, parts)}
@@ -191,6 +195,9 @@ def tensor_parallel(module, plan, mesh):
             new = VocabEmbedding(full, group, shared, what)
         elif style == "rowwise":
             new = RowwiseLinear(full, group, shared, what)
+        elif style == "heads":
+            from ._heads_attention import HeadsAttention
+            new = HeadsAttention(full, group, shared, what)
         else:
             new = ColwiseLinear(full, group, parts, gather, shared, what)
         _replace(module, full, new)

@@ -10,7 +10,7 @@ import torch.nn as nn
 from . import _c10d
 
 _T = _c10d.parallel.tensor
-STYLES = ("colwise", "rowwise", "vocab")
+STYLES = ("colwise", "rowwise", "vocab", "heads")
 HEAD_ATTRS = ("heads", "n_head", "num_heads")
 
 
@@ -28,13 +28,13 @@ def _matches(module, plan):
     """{name: (pattern, style)} of the modules the plan names, in named_modules order."""
     if not isinstance(plan, dict) or not plan:
         raise TypeError(f"tensor_parallel: plan={plan!r}: expected a non-empty dict of module-"
-                        "name patterns to 'colwise', 'rowwise' or 'vocab'")
+                        "name patterns to 'colwise', 'rowwise', 'vocab' or 'heads'")
     names = module_names(module)
     found = {}
     for pattern, style in plan.items():
         if not isinstance(pattern, str) or style not in STYLES:
             raise ValueError(f"tensor_parallel: plan pattern {pattern!r}: {style!r}: expected "
-                             "a string pattern mapped to 'colwise', 'rowwise' or 'vocab'")
+                             "a string pattern mapped to 'colwise', 'rowwise', 'vocab' or 'heads'")
         hit = names_matching(names, pattern)
         if not hit:
             raise ValueError(f"tensor_parallel: plan pattern {pattern!r} matches no module of "
@@ -47,9 +47,35 @@ def _matches(module, plan):
     return {n: found[n] for n in names if n in found}
 
 
+def _attention(modules, name, pattern, style):
+    """True for 'heads' on an nn.MultiheadAttention it supports. ValueError for 'heads' on
+    anything else, and for another style on an nn.MultiheadAttention or on its out_proj,
+    which the attention uses without calling it (F.multi_head_attention_forward)."""
+    m, parent = modules[name], name.rpartition(".")[0]
+    owner = name if isinstance(m, nn.MultiheadAttention) else parent if (
+        name.rpartition(".")[2] == "out_proj" and name != parent
+        and isinstance(modules.get(parent), nn.MultiheadAttention)) else None
+    if style == "heads":
+        if not isinstance(m, nn.MultiheadAttention):
+            raise ValueError(f"tensor_parallel: plan pattern {pattern!r} matches {name!r} "
+                             f"({type(m).__name__}): 'heads' applies to nn.MultiheadAttention")
+        from ._heads_attention import check
+        check(m, f"tensor_parallel: plan pattern {pattern!r}: {name!r}")
+        return True
+    if owner is not None:
+        raise ValueError(f"tensor_parallel: plan pattern {pattern!r} matches {name!r}: "
+                         f"nn.MultiheadAttention {owner!r} computes with its fused "
+                         "in_proj_weight and out_proj.weight itself, never calling out_proj, so "
+                         f"{style!r} cannot split it; plan {owner!r}: 'heads' (its heads split "
+                         "over the ranks: in_proj by heads, out_proj rowwise), or leave it whole")
+    return False
+
+
 def _check_types(modules, found):
     for name, (pattern, style) in found.items():
         m = modules[name]
+        if _attention(modules, name, pattern, style):
+            continue
         ok = isinstance(m, nn.Linear) or (style == "vocab" and isinstance(m, nn.Embedding))
         if not ok or type(m) not in (nn.Linear, nn.Embedding):
             want = "nn.Linear or nn.Embedding" if style == "vocab" else "nn.Linear"
@@ -137,6 +163,11 @@ def plan_layers(module, plan, size):
     layers = []
     for name, (pattern, st) in found.items():
         m = modules[name]
+        if st == "heads":  # nn.MultiheadAttention, split by heads (_heads_attention.py)
+            _T.split_size(m.num_heads, size,
+                          f"tensor_parallel: plan pattern {pattern!r}: {name!r} num_heads")
+            layers.append((name, pattern, st, 1, False))
+            continue
         n = m.num_embeddings if isinstance(m, nn.Embedding) else \
             m.in_features if st == "rowwise" else m.out_features // parts[name]
         what = {"colwise": "output features", "rowwise": "input features",
