@@ -16,7 +16,14 @@ it within a stated tolerance (the largest difference is printed):
   fc), 2 stages, partition="auto" (profiles a layer that is an in-place ReLU) and
   partition=[2] (stage 1 begins with that ReLU, on the received activation), 4 micro-batches;
   and over torchvision's VisionTransformer cut into a sequence (patches, class token and
-  positions, the encoder blocks, the norm, the class token's row, the head).
+  positions, the encoder blocks, the norm, the class token's row, the head);
+- tensor_parallel at tensor 2 over torchvision's VisionTransformer: its MLPBlocks' nn.Linear
+  pairs colwise/rowwise with the nn.MultiheadAttention whole, and with the attention split
+  by heads too ("heads": in_proj's q, k, v rows of the rank's heads, out_proj rowwise); the
+  counters show heft's layers ran; "heads" on torch's nn.MultiheadAttention in its other
+  forms (sequence first, cross-attention, masks, per-head weights) gives the unsplit
+  module's outputs, weights and input gradients (absolute 1e-5). Planning the attention or
+  its out_proj as an nn.Linear is refused with a message naming the module and 'heads'.
 
 This file is also the worker (HEFT_TV_WORKER=1; rank 0 prints `case ` JSON lines)."""
 import json
@@ -30,8 +37,11 @@ import support
 CLASSES, IMAGE = 10, 32
 SDP_TOL = 1e-5   # relative, losses and per tensor (norm of the difference over the norm)
 PP_TOL = 1e-5
+TP_TOL = 1e-5
 VIT = dict(image_size=IMAGE, patch_size=8, num_layers=4, num_heads=4, hidden_dim=64,
            mlp_dim=128, num_classes=CLASSES)
+VIT_MLP_PLAN = {"encoder.layers.*.mlp.0": "colwise", "encoder.layers.*.mlp.3": "rowwise"}
+VIT_PLAN = dict(VIT_MLP_PLAN, **{"encoder.layers.*.self_attention": "heads"})
 
 
 def batch(step, lo, hi, total):
@@ -208,19 +218,116 @@ def pipeline_case(name, make, partition, mesh, steps=3, total=8, micro=4):
     return {"case": out["case"], "tolerance": PP_TOL, "ranks": rows}
 
 
+# ---- tensor_parallel -------------------------------------------------------------------------
+def refusals(mesh):
+    """{what: message} of the plans that split an nn.MultiheadAttention as nn.Linear."""
+    from heft.torch.parallel import tensor_parallel
+    refused = {}
+    for what, plan in (("attention", {"encoder.layers.*.self_attention": "colwise"}),
+                       ("out_proj", {"encoder.layers.*.self_attention.out_proj": "rowwise"}),
+                       ("heads on a Linear", {"encoder.layers.*.mlp.0": "heads"})):
+        try:
+            tensor_parallel(vit(), plan, mesh)
+            refused[what] = None
+        except ValueError as e:
+            refused[what] = str(e)
+    return refused
+
+
+def tensor_case(mesh, name, plan, steps=3, total=4):
+    import torch.nn.functional as F
+    from heft.torch import _c10d
+    from heft.torch.parallel import full_state_dict, tensor_parallel
+    ref, tp = vit(), tensor_parallel(vit(), plan, mesh)
+    opts = [sgd(m.parameters()) for m in (ref, tp)]
+    loss_diff, counts = 0.0, []
+    for step in range(steps):
+        x, y = batch(step, 0, total, total)
+        losses = []
+        for model, opt in zip((ref, tp), opts):
+            _c10d.parallel.tensor.reset_counters()
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        c = _c10d.parallel.tensor.counters()
+        counts.append([c["forward_allreduces"], c["backward_allreduces"]])
+        loss_diff = max(loss_diff, relative(losses[1], losses[0]))
+    full, plain = full_state_dict(tp), ref.state_dict()
+    block = tp.encoder.layers[0]
+    attention = block.self_attention
+    return {"case": f"tensor_parallel vit T2 ({name})", "tolerance": TP_TOL, "loss": loss_diff,
+            "keys": [sorted(full) == sorted(plain)], "state": worst(full, plain),
+            "counts": counts, "layers": VIT["num_layers"],
+            "held": {"mlp.0": list(block.mlp[0].weight.shape),
+                     "in_proj": list(attention.in_proj_weight.shape),
+                     "out_proj": list(attention.out_proj.weight.shape),
+                     "heads": attention.num_heads, "type": type(attention).__name__},
+            "refused": refusals(mesh) if name == "MLPs" else {}}
+
+
+def attention(batch_first):
+    """A seeded nn.MultiheadAttention of 4 heads of width 4, with nonzero biases."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(5)
+    module = nn.MultiheadAttention(16, 4, batch_first=batch_first)
+    with torch.no_grad():
+        module.in_proj_bias.normal_()
+        module.out_proj.bias.normal_()
+    return module
+
+
+def attention_forms(mesh):
+    """'heads' beyond the ViT's self-attention: nn.MultiheadAttention batch first or not,
+    cross-attention with a key padding mask and a per-head float mask, a causal bool mask
+    with per-head weights; the largest difference of the output, the weights and the input
+    gradients from the unsplit module's."""
+    import torch
+    import torch.nn as nn
+    from heft.torch.parallel import tensor_parallel
+    largest = 0.0
+    for batch_first in (True, False):
+        full = attention(batch_first)
+        part = tensor_parallel(nn.Sequential(attention(batch_first)), {"0": "heads"}, mesh)[0]
+        shape = (lambda n, t: (n, t, 16)) if batch_first else (lambda n, t: (t, n, 16))
+        x, memory = torch.randn(shape(3, 5)), torch.randn(shape(3, 7))
+        padding = torch.zeros(3, 7, dtype=torch.bool)
+        padding[0, -2:] = True
+        causal = torch.ones(5, 7, dtype=torch.bool).triu(1)
+        for args, kwargs in (((x, x, x), {}),
+                             ((x, memory, memory), {"key_padding_mask": padding,
+                                                    "attn_mask": torch.randn(3 * 4, 5, 7)}),
+                             ((x, memory, memory), {"attn_mask": causal,
+                                                    "average_attn_weights": False})):
+            results = []
+            for module in (full, part):
+                inputs = [a.clone().requires_grad_() for a in args]
+                out, weights = module(*inputs, **kwargs)
+                (out.square().sum() + weights.sum()).backward()
+                results.append([out, weights, inputs[0].grad, inputs[1].grad])
+            largest = max([largest] + [float((a - b).abs().max()) for a, b in zip(*results)])
+    return {"case": "tensor_parallel MultiheadAttention forms", "tolerance": 1e-5,
+            "largest": largest, "type": type(part).__name__}
+
+
 def worker():
     import torch.distributed as dist
     import heft.torch  # noqa: F401  (registers the backend)
     import torch.nn as nn
     from heft.torch.parallel import DeviceMesh
     dist.init_process_group("heft", init_method="env://")
-    stages = DeviceMesh(pipeline=2)
+    stages, tensors = DeviceMesh(pipeline=2), DeviceMesh(tensor=2)
     cases = [lambda: sharded_case("resnet18 batch", lambda: resnet("batch")),
              lambda: sharded_case("resnet18 group", lambda: resnet("group")),
              lambda: sharded_case("vit linear units", vit, units=[nn.Linear]),
              lambda: pipeline_case("resnet18", resnet_sequence, "auto", stages),
              lambda: pipeline_case("resnet18", resnet_sequence, [2], stages),
-             lambda: pipeline_case("vit", lambda: vit_sequence()[0], "auto", stages)]
+             lambda: pipeline_case("vit", lambda: vit_sequence()[0], "auto", stages),
+             lambda: tensor_case(tensors, "MLPs", VIT_MLP_PLAN),
+             lambda: tensor_case(tensors, "MLPs and heads", VIT_PLAN),
+             lambda: attention_forms(tensors)]
     only = os.environ.get("HEFT_TV_ONLY")  # e.g. "2,3": those cases alone (while debugging)
     for i, case in enumerate(cases):
         if only and str(i) not in only.split(","):
@@ -296,6 +403,44 @@ class TorchvisionModels(unittest.TestCase):
 
     def test_pipeline_vision_transformer_auto(self):
         self.check_pipeline("pipeline vit partition=auto")
+
+    def test_tensor_parallel_vision_transformer_mlps(self):
+        row = self.row("tensor_parallel vit T2 (MLPs)")
+        self.check_equal(row)
+        d = VIT["hidden_dim"]
+        self.assertEqual(row["held"]["mlp.0"], [VIT["mlp_dim"] // 2, d], row)
+        self.assertEqual(row["held"]["in_proj"], [3 * d, d], row)  # the attention whole
+        # heft's layers ran: per step one forward all-reduce per MLP (its rowwise layer) and
+        # one backward all-reduce (its colwise layer's input gradient).
+        for counts in row["counts"]:
+            self.assertEqual(counts, [row["layers"], row["layers"]], row)
+        self.assertEqual(sorted(row["refused"]), ["attention", "heads on a Linear", "out_proj"])
+        for what, message in row["refused"].items():
+            self.assertIsNotNone(message, (what, row))
+            self.assertIn("self_attention" if what != "heads on a Linear" else "mlp.0",
+                          message, (what, row))
+            self.assertIn("nn.MultiheadAttention", message, (what, row))
+            if what != "heads on a Linear":  # says what to do instead
+                self.assertIn("'heads'", message, (what, row))
+
+    def test_tensor_parallel_vision_transformer_mlps_and_attention_heads(self):
+        row = self.row("tensor_parallel vit T2 (MLPs and heads)")
+        self.check_equal(row)
+        d, heads = VIT["hidden_dim"], VIT["num_heads"]
+        held = row["held"]
+        self.assertEqual(held["type"], "HeadsAttention", row)
+        self.assertEqual(held["heads"], heads // 2, row)
+        self.assertEqual(held["in_proj"], [3 * d // 2, d], row)  # its heads' q, k, v rows
+        self.assertEqual(held["out_proj"], [d, d // 2], row)     # their columns
+        # Per step and block: the MLP's and the attention's out_proj all-reduce forward, their
+        # inputs' gradients backward.
+        for counts in row["counts"]:
+            self.assertEqual(counts, [2 * row["layers"], 2 * row["layers"]], row)
+
+    def test_tensor_parallel_multihead_attention_forms(self):
+        row = self.row("tensor_parallel MultiheadAttention forms")
+        self.assertEqual(row["type"], "HeadsAttention", row)
+        self.assertLessEqual(row["largest"], row["tolerance"], row)
 
 
 if __name__ == "__main__":
