@@ -246,6 +246,34 @@ TEST_F(MpirunJob, ACpuBoundRankOnTheSecondHostIsNamedByTheRules) {
   EXPECT_TRUE(no_worker_left(160));
 }
 
+// Every rank of a training job gets the training toolkit's contract on its own host, as
+// local ranks do: SM_TRAINING_ENV naming its host and the hyperparameters, and the host's
+// input config files (resourceconfig.json, hyperparameters.json) in SM_INPUT_CONFIG_DIR.
+TEST_F(MpirunJob, EveryRankGetsTheTrainingToolkitsEnvironment) {
+  heft::test::TempDir dir;
+  const std::string script = write(dir, "toolkit.py",
+      "import json, os\n"
+      "env = json.loads(os.environ['SM_TRAINING_ENV'])\n"
+      "config = os.environ['SM_INPUT_CONFIG_DIR']\n"
+      "resources = json.load(open(config + '/resourceconfig.json'))\n"
+      "hps = json.load(open(config + '/hyperparameters.json'))\n"
+      "print('toolkit rank=%s env_host=%s config_host=%s hosts=%s lr=%s file_lr=%s iface=%s' % (\n"
+      "    os.environ['RANK'], env['current_host'], resources['current_host'], ','.join(env['hosts']),\n"
+      "    env['hyperparameters']['lr'], hps['lr'], env['network_interface_name']))\n");
+  const std::string path = write(dir, "toolkit.yaml",
+      "name: toolkit\nentry_point: [/usr/bin/python3, " + script + "]\nhyperparameters: {lr: 0.5}\n"
+      "cluster: {launcher: mpirun, hosts: [10.78.0.11, 10.78.0.12], processes_per_host: 2,\n"
+      "          custom_mpi_options: \"" + mpi_options() + "\"}\nrules: []\n");
+  const auto run = heft(dir, {"train", path});
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  for (int r = 0; r < 4; ++r) {
+    const std::string host = r < 2 ? "10.78.0.11" : "10.78.0.12";
+    EXPECT_NE(run.out.find("toolkit rank=" + std::to_string(r) + " env_host=" + host + " config_host=" +
+                           host + " hosts=10.78.0.11,10.78.0.12 lr=0.5 file_lr=0.5 iface=eth0"),
+              std::string::npos) << run.out;
+  }
+}
+
 // A rank that exits with an error is named with its code (from mpirun's report), not taken
 // for a lost host, and its log's last lines are in the reason.
 TEST_F(MpirunJob, AFailingRankIsNamedWithItsExitCode) {

@@ -6,6 +6,11 @@
 // Both point GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the interface that reaches the
 // store (unless set) and run CMD as their child, watching the supervisor's liveness through
 // the store: a rank whose supervisor is gone is stopped (job/launch/worker_shim.h).
+// For a training job (SM_HPS set: `heft train`) they complete the training toolkit's per-host
+// contract as the local launcher does (SM_TRAINING_ENV, SM_RESOURCE_CONFIG, ...:
+// job::add_training_toolkit_environment, after the interface is chosen, so the toolkit's
+// network_interface_name is the one that reaches the store) and write the host's input
+// config files (job::write_host_input_config; the host's ranks may all write them).
 // With HEFT_SYSTEM_SAMPLE_MS (the profiler sets it: job_profiler.h) they also sample their
 // rank's process group and their host's cores that often and publish the samples in the
 // store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
@@ -13,12 +18,14 @@
 
 #include <climits>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 
 #include "heft/cli/commands.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/launch/slurm_launcher.h"
+#include "heft/job/launch/worker_env.h"
 #include "heft/job/launch/worker_shim.h"
 #include "heft/profile/system_sampler.h"
 
@@ -89,6 +96,11 @@ Command add_engine_worker_command(CLI::App& app, const std::string& name,
   return [command, name, environment]() -> int {
     job::Environment env = environment(job::current_environment());
     choose_socket_interface(env);
+    job::add_training_toolkit_environment(env);
+    if (const Status written = job::write_host_input_config(env); !written.ok()) {
+      std::cerr << "heft " << name << ": rank " << env["RANK"] << ": " << written.error() << "\n";
+      return 1;
+    }
     job::ShimOptions options;
     options.name = "heft " + name;
     add_sampling(env, &options);
