@@ -25,7 +25,8 @@ it within a stated tolerance (the largest difference is printed):
   module's outputs, weights and input gradients (absolute 1e-5). Planning the attention or
   its out_proj as an nn.Linear is refused with a message naming the module and 'heads'.
 
-This file is also the worker (HEFT_TV_WORKER=1; rank 0 prints `case ` JSON lines)."""
+Skipped (exit 77) without python3-torchvision. This file is also the worker
+(HEFT_TV_WORKER=1; rank 0 prints `case ` JSON lines)."""
 import json
 import os
 import sys
@@ -449,4 +450,9 @@ if __name__ == "__main__":
         worker()
         sys.exit(0)
     support.main_guard()
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        print("SKIPPED: Debian's python3-torchvision is not installed (setup.sh installs it)")
+        sys.exit(77)
     unittest.main(verbosity=2)
