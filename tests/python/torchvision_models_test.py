@@ -23,7 +23,9 @@ it within a stated tolerance (the largest difference is printed):
   counters show heft's layers ran; "heads" on torch's nn.MultiheadAttention in its other
   forms (sequence first, cross-attention, masks, per-head weights) gives the unsplit
   module's outputs, weights and input gradients (absolute 1e-5). Planning the attention or
-  its out_proj as an nn.Linear is refused with a message naming the module and 'heads'.
+  its out_proj as an nn.Linear is refused with a message naming the module and 'heads';
+- on 4 ranks, pipeline 2 x tensor 2 over the ViT as a sequence with that plan by layer
+  index: losses, evaluate and the checkpoint's full state equal one process.
 
 Skipped (exit 77) without python3-torchvision. This file is also the worker
 (HEFT_TV_WORKER=1; rank 0 prints `case ` JSON lines)."""
@@ -313,12 +315,58 @@ def attention_forms(mesh):
             "largest": largest, "type": type(part).__name__}
 
 
+def pipeline_tensor_case(mesh, steps=3, total=4, micro=2):
+    """The ViT as a sequence on pipeline 2 x tensor 2 with the plan by layer index; every
+    rank's losses, evaluate, and the checkpoint's full state against one process."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from heft.torch.parallel import Pipeline
+    plan = {"*.self_attention": "heads", "*.mlp.0": "colwise", "*.mlp.3": "rowwise"}
+    ref = vit_sequence()[0]
+    ref_opt = sgd(ref.parameters())
+    pipe = Pipeline(vit_sequence()[0], mesh, microbatches=micro, partition=[4],
+                    tensor_plan=plan)
+    opt = sgd(pipe.parameters())
+    loss_diff = 0.0
+    for step in range(steps):
+        x, y = batch(step, 0, total, total)
+        ref_opt.zero_grad()
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss = pipe.step(x, y, F.cross_entropy)
+        opt.step()
+        loss_diff = max(loss_diff, relative(loss, ref_loss.item()))
+    directory = os.path.join(os.environ["HEFT_TV_DIR"], "pipeline-tensor")
+    pipe.save_checkpoint(directory, opt)
+    full, plain = Pipeline.load_full_state_dict(directory), ref.state_dict()
+    x, _ = batch(99, 0, total, total)
+    with torch.no_grad():
+        expected = ref.eval()(x)
+    attention = [m for m in pipe.modules() if hasattr(m, "all_heads")]
+    row = {"loss": loss_diff, "evaluate": relative(pipe.evaluate(x), expected),
+           "keys": sorted(full) == sorted(plain), "state": worst(full, plain),
+           "heads": sorted({(m.num_heads, m.all_heads) for m in attention})}
+    rows = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, row)
+    return {"case": "pipeline 2 x tensor 2 vit (MLPs and heads)", "tolerance": PP_TOL,
+            "ranks": rows}
+
+
 def worker():
     import torch.distributed as dist
     import heft.torch  # noqa: F401  (registers the backend)
     import torch.nn as nn
     from heft.torch.parallel import DeviceMesh
     dist.init_process_group("heft", init_method="env://")
+    if dist.get_world_size() == 4:
+        row = pipeline_tensor_case(DeviceMesh(pipeline=2, tensor=2))
+        if dist.get_rank() == 0:
+            print("case " + json.dumps(row), flush=True)
+        dist.destroy_process_group()
+        return
     stages, tensors = DeviceMesh(pipeline=2), DeviceMesh(tensor=2)
     cases = [lambda: sharded_case("resnet18 batch", lambda: resnet("batch")),
              lambda: sharded_case("resnet18 group", lambda: resnet("group")),
@@ -353,6 +401,28 @@ class TorchvisionModels(unittest.TestCase):
                 row = json.loads(line[5:])
                 print(json.dumps(row))
                 cls.cases[row["case"]] = row
+
+    def test_pipeline_2_x_tensor_2_vision_transformer(self):
+        """4 ranks, a spawn of their own: each stage's encoder blocks split by 'heads' and
+        colwise/rowwise MLPs, the activations between stages 1/T per tensor rank."""
+        with tempfile.TemporaryDirectory() as directory:
+            results = support.run_ranks(
+                4, [support.PYTHON, "-u", os.path.abspath(__file__)], timeout=240,
+                env_of_rank=lambda r: {"HEFT_TV_WORKER": "1", "HEFT_TV_DIR": directory})
+        text = support.describe(results)
+        for rc, _, _ in results:
+            self.assertEqual(rc, 0, text)
+        rows = [json.loads(line[5:]) for line in results[0][1].splitlines()
+                if line.startswith("case ")]
+        self.assertEqual(len(rows), 1, text)
+        print(json.dumps(rows[0]))
+        tol = rows[0]["tolerance"]
+        for r in rows[0]["ranks"]:
+            self.assertLessEqual(r["loss"], tol, r)
+            self.assertLessEqual(r["evaluate"], tol, r)
+            self.assertTrue(r["keys"], r)
+            self.assertLessEqual(r["state"][0], tol, r)
+            self.assertEqual(r["heads"], [[VIT["num_heads"] // 2, VIT["num_heads"]]], r)
 
     def row(self, name):
         for rc, _, _ in self.results:
