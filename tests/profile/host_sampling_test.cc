@@ -137,6 +137,14 @@ TEST(HostSampling, ProfilerRecordsRanksOfOtherHostsAsTheirSystemSeries) {
   EXPECT_EQ(obs.hosts.at("host-b").ranks, std::vector<int>{1});
   EXPECT_EQ(obs.host_of_rank.at(1), "host-b");
   EXPECT_EQ(obs.workers_here, 1);  // one rank a host, not the world
+  // Each host's reads, for the host-wide rules: its cores and only its own ranks.
+  ASSERT_FALSE(obs.hosts.at("host-b").samples.empty());
+  for (const SystemSample& h : obs.hosts.at("host-b").samples) {
+    EXPECT_EQ(h.host, "host-b");
+    EXPECT_EQ(h.core_busy_percent.size(), static_cast<size_t>(h.cores));
+    ASSERT_EQ(h.ranks.size(), 1u);
+    EXPECT_EQ(h.ranks[0].rank, 1);
+  }
   std::set<int> ranks;
   for (const auto& p : db->metrics(id, "system:cpu_percent")) ranks.insert(p.rank);
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));

@@ -167,6 +167,49 @@ TEST(ResourceRules, DataloaderFiresOnTooFewOrTooManyLoaders) {
   EXPECT_TRUE(evaluate_rule(rule("Dataloader"), enough.o).empty());
 }
 
+// A group on other hosts (mpirun, Slurm): each host is judged by its own cores as its ranks'
+// shims read them (HostObservation::samples) and its own ranks' CPU, not by the
+// supervisor's machine (regression: its calm cores hid a saturated host).
+TEST(ResourceRules, OverallSystemUsageJudgesEachHostByItsOwnCores) {
+  Job j(4, 10, 5);
+  j.samples(20, 40, 2000, 1, 10);  // the supervisor's machine: 10% busy, no worker of its own
+  j.o.host_of_rank = {{0, "h1"}, {1, "h1"}, {2, "h2"}, {3, "h2"}};
+  for (const auto& [name, busy] : {std::pair<std::string, double>{"h1", 45}, {"h2", 98}}) {
+    HostObservation& h = j.o.hosts[name];
+    h.cores = 2;
+    h.ranks = name == "h1" ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    for (int i = 0; i < 20; ++i) {
+      SystemSample s;
+      s.timestamp = 1001 + i * 0.5;
+      s.host = name;
+      s.cores = 2;
+      s.core_busy_percent = {busy, busy};
+      for (int r : h.ranks) s.ranks.push_back(RankSample{r, 40});  // 40% of 2 cores: theirs
+      h.samples.push_back(s);
+    }
+  }
+  const auto f = evaluate_rule(rule("OverallSystemUsage"), j.o);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].rank, -1);
+  EXPECT_EQ(f[0].evidence["host"], "h2");
+  EXPECT_NEAR(f[0].evidence["other_median_percent"].get<double>(), 58, 1e-9);
+  EXPECT_EQ(f[0].message.rfind("host h2's cores were 98.0% busy", 0), 0u) << f[0].message;
+}
+
+// Dataloader counts the cores of the rank's own host: rank 1 alone on an 8-core host.
+TEST(ResourceRules, DataloaderCountsTheCoresOfTheRanksHost) {
+  Job few(2, 20, 60);
+  few.samples(12, 90, 2000, 1);
+  few.o.hosts["big"] = {8, {1}, {}};
+  few.o.host_of_rank[1] = "big";
+  const auto f = evaluate_rule(rule("Dataloader"), few.o);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_NE(f[0].message.find("rank 0 ran 0 data-loader processes, fewer than 70% of the 1.0 cores"),
+            std::string::npos) << f[0].message;
+  EXPECT_NE(f[1].message.find("rank 1 on big ran 0 data-loader processes, fewer than 70% of the 8.0 cores"),
+            std::string::npos) << f[1].message;
+}
+
 TEST(ResourceRules, NewRulesAreSilentOnTheMainJobsShape) {
   // Two workers on two cores, each 97% busy, 5% of a step on data, 1 GB of RSS, no other load.
   Job main_job(2, 40, 5);

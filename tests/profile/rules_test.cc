@@ -110,8 +110,8 @@ TEST(Rules, CpuBottleneckJudgesARankOfAnotherHostByItsHostsSamples) {
   Observations o = steps(2, 30, 20, 1, 100, 1);  // rank 1 waits on data: 104 of 126 ms
   o.cores = 8;  // the supervisor's machine: 4 cores a worker, where 95% of one core is idle
   o.workers_here = 2;
-  o.hosts["a"] = {1, {0}};
-  o.hosts["b"] = {1, {1}};  // rank 1 alone on a 1-core host: 95% is busy
+  o.hosts["a"] = {1, {0}, {}};
+  o.hosts["b"] = {1, {1}, {}};  // rank 1 alone on a 1-core host: 95% is busy
   o.host_of_rank = {{0, "a"}, {1, "b"}};
   for (int i = 0; i <= 12; ++i) {  // every 0.25 s; rank 1's sample in every third only
     SystemSample s;

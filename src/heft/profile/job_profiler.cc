@@ -155,9 +155,15 @@ void JobProfiler::sample_system(std::vector<job::MetricPoint>* points) {
     std::vector<int>& here = obs_.hosts[""].ranks;
     if (std::find(here.begin(), here.end(), r.rank) == here.end()) here.push_back(r.rank);
   }
+  std::map<std::string, SystemSample> by_host;  // other hosts' reads this time
   if (source_)
     for (int rank = static_cast<int>(local_ranks_); rank < obs_.world; ++rank)
-      read_remote(rank, &s, points);
+      read_remote(rank, &s, &by_host, points);
+  for (auto& [name, read] : by_host) {
+    std::vector<SystemSample>& kept = obs_.hosts[name].samples;
+    kept.push_back(std::move(read));
+    if (kept.size() > kSampleWindow) kept.erase(kept.begin());
+  }
   // A group that runs only on other hosts: the rules' machine is the largest host.
   if (local_ranks_ == 0 && !obs_.hosts.empty()) {
     int cores = 1, here = 1;
@@ -171,7 +177,9 @@ void JobProfiler::sample_system(std::vector<job::MetricPoint>* points) {
   if (!s.ranks.empty()) obs_.system.push_back(std::move(s));
 }
 
-void JobProfiler::read_remote(int rank, SystemSample* out, std::vector<job::MetricPoint>* points) {
+void JobProfiler::read_remote(int rank, SystemSample* out,
+                              std::map<std::string, SystemSample>* by_host,
+                              std::vector<job::MetricPoint>* points) {
   const std::optional<std::string> text = source_(rank_sample_key(spec_.name, rank));
   SystemSample r;
   if (!text || !decode_rank_sample(*text, rank, &r)) return;
@@ -193,9 +201,17 @@ void JobProfiler::read_remote(int rank, SystemSample* out, std::vector<job::Metr
   if (host_recorded_.insert(rank).second)
     points->push_back({"system:host:" + r.host, rank, r.timestamp, std::nullopt,
                        static_cast<double>(r.cores)});
+  SystemSample& read = (*by_host)[r.host];
+  if (r.timestamp >= read.timestamp) {  // the host's newest cores
+    read.timestamp = r.timestamp;
+    read.host = r.host;
+    read.cores = r.cores;
+    read.core_busy_percent = r.core_busy_percent;
+  }
   for (const RankSample& x : r.ranks) {
     add_rank_points(r, x, points);
     out->ranks.push_back(x);
+    read.ranks.push_back(x);
   }
 }
 
@@ -257,7 +273,8 @@ std::string JobProfiler::evaluate(bool final) {
   for (const job::RuleSpec& rule : spec_.rules) {
     if (final && rule.rule == "StalledTrainingRule") continue;  // the job ended: not stalled
     for (const RuleFinding& f : evaluate_rule(rule, obs_)) {
-      if (!recorded_.insert({f.rule, f.rank}).second) continue;
+      const std::string host = f.rank < 0 ? f.evidence.value("host", std::string()) : "";
+      if (!recorded_.insert({host.empty() ? f.rule : f.rule + "@" + host, f.rank}).second) continue;
       job::Finding row;
       row.rule = f.rule;
       row.rank = f.rank;

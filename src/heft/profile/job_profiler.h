@@ -66,8 +66,10 @@ class JobProfiler : public job::JobObserver {
   // One system sample of every rank: this machine's workers from /proc, the others from
   // their shims' newest samples; its series into `points`.
   void sample_system(std::vector<job::MetricPoint>* points);
-  // The newest sample `rank`'s shim published since the last read, into `out` and `points`.
-  void read_remote(int rank, SystemSample* out, std::vector<job::MetricPoint>* points);
+  // The newest sample `rank`'s shim published since the last read, into `out`, its host's
+  // read in `by_host` and `points`.
+  void read_remote(int rank, SystemSample* out, std::map<std::string, SystemSample>* by_host,
+                   std::vector<job::MetricPoint>* points);
   void read_steps(std::vector<job::MetricPoint>* points);
   void read_metrics();
   // Returns why to stop the job, or "".
@@ -82,7 +84,7 @@ class JobProfiler : public job::JobObserver {
   Observations obs_;
   std::vector<std::pair<std::string, int64_t>> step_files_;  // path, bytes read
   std::vector<std::string> partial_;                          // a torn last line per file
-  std::set<std::pair<std::string, int>> recorded_;            // (rule, rank) found
+  std::set<std::pair<std::string, int>> recorded_;  // (rule, rank) found; rule@host for a host's
   int64_t metrics_seen_ = 0;  // the last metrics row read for activity
   double last_collect_ = 0;
   SampleSource source_;

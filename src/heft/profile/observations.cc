@@ -21,14 +21,18 @@ double Observations::worker_utilisation(double cpu_percent) const {
   return cpu_percent / share;
 }
 
-double Observations::worker_utilisation(double cpu_percent, int rank) const {
+double Observations::cores_of(int rank) const {
+  const double here = static_cast<double>(std::max(1, cores)) / std::max(1, workers_here);
   const auto h = host_of_rank.find(rank);
-  if (h == host_of_rank.end()) return worker_utilisation(cpu_percent);
+  if (h == host_of_rank.end()) return here;
   const auto it = hosts.find(h->second);
-  if (it == hosts.end() || it->second.cores <= 0) return worker_utilisation(cpu_percent);
-  const double share = static_cast<double>(it->second.cores) /
-                       static_cast<double>(std::max<size_t>(1, it->second.ranks.size()));
-  return cpu_percent / share;
+  if (it == hosts.end() || it->second.cores <= 0) return here;
+  return static_cast<double>(it->second.cores) /
+         static_cast<double>(std::max<size_t>(1, it->second.ranks.size()));
+}
+
+double Observations::worker_utilisation(double cpu_percent, int rank) const {
+  return cpu_percent / cores_of(rank);
 }
 
 }  // namespace heft::profile

@@ -30,6 +30,10 @@ bool parse_step_line(const std::string& line, int rank, StepRecord* out);
 struct HostObservation {
   int cores = 0;            // its online cores
   std::vector<int> ranks;   // the ranks sampled there, ascending
+  // Another host's reads, one per profiler read that got a new sample of one of its ranks:
+  // its cores' busy share (the newest) and the CPU of its ranks read then, in time order.
+  // This machine's are Observations::system.
+  std::vector<SystemSample> samples;
 };
 
 struct Observations {
@@ -52,6 +56,9 @@ struct Observations {
   std::map<std::string, HostObservation> hosts;
   std::map<int, std::string> host_of_rank;
 
+  // The cores `rank` may use: its host's cores over the ranks sampled there (cores /
+  // workers_here when the rank's host is unknown).
+  double cores_of(int rank) const;
   // A worker's CPU use in % of the cores it may use (100 = all of its share busy).
   double worker_utilisation(double cpu_percent) const;
   // The same for `rank` on its own host: that host's cores over the ranks sampled there

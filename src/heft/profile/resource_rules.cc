@@ -2,6 +2,7 @@
 // them; job/spec/rule_spec.cc has their parameters), and the statistics all rules share.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 
 #include "heft/job/record/job_report.h"
@@ -178,36 +179,68 @@ std::vector<RuleFinding> max_initialization_time(const job::RuleSpec& r, const O
                   {{"initialization_s", waited}, {"first_step", first > 0}})};
 }
 
-std::vector<RuleFinding> overall_system_usage(const job::RuleSpec& r, const Observations& obs) {
-  std::vector<double> host, other;
-  for (const SystemSample* s : last_samples(obs, r.number("window"))) {
+namespace {
+
+// OverallSystemUsage on one host's samples: the workers counted are the ranks `mine` says
+// run there. Nothing when fewer than `patience` samples have the host's cores.
+std::vector<RuleFinding> host_usage(const job::RuleSpec& r, const std::vector<const SystemSample*>& samples,
+                                    const std::function<bool(int)>& mine, const std::string& host) {
+  std::vector<double> busy_share, other;
+  for (const SystemSample* s : samples) {
     if (s->core_busy_percent.empty()) continue;
     double busy = 0, workers = 0;
     for (double c : s->core_busy_percent) busy += c;
     busy /= static_cast<double>(s->core_busy_percent.size());
-    for (const RankSample& x : s->ranks) workers += x.cpu_percent;
+    for (const RankSample& x : s->ranks)
+      if (mine(x.rank)) workers += x.cpu_percent;
     workers /= static_cast<double>(s->core_busy_percent.size());
-    host.push_back(busy);
+    busy_share.push_back(busy);
     other.push_back(std::max(0.0, busy - workers));
   }
-  if (static_cast<double>(host.size()) < r.number("patience")) return {};
-  const double p95 = percentile(host, 95), others = median(other);
+  if (static_cast<double>(busy_share.size()) < r.number("patience")) return {};
+  const double p95 = percentile(busy_share, 95), others = median(other);
   if (p95 < r.number("threshold_p95") || others < r.number("other_threshold")) return {};
+  nlohmann::json evidence = {{"host_p95_percent", p95}, {"other_median_percent", others},
+                             {"samples", busy_share.size()}};
+  if (!host.empty()) evidence["host"] = host;
   return {finding(r, -1,
-                  "the host's cores were " + fmt(p95) + "% busy at the 95th percentile, " +
-                      fmt(others) + "% of them with processes other than the workers (median; "
-                      "thresholds " + fmt(r.number("threshold_p95"), 0) + "% and " +
+                  (host.empty() ? "the host's" : "host " + host + "'s") + " cores were " + fmt(p95) +
+                      "% busy at the 95th percentile, " + fmt(others) +
+                      "% of them with processes other than the workers (median; thresholds " +
+                      fmt(r.number("threshold_p95"), 0) + "% and " +
                       fmt(r.number("other_threshold"), 0) + "%)",
-                  {{"host_p95_percent", p95}, {"other_median_percent", others},
-                   {"samples", host.size()}})};
+                  std::move(evidence))};
+}
+
+}  // namespace
+
+std::vector<RuleFinding> overall_system_usage(const job::RuleSpec& r, const Observations& obs) {
+  // This machine, with its own workers (a group only on other hosts has none: skipped).
+  auto here = [&obs](int rank) { return host_of(obs, rank).empty(); };
+  bool any_here = false;
+  for (const SystemSample& s : obs.system)
+    for (const RankSample& x : s.ranks) any_here = any_here || here(x.rank);
+  std::vector<RuleFinding> out;
+  if (any_here) out = host_usage(r, last_samples(obs, r.number("window")), here, "");
+  // Every other host, from its ranks' shims.
+  for (const auto& [name, h] : obs.hosts) {
+    if (name.empty() || h.samples.empty()) continue;
+    const size_t n = static_cast<size_t>(std::max(1.0, r.number("window")));
+    std::vector<const SystemSample*> window;
+    for (size_t i = h.samples.size() > n ? h.samples.size() - n : 0; i < h.samples.size(); ++i)
+      window.push_back(&h.samples[i]);
+    auto there = [&obs, host = name](int rank) { return host_of(obs, rank) == host; };
+    for (RuleFinding& f : host_usage(r, window, there, name)) out.push_back(std::move(f));
+  }
+  return out;
 }
 
 std::vector<RuleFinding> dataloader(const job::RuleSpec& r, const Observations& obs) {
   if (static_cast<double>(obs.system.size()) < r.number("patience")) return {};
-  const double cores = static_cast<double>(obs.cores) / std::max(1, obs.workers_here);
   const auto steps = steps_by_rank(obs);
   std::vector<RuleFinding> out;
   for (const auto& [rank, s] : rank_series(obs, static_cast<double>(obs.system.size()))) {
+    const double cores = obs.cores_of(rank);  // of the rank's own host
     const double loaders = median(s.loaders);
     const double pct = 100 * loaders / cores;
     std::string why;
