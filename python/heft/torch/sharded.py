@@ -165,6 +165,10 @@ class ShardedDataParallel(torch.nn.Module):
         self._state_keys = state_keys
         self.order, self._order_fixed = [], False
         self._pending, self._in_backward = [], False
+        if self.compute_dtype != torch.float32:  # after the units' hooks: runs after theirs
+            for m in module.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.register_forward_pre_hook(_batch_norm_in_fp32)
 
     # ---- construction helpers -------------------------------------------------------
     @staticmethod
@@ -373,6 +377,18 @@ def _checkpointed(sdp, forward, *args, **kwargs):
     if kwargs:
         return _checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=False)
     return _checkpoint(forward, *args, use_reentrant=False)
+
+
+def _batch_norm_in_fp32(module, inputs):
+    """A BatchNorm under bf16 computes with fp32 weight and bias (views of the gathered
+    ones, cast; the gradient flows back to them) beside its fp32 running statistics: torch
+    1.13's CPU batch_norm refuses bf16 weights with fp32 statistics ("expected scalar type
+    BFloat16 but found Float"), and the statistics stay fp32 (FSDP keeps BatchNorm in full
+    precision likewise)."""
+    for attr in ("weight", "bias"):
+        t = module.__dict__.get(attr)
+        if t is not None and t.dtype != torch.float32:
+            module.__dict__[attr] = t.float()
 
 
 def _tensors(obj):
