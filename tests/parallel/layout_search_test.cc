@@ -6,11 +6,14 @@
 // expensive all-reduce the pure pipeline wins; a tensor degree that does not divide the heads
 // is dropped with that reason; the same inputs give the same ranking (ties in enumeration
 // order); a model that fits nowhere is an error naming the smallest memory it would need; the
-// comm table's group lookup; the memory of known layouts, exactly.
+// comm table's group lookup; the memory of known layouts, exactly; the host's contention
+// (busy ranks and load over cores), the optimizer's share, a step's transient bytes and the
+// sharded layers' own collectives.
 #include "heft/parallel/layout/layout_search.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -191,6 +194,45 @@ TEST(LayoutSearch, KnownMemory) {
   EXPECT_EQ(p.activation_bytes, 7 * 4000 + 4000);
   l.microbatches = 3;
   EXPECT_THROW(evaluate(m, t, o, l), InvalidArgument);
+}
+
+TEST(LayoutSearch, ContentionOptimizerTransientAndShardedLatency) {
+  ModelCost m = model(1000, 1000);
+  const CommTable free = table(kInf, kInf, kInf);
+  SearchOptions o = options(int64_t{1} << 50);
+  Layout ddp;
+  ddp.data = 4;
+  Layout pipe;
+  pipe.pipeline = 4, pipe.microbatches = 4;
+  const Prediction d0 = evaluate(m, free, o, ddp), p0 = evaluate(m, free, o, pipe);
+  // 4 ranks on 2 cores: every rank busy doubles the compute; the pipeline's idle share
+  // frees cores, so it is scaled by 4 x (1 - bubble) / 2 only (at least 1).
+  o.host_cores = 2, o.host_threads = 4;
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, 2 * d0.compute_s, 1e-12);
+  EXPECT_NEAR(evaluate(m, free, o, pipe).compute_s, p0.compute_s * std::max(1.0, 4 * (1 - p0.bubble) / 2), 1e-12);
+  o.host_load = 2;  // the host's other load counts too
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, 3 * d0.compute_s, 1e-12);
+  o.host_cores = 0, o.host_load = 0;
+  // The optimizer: a rank's share of the parameters (the whole model; a quarter sharded over
+  // 4; a stage's 2 of 8 layers).
+  m.optimizer_s = 0.1;
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, d0.compute_s + 0.1, 1e-12);
+  EXPECT_NEAR(evaluate(m, free, o, pipe).compute_s, p0.compute_s + 0.025, 1e-12);
+  Layout sharded;
+  sharded.sharded = 4;
+  const double s0 = evaluate(m, free, o, sharded).compute_s;
+  m.optimizer_s = 0;
+  EXPECT_NEAR(s0 - evaluate(m, free, o, sharded).compute_s, 0.025, 1e-12);
+  // Transient bytes: once, on the last stage, scaled to the micro-batch (4 samples).
+  m.transient_bytes = 500;
+  EXPECT_EQ(evaluate(m, free, o, ddp).activation_bytes, d0.activation_bytes + 4 * 500);
+  // Sharded: each of the 8 layers gathers on its own: 8 latencies a gather, not 1.
+  CommTable slow = free;
+  for (CollectiveCost& e : slow.entries) e.alpha_s = 1e-3;
+  const Prediction p = evaluate(m, slow, o, sharded);
+  // 2 gathers (forward, backward) x 8 layers + a reduce-scatter of each of 8 layers; no
+  // replicas to all-reduce over.
+  EXPECT_NEAR(p.gradient_comm_s, 2 * 8 * 1e-3 + 8 * 1e-3, 1e-9);
 }
 
 TEST(LayoutSearch, CommTableLookup) {

@@ -5,8 +5,13 @@
 
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <optional>
 #include <numeric>
 #include <sstream>
 
@@ -16,6 +21,7 @@
 #include "heft/parallel/layout/host_memory.h"
 #include "heft/train/models.h"
 #include "heft/train/pipeline_strategy.h"
+#include "heft/train/text.h"
 
 namespace heft::train {
 
@@ -46,33 +52,101 @@ std::vector<int64_t> saved_bytes(Model& model, int64_t batch) {
   return out;
 }
 
+double optimizer_state(const Hyperparameters& hp) {
+  if (hp.optimizer == "adamw") return 2;
+  return hp.momentum != 0 ? 1 : 0;
+}
+
 // Rank 0's numbers, in the order they are broadcast: a header, then 5 a layer.
 struct Header {
-  double layers = 0, fixed_bytes = 0, limit_bytes = 0, contention = 1;
+  double layers = 0, fixed_bytes = 0, limit_bytes = 0, optimizer_s = 0, transient_bytes = 0;
+  double cores = 1, threads = 1, load = 0;  // the host's
+  static constexpr size_t kCount = 8;
 };
 
-// Profiles hp's model on this process (the global generator's state put back) into rows of
-// (forward_s, backward_s, param_bytes, activation_bytes, saved_bytes).
-std::vector<double> profile(const Hyperparameters& hp, int64_t batch) {
+double cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+int64_t peak_resident_bytes() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Two whole training steps of `model` on `batch` samples (forward, cross-entropy, backward,
+// the optimizer): the second step's optimizer CPU seconds and loss CPU seconds (its forward,
+// twice for its backward) into h, and the process's peak resident bytes after them. The
+// gradients are left undefined.
+int64_t whole_steps(Model& model, const Hyperparameters& hp, int64_t batch, Header& h, double* loss_s) {
+  const int last = static_cast<int>(model.layer_names().size()) - 1;
+  std::vector<torch::Tensor> params = model.parameters();
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (hp.optimizer == "adamw")
+    optimizer = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-6));
+  else
+    optimizer = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(1e-6).momentum(hp.momentum));
+  const torch::Tensor x = model.sample_input(batch);
+  for (int step = 0; step < 2; ++step) {
+    optimizer->zero_grad();
+    const torch::Tensor y = model.forward_range(0, last, x);  // (B, T, V)
+    const double t0 = cpu_seconds();
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), x.reshape({-1}));
+    const double t1 = cpu_seconds();
+    loss.backward();
+    const double t2 = cpu_seconds();
+    optimizer->step();
+    const double t3 = cpu_seconds();
+    h.optimizer_s = t3 - t2;
+    *loss_s = 2 * (t1 - t0);
+  }
+  for (torch::Tensor& p : params) p.mutable_grad().reset();
+  return peak_resident_bytes();
+}
+
+// Profiles hp's model on this process (the global generator's state put back): the header's
+// memory and step figures, and rows of (forward_s, backward_s, param_bytes,
+// activation_bytes, saved_bytes). The task's text is loaded first, so the runtime's bytes
+// hold it as a run's will.
+std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   torch::Tensor state;
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     state = generator.get_state();
   }
+  std::optional<TextCorpus> corpus;
+  try {
+    corpus = load_text_corpus(hp.data.empty() ? kDefaultFortunesDir : hp.data, hp.block_size);
+  } catch (const std::exception&) {
+    // the run reports it; the plan goes on without the text's bytes
+  }
+  h.fixed_bytes = static_cast<double>(parallel::layout::resident_bytes());
   torch::manual_seed(static_cast<uint64_t>(hp.seed));
   ModelContext context;
   context.hp = hp;
   const std::shared_ptr<Model> model = make_model(hp.model, context);
+  const int64_t with_model = parallel::layout::resident_bytes();
+  double loss_s = 0;
+  const int64_t peak = whole_steps(*model, hp, batch, h, &loss_s);
   parallel::pipeline::ProfileOptions options;
   options.warmup = 1;
   options.repeats = 5;
-  const std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
+  std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
+  if (!layers.empty()) layers.back().forward_s += loss_s;  // the loss runs after the head
   const std::vector<int64_t> saved = saved_bytes(*model, batch);
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
   }
+  // The peak beyond what the search models: grads, optimizer state, every layer's saved bytes.
+  double modelled = 0;
+  for (size_t i = 0; i < layers.size(); ++i)
+    modelled += (1 + optimizer_state(hp)) * static_cast<double>(layers[i].param_bytes) + static_cast<double>(saved[i]);
+  h.transient_bytes = std::max(0.0, static_cast<double>(peak - with_model) - modelled);
   std::vector<double> rows;
   for (size_t i = 0; i < layers.size(); ++i)
     rows.insert(rows.end(), {layers[i].forward_s, layers[i].backward_s, static_cast<double>(layers[i].param_bytes),
@@ -80,15 +154,17 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch) {
   return rows;
 }
 
-double optimizer_state(const Hyperparameters& hp) {
-  if (hp.optimizer == "adamw") return 2;
-  return hp.momentum != 0 ? 1 : 0;
+// The 1-minute load average: the host's runnable threads besides this job's, read as the job
+// starts (its own ranks have barely moved it yet).
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = 0;
+  return in >> load ? load : 0;
 }
 
-// Rank 0's header: what the runtime holds already, the limit and the contention factor.
-Header local_header(const config::Distribution& d, std::string* memory_source) {
+// Rank 0's header: the limit and the host's cores, ranks x threads and load found at the start.
+Header local_header(const config::Distribution& d, double load, std::string* memory_source) {
   Header h;
-  h.fixed_bytes = static_cast<double>(parallel::layout::resident_bytes());
   const int local = std::max(1, std::stoi(comm::env_or("LOCAL_WORLD_SIZE", "1")));
   if (d.modelparallel.memory_limit_gb > 0) {
     h.limit_bytes = d.modelparallel.memory_limit_gb * 1e9;
@@ -98,8 +174,9 @@ Header local_header(const config::Distribution& d, std::string* memory_source) {
     h.limit_bytes = static_cast<double>(parallel::layout::available_host_memory(&from)) / local;
     *memory_source = from + " / " + std::to_string(local) + " ranks on the host";
   }
-  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-  h.contention = std::max(1.0, static_cast<double>(local) * torch::get_num_threads() / static_cast<double>(cores));
+  h.cores = static_cast<double>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  h.threads = static_cast<double>(local) * torch::get_num_threads();
+  h.load = load;
   return h;
 }
 
@@ -125,24 +202,34 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
     throw InvalidArgument("auto_layout: expected a model cut into layers (model gpt), found model " + hp.model);
   LayoutInputs in;
   const int64_t batch = std::max<int64_t>(1, hp.batch_size / world_size);
+  const double load = comm.rank() == 0 ? load_average() : 0;
+  // The communicator first: its buffers are then part of the runtime's bytes rank 0 reads.
+  in.comm_measured = comm.size() > 1;
+  in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
   Header h;
   std::vector<double> rows;
   if (comm.rank() == 0) {
-    h = local_header(d, &in.memory_source);
-    rows = profile(hp, batch);
+    h = local_header(d, load, &in.memory_source);
+    rows = profile(hp, batch, h);
     h.layers = static_cast<double>(rows.size() / 5);
   } else {
     in.memory_source = "world rank 0's";
   }
-  double header[4] = {h.layers, h.fixed_bytes, h.limit_bytes, h.contention};
-  comm.broadcast(header, 4, comm::DataType::f64, 0);
+  double header[Header::kCount] = {h.layers, h.fixed_bytes, h.limit_bytes, h.optimizer_s,
+                                   h.transient_bytes, h.cores, h.threads, h.load};
+  comm.broadcast(header, Header::kCount, comm::DataType::f64, 0);
   rows.resize(static_cast<size_t>(header[0]) * 5);
   comm.broadcast(rows.data(), rows.size(), comm::DataType::f64, 0);
-  in.contention = header[3];
+  in.model.optimizer_s = header[3];
+  in.model.transient_bytes = static_cast<int64_t>(header[4]);
+  in.options.host_cores = header[5];
+  in.options.host_threads = header[6];
+  in.options.host_load = header[7];
+  in.contention = std::max(1.0, (header[6] + header[7]) / header[5]);
   ModelCost& m = in.model;
   for (size_t i = 0; i < rows.size() / 5; ++i) {
     const double* r = &rows[i * 5];
-    m.layers.push_back({"layer" + std::to_string(i), r[0] * in.contention, r[1] * in.contention,
+    m.layers.push_back({"layer" + std::to_string(i), r[0], r[1],
                         static_cast<int64_t>(r[2]), static_cast<int64_t>(r[3])});
     m.saved_bytes.push_back(static_cast<int64_t>(r[4]));
   }
@@ -159,8 +246,6 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   o.global_batch = static_cast<int>(hp.batch_size);
   o.memory_weight = d.modelparallel.memory_weight;
   o.overlap_gradients = true;  // DDP's buckets reduce during the backward
-  in.comm_measured = comm.size() > 1;
-  in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
   return in;
 }
 
@@ -202,9 +287,11 @@ std::string layout_fields(const Prediction& p, double memory_limit_bytes) {
 std::string describe_inputs(const LayoutInputs& in) {
   std::ostringstream os;
   os << "auto_layout: " << in.model.layers.size() << " layers profiled on one rank at " << in.model.profiled_batch
-     << " samples (CPU seconds x " << fixed("%.2f", in.contention)
-     << ", the host's ranks x threads over its cores); runtime " << parallel::layout::format_bytes(in.model.fixed_bytes)
-     << " resident; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
+     << " samples (CPU seconds; x " << fixed("%.2f", in.contention) << " with every rank busy: "
+     << fixed("%.0f", in.options.host_threads) << " ranks x threads + load " << fixed("%.1f", in.options.host_load)
+     << " over " << fixed("%.0f", in.options.host_cores) << " cores); runtime " << parallel::layout::format_bytes(in.model.fixed_bytes)
+     << " resident (with the text), a step's transient " << parallel::layout::format_bytes(in.model.transient_bytes)
+     << ", optimizer " << fixed("%.1f", in.model.optimizer_s * 1e3) << " ms; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
      << in.memory_source << ")\n";
   if (in.comm_measured)
     os << "auto_layout: collective costs measured on " << in.options.world

@@ -11,8 +11,9 @@
 // Every rank gets rank 0's profile, memory figures and comm samples, so every rank runs the
 // same search on the same numbers and takes the same layout.
 //
-// Time: the profile's CPU seconds x max(1, ranks on the host x threads / cores), since the
-// host's ranks share its cores. Memory: the search's model plus the process's resident bytes
+// Time: the profile's CPU seconds x max(1, (ranks on the host x threads x busy share + the
+// host's 1-minute load average as the job starts) / cores), since the host's ranks share its
+// cores with each other and whatever else runs there (SearchOptions::host_cores). Memory: the search's model plus the process's resident bytes
 // before the model (LibTorch's own), against memory_limit_gb, else the host's available
 // memory (parallel/layout/host_memory.h) / its ranks (LOCAL_WORLD_SIZE).
 #pragma once
@@ -35,7 +36,7 @@ struct LayoutInputs {
   parallel::layout::CommTable comm;
   bool comm_measured = false;   // false: default_comm_table() (one process)
   std::string memory_source;    // "memory_limit_gb", "MemAvailable / 4 ranks", ...
-  double contention = 1;        // the factor on the profile's times
+  double contention = 1;        // the compute's factor with every rank busy (search: per layout)
 };
 
 struct LayoutChoice {

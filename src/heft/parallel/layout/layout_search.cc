@@ -155,7 +155,9 @@ pipeline::Simulation run_pipeline(const Layout& l, const std::vector<double>& f,
   return sim;
 }
 
-double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, double* hideable) {
+// Sharded: each of the stage's `units` layers gathers and reduce-scatters its own parameters
+// (one collective each: units x the latency, the bytes once).
+double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, int units, double* hideable) {
   double t = 0;
   *hideable = 0;
   if (l.sharded == 1) {
@@ -163,8 +165,12 @@ double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, double* 
     *hideable = t;
     return t;
   }
-  const double gathers = 2.0 * l.microbatches * comm.seconds(Collective::kAllGather, l.sharded, g);
-  const double rs = comm.seconds(Collective::kReduceScatter, l.sharded, g);
+  const double more = std::max(0, units - 1);
+  const double gathers = 2.0 * l.microbatches *
+                         (comm.seconds(Collective::kAllGather, l.sharded, g) +
+                          more * comm.seconds(Collective::kAllGather, l.sharded, 1));
+  const double rs = comm.seconds(Collective::kReduceScatter, l.sharded, g) +
+                    more * comm.seconds(Collective::kReduceScatter, l.sharded, 1);
   const double ar = comm.seconds(Collective::kAllReduce, l.data, g / l.sharded);
   *hideable = rs + ar;
   return gathers + rs + ar;
@@ -217,8 +223,10 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     const int64_t state = l.sharded == 1
                               ? scaled((2.0 + opt + copies) * static_cast<double>(params[i]))
                               : scaled((2.0 + opt) * static_cast<double>(params[i]) / l.sharded) + 2 * largest[i];
-    const int64_t act = l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
-                                        : in_flight[i] * saved[i] / v;
+    const int64_t transient =
+        s + 1 == P ? scaled(static_cast<double>(model.transient_bytes) * scale / l.tensor) : 0;
+    const int64_t act = (l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
+                                         : in_flight[i] * saved[i] / v) + transient;
     if (state + act + model.fixed_bytes > pr.memory_bytes || s == 0) {
       pr.memory_bytes = state + act + model.fixed_bytes;
       pr.state_bytes = state;
@@ -227,12 +235,29 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
       pr.tensor_comm_s = tc[i] * l.microbatches;
     }
   }
+  if (model.optimizer_s > 0) {
+    double all = 0;
+    for (const pipeline::LayerCost& layer : model.layers) all += static_cast<double>(layer.param_bytes);
+    if (all > 0) pr.compute_s += model.optimizer_s * static_cast<double>(g) / all / l.sharded;
+  }
+  // The host's cores shared: the ranks that are busy (all but the pipeline's idle share) and
+  // the host's other load.
+  double contention = 1;
+  if (o.host_cores > 0)
+    contention = std::max(1.0, (o.host_threads * (1 - pr.bubble) + o.host_load) / o.host_cores);
+  pr.compute_s *= contention;
   double hideable = 0;
-  pr.gradient_comm_s = gradient_comm(comm, l, g, &hideable);
+  int units = 0;  // layers of the largest stage
+  for (int c = 0; c < pv; ++c) {
+    const int first = pr.stage_first[static_cast<size_t>(c)];
+    const int end = c + 1 < pv ? pr.stage_first[static_cast<size_t>(c) + 1] : static_cast<int>(model.layers.size());
+    units = std::max(units, end - first);
+  }
+  pr.gradient_comm_s = gradient_comm(comm, l, g, units * v, &hideable);
   double hidden = 0;
   if (o.overlap_gradients) {
     double last_backward = 0;
-    for (double x : b) last_backward = std::max(last_backward, x * v);
+    for (double x : b) last_backward = std::max(last_backward, x * v * contention);
     hidden = std::min(hideable, last_backward);
   }
   pr.step_s = pr.compute_s + pr.gradient_comm_s - hidden;

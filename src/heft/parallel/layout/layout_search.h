@@ -29,12 +29,19 @@
 //    (one in use, one prefetched); activations: max in-flight micro-batches (from the simulator;
 //    1 without a pipeline) x the stage's saved bytes per micro-batch / v, where a layer saves
 //    ModelCost::saved_bytes (measured) or saved_activation_factor x its output bytes, / T;
-//    plus ModelCost::fixed_bytes, and replicated, replica_gradient_copies x G; checkpointed (every layer a
-//    checkpoint), a micro-batch keeps only each layer's input (the previous layer's output; the
-//    model's own input is not counted) and the backward recomputes one layer at a time (the
-//    largest layer's full activations, added once).
-// Not modelled: DDP's gradient buckets (one more gradient copy), allocator fragmentation,
-// LibTorch's own memory, overlap of p2p with compute, contention between concurrent groups,
+//    plus ModelCost::fixed_bytes, and replicated, replica_gradient_copies x G; checkpointed
+//    (every layer a checkpoint), a micro-batch keeps only each layer's input (the previous
+//    layer's output; the model's own input is not counted) and the backward recomputes one
+//    layer at a time (the largest layer's full activations, added once). The last stage adds
+//    ModelCost::transient_bytes (scaled, / T), once.
+//  - Optimizer. ModelCost::optimizer_s x the rank's share of all parameter bytes (G, / S
+//    when sharded), added to the compute.
+//  - Contention (SearchOptions::host_cores > 0): the compute x max(1, (host_threads x (1 -
+//    bubble) + host_load) / host_cores).
+//  Sharded, each of the largest stage's layers is a collective of its own: the all-gathers
+//  and the reduce-scatter pay the latency once a layer.
+// Not modelled: allocator fragmentation, overlap of p2p with compute, contention between
+// concurrent groups,
 // placement of the degrees on hosts (every group's cost comes from the CommTable as given).
 #pragma once
 
@@ -81,6 +88,13 @@ struct ModelCost {
   // Replicated (sharded 1, data > 1): flat copies of the stage's gradients the all-reduce
   // keeps (DDP's buckets): this many x the stage's parameter bytes more state.
   double replica_gradient_copies = 0;
+  // One optimizer step over every layer's parameters (seconds): a rank's step costs the
+  // share of its parameters (the largest stage's / T, / S when sharded).
+  double optimizer_s = 0;
+  // At profiled_batch: what a whole step holds at its peak beyond the state and the saved
+  // bytes above (the loss's buffers, the backward's temporaries): on the last stage, scaled
+  // with a micro-batch's samples / T, once.
+  int64_t transient_bytes = 0;
 };
 
 struct SearchOptions {
@@ -92,6 +106,12 @@ struct SearchOptions {
   std::vector<bool> checkpointing = {false, true};
   double memory_weight = 0.2;  // the partitioner's (optimize: speed)
   bool overlap_gradients = false;
+  // host_cores > 0: the layers' and optimizer's times are of one rank alone, and a layout's
+  // compute is x max(1, (host_threads x (1 - bubble) + host_load) / host_cores): the host's
+  // ranks x threads busy (a pipeline's idle share frees cores) and its other runnable load.
+  double host_cores = 0;
+  double host_threads = 0;
+  double host_load = 0;
 };
 
 struct Layout {
