@@ -8,8 +8,8 @@ it within a stated tolerance (the largest difference is printed):
   (momentum) steps: with its BatchNorm in eval mode (batch statistics differ by construction
   under data parallelism: each rank normalises by its own images, as under torch's DDP), and
   with GroupNorm (norm_layer=, per sample) in train mode, and in bf16 (its output at the
-  start one process's in bf16, the BatchNorms in fp32; losses within 5e-2 of fp32's); and
-  over torchvision's
+  start one process's in bf16, the BatchNorms in fp32; losses within 5e-2 of fp32's), and
+  built under deferred_init (exactly one process's initial state); and over torchvision's
   VisionTransformer with units=[nn.Linear] (an nn.MultiheadAttention's out_proj, whose
   weight the attention reads without calling it, must not become a unit). The full
   state_dict (parameters and the BatchNorm buffers), a checkpoint's load_full_state_dict and
@@ -155,6 +155,22 @@ def sharded_case(name, make, units=None, mixed=None, steps=3, total=4):
             "state": worst(state, plain), "checkpoint": worst(saved, state),
             "loaded": worst(loaded, state), "units": len(model.units),
             "buffers": sum(1 for k in plain if "running" in k or "batches" in k)}
+
+
+def deferred_case():
+    """resnet18 (BatchNorm, GroupNorm) and the ViT built under deferred_init (meta tensors;
+    each rank replays its shard): the wrapped model's full state at the start equals one
+    process's model, parameters and buffers."""
+    from heft.torch.parallel import ShardedDataParallel, deferred_init
+    rows = {}
+    for name, make in (("resnet18 batch", lambda: resnet("batch")),
+                       ("resnet18 group", lambda: resnet("group")), ("vit", vit)):
+        with deferred_init():
+            module = make()
+        meta = all(p.is_meta for p in module.parameters())
+        full, plain = ShardedDataParallel(module).full_state_dict(), make().state_dict()
+        rows[name] = [meta, sorted(full) == sorted(plain), worst(full, plain)]
+    return {"case": "sharded deferred_init", "models": rows}
 
 
 # ---- Pipeline --------------------------------------------------------------------------------
@@ -390,6 +406,7 @@ def worker():
              lambda: sharded_case("resnet18 group", lambda: resnet("group")),
              lambda: sharded_case("vit linear units", vit, units=[nn.Linear]),
              lambda: sharded_case("resnet18 batch bf16", lambda: resnet("batch"), mixed="bf16"),
+             deferred_case,
              lambda: pipeline_case("resnet18", resnet_sequence, "auto", stages),
              lambda: pipeline_case("resnet18", resnet_sequence, [2], stages),
              lambda: pipeline_case("vit", lambda: vit_sequence()[0], "auto", stages),
@@ -472,6 +489,13 @@ class TorchvisionModels(unittest.TestCase):
         # of fp32's (the parameters differ by more: bf16 rounding, not checked).
         self.assertLessEqual(row["first"], 1e-3, row)
         self.check_equal(row, state=False)
+
+    def test_sharded_deferred_init(self):
+        row = self.row("sharded deferred_init")
+        self.assertEqual(len(row["models"]), 3, row)
+        for name, (meta, keys, (diff, key)) in row["models"].items():
+            self.assertTrue(meta and keys, (name, row))
+            self.assertEqual(diff, 0.0, (name, key, row))  # exactly one process's values
 
     def test_sharded_resnet18_groupnorm_train(self):
         self.check_equal(self.row("sharded resnet18 group"))
