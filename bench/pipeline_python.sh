@@ -1,33 +1,119 @@
 #!/bin/sh
 # heft.torch.parallel.Pipeline (the user's own PyTorch model on heft's C++ schedules and
 # run_stage) on 2 ranks, one thread each:
-#  1. bubble: 8 equal synthetic layers (Linear 512 -> 512 + tanh, 128 rows per micro-batch) on
-#     2 stages, simple and interleaved, m = 4 and 8: each stage's idle fraction (1 - compute
-#     seconds / step seconds, the runtime's counters, median of STEPS steps) beside the theory
-#     (p-1)/(m+p-1); "ok" when within theory + 0.05.
-#  2. step time: heft-train's GPT (n_layer 4, n_embd 128, 4 heads, block 128, untied head)
+#  1. bubble: 8 synthetic layers (Linear 512 -> 512 + tanh, 128 rows per micro-batch) on
+#     2 stages of 4, simple and interleaved, m = 4 and 8, in two variants:
+#       equal  a first layer (InputGrad, no parameters) makes the input a leaf that requires
+#              grad, so the first stage computes its input's gradient as every other stage
+#              does: the stages do the same work, as the theory assumes;
+#       plain  without it: the first stage's backward skips its first layer's input gradient
+#              (about 1/8 of its backward here), so it idles while the last stage finishes
+#              each backward, on top of the schedule's bubble.
+#     Per stage, medians of steps 3..STEPS: idle, the stage's share of the step not in
+#     compute, 1 - busy / makespan, where busy is its forward and backward seconds and the
+#     makespan the first stage's run_stage seconds (the first stage runs the step's first
+#     forward and its last backward; the stages enter run_stage together, the previous
+#     step's loss broadcast lining them up), so every stage is measured over one window,
+#     as the theory counts; nothing outside run_stage (the loss broadcast, the optimizer) is
+#     in it. Beside it: the same in the step with the smallest makespan (the one least
+#     disturbed by other work on a shared machine), own_window (1 - busy / the stage's own
+#     run_stage seconds, the runtime's idle fraction), the stage's forward and backward ms
+#     per micro-batch, the simulated idle (heft's C++ simulator run with those measured
+#     costs: the schedule's idle for the stages as they are), and the theory (p-1)/(m+p-1);
+#     "ok" when within theory + 0.05.
+#     Then the same stages' forward and backward CPU time per micro-batch in one process
+#     (what other work on the machine changes least) and each stage's idle by heft's
+#     simulator with those costs: what the schedule gives on a quiet machine.
+#  2. the same two columns for heft-train's C++ pipeline (its GPT below, interleaved, m = 8,
+#     its summary's busy, forward and run_stage seconds over all STEPS steps).
+#  3. step time: heft-train's GPT (n_layer 4, n_embd 128, 4 heads, block 128, untied head)
 #     written in plain PyTorch as a sequence (embeddings, 4 blocks, head), split after block 1
 #     as heft-train splits it, interleaved, 8 micro-batches, 16 x 128 bytes per step: the
-#     Python step's seconds (pipe.step + AdamW, rank 0) beside heft-train's C++ pipeline on the
-#     same layout (its per-step tokens_per_s), median and worst of steps 3..STEPS, ROUNDS
-#     rounds alternated.
+#     Python step's seconds (zero_grad + pipe.step + AdamW, rank 0) beside heft-train's C++
+#     pipeline on the same layout (its per-step tokens_per_s), median and worst of steps
+#     3..STEPS; and each stage's CPU milliseconds per step, median of steps 3..STEPS (the
+#     process's CPU time: in Python over the same span, in heft-train its summary's
+#     step_cpu_ms, Pipelined::step from start to end), the work each side does, which
+#     waiting for a core on a shared machine does not change. ROUNDS rounds alternated;
+#     then the median and the worst of the rounds' ratios.
 #
-# usage: bench/pipeline_python.sh [BUILD_DIR]   (default build; STEPS=20 ROUNDS=2)
+# usage: bench/pipeline_python.sh [BUILD_DIR]   (default build; STEPS=20 ROUNDS=5)
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build}
 steps=${STEPS:-20}
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-5}
 for f in "$build/heft" "$build/heft-train" "$build/python/heft/torch/_pipeline.py"; do
   [ -e "$f" ] || { echo "pipeline_python: $f not found; build first" >&2; exit 2; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+cat > "$work/sim.py" <<'EOF'
+# idle of every stage for measured costs: sim.py KIND M "F0 F1" "B0 B1" (seconds per action)
+import sys
+from heft.torch import _c10d
+pp = _c10d.parallel.pipeline
+
+
+def simulated_idle(schedule, forward, backward):
+    s = pp.simulate(schedule, forward, backward)
+    n = schedule.microbatches * schedule.virtual_stages
+    return [1 - n * (f + b) / s["makespan"] for f, b in zip(forward, backward)]
+
+
+if __name__ == "__main__":
+    kind, m = sys.argv[1], int(sys.argv[2])
+    f, b = ([float(v) for v in a.split()] for a in sys.argv[3:5])
+    print(" ".join(f"{v:.3f}" for v in simulated_idle(pp.make_schedule(kind, len(f), m), f, b)))
+EOF
+cat > "$work/predict.py" <<'EOF'
+# The synthetic stages' forward and backward CPU time per micro-batch in one process (thread
+# CPU time, rounds interleaved, the median of rounds 11..60: what other work on the machine
+# changes least), then each stage's idle by heft's simulator with those costs.
+import statistics, time, torch, torch.nn as nn, torch.nn.functional as F
+from heft.torch import _c10d
+from sim import simulated_idle
+torch.set_num_threads(1)
+torch.manual_seed(0)
+s0, s1 = (nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.Tanh()) for _ in range(4)])
+          for _ in range(2))
+x = torch.randn(128, 512)
+
+
+def timed(f):
+    t = time.thread_time()
+    out = f()
+    return out, time.thread_time() - t
+
+
+cost = {k: [] for k in ("f0", "b0_plain", "b0_equal", "f1", "b1")}
+for _ in range(60):
+    y, f0 = timed(lambda: s0(x))
+    _, b0 = timed(lambda: y.backward(torch.ones_like(y)))
+    leaf = x.clone().requires_grad_()
+    y = s0(leaf)
+    _, b0e = timed(lambda: y.backward(torch.ones_like(y)))
+    h = y.detach().requires_grad_()
+    loss, f1 = timed(lambda: F.mse_loss(s1(h), x))
+    _, b1 = timed(loss.backward)
+    for k, v in zip(cost, (f0, b0, b0e, f1, b1)):
+        cost[k].append(v)
+med = {k: statistics.median(v[10:]) for k, v in cost.items()}
+print("costs_ms " + " ".join(f"{k} {v * 1e3:.2f}" for k, v in med.items()))
+for variant in ("equal", "plain"):
+    for kind in ("simple", "interleaved"):
+        for m in (4, 8):
+            sc = _c10d.parallel.pipeline.make_schedule(kind, 2, m)
+            idle = simulated_idle(sc, [med["f0"], med["f1"]], [med["b0_" + variant], med["b1"]])
+            for s, v in enumerate(idle):
+                print(f"predicted {variant} {kind} {m} {s} {v:.3f} {1 / (m + 1):.3f}")
+EOF
 cat > "$work/bench.py" <<'EOF'
 import math, statistics, sys, time
 import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
 import heft.torch  # noqa: F401
 from heft.torch.parallel import DeviceMesh, Pipeline
+from sim import simulated_idle
 
 mode, steps = sys.argv[1], int(sys.argv[2])
 dist.init_process_group("heft", init_method="env://")
@@ -63,30 +149,53 @@ class Head(nn.Module):
         return s.head(s.ln(x))
 
 
-def median_idle(pipe, x, y, loss):
-    idle = []
+class InputGrad(nn.Module):
+    def forward(s, x):
+        return x.detach().requires_grad_()
+
+
+def bubble(pipe, x, loss):
+    """Per stage: (idle, idle in the fastest step, own-window idle, forward s, backward s
+    per micro-batch), medians of steps 3..; on rank 0 only (None elsewhere)."""
+    mine = []
     for _ in range(steps):
-        pipe.step(x, y, loss)
+        pipe.step(x, x, loss)
         c = pipe.counters
-        idle.append(1 - c["busy_seconds"] / c["step_seconds"])
-    return statistics.median(idle[2:])
+        mine.append((c["busy_seconds"], c["forward_seconds"], c["step_seconds"]))
+    every = [None] * pipe.stages
+    dist.all_gather_object(every, mine[2:])
+    if dist.get_rank() != 0:
+        return None
+    makespan = [row[2] for row in every[0]]
+    fastest = makespan.index(min(makespan))
+    med = statistics.median
+    return [(med(1 - b / w for (b, _, _), w in zip(rows, makespan)),
+             1 - rows[fastest][0] / makespan[fastest],
+             med(1 - b / s for b, _, s in rows),
+             med(f for _, f, _ in rows) / pipe.microbatches,
+             med(b - f for b, f, _ in rows) / pipe.microbatches) for rows in every]
 
 
 if mode == "bubble":
-    for kind in ("simple", "interleaved"):
-        for m in (4, 8):
-            torch.manual_seed(0)
-            layers = [nn.Sequential(nn.Linear(512, 512), nn.Tanh()) for _ in range(8)]
-            pipe = Pipeline(layers, mesh, microbatches=m, schedule=kind, partition=[4])
-            x = torch.randn(128 * m, 512)
-            idle = median_idle(pipe, x, x, lambda o, t: F.mse_loss(o, t))
-            theory = 1 / (m + 1)
-            every = [None, None]
-            dist.all_gather_object(every, idle)
-            if dist.get_rank() == 0:
-                for s, v in enumerate(every):
-                    print(f"bubble {kind} {m} {s} {v:.3f} {theory:.3f} "
-                          f"{'ok' if v <= theory + 0.05 else 'ABOVE'}", flush=True)
+    for variant in ("equal", "plain"):
+        for kind in ("simple", "interleaved"):
+            for m in (4, 8):
+                torch.manual_seed(0)
+                layers = [nn.Sequential(nn.Linear(512, 512), nn.Tanh()) for _ in range(8)]
+                first = [InputGrad()] if variant == "equal" else []
+                pipe = Pipeline(first + layers, mesh, microbatches=m, schedule=kind,
+                                partition=[len(first) + 4])
+                x = torch.randn(128 * m, 512)
+                rows = bubble(pipe, x, lambda o, t: F.mse_loss(o, t))
+                if rows is None:
+                    continue
+                theory = 1 / (m + 1)
+                sim = simulated_idle(pipe.schedule, [r[3] for r in rows], [r[4] for r in rows])
+                verdict = lambda v: "ok" if v <= theory + 0.05 else "ABOVE"
+                for s, (idle, fast, own, f, b) in enumerate(rows):
+                    print(f"bubble {variant} {kind} {m} {s} {idle:.3f} {fast:.3f} {own:.3f} "
+                          f"{f * 1e3:.2f} {b * 1e3:.2f} {sim[s]:.3f} {theory:.3f} "
+                          f"{verdict(idle)} {verdict(fast)}", flush=True)
 else:
     torch.manual_seed(0)
     d, t = 128, 128
@@ -94,40 +203,74 @@ else:
     pipe = Pipeline(model, mesh, microbatches=8, schedule="interleaved", partition=[3])
     opt = torch.optim.AdamW([p for p in pipe.parameters()], lr=3e-4)
     g = torch.Generator().manual_seed(1)
-    times = []
+    times, cpu = [], []
     for step in range(steps):
         data = torch.randint(0, 256, (16, t + 1), generator=g)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         pipe.step(data[:, :-1], data[:, 1:], lambda o, y: F.cross_entropy(o.reshape(-1, 256), y.reshape(-1)))
         opt.step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    every = [None, None]
+    dist.all_gather_object(every, statistics.median(cpu[2:]))
     if dist.get_rank() == 0:
         print("python_step " + " ".join(f"{s:.4f}" for s in times[2:]), flush=True)
+        print("python_cpu_ms " + " ".join(f"{1e3 * c:.2f}" for c in every), flush=True)
 dist.destroy_process_group()
 EOF
+export PYTHONPATH="$work:$build/python${PYTHONPATH:+:$PYTHONPATH}"
 py() { OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- /usr/bin/python3 -u "$work/bench.py" "$@"; }
-cxx() {  # heft-train's step seconds from its per-step tokens_per_s (2048 tokens per step)
+train() {  # heft-train's GPT pipeline, 2 stages, interleaved, m = 8, logging every step
   OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model gpt \
     --batch_size 16 --max_steps "$steps" --lr_schedule constant --eval false --log_every 1 \
-    --partitions 2 --microbatches 8 --pipeline interleaved |
-    awk '/ step=[0-9]+ epoch=/ { for (i = 1; i <= NF; i++) if ($i ~ /^step=/) { sub(/step=/, "", $i); n = $i }
+    --partitions 2 --microbatches 8 --pipeline interleaved
+}
+steps_of() {  # heft-train's step seconds from its per-step tokens_per_s (2048 tokens per step)
+  awk '/ step=[0-9]+ epoch=/ { for (i = 1; i <= NF; i++) if ($i ~ /^step=/) { sub(/step=/, "", $i); n = $i }
                               else if ($i ~ /^tokens_per_s=/) { sub(/tokens_per_s=/, "", $i); if (n > 2) printf "%.4f ", 2048 / $i } }'
 }
 stats() {  # "median worst" of the numbers on stdin
   tr ' ' '\n' | grep . | sort -g |
     awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.4f %.4f", m, v[NR] }'
 }
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
 echo "# pipeline_python: $(date -u +%Y-%m-%dT%H:%MZ); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $("$build/memory_bandwidth_bench" --benchmark_filter='BM_Memcpy/(65536|1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
-echo "# bubble schedule m stage idle_fraction theory within_theory+0.05"
+echo "# bubble variant schedule m stage idle idle_fastest_step own_window forward_ms backward_ms simulated theory within_theory+0.05(idle) (fastest)"
 py bubble "$steps" | sed -n 's/.*bubble /bubble /p'
-echo "# step round python_median_s python_worst_s cxx_median_s cxx_worst_s python/cxx(median)"
-i=1
+echo "# the same stages' costs as CPU time in one process (ms per micro-batch), and each stage's simulated idle with them"
+echo "# predicted variant schedule m stage simulated_idle theory"
+OMP_NUM_THREADS=1 /usr/bin/python3 "$work/predict.py"
+echo "# heft-train (C++) gpt interleaved 8 stage idle own_window forward_ms backward_ms simulated theory"
+out=$(train | grep "pipeline: stage=")
+b0=$(echo "$out" | grep "stage=0 " | field busy_seconds); f0=$(echo "$out" | grep "stage=0 " | field forward_seconds)
+b1=$(echo "$out" | grep "stage=1 " | field busy_seconds); f1=$(echo "$out" | grep "stage=1 " | field forward_seconds)
+w0=$(echo "$out" | grep "stage=0 " | field step_seconds); w1=$(echo "$out" | grep "stage=1 " | field step_seconds)
+n=$((steps * 8))
+sim=$(/usr/bin/python3 "$work/sim.py" interleaved 8 "$(awk -v a="$f0" -v b="$f1" -v n=$n 'BEGIN { print a / n, b / n }')" \
+  "$(awk -v a="$b0" -v c="$f0" -v b="$b1" -v d="$f1" -v n=$n 'BEGIN { print (a - c) / n, (b - d) / n }')")
+set -- $sim
+awk -v b0="$b0" -v f0="$f0" -v w0="$w0" -v b1="$b1" -v f1="$f1" -v w1="$w1" -v n=$n -v s0="$1" -v s1="$2" 'BEGIN {
+  printf "heft-train interleaved 8 0 %.3f %.3f %.2f %.2f %s %.3f\n", 1 - b0 / w0, 1 - b0 / w0, f0 / n * 1e3, (b0 - f0) / n * 1e3, s0, 1 / 9
+  printf "heft-train interleaved 8 1 %.3f %.3f %.2f %.2f %s %.3f\n", 1 - b1 / w0, 1 - b1 / w1, f1 / n * 1e3, (b1 - f1) / n * 1e3, s1, 1 / 9 }'
+echo "# step round python_median_s python_worst_s cxx_median_s cxx_worst_s python/cxx(median) load1" \
+  "| cpu_ms_per_step python_stage0 python_stage1 cxx_stage0 cxx_stage1 python/cxx(stage0) python/cxx(stage1)"
+i=1 ratios="" cpu0="" cpu1=""
 while [ "$i" -le "$rounds" ]; do
-  p=$(py gpt "$steps" | sed -n 's/.*python_step //p' | stats)
-  c=$(cxx | stats)
-  set -- $p $c
-  echo "step $i $1 $2 $3 $4 $(awk -v a="$1" -v b="$3" 'BEGIN { printf "%.2f", a / b }')"
+  py gpt "$steps" > "$work/py.out"
+  train > "$work/cxx.out"
+  p=$(sed -n 's/.*python_step //p' "$work/py.out" | stats)
+  c=$(steps_of < "$work/cxx.out" | stats)
+  pc=$(sed -n 's/.*python_cpu_ms //p' "$work/py.out")
+  cc=$(for s in 0 1; do grep "pipeline: stage=$s " "$work/cxx.out" | field step_cpu_ms; done | tr '\n' ' ')
+  set -- $p $c $pc $cc
+  r=$(awk -v a="$1" -v b="$3" 'BEGIN { printf "%.2f", a / b }')
+  r0=$(awk -v a="$5" -v b="$7" 'BEGIN { printf "%.2f", a / b }')
+  r1=$(awk -v a="$6" -v b="$8" 'BEGIN { printf "%.2f", a / b }')
+  ratios="$ratios $r" cpu0="$cpu0 $r0" cpu1="$cpu1 $r1"
+  echo "step $i $1 $2 $3 $4 $r $(cut -d' ' -f1 /proc/loadavg) | $5 $6 $7 $8 $r0 $r1"
   i=$((i + 1))
 done
+echo "ratio python/cxx over $rounds rounds, median worst: step $(echo "$ratios" | stats)" \
+  "| cpu stage0 $(echo "$cpu0" | stats) stage1 $(echo "$cpu1" | stats)"

@@ -26,6 +26,14 @@ using detail::ddp_options;
 using detail::MeshStrategy;
 using detail::optimizer_state_bytes;
 
+// CPU seconds of the process (every thread), not wall time: on a shared machine the time a
+// layer or a step waits for a core is noise, the CPU it uses is not.
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 // The model cut into stages over the mesh's pipeline group; each stage replicated over the
 // data group with DDP (and split over the tensor group when the model is). A step runs the
 // schedule's action list for this stage (parallel/pipeline): micro-batches forward and
@@ -90,6 +98,7 @@ class Pipelined : public MeshStrategy {
   }
 
   torch::Tensor step(const Batch& batch, const Task& task, double lr) override {
+    const double cpu0 = process_cpu_seconds();
     set_learning_rate(*optimizer_, lr);
     for (torch::Tensor& p : model_->parameters()) p.mutable_grad().reset();
     const int m = settings_.microbatches;
@@ -145,6 +154,7 @@ class Pipelined : public MeshStrategy {
       optimizer_->step();
     }
     measure_stage();
+    step_cpu_s_.push_back(process_cpu_seconds() - cpu0);
     return total;
   }
 
@@ -257,16 +267,17 @@ class Pipelined : public MeshStrategy {
   void save_model(const std::string& dir) override { write_model(full_parameters(), dir); }
 
   std::string summary() const override {
-    char line[256];
+    char line[320];
     const double idle = counters_.step_seconds > 0
                             ? 1.0 - counters_.busy_seconds / counters_.step_seconds : 0;
     std::snprintf(line, sizeof(line),
                   "pipeline: stage=%d busy_seconds=%.3f forward_seconds=%.3f step_seconds=%.3f "
-                  "idle_fraction=%.3f theory=%.3f max_in_flight=%d exchanges=%lld",
+                  "idle_fraction=%.3f theory=%.3f max_in_flight=%d exchanges=%lld step_cpu_ms=%.2f",
                   pipe_.rank(), counters_.busy_seconds, counters_.forward_seconds,
                   counters_.step_seconds, idle,
                   parallel::pipeline::theoretical_bubble(pipe_.size(), settings_.microbatches, settings_.virtual_stages),
-                  counters_.max_in_flight, static_cast<long long>(counters_.exchanges));
+                  counters_.max_in_flight, static_cast<long long>(counters_.exchanges),
+                  step_cpu_ms());
     if (!reports_ || measured_s_.empty()) return line;
     const std::string what = measure_steps_ == 1 ? "step 1" : "steps 2-" + std::to_string(measure_steps_);
     std::string table = parallel::pipeline::describe_measured(
@@ -367,6 +378,14 @@ class Pipelined : public MeshStrategy {
     }
   }
 
+  // The median CPU milliseconds of a step (step() from start to end: the schedule, the
+  // optimizer), steps 3.. when there are more than 2, the summary's step_cpu_ms.
+  double step_cpu_ms() const {
+    if (step_cpu_s_.empty()) return 0;
+    const auto from = step_cpu_s_.begin() + (step_cpu_s_.size() > 2 ? 2 : 0);
+    return 1e3 * parallel::pipeline::median(std::vector<double>(from, step_cpu_s_.end()));
+  }
+
   // After each step: this stage's compute time per micro-batch (steps 2.. of the first
   // measure_steps_, or step 1 when the run has one), and at the last of them every stage's
   // median, gathered over the pipeline group (a collective: every stage runs the same steps).
@@ -417,6 +436,7 @@ class Pipelined : public MeshStrategy {
   int64_t steps_ = 0;
   std::vector<double> stage_samples_;  // this stage's seconds per micro-batch
   std::vector<double> measured_s_;     // every stage's median, once gathered
+  std::vector<double> step_cpu_s_;     // each step's process CPU seconds (step() to its end)
 };
 
 }  // namespace
@@ -455,13 +475,8 @@ std::vector<parallel::pipeline::LayerCost> profile_pipeline_layers(
     for (size_t i = 0; i + 1 < names.size(); ++i)
       inputs.push_back(model.forward_range(static_cast<int>(i), static_cast<int>(i), inputs.back()));
   }
-  // CPU time of the process (every intra-op thread), not wall time: on a shared machine
-  // the time a layer waits for a core is noise that moves the split, the CPU it uses is not.
-  const auto cpu_seconds = [] {
-    timespec t{};
-    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-  };
+  // CPU time (process_cpu_seconds), not wall time: waiting for a core would move the split.
+  const auto cpu_seconds = process_cpu_seconds;
   std::vector<int64_t> activation_bytes(names.size(), 0);
   parallel::pipeline::profile_layers(out, options, [&](int i, double* forward_s, double* backward_s) {
     const torch::Tensor& x = inputs[static_cast<size_t>(i)];
