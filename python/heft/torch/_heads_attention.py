@@ -40,6 +40,9 @@ class HeadsAttention(TensorParallelLayer):
     Takes and returns what nn.MultiheadAttention does; need_weights gives the weights of all
     heads (averaged: one all-reduce; per head: one all-gather)."""
 
+    _heft_leaf = True  # reads out_proj's parameters without calling it: ShardedDataParallel
+    # makes no unit of out_proj (_units.py)
+
     def __init__(self, full, group, shared, what):
         check(full, what)
         super().__init__(group, {"in_proj_weight": (0, 3), "in_proj_bias": (0, 3),

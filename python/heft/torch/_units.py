@@ -13,8 +13,13 @@ AUTO_UNITS = 8
 # Modules whose forward reads their children's parameters without calling the children
 # (nn.MultiheadAttention passes out_proj.weight to F.multi_head_attention_forward): a child
 # of one never becomes a unit, whose gather would run in a forward hook that never fires
-# (FSDP's size-based policy forces these to be leaves likewise).
+# (FSDP's size-based policy forces these to be leaves likewise). A module class says it is
+# one with a true `_heft_leaf` (tensor_parallel's HeadsAttention).
 LEAVES = (torch.nn.MultiheadAttention,)
+
+
+def _leaf(module):
+    return isinstance(module, LEAVES) or getattr(module, "_heft_leaf", False) is True
 
 
 class Slot:
@@ -45,7 +50,7 @@ def _auto_units(root, min_params):
     chosen = []
 
     def visit(name, module):
-        if isinstance(module, LEAVES):
+        if _leaf(module):
             free = _count(module)
             if module is not root and free >= min_params:
                 chosen.append((name, module))
@@ -68,7 +73,8 @@ def select_units(root, units):
     """[(qualified name, module)] of the unit modules, in module order (outer first).
     units: None (automatic), an int (the automatic policy's minimum parameters per unit),
     a list/tuple of module classes, or a callable (name, module) -> bool. A module inside
-    one of LEAVES is never chosen (its parameters stay with the enclosing unit)."""
+    a leaf (LEAVES, _heft_leaf) is never chosen (its parameters stay with the enclosing
+    unit)."""
     named = list(root.named_modules())
     if units is None or (isinstance(units, int) and not isinstance(units, bool)):
         total = _count(root)
@@ -91,7 +97,7 @@ def select_units(root, units):
     else:
         raise TypeError(f"ShardedDataParallel: units={units!r}: expected None, an int, a list of "
                         "module classes or a callable (name, module) -> bool")
-    inside = {id(c) for _, m in named if isinstance(m, LEAVES) for c in m.modules() if c is not m}
+    inside = {id(c) for _, m in named if _leaf(m) for c in m.modules() if c is not m}
     chosen = [(n, m) for n, m in named if m is not root and id(m) not in inside and match(n, m)]
     if not chosen:
         raise ValueError(f"ShardedDataParallel: units={units!r} matches no sub-module of "
