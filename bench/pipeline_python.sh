@@ -30,8 +30,8 @@
 #     written in plain PyTorch as a sequence (embeddings, 4 blocks, head), split after block 1
 #     as heft-train splits it, interleaved, 8 micro-batches, 16 x 128 bytes per step: the
 #     Python step's seconds (zero_grad + pipe.step + AdamW, rank 0) beside heft-train's C++
-#     pipeline on the same layout (its per-step tokens_per_s), median and worst of steps
-#     3..STEPS; and each stage's CPU milliseconds per step, median of steps 3..STEPS (the
+#     pipeline on the same layout (its per-step tokens_per_s), median, worst and fastest of
+#     steps 3..STEPS (the fastest: the step least disturbed on a shared machine); and each stage's CPU milliseconds per step, median of steps 3..STEPS (the
 #     process's CPU time: in Python over the same span, in heft-train its summary's
 #     step_cpu_ms, Pipelined::step from start to end), the work each side does, which
 #     waiting for a core on a shared machine does not change. ROUNDS rounds alternated;
@@ -230,9 +230,10 @@ steps_of() {  # heft-train's step seconds from its per-step tokens_per_s (2048 t
   awk '/ step=[0-9]+ epoch=/ { for (i = 1; i <= NF; i++) if ($i ~ /^step=/) { sub(/step=/, "", $i); n = $i }
                               else if ($i ~ /^tokens_per_s=/) { sub(/tokens_per_s=/, "", $i); if (n > 2) printf "%.4f ", 2048 / $i } }'
 }
-stats() {  # "median worst" of the numbers on stdin
+stats() {  # "median worst" of the numbers on stdin ("median worst fastest" with an argument)
   tr ' ' '\n' | grep . | sort -g |
-    awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.4f %.4f", m, v[NR] }'
+    awk -v all="${1:-}" '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                           printf "%.4f %.4f", m, v[NR]; if (all != "") printf " %.4f", v[1] }'
 }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
 echo "# pipeline_python: $(date -u +%Y-%m-%dT%H:%MZ); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -254,23 +255,26 @@ set -- $sim
 awk -v b0="$b0" -v f0="$f0" -v w0="$w0" -v b1="$b1" -v f1="$f1" -v w1="$w1" -v n=$n -v s0="$1" -v s1="$2" 'BEGIN {
   printf "heft-train interleaved 8 0 %.3f %.3f %.2f %.2f %s %.3f\n", 1 - b0 / w0, 1 - b0 / w0, f0 / n * 1e3, (b0 - f0) / n * 1e3, s0, 1 / 9
   printf "heft-train interleaved 8 1 %.3f %.3f %.2f %.2f %s %.3f\n", 1 - b1 / w0, 1 - b1 / w1, f1 / n * 1e3, (b1 - f1) / n * 1e3, s1, 1 / 9 }'
-echo "# step round python_median_s python_worst_s cxx_median_s cxx_worst_s python/cxx(median) load1" \
-  "| cpu_ms_per_step python_stage0 python_stage1 cxx_stage0 cxx_stage1 python/cxx(stage0) python/cxx(stage1)"
-i=1 ratios="" cpu0="" cpu1=""
+echo "# step round python_median_s python_worst_s python_fastest_s cxx_median_s cxx_worst_s cxx_fastest_s" \
+  "python/cxx(median) python/cxx(fastest) load1 | cpu_ms_per_step python_stage0 python_stage1 cxx_stage0" \
+  "cxx_stage1 python/cxx(stage0) python/cxx(stage1)"
+i=1 ratios="" fast="" cpu0="" cpu1=""
 while [ "$i" -le "$rounds" ]; do
   py gpt "$steps" > "$work/py.out"
   train > "$work/cxx.out"
-  p=$(sed -n 's/.*python_step //p' "$work/py.out" | stats)
-  c=$(steps_of < "$work/cxx.out" | stats)
+  p=$(sed -n 's/.*python_step //p' "$work/py.out" | stats all)
+  c=$(steps_of < "$work/cxx.out" | stats all)
   pc=$(sed -n 's/.*python_cpu_ms //p' "$work/py.out")
   cc=$(for s in 0 1; do grep "pipeline: stage=$s " "$work/cxx.out" | field step_cpu_ms; done | tr '\n' ' ')
   set -- $p $c $pc $cc
-  r=$(awk -v a="$1" -v b="$3" 'BEGIN { printf "%.2f", a / b }')
-  r0=$(awk -v a="$5" -v b="$7" 'BEGIN { printf "%.2f", a / b }')
-  r1=$(awk -v a="$6" -v b="$8" 'BEGIN { printf "%.2f", a / b }')
-  ratios="$ratios $r" cpu0="$cpu0 $r0" cpu1="$cpu1 $r1"
-  echo "step $i $1 $2 $3 $4 $r $(cut -d' ' -f1 /proc/loadavg) | $5 $6 $7 $8 $r0 $r1"
+  r=$(awk -v a="$1" -v b="$4" 'BEGIN { printf "%.2f", a / b }')
+  rf=$(awk -v a="$3" -v b="$6" 'BEGIN { printf "%.2f", a / b }')
+  r0=$(awk -v a="$7" -v b="$9" 'BEGIN { printf "%.2f", a / b }')
+  r1=$(awk -v a="$8" -v b="${10}" 'BEGIN { printf "%.2f", a / b }')
+  ratios="$ratios $r" fast="$fast $rf" cpu0="$cpu0 $r0" cpu1="$cpu1 $r1"
+  echo "step $i $1 $2 $3 $4 $5 $6 $r $rf $(cut -d' ' -f1 /proc/loadavg) | $7 $8 $9 ${10} $r0 $r1"
   i=$((i + 1))
 done
 echo "ratio python/cxx over $rounds rounds, median worst: step $(echo "$ratios" | stats)" \
+  "| fastest step $(echo "$fast" | stats)" \
   "| cpu stage0 $(echo "$cpu0" | stats) stage1 $(echo "$cpu1" | stats)"

@@ -2,14 +2,15 @@
 // partitioner (partition.h) and stage runtime (pipeline.h) for heft.torch.parallel.Pipeline.
 // Nothing of a schedule or a partition is computed here or in Python: the action lists come
 // from make_schedule and run_stage executes them, calling back into Python for each forward
-// and around each backward.
+// and, when asked (DDP), around each backward.
 //
 // The GIL: run_stage runs with the GIL released (its exchanges wait on the network, and the
 // backward it runs is LibTorch's engine, which takes the GIL itself for Python hooks); each
 // Python callback takes it back: forward for every forward action, around_backward (when
-// given) for every backward; the received activations' shapes are a list given up front. A Python exception raised in a callback is kept (with the GIL)
-// and raised again once run_stage has unwound; heft::PeerLost becomes PeerLost(message, peer)
-// with the lost peer's rank in the pipeline group; heft::InvalidArgument becomes ValueError.
+// given) for every backward; the received activations' shapes are a list given up front. A
+// Python exception raised in a callback is kept (with the GIL) and raised again once
+// run_stage has unwound; heft::PeerLost becomes PeerLost(message, peer) with the lost peer's
+// rank in the pipeline group; heft::InvalidArgument becomes ValueError.
 #include <torch/csrc/utils/pybind.h>
 
 #include <memory>
