@@ -57,7 +57,8 @@ double optimizer_state(const Hyperparameters& hp) {
   return hp.momentum != 0 ? 1 : 0;
 }
 
-// Rank 0's numbers, in the order they are broadcast: a header, then 5 a layer.
+// Rank 0's numbers, in the order they are broadcast: a header, then kRow a layer.
+constexpr size_t kRow = 7;
 struct Header {
   double layers = 0, fixed_bytes = 0, limit_bytes = 0, optimizer_s = 0, transient_bytes = 0;
   double cores = 1, threads = 1, load = 0;  // the host's
@@ -109,7 +110,7 @@ int64_t whole_steps(Model& model, const Hyperparameters& hp, int64_t batch, Head
 
 // Profiles hp's model on this process (the global generator's state put back): the header's
 // memory and step figures, and rows of (forward_s, backward_s, param_bytes,
-// activation_bytes, saved_bytes). The task's text is loaded first, so the runtime's bytes
+// activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s). The task's text is loaded first, so the runtime's bytes
 // hold it as a run's will.
 std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -136,6 +137,19 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
   options.warmup = 1;
   options.repeats = 5;
   std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
+  // Again at 4x the samples (at most the global batch): a layer's time = a per-call part + a
+  // part per sample, fitted through the two.
+  const int64_t larger = std::min<int64_t>(4 * batch, std::max<int64_t>(batch, hp.batch_size));
+  std::vector<double> ffixed(layers.size(), 0), bfixed(layers.size(), 0);
+  if (larger > batch) {
+    const std::vector<parallel::pipeline::LayerCost> big = profile_pipeline_layers(*model, larger, options);
+    const double k = static_cast<double>(larger) / static_cast<double>(batch);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      // t(b) = fixed + per_sample b: fixed = (k t(b) - t(kb)) / (k - 1), within [0, t(b)].
+      ffixed[i] = std::clamp((k * layers[i].forward_s - big[i].forward_s) / (k - 1), 0.0, layers[i].forward_s);
+      bfixed[i] = std::clamp((k * layers[i].backward_s - big[i].backward_s) / (k - 1), 0.0, layers[i].backward_s);
+    }
+  }
   if (!layers.empty()) layers.back().forward_s += loss_s;  // the loss runs after the head
   const std::vector<int64_t> saved = saved_bytes(*model, batch);
   {
@@ -150,7 +164,8 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
   std::vector<double> rows;
   for (size_t i = 0; i < layers.size(); ++i)
     rows.insert(rows.end(), {layers[i].forward_s, layers[i].backward_s, static_cast<double>(layers[i].param_bytes),
-                             static_cast<double>(layers[i].activation_bytes), static_cast<double>(saved[i])});
+                             static_cast<double>(layers[i].activation_bytes), static_cast<double>(saved[i]), ffixed[i],
+                             bfixed[i]});
   return rows;
 }
 
@@ -211,14 +226,14 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   if (comm.rank() == 0) {
     h = local_header(d, load, &in.memory_source);
     rows = profile(hp, batch, h);
-    h.layers = static_cast<double>(rows.size() / 5);
+    h.layers = static_cast<double>(rows.size() / kRow);
   } else {
     in.memory_source = "world rank 0's";
   }
   double header[Header::kCount] = {h.layers, h.fixed_bytes, h.limit_bytes, h.optimizer_s,
                                    h.transient_bytes, h.cores, h.threads, h.load};
   comm.broadcast(header, Header::kCount, comm::DataType::f64, 0);
-  rows.resize(static_cast<size_t>(header[0]) * 5);
+  rows.resize(static_cast<size_t>(header[0]) * kRow);
   comm.broadcast(rows.data(), rows.size(), comm::DataType::f64, 0);
   in.model.optimizer_s = header[3];
   in.model.transient_bytes = static_cast<int64_t>(header[4]);
@@ -227,11 +242,13 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   in.options.host_load = header[7];
   in.contention = std::max(1.0, (header[6] + header[7]) / header[5]);
   ModelCost& m = in.model;
-  for (size_t i = 0; i < rows.size() / 5; ++i) {
-    const double* r = &rows[i * 5];
+  for (size_t i = 0; i < rows.size() / kRow; ++i) {
+    const double* r = &rows[i * kRow];
     m.layers.push_back({"layer" + std::to_string(i), r[0], r[1],
                         static_cast<int64_t>(r[2]), static_cast<int64_t>(r[3])});
     m.saved_bytes.push_back(static_cast<int64_t>(r[4]));
+    m.forward_fixed_s.push_back(r[5]);
+    m.backward_fixed_s.push_back(r[6]);
   }
   m.profiled_batch = static_cast<int>(batch);
   m.fixed_bytes = static_cast<int64_t>(header[1]);

@@ -108,8 +108,10 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
     for (int i = begin; i < end; ++i) {
       const pipeline::LayerCost& layer = model.layers[static_cast<size_t>(i)];
       const double act = static_cast<double>(layer.activation_bytes) * scale;
-      f += layer.forward_s * scale / t;
-      b += layer.backward_s * scale / t;
+      const double ff = model.forward_fixed_s.empty() ? 0 : model.forward_fixed_s[static_cast<size_t>(i)];
+      const double bf = model.backward_fixed_s.empty() ? 0 : model.backward_fixed_s[static_cast<size_t>(i)];
+      f += (ff + (layer.forward_s - ff) * scale) / t;
+      b += (bf + (layer.backward_s - bf) * scale) / t;
       tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(act));
       const double kept = model.saved_bytes.empty()
                               ? model.saved_activation_factor * act

@@ -8,8 +8,9 @@
 //
 // The model, per layout (D = R x S replicas of the model; each replica's batch global/D is cut
 // into m micro-batches of b = global/(D m) samples):
-//  - Compute. A layer's forward/backward time and activation bytes scale linearly with the
-//    samples of a micro-batch (profiled at ModelCost::profiled_batch). Tensor degree T divides
+//  - Compute. A layer's forward/backward time (beyond its per-call part, ModelCost::
+//    forward_fixed_s / backward_fixed_s) and activation bytes scale linearly with the samples
+//    of a micro-batch (profiled at ModelCost::profiled_batch). Tensor degree T divides
 //    a layer's time by T and adds ModelCost::tensor_allreduces_per_layer all-reduces of the
 //    layer's output activation over T ranks per micro-batch (half in the forward, half in the
 //    backward), not overlapped. Checkpointing adds one more forward to every backward.
@@ -88,6 +89,9 @@ struct ModelCost {
   // Replicated (sharded 1, data > 1): flat copies of the stage's gradients the all-reduce
   // keeps (DDP's buckets): this many x the stage's parameter bytes more state.
   double replica_gradient_copies = 0;
+  // Per layer, the part of forward_s / backward_s a call pays whatever its samples (a fit of
+  // two profiles); the rest scales with the samples. Empty: all of it scales.
+  std::vector<double> forward_fixed_s, backward_fixed_s;
   // One optimizer step over every layer's parameters (seconds): a rank's step costs the
   // share of its parameters (the largest stage's / T, / S when sharded).
   double optimizer_s = 0;

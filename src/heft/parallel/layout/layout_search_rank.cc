@@ -28,6 +28,10 @@ void check_options(const ModelCost& model, const SearchOptions& o) {
   if (!model.saved_bytes.empty() && model.saved_bytes.size() != model.layers.size())
     throw InvalidArgument("saved_bytes: expected one per layer (" + std::to_string(model.layers.size()) +
                           ") or none, found " + std::to_string(model.saved_bytes.size()));
+  for (const std::vector<double>* v : {&model.forward_fixed_s, &model.backward_fixed_s})
+    if (!v->empty() && v->size() != model.layers.size())
+      throw InvalidArgument("forward_fixed_s, backward_fixed_s: expected one per layer (" +
+                            std::to_string(model.layers.size()) + ") or none, found " + std::to_string(v->size()));
   if (model.profiled_batch < 1)
     throw InvalidArgument("profiled_batch: expected at least 1 sample, found " + std::to_string(model.profiled_batch));
 }
