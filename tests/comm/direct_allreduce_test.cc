@@ -125,5 +125,54 @@ TEST(DirectAllreduce, FewerSynchronisations) {
   }
 }
 
+// The last fold of the direct form stores into the user's buffer and the out area in one
+// pass (reduce_to_both) for a native dtype, counted; an average, which must be divided
+// before it is shared, and bf16 take the two passes; every result exact.
+TEST(DirectAllreduce, OnePassWhereItCanRun) {
+  for (int n : {2, 3}) {
+    test::StoreProcess store;
+    auto res = test::run_world(n, store, [n](Communicator& c) {
+      const int r = c.rank();
+      // 1 MiB of f32: each slice starts a multiple of 4 KiB into the buffer, so its pieces
+      // lie where the peers' copies do modulo 4 KiB (an odd count would move them 64 bytes
+      // on, into the window where reduce_to_both takes two passes: exact as well).
+      const size_t count = size_t{1} << 18;
+      struct Case {
+        DataType t;
+        ReduceOp op;
+        bool one_pass;
+      };
+      for (const Case& k : {Case{DataType::f32, ReduceOp::sum, true},
+                            Case{DataType::i32, ReduceOp::max, true},
+                            Case{DataType::f32, ReduceOp::avg, false},
+                            Case{DataType::bf16, ReduceOp::sum, false}}) {
+        Buffer b(k.t, count);
+        for (size_t i = 0; i < count; ++i) b.set(i, contribution(r, i));
+        const uint64_t before = c.shm_path_counts().one_pass;
+        c.allreduce(b.at(0), count, k.t, k.op);
+        const uint64_t pieces = c.shm_path_counts().one_pass - before;
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          // avg: the f32 sum divided in f32, as finish_average does.
+          const double want =
+              k.op == ReduceOp::avg
+                  ? static_cast<double>(static_cast<float>(expected(ReduceOp::sum, n, i)) /
+                                        static_cast<float>(n))
+                  : expected(k.op, n, i);
+          wrong += b.get(i) != want;
+        }
+        const std::string what = std::string(name(k.t)) + " " + name(k.op) + " on " +
+                                 std::to_string(n) + " ranks";
+        expect(wrong == 0, std::to_string(wrong) + " wrong, " + what);
+        expect(c.last_allreduce_path() == "shm/direct", what + ": " + c.last_allreduce_path());
+        // None may take the one pass when it cannot run.
+        expect(k.one_pass ? pieces > 0 : pieces == 0,
+               what + ": " + std::to_string(pieces) + " one-pass pieces");
+      }
+    });
+    EXPECT_TRUE(res.all_ok()) << n << " ranks\n" << res.summary();
+  }
+}
+
 }  // namespace
 }  // namespace heft::comm

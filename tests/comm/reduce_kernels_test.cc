@@ -292,5 +292,67 @@ TEST(ReduceKernels, EachMemoryOrderIsChosenAndExact) {
   std::free(area);
 }
 
+// reduce_to_both: both outputs hold reduce_to's bits, for every dtype and op, with the
+// outputs apart from the inputs or equal to one of them, at mixed offsets; one pass where
+// the dtype is native and no output sits 1-256 bytes past an input modulo 4 KiB, else
+// reduce_to and a copy (the return value says which ran).
+TEST(ReduceKernels, ReduceToBothMatchesReduceToInOneOrTwoPasses) {
+  struct Placement {
+    const char* what;
+    size_t dst, dst2, a, b;  // byte offsets into one page-aligned area
+    bool one_pass;           // for native dtypes
+  };
+  constexpr size_t kPage = 4096, kA = 0, kB = 4 * kPage, kD = 8 * kPage, kE = 12 * kPage;
+  const Placement cases[] = {
+      {"all apart", kD + 1024, kE + 2048, kA + 4, kB + 12, true},
+      {"dst is a", kA + 8, kE + 2056, kA + 8, kB + 16, true},
+      {"dst is b, dst2 far", kB + 24, kE + 3000, kA + 40, kB + 24, true},
+      {"dst2 is a (a fold into it)", kD + 2048, kA + 32, kA + 32, kB + 1000, true},
+      {"dst2 64 bytes past b", kD + 2048, kE + 64 + 16, kA, kB + 16, false},
+      {"dst 32 bytes past a", kD + 32, kE + 2048, kA, kB + 1024, false},
+  };
+  const size_t kBytes = 3 * kPage + 40;  // several pages and a partial one, every dtype
+  const size_t kArea = 16 * kPage + 4096;
+  auto* area = static_cast<uint8_t*>(std::aligned_alloc(kPage, kArea));
+  std::vector<uint8_t> want(kBytes), x(kBytes), y(kBytes);
+  std::mt19937_64 rng(2048);
+  const KernelIsa saved = kernel_isa();
+  for (const Placement& p : cases) {
+    for (KernelIsa isa : forms()) {
+      ASSERT_TRUE(set_kernel_isa(isa));
+      for (DataType t : kEveryDataType)
+        for (ReduceOp op : kEveryReduceOp) {
+          if (!op_applies(op, t)) continue;
+          const size_t es = element_size(t);
+          for (size_t n : {kBytes / es, size_t{37}}) {
+            std::memset(area, 0xA5, kArea);
+            fill_random(area + p.a, n, t, rng);
+            fill_random(area + p.b, n, t, rng);
+            std::memcpy(x.data(), area + p.a, n * es);
+            std::memcpy(y.data(), area + p.b, n * es);
+            reduce_to(want.data(), x.data(), y.data(), n, t, op);
+            uint8_t *d = area + p.dst, *e = area + p.dst2;
+            const bool one = reduce_to_both(d, e, area + p.a, area + p.b, n, t, op);
+            const bool native = t != DataType::f16 && t != DataType::bf16;
+            EXPECT_EQ(one, native && (p.one_pass || n * es < 1024))
+                << p.what << " " << name(t) << " n=" << n;
+            ASSERT_EQ(std::memcmp(d, want.data(), n * es), 0)
+                << p.what << " dst " << name(isa) << " " << name(t) << " " << name(op);
+            ASSERT_EQ(std::memcmp(e, want.data(), n * es), 0)
+                << p.what << " dst2 " << name(isa) << " " << name(t) << " " << name(op);
+            for (const uint8_t* out : {d, e}) {
+              if (out != area + p.a && out != area + p.b) {
+                ASSERT_EQ(out[-1], 0xA5) << p.what << " wrote before an output";
+                ASSERT_EQ(out[n * es], 0xA5) << p.what << " wrote past an output";
+              }
+            }
+          }
+        }
+    }
+  }
+  set_kernel_isa(saved);
+  std::free(area);
+}
+
 }  // namespace
 }  // namespace heft::comm

@@ -170,6 +170,72 @@ __attribute__((always_inline)) inline void loop_op(void* d, const void* a, const
   }
 }
 
+// reduce_to_both's one pass: 64 bytes of results computed into registers (all of a block's
+// loads before its stores, so an output equal to an input is fine), then stored to both
+// outputs. Native types only.
+template <typename T, typename Op>
+__attribute__((always_inline)) inline void loop_both(void* dst, void* dst2, const void* a,
+                                                     const void* b, size_t n) {
+  T* d = static_cast<T*>(dst);
+  T* e = static_cast<T*>(dst2);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  constexpr size_t kBlock = 64 / sizeof(T);
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    T v[kBlock];
+    for (size_t k = 0; k < kBlock; ++k) v[k] = Op::apply(x[i + k], y[i + k]);
+    for (size_t k = 0; k < kBlock; ++k) d[i + k] = v[k];
+    for (size_t k = 0; k < kBlock; ++k) e[i + k] = v[k];
+  }
+  for (; i < n; ++i) {
+    const T v = Op::apply(x[i], y[i]);
+    d[i] = v;
+    e[i] = v;
+  }
+}
+
+template <typename Op>
+__attribute__((always_inline)) inline void both_integer(void* d, void* e, const void* a,
+                                                        const void* b, size_t n, DataType t) {
+  switch (t) {
+    case DataType::i8: return loop_both<int8_t, Op>(d, e, a, b, n);
+    case DataType::u8: return loop_both<uint8_t, Op>(d, e, a, b, n);
+    case DataType::i16: return loop_both<int16_t, Op>(d, e, a, b, n);
+    case DataType::i32: return loop_both<int32_t, Op>(d, e, a, b, n);
+    case DataType::i64: return loop_both<int64_t, Op>(d, e, a, b, n);
+    case DataType::f32: case DataType::f64: case DataType::f16: case DataType::bf16: return;
+  }
+}
+
+template <typename Op>
+__attribute__((always_inline)) inline void both_typed(void* d, void* e, const void* a,
+                                                      const void* b, size_t n, DataType t) {
+  if (t == DataType::f32) return loop_both<float, Op>(d, e, a, b, n);
+  if (t == DataType::f64) return loop_both<double, Op>(d, e, a, b, n);
+  both_integer<Op>(d, e, a, b, n, t);  // f16 / bf16 never get here (reduce_to_both)
+}
+
+__attribute__((always_inline)) inline void both_op(void* d, void* e, const void* a,
+                                                   const void* b, size_t n, DataType t,
+                                                   ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return both_typed<Sum>(d, e, a, b, n, t);
+    case ReduceOp::min: return both_typed<Min>(d, e, a, b, n, t);
+    case ReduceOp::max: return both_typed<Max>(d, e, a, b, n, t);
+    case ReduceOp::product: return both_typed<Product>(d, e, a, b, n, t);
+    case ReduceOp::band: return both_integer<BitAnd>(d, e, a, b, n, t);
+    case ReduceOp::bor: return both_integer<BitOr>(d, e, a, b, n, t);
+    case ReduceOp::bxor: return both_integer<BitXor>(d, e, a, b, n, t);
+  }
+}
+
+void both_portable(void* d, void* e, const void* a, const void* b, size_t n, DataType t,
+                   ReduceOp op) {
+  both_op(d, e, a, b, n, t, op);
+}
+
 void reduce_portable(void* d, const void* a, const void* b, size_t n, DataType t, ReduceOp op,
                      bool back) {
   back ? loop_op<true>(d, a, b, n, t, op) : loop_op<false>(d, a, b, n, t, op);
@@ -220,6 +286,10 @@ __attribute__((target("avx2,f16c"))) void reduce_avx2(void* d, const void* a, co
   if (t == DataType::f16 && op == ReduceOp::min) return loop_f16_f16c<Min>(d, a, b, n);
   if (t == DataType::f16 && op == ReduceOp::max) return loop_f16_f16c<Max>(d, a, b, n);
   back ? loop_op<true>(d, a, b, n, t, op) : loop_op<false>(d, a, b, n, t, op);
+}
+__attribute__((target("avx2"))) void both_avx2(void* d, void* e, const void* a, const void* b,
+                                                size_t n, DataType t, ReduceOp op) {
+  both_op(d, e, a, b, n, t, op);
 }
 #endif
 
@@ -320,6 +390,27 @@ void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t
     case ReduceOrder::kThroughBlock:
       return reduce_through_block(dst, a, b, count, t, op, StoreHint::kCached);
   }
+}
+
+bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                    DataType t, ReduceOp op) {
+  require_op_applies(op, t, "reduce");
+  const size_t bytes = count * element_size(t);
+  const bool native = t != DataType::f16 && t != DataType::bf16;
+  if (!native || reduce_order(dst, a, b, bytes) != ReduceOrder::kForward ||
+      reduce_order(dst2, a, b, bytes) != ReduceOrder::kForward) {
+    reduce_to(dst2, a, b, count, t, op);
+    copy_bytes(dst, dst2, bytes);
+    return false;
+  }
+#if defined(__x86_64__)
+  if (kernel_isa() == KernelIsa::kAvx2) {
+    both_avx2(dst, dst2, a, b, count, t, op);
+    return true;
+  }
+#endif
+  both_portable(dst, dst2, a, b, count, t, op);
+  return true;
 }
 
 void finish_average(void* data, size_t count, DataType t, ReduceOp op, int world_size) {

@@ -24,6 +24,17 @@ namespace heft::comm {
 void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t, ReduceOp op,
                StoreHint hint = StoreHint::kCached);
 
+// dst[i] = dst2[i] = a[i] (op) b[i] for i < count: reduce_to with two outputs, for a caller
+// that needs the result in two places (the direct allreduce: the user's buffer and the
+// area its peers read). In one pass (each result stored twice, read once) when the dtype
+// is native (not f16 / bf16) and every output is outside 1-256 bytes past every input
+// modulo 4 KiB (reduce_order: kForward for both); else reduce_to(dst2, ...) and a copy to
+// dst. Returns whether it took the one pass. dst and dst2 may each equal a or b; the two
+// outputs must not overlap, nor overlap an input they are not equal to. For ReduceOp::avg
+// a sum, as reduce_to. Same results, bit for bit, as reduce_to. Throws as reduce_to.
+bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                    DataType t, ReduceOp op);
+
 // dst[i] = dst[i] (op) src[i] for i < count: reduce_to(dst, dst, src, ...).
 inline void reduce_into(void* dst, const void* src, size_t count, DataType t, ReduceOp op) {
   reduce_to(dst, dst, src, count, t, op);

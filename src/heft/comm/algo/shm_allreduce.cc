@@ -218,21 +218,35 @@ class Direct {
   }
 
   // Piece j of this rank's slice: the peers' copies (slot s) and its own data, folded in
-  // local-rank order into its out area, a few KiB at a time, each copied at once into the
-  // user's buffer (read back from L1).
+  // local-rank order into its out area, a few KiB at a time; the last fold stores each
+  // result into the out area and the user's buffer in one pass (reduce_to_both), or, for an
+  // average to finish or where that pass cannot run, into the out area and then copied into
+  // the user's buffer (read back from L1).
   void reduce(size_t j, int s, bool average) {
     const Range q = part(r_, j);
     uint8_t* out = links_.ctx.out(r_, s);
+    const bool one_pass = !(average && op_ == ReduceOp::avg);
     for (size_t f = 0; f < q.count; f += kFuseBytes / es_) {
       const size_t m = std::min(kFuseBytes / es_, q.count - f);
       uint8_t* own = data_ + (q.offset + f) * es_;
+      uint8_t* o = out + f * es_;
       auto area = [&](int p) -> const uint8_t* {
         return p == r_ ? own : links_.ctx.in(p, s) + region(r_, p) + f * es_;
       };
-      reduce_to(out + f * es_, area(0), area(1), m, t_, op_);
-      for (int p = 2; p < n_; ++p) reduce_into(out + f * es_, area(p), m, t_, op_);
-      if (average) finish_average(out + f * es_, m, t_, op_, world_size_);
-      copy_bytes(own, out + f * es_, m * es_);
+      const uint8_t *x = area(0), *y = area(1);  // the last fold's inputs
+      if (n_ > 2) {
+        reduce_to(o, x, y, m, t_, op_);
+        for (int p = 2; p < n_ - 1; ++p) reduce_into(o, area(p), m, t_, op_);
+        x = o;
+        y = area(n_ - 1);
+      }
+      if (one_pass) {
+        one_pass_pieces_ += reduce_to_both(own, o, x, y, m, t_, op_);
+        continue;
+      }
+      reduce_to(o, x, y, m, t_, op_);
+      finish_average(o, m, t_, op_, world_size_);
+      copy_bytes(own, o, m * es_);
     }
   }
 
@@ -255,6 +269,9 @@ class Direct {
   int n_, r_;
   size_t region_bytes_, piece_, placed_;
   size_t steps_ = 0;
+
+ public:
+  uint64_t one_pass_pieces_ = 0;  // reduce_to_both took its one pass (PathCounts::one_pass)
 };
 
 }  // namespace
@@ -287,6 +304,7 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
   Direct direct(links, data, count, t, op, world_size);
   if (on_slice) direct.run(on_slice);
   else direct.run();
+  counts.one_pass += direct.one_pass_pieces_;
 }
 
 }  // namespace heft::comm::algo

@@ -43,7 +43,12 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
 // Room after each area for data placed at an offset up to 63.
 constexpr size_t kPlacement = 64;
 
-size_t area_bytes(const ContextOptions& o) { return o.chunk_bytes + kPlacement; }
+// Each area is followed by room for the placement and a gap, so that a slot's out area lies
+// about 2 KiB from every in area modulo 4 KiB (with chunk_bytes a multiple of 4 KiB): the
+// direct form reduces from a peer's in area into its out area, and 1-256 bytes between
+// them would make every load wait on 4K aliasing (reduce.h's orders).
+constexpr size_t kAliasGap = 2048 - kPlacement;
+size_t area_bytes(const ContextOptions& o) { return o.chunk_bytes + kPlacement + kAliasGap; }
 size_t segment_bytes(const ContextOptions& o) { return kHeaderBytes + 4 * area_bytes(o); }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long nanos) {

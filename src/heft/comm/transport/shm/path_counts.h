@@ -13,6 +13,7 @@ struct PathCounts {
   uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
   uint64_t direct = 0;       // peers' slices only into the slots, own slice reduced in place
   uint64_t syncs = 0;        // shared-memory synchronisations, of every collective
+  uint64_t one_pass = 0;     // direct pieces reduced into the buffer and the out area at once
 };
 
 }  // namespace heft::comm::shm
