@@ -24,18 +24,19 @@
 #     Then the same stages' forward and backward CPU time per micro-batch in one process
 #     (what other work on the machine changes least) and each stage's idle by heft's
 #     simulator with those costs: what the schedule gives on a quiet machine.
-#  2. the same two columns for heft-train's C++ pipeline (its GPT below, interleaved, m = 8,
+#  2. the same columns for heft-train's C++ pipeline (its GPT below, interleaved, m = 8,
 #     its summary's busy, forward and run_stage seconds over all STEPS steps).
 #  3. step time: heft-train's GPT (n_layer 4, n_embd 128, 4 heads, block 128, untied head)
 #     written in plain PyTorch as a sequence (embeddings, 4 blocks, head), split after block 1
 #     as heft-train splits it, interleaved, 8 micro-batches, 16 x 128 bytes per step: the
 #     Python step's seconds (zero_grad + pipe.step + AdamW, rank 0) beside heft-train's C++
 #     pipeline on the same layout (its per-step tokens_per_s), median, worst and fastest of
-#     steps 3..STEPS (the fastest: the step least disturbed on a shared machine); and each stage's CPU milliseconds per step, median of steps 3..STEPS (the
-#     process's CPU time: in Python over the same span, in heft-train its summary's
-#     step_cpu_ms, Pipelined::step from start to end), the work each side does, which
-#     waiting for a core on a shared machine does not change. ROUNDS rounds alternated;
-#     then the median and the worst of the rounds' ratios.
+#     steps 3..STEPS (the fastest: the step least disturbed on a shared machine); and each
+#     stage's CPU milliseconds per step, median of steps 3..STEPS (the process's CPU time:
+#     in Python over the same span, in heft-train its summary's step_cpu_ms, Pipelined::step
+#     from start to end), the work each side does, which waiting for a core on a shared
+#     machine does not change. ROUNDS rounds alternated; then the median and the worst of
+#     the rounds' ratios.
 #
 # usage: bench/pipeline_python.sh [BUILD_DIR]   (default build; STEPS=20 ROUNDS=5)
 set -eu
