@@ -226,6 +226,10 @@ TEST(LayoutSearch, ContentionOptimizerTransientAndShardedLatency) {
   // Transient bytes: once, on the last stage, scaled to the micro-batch (4 samples).
   m.transient_bytes = 500;
   EXPECT_EQ(evaluate(m, free, o, ddp).activation_bytes, d0.activation_bytes + 4 * 500);
+  // Sharded: the full gradients before their reduce-scatters, when the model says so.
+  const int64_t state = evaluate(m, free, o, sharded).state_bytes;
+  m.sharded_gradient_copies = 1;
+  EXPECT_EQ(evaluate(m, free, o, sharded).state_bytes, state + 8 * 1000);
   // Sharded: each of the 8 layers gathers on its own: 8 latencies a gather, not 1.
   CommTable slow = free;
   for (CollectiveCost& e : slow.entries) e.alpha_s = 1e-3;

@@ -257,6 +257,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   // The tensor degree must divide the heads and the vocabulary (vocabulary-parallel head).
   m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
   m.replica_gradient_copies = 1;  // the flat gradient buffer replicas all-reduce
+  m.sharded_gradient_copies = 1;  // the units' full gradients before the reduce-scatters
   parallel::layout::SearchOptions& o = in.options;
   o.world = world_size;
   o.memory_limit_bytes = static_cast<int64_t>(header[2]);

@@ -222,9 +222,14 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     g = std::max(g, params[i]);
     const double opt = model.optimizer_bytes_per_param_byte;
     const double copies = l.data > 1 ? model.replica_gradient_copies : 0;
-    const int64_t state = l.sharded == 1
-                              ? scaled((2.0 + opt + copies) * static_cast<double>(params[i]))
-                              : scaled((2.0 + opt) * static_cast<double>(params[i]) / l.sharded) + 2 * largest[i];
+    // Sharded: the shards, two gathered layers, and the full-size gradients the backward
+    // produces before their reduce-scatters (ModelCost::sharded_gradient_copies of them),
+    // plus the replicas' shard all-reduce buffer (copies / S).
+    const double p_i = static_cast<double>(params[i]);
+    const int64_t state =
+        l.sharded == 1 ? scaled((2.0 + opt + copies) * p_i)
+                       : scaled((2.0 + opt + copies) * p_i / l.sharded + model.sharded_gradient_copies * p_i) +
+                             2 * largest[i];
     const int64_t transient =
         s + 1 == P ? scaled(static_cast<double>(model.transient_bytes) * scale / l.tensor) : 0;
     const int64_t act = (l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]

@@ -27,10 +27,10 @@
 //    behind the last micro-batch's backward, up to its length.
 //  - Memory per rank (the largest stage): parameters, gradients and optimizer state of G bytes
 //    (each / S when sharded) and, sharded, a gather buffer of two of the stage's largest layers
-//    (one in use, one prefetched); activations: max in-flight micro-batches (from the simulator;
-//    1 without a pipeline) x the stage's saved bytes per micro-batch / v, where a layer saves
-//    ModelCost::saved_bytes (measured) or saved_activation_factor x its output bytes, / T;
-//    plus ModelCost::fixed_bytes, and replicated, replica_gradient_copies x G; checkpointed
+//    (one in use, one prefetched) and sharded_gradient_copies x G; activations: max in-flight
+//    micro-batches (from the simulator; 1 without a pipeline) x the stage's saved bytes per
+//    micro-batch / v, where a layer saves ModelCost::saved_bytes (measured) or
+//    saved_activation_factor x its output bytes, / T; plus ModelCost::fixed_bytes, and replicated, replica_gradient_copies x G; checkpointed
 //    (every layer a checkpoint), a micro-batch keeps only each layer's input (the previous
 //    layer's output; the model's own input is not counted) and the backward recomputes one
 //    layer at a time (the largest layer's full activations, added once). The last stage adds
@@ -89,6 +89,9 @@ struct ModelCost {
   // Replicated (sharded 1, data > 1): flat copies of the stage's gradients the all-reduce
   // keeps (DDP's buckets): this many x the stage's parameter bytes more state.
   double replica_gradient_copies = 0;
+  // Sharded (S > 1): full-size gradients the backward holds before their reduce-scatters,
+  // as copies of the stage's parameter bytes (heft-train's ZeRO-3: 1, measured).
+  double sharded_gradient_copies = 0;
   // Per layer, the part of forward_s / backward_s a call pays whatever its samples (a fit of
   // two profiles); the rest scales with the samples. Empty: all of it scales.
   std::vector<double> forward_fixed_s, backward_fixed_s;
