@@ -210,6 +210,43 @@ TEST(ResourceRules, DataloaderCountsTheCoresOfTheRanksHost) {
             std::string::npos) << f[1].message;
 }
 
+// BatchSize divides a rank's RSS by its own host's memory over the ranks sampled there, not
+// the supervisor's (regression: every rank was judged by the supervisor's 16000 MB). Rank 0
+// alone on "small" (2000 MB) at 600 MB uses 30% of its host: silent, where the supervisor's
+// 8000 MB share would have made it 7.5%. Rank 1 alone on "large" (64000 MB) fires with that
+// share. A host whose memory is unknown (an older shim's samples) falls back to the
+// supervisor's share.
+TEST(ResourceRules, BatchSizeJudgesEachRankByItsOwnHostsMemory) {
+  Job j(2, 10, 5);
+  j.samples(20, 30, 600);
+  j.o.host_of_rank = {{0, "small"}, {1, "large"}};
+  j.o.hosts["small"].cores = 2;
+  j.o.hosts["small"].ranks = {0};
+  j.o.hosts["small"].memory_mb = 2000;
+  j.o.hosts["large"].cores = 2;
+  j.o.hosts["large"].ranks = {1};
+  j.o.hosts["large"].memory_mb = 64000;
+  const auto f = evaluate_rule(rule("BatchSize"), j.o);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].rank, 1);
+  EXPECT_EQ(f[0].evidence["host"], "large");
+  EXPECT_NEAR(f[0].evidence["memory_share_mb"].get<double>(), 64000, 1e-9);
+  EXPECT_NEAR(f[0].evidence["memory_p95_percent"].get<double>(), 100.0 * 600 / 64000, 1e-9);
+  EXPECT_NE(f[0].message.find("rank 1 on large used "), std::string::npos) << f[0].message;
+  EXPECT_NE(f[0].message.find("of its share of the host's memory (64000 MB)"), std::string::npos)
+      << f[0].message;
+  // Two ranks on "small" share its memory: 600 MB is 60% of 1000 MB.
+  j.o.host_of_rank[1] = "small";
+  j.o.hosts["small"].ranks = {0, 1};
+  EXPECT_NEAR(j.o.memory_of(1), 1000, 1e-9);
+  EXPECT_TRUE(evaluate_rule(rule("BatchSize"), j.o).empty());
+  // "small"'s memory unknown: the supervisor's 16000 MB over its 2 workers, 7.5% each.
+  j.o.hosts["small"].memory_mb = 0;
+  const auto g = evaluate_rule(rule("BatchSize"), j.o);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_NEAR(g[0].evidence["memory_share_mb"].get<double>(), 8000, 1e-9);
+}
+
 TEST(ResourceRules, NewRulesAreSilentOnTheMainJobsShape) {
   // Two workers on two cores, each 97% busy, 5% of a step on data, 1 GB of RSS, no other load.
   Job main_job(2, 40, 5);

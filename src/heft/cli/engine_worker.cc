@@ -12,8 +12,8 @@
 // network_interface_name is the one that reaches the store) and write the host's input
 // config files (job::write_host_input_config; the host's ranks may all write them).
 // With HEFT_SYSTEM_SAMPLE_MS (the profiler sets it: job_profiler.h) they also sample their
-// rank's process group and their host's cores that often and publish the samples in the
-// store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
+// rank's process group and their host's cores and memory that often and publish the samples
+// in the store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
 #include <unistd.h>
 
 #include <climits>

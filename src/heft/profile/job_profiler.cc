@@ -133,11 +133,15 @@ void add_rank_points(const SystemSample& s, const RankSample& r,
   add("system:processes", r.processes);
 }
 
-void add_core_points(const std::string& prefix, const SystemSample& s,
+// A host's own series (rank -1): each core's busy share and its available memory.
+void add_host_points(const std::string& prefix, const SystemSample& s,
                      std::vector<job::MetricPoint>* points) {
   for (size_t c = 0; c < s.core_busy_percent.size(); ++c)
     points->push_back({prefix + "core" + std::to_string(c) + "_busy_percent", -1, s.timestamp,
                        std::nullopt, s.core_busy_percent[c]});
+  if (s.memory_available_mb > 0)
+    points->push_back({prefix + "memory_available_mb", -1, s.timestamp, std::nullopt,
+                       s.memory_available_mb});
 }
 
 }  // namespace
@@ -145,8 +149,11 @@ void add_core_points(const std::string& prefix, const SystemSample& s,
 void JobProfiler::sample_system(std::vector<job::MetricPoint>* points) {
   SystemSample s = sampler_.sample();
   for (const RankSample& r : s.ranks) add_rank_points(s, r, points);
-  if (!s.ranks.empty()) add_core_points("system:", s, points);
-  if (local_ranks_ > 0) obs_.hosts[""].cores = s.cores;
+  if (!s.ranks.empty()) add_host_points("system:", s, points);
+  if (local_ranks_ > 0) {
+    obs_.hosts[""].cores = s.cores;
+    if (s.memory_mb > 0) obs_.hosts[""].memory_mb = s.memory_mb;
+  }
   for (const RankSample& r : s.ranks) {
     if (host_recorded_.insert(r.rank).second)
       points->push_back({"system:host:" + local_host_, r.rank, s.timestamp, std::nullopt,
@@ -188,6 +195,7 @@ void JobProfiler::read_remote(int rank, SystemSample* out,
   seen = r.timestamp;
   HostObservation& host = obs_.hosts[r.host];
   host.cores = r.cores;
+  if (r.memory_mb > 0) host.memory_mb = r.memory_mb;  // 0: an older shim's sample
   if (std::find(host.ranks.begin(), host.ranks.end(), rank) == host.ranks.end()) {
     host.ranks.push_back(rank);
     std::sort(host.ranks.begin(), host.ranks.end());
@@ -196,7 +204,7 @@ void JobProfiler::read_remote(int rank, SystemSample* out,
   double& host_time = host_seen_[r.host];
   if (r.timestamp > host_time) {
     host_time = r.timestamp;
-    add_core_points("system:" + r.host + "/", r, points);
+    add_host_points("system:" + r.host + "/", r, points);
   }
   if (host_recorded_.insert(rank).second)
     points->push_back({"system:host:" + r.host, rank, r.timestamp, std::nullopt,
@@ -206,6 +214,8 @@ void JobProfiler::read_remote(int rank, SystemSample* out,
     read.timestamp = r.timestamp;
     read.host = r.host;
     read.cores = r.cores;
+    read.memory_mb = r.memory_mb;
+    read.memory_available_mb = r.memory_available_mb;
     read.core_busy_percent = r.core_busy_percent;
   }
   for (const RankSample& x : r.ranks) {

@@ -12,7 +12,8 @@
 // every HEFT_SYSTEM_SAMPLE_MS, which environment() sets to the profiler's interval); the
 // supervisor hands the profiler a way to read that store (set_sample_source) and the
 // profiler records those samples as the same system:* series, their host's cores as
-// system:<host>/core<N>_busy_percent, and Observations::hosts. Every rank's host (this
+// system:<host>/core<N>_busy_percent, its available memory as
+// system:<host>/memory_available_mb, and Observations::hosts (with each host's memory). Every rank's host (this
 // machine's name for local workers) is one point of "system:host:<host>" per start, its
 // value the host's cores (what `heft describe` lists as hosts).
 #pragma once

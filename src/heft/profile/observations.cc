@@ -31,6 +31,15 @@ double Observations::cores_of(int rank) const {
          static_cast<double>(std::max<size_t>(1, it->second.ranks.size()));
 }
 
+double Observations::memory_of(int rank) const {
+  const double here = std::max(0.0, memory_mb) / std::max(1, workers_here);
+  const auto h = host_of_rank.find(rank);
+  if (h == host_of_rank.end()) return here;
+  const auto it = hosts.find(h->second);
+  if (it == hosts.end() || it->second.memory_mb <= 0) return here;
+  return it->second.memory_mb / static_cast<double>(std::max<size_t>(1, it->second.ranks.size()));
+}
+
 double Observations::worker_utilisation(double cpu_percent, int rank) const {
   return cpu_percent / cores_of(rank);
 }

@@ -34,6 +34,7 @@ struct HostObservation {
   // its cores' busy share (the newest) and the CPU of its ranks read then, in time order.
   // This machine's are Observations::system.
   std::vector<SystemSample> samples;
+  double memory_mb = 0;  // its memory, MemTotal (0: unknown, e.g. an older shim's sample)
 };
 
 struct Observations {
@@ -46,7 +47,7 @@ struct Observations {
   double now = 0;
   double last_activity = 0;   // newest step record or metric point (or the start)
   double first_step_at = 0;   // the current start's first step record (0: none yet)
-  double memory_mb = 0;       // the host's memory (0: unknown)
+  double memory_mb = 0;       // this machine's memory (0: unknown)
   std::vector<StepRecord> steps;      // every rank's, in the order read
   std::vector<SystemSample> system;   // in time order
   std::map<std::string, std::vector<job::MetricPoint>> metrics;  // by name, lowest rank's
@@ -59,6 +60,10 @@ struct Observations {
   // The cores `rank` may use: its host's cores over the ranks sampled there (cores /
   // workers_here when the rank's host is unknown).
   double cores_of(int rank) const;
+  // The memory `rank` may use, in MB: its host's memory over the ranks sampled there
+  // (memory_mb / workers_here when the rank's host or that host's memory is unknown; 0 when
+  // that is unknown too).
+  double memory_of(int rank) const;
   // A worker's CPU use in % of the cores it may use (100 = all of its share busy).
   double worker_utilisation(double cpu_percent) const;
   // The same for `rank` on its own host: that host's cores over the ranks sampled there

@@ -146,10 +146,11 @@ std::vector<RuleFinding> io_bottleneck(const job::RuleSpec& r, const Observation
 }
 
 std::vector<RuleFinding> batch_size(const job::RuleSpec& r, const Observations& obs) {
-  if (obs.memory_mb <= 0 || static_cast<double>(obs.system.size()) < r.number("patience")) return {};
-  const double share_mb = obs.memory_mb / std::max(1, obs.workers_here);
+  if (static_cast<double>(obs.system.size()) < r.number("patience")) return {};
   std::vector<RuleFinding> out;
   for (const auto& [rank, s] : rank_series(obs, r.number("window"))) {
+    const double share_mb = obs.memory_of(rank);  // of the rank's own host
+    if (share_mb <= 0) continue;
     const double cpu = percentile(s.utilisation, 95);
     const double mem = 100 * percentile(s.rss_mb, 95) / share_mb;
     if (cpu >= r.number("cpu_threshold_p95") || mem >= r.number("memory_threshold_p95")) continue;

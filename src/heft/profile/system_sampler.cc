@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "heft/job/record/job_db.h"
@@ -73,6 +74,19 @@ int SystemSampler::cores() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+void SystemSampler::memory(double* total_mb, double* available_mb) {
+  // "MemTotal:       16314152 kB"
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  *total_mb = *available_mb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") *total_mb = kb / 1024;
+    if (key == "MemAvailable:") *available_mb = kb / 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');  // the unit, if any
+  }
+}
+
 void SystemSampler::set_workers(const std::vector<int>& pids) {
   pids_ = pids;
   last_.clear();
@@ -130,6 +144,7 @@ SystemSample SystemSampler::sample() {
   SystemSample s;
   s.timestamp = unix_now();
   s.cores = cores();
+  memory(&s.memory_mb, &s.memory_available_mb);
   std::map<int, Counters> now;
   std::map<int, RankSample> samples;
   read_groups(&now, &samples);
@@ -161,7 +176,8 @@ SystemSample SystemSampler::sample() {
 }
 
 namespace {
-constexpr const char* kSampleVersion = "heft-sample-1";
+constexpr const char* kSampleVersion = "heft-sample-2";
+constexpr const char* kSampleVersion1 = "heft-sample-1";  // no MEMORY, AVAILABLE
 }  // namespace
 
 std::string encode_rank_sample(const SystemSample& s) {
@@ -171,9 +187,9 @@ std::string encode_rank_sample(const SystemSample& s) {
   out << std::fixed;  // a timestamp keeps its milliseconds, a rate three decimals
   out.precision(3);
   out << kSampleVersion << ' ' << (s.host.empty() ? "-" : s.host) << ' ' << s.timestamp << ' '
-      << s.cores << ' ' << r.cpu_percent << ' ' << r.user_percent << ' ' << r.system_percent
-      << ' ' << r.rss_mb << ' ' << r.read_mb_s << ' ' << r.write_mb_s << ' ' << r.threads << ' '
-      << (s.ranks.empty() ? 0 : r.processes);
+      << s.cores << ' ' << s.memory_mb << ' ' << s.memory_available_mb << ' ' << r.cpu_percent
+      << ' ' << r.user_percent << ' ' << r.system_percent << ' ' << r.rss_mb << ' ' << r.read_mb_s
+      << ' ' << r.write_mb_s << ' ' << r.threads << ' ' << (s.ranks.empty() ? 0 : r.processes);
   for (double c : s.core_busy_percent) out << ' ' << c;
   return out.str();
 }
@@ -184,9 +200,11 @@ bool decode_rank_sample(const std::string& text, int rank, SystemSample* out) {
   SystemSample s;
   RankSample r;
   r.rank = rank;
-  if (!(in >> version) || version != kSampleVersion) return false;
-  if (!(in >> s.host >> s.timestamp >> s.cores >> r.cpu_percent >> r.user_percent >>
-        r.system_percent >> r.rss_mb >> r.read_mb_s >> r.write_mb_s >> r.threads >> r.processes))
+  if (!(in >> version) || (version != kSampleVersion && version != kSampleVersion1)) return false;
+  if (!(in >> s.host >> s.timestamp >> s.cores)) return false;
+  if (version == kSampleVersion && !(in >> s.memory_mb >> s.memory_available_mb)) return false;
+  if (!(in >> r.cpu_percent >> r.user_percent >> r.system_percent >> r.rss_mb >> r.read_mb_s >>
+        r.write_mb_s >> r.threads >> r.processes))
     return false;
   if (s.host == "-") s.host.clear();
   double c;

@@ -1,7 +1,8 @@
 // System metrics of a job's workers from /proc, sampled by the supervisor (about once a
 // second): per rank, the CPU its process group used (the worker and every child it started:
 // they share its process group), split into user and system time, its resident memory, its
-// I/O and threads; per core of this machine, the share of time busy.
+// I/O and threads; per core of this machine, the share of time busy; the machine's memory
+// (/proc/meminfo MemTotal and MemAvailable).
 //
 // A sample is a difference between two reads: the first sample() after set_workers() only
 // records the baseline and returns nothing for the ranks.
@@ -33,6 +34,8 @@ struct SystemSample {
   double timestamp = 0;  // Unix seconds
   std::string host;      // where it was read; "": this machine (the supervisor's)
   int cores = 0;         // online cores of that host (0: not given, this machine's)
+  double memory_mb = 0;            // that host's memory, MemTotal (0: not given)
+  double memory_available_mb = 0;  // its MemAvailable when read (0: not given)
   std::vector<RankSample> ranks;
   std::vector<double> core_busy_percent;  // per core of the machine, 0-100
 };
@@ -45,6 +48,9 @@ class SystemSampler {
   SystemSample sample();
   // Cores of this machine (online CPUs).
   static int cores();
+  // This machine's MemTotal and MemAvailable from /proc/meminfo, in MB (a field it lacks
+  // stays 0).
+  static void memory(double* total_mb, double* available_mb);
 
  private:
   struct Counters {
@@ -66,12 +72,16 @@ class SystemSampler {
 };
 
 // A rank's sample as its worker shim publishes it to the supervisor through the job's store
-// (key rank_sample_key): one line of text, "heft-sample-1 HOST TIMESTAMP CORES CPU USER SYSTEM
-// RSS READ WRITE THREADS PROCESSES CORE0 CORE1 ...". `s` holds at most one rank (its first
-// is encoded; none: the rank fields are zero and PROCESSES is 0). Host names hold no spaces.
+// (key rank_sample_key): one line of text, "heft-sample-2 HOST TIMESTAMP CORES MEMORY
+// AVAILABLE CPU USER SYSTEM RSS READ WRITE THREADS PROCESSES CORE0 CORE1 ..." (MEMORY and
+// AVAILABLE: the host's MemTotal and MemAvailable in MB, 0 when unknown). `s` holds at most
+// one rank (its first is encoded; none: the rank fields are zero and PROCESSES is 0). Host
+// names hold no spaces.
 std::string encode_rank_sample(const SystemSample& s);
 // The sample `text` encodes, its one rank numbered `rank`; false when `text` is not one
-// (another version, a missing or non-numeric field).
+// (an unknown version, a missing or non-numeric field). Also reads the older
+// "heft-sample-1", which has no MEMORY and AVAILABLE (left 0), from shims of older heft
+// versions.
 bool decode_rank_sample(const std::string& text, int rank, SystemSample* out);
 // "<job>/world/system/<rank>": where rank's shim keeps its newest sample.
 std::string rank_sample_key(const std::string& job, int rank);
