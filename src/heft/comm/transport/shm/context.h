@@ -1,15 +1,15 @@
 // The shared-memory transport: one segment per rank of a host, mapped by every rank of that
 // host, and sync(), the one primitive the shared-memory algorithms need.
 //
-// Terms. A *segment* (segment.h) holds a header and two *slots*; a slot is an `in` area and
-// an `out` area of chunk_bytes each (plus 64 bytes, so a use can place its data at the
-// *offset* (0..63) of the user's buffer mod 64: copies between the two then run aligned;
-// and a gap that puts each out area about 2 KiB from every in area modulo 4 KiB, against
-// 4K aliasing when a rank reduces from a peer's in area into its out area). Algorithms
-// move data in *uses*: a use writes this rank's slot, calls sync(), then reads peers'
-// slots (and may write `out`, sync again, read `out`). Uses alternate between the two slots (next_slot()), and that alone makes reuse
-// safe: a rank writes slot s again only after passing the sync of the use in between, which
-// every peer reaches only after it finished reading slot s.
+// Terms. A *segment* (segment.h) holds a header and two *slots*; a slot is an `in` area and an
+// `out` area of chunk_bytes each (plus 64 bytes, so a use can place its data at the *offset*
+// (0..63) of the user's buffer mod 64: copies between the two then run aligned; and a gap that
+// puts each out area about 2 KiB from every in area modulo 4 KiB, against 4K aliasing when a
+// rank reduces from a peer's in area into its out area). Algorithms move data in *uses*: a use
+// writes this rank's slot, calls sync(), then reads peers' slots (and may write `out`, sync
+// again, read `out`). Uses alternate between the two slots (next_slot()), and that alone makes
+// reuse safe: a rank writes slot s again only after passing the sync of the use in between,
+// which every peer reaches only after it finished reading slot s.
 //
 // sync() is a barrier over an *epoch* counter per rank: publish epoch+1, wait for every peer
 // to publish it. Waiting spins for a budget in microseconds, then yields, then sleeps on a
