@@ -425,7 +425,7 @@ TEST(HeftCli, BadInputGetsAClearAnswerNamingTheOptionOrField) {
   const std::vector<Case> cases = {
       {{"train", ok, "--name", ""}, 2, "--name: expected a job name, found ''"},
       {{"logs", "fine", "--rank", "-1"}, 2, "--rank: Value -1 not in range 0 to 1023"},
-      {{"frobnicate"}, 2, "heft: unknown command 'frobnicate'; the commands are train, resume, jobs"},
+      {{"frobnicate"}, 2, "heft: unknown command 'frobnicate'; the commands are train, resume, plan, jobs"},
       {{"train", empty_entry}, 2, "entry_point: expected heft-train or a command list such as "
                                   "[python3, train.py], found an empty list"},
       {{"train", nested}, 2, "nested.yaml:2:270: not valid YAML: [ and { nest deeper than 256"},
