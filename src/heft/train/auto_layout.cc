@@ -5,9 +5,9 @@
 
 #include <torch/torch.h>
 
-#include <sys/resource.h>
-
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -37,12 +37,14 @@ int64_t heap_in_use() {
 }
 
 // Per layer: the heap its forward (with autograd) keeps alive until its backward, its output
-// included, on `batch` samples; each layer reads the previous one's output.
-std::vector<int64_t> saved_bytes(Model& model, int64_t batch) {
+// included, on `batch` samples; each layer reads the previous one's output (the last one's
+// input into last_input).
+std::vector<int64_t> saved_bytes(Model& model, int64_t batch, torch::Tensor* last_input) {
   const size_t n = model.layer_names().size();
   std::vector<int64_t> out(n, 0);
   torch::Tensor x = model.sample_input(batch);
   for (size_t i = 0; i < n; ++i) {
+    if (i + 1 == n) *last_input = x;
     const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
     const int64_t before = heap_in_use();
     torch::Tensor y = model.forward_range(static_cast<int>(i), static_cast<int>(i), in);
@@ -71,47 +73,58 @@ double cpu_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-int64_t peak_resident_bytes() {
-  struct rusage u {};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
 
-// Two whole training steps of `model` on `batch` samples (forward, cross-entropy, backward,
-// the optimizer): the second step's optimizer CPU seconds and loss CPU seconds (its forward,
-// twice for its backward) into h, and the process's peak resident bytes after them. The
-// gradients are left undefined.
-int64_t whole_steps(Model& model, const Hyperparameters& hp, int64_t batch, Header& h, double* loss_s) {
+// The head (the last layer) with the loss on `batch` samples, twice: the loss's CPU seconds
+// (its forward, twice for its backward) and the heap the loss holds at its peak beyond the
+// head's own saved bytes (the loss's buffers, and the logits' gradient the backward makes),
+// into h. Then the optimizer over the largest layer's parameters, twice: its second step's CPU
+// seconds x all parameter bytes / that layer's, into h. One layer at a time, so profiling
+// never holds the whole model's gradients or optimizer state (a run whose limit forbids plain
+// DDP could not). The gradients are left undefined.
+void head_and_optimizer(Model& model, const Hyperparameters& hp, int64_t batch, const torch::Tensor& head_input,
+                        int64_t head_saved, Header& h, double* loss_s) {
   const int last = static_cast<int>(model.layer_names().size()) - 1;
-  std::vector<torch::Tensor> params = model.parameters();
+  const torch::Tensor targets = torch::randint(0, hp.vocab, {batch, hp.block_size}, torch::kLong);
+  for (int round = 0; round < 2; ++round) {
+    const torch::Tensor in = head_input.detach().requires_grad_(true);
+    const int64_t before = heap_in_use();
+    const torch::Tensor y = model.forward_range(last, last, in);  // (B, T, V)
+    const double t0 = cpu_seconds();
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
+    const double t1 = cpu_seconds();
+    const int64_t held = heap_in_use() - before;
+    loss.backward();
+    *loss_s = 2 * (t1 - t0);
+    h.transient_bytes = std::max<double>(0, static_cast<double>(held - head_saved + y.numel() * static_cast<int64_t>(y.element_size())));
+  }
+  int largest = 0;
+  int64_t largest_bytes = 0, all_bytes = 0;
+  for (int i = 0; i <= last; ++i) {
+    int64_t b = 0;
+    for (const torch::Tensor& p : model.layer_parameters(i)) b += p.numel() * static_cast<int64_t>(p.element_size());
+    all_bytes += b;
+    if (b > largest_bytes) largest_bytes = b, largest = i;
+  }
+  std::vector<torch::Tensor> params = model.layer_parameters(largest);
+  for (torch::Tensor& p : params) p.mutable_grad() = torch::zeros_like(p);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (hp.optimizer == "adamw")
     optimizer = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-6));
   else
     optimizer = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(1e-6).momentum(hp.momentum));
-  const torch::Tensor x = model.sample_input(batch);
-  for (int step = 0; step < 2; ++step) {
-    optimizer->zero_grad();
-    const torch::Tensor y = model.forward_range(0, last, x);  // (B, T, V)
+  for (int round = 0; round < 2; ++round) {
     const double t0 = cpu_seconds();
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), x.reshape({-1}));
-    const double t1 = cpu_seconds();
-    loss.backward();
-    const double t2 = cpu_seconds();
     optimizer->step();
-    const double t3 = cpu_seconds();
-    h.optimizer_s = t3 - t2;
-    *loss_s = 2 * (t1 - t0);
+    h.optimizer_s = (cpu_seconds() - t0) * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, largest_bytes));
   }
-  for (torch::Tensor& p : params) p.mutable_grad().reset();
-  return peak_resident_bytes();
+  for (int i = 0; i <= last; ++i)
+    for (torch::Tensor& p : model.layer_parameters(i)) p.mutable_grad().reset();
 }
 
 // Profiles hp's model on this process (the global generator's state put back): the header's
 // memory and step figures, and rows of (forward_s, backward_s, param_bytes,
-// activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s). The task's text is loaded first, so the runtime's bytes
-// hold it as a run's will.
+// activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s). The task's text is
+// loaded first, so the runtime's bytes hold it as a run's will.
 std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   torch::Tensor state;
@@ -130,16 +143,13 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
   ModelContext context;
   context.hp = hp;
   const std::shared_ptr<Model> model = make_model(hp.model, context);
-  const int64_t with_model = parallel::layout::resident_bytes();
-  double loss_s = 0;
-  const int64_t peak = whole_steps(*model, hp, batch, h, &loss_s);
   parallel::pipeline::ProfileOptions options;
   options.warmup = 1;
   options.repeats = 5;
   std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
-  // Again at 4x the samples (at most the global batch): a layer's time = a per-call part + a
+  // Again at twice the samples (at most the global batch): a layer's time = a per-call part + a
   // part per sample, fitted through the two.
-  const int64_t larger = std::min<int64_t>(4 * batch, std::max<int64_t>(batch, hp.batch_size));
+  const int64_t larger = std::min<int64_t>(2 * batch, std::max<int64_t>(batch, hp.batch_size));
   std::vector<double> ffixed(layers.size(), 0), bfixed(layers.size(), 0);
   if (larger > batch) {
     const std::vector<parallel::pipeline::LayerCost> big = profile_pipeline_layers(*model, larger, options);
@@ -150,17 +160,16 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
       bfixed[i] = std::clamp((k * layers[i].backward_s - big[i].backward_s) / (k - 1), 0.0, layers[i].backward_s);
     }
   }
+  torch::Tensor head_input;
+  const std::vector<int64_t> saved = saved_bytes(*model, batch, &head_input);
+  double loss_s = 0;
+  head_and_optimizer(*model, hp, batch, head_input, saved.back(), h, &loss_s);
   if (!layers.empty()) layers.back().forward_s += loss_s;  // the loss runs after the head
-  const std::vector<int64_t> saved = saved_bytes(*model, batch);
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
   }
-  // The peak beyond what the search models: grads, optimizer state, every layer's saved bytes.
-  double modelled = 0;
-  for (size_t i = 0; i < layers.size(); ++i)
-    modelled += (1 + optimizer_state(hp)) * static_cast<double>(layers[i].param_bytes) + static_cast<double>(saved[i]);
-  h.transient_bytes = std::max(0.0, static_cast<double>(peak - with_model) - modelled);
+  ::malloc_trim(0);  // the profile's heap back to the system: the run starts from the runtime's
   std::vector<double> rows;
   for (size_t i = 0; i < layers.size(); ++i)
     rows.insert(rows.end(), {layers[i].forward_s, layers[i].backward_s, static_cast<double>(layers[i].param_bytes),
@@ -169,15 +178,25 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
   return rows;
 }
 
-// The 1-minute load average: the host's runnable threads besides this job's, read as the job
-// starts (its own ranks have barely moved it yet).
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = 0;
-  return in >> load ? load : 0;
+// The host's runnable threads besides this one: /proc/stat's procs_running, sampled 20 times
+// over 0.2 s while the job's other ranks wait for this one (asleep in a collective), less 1.
+double runnable_elsewhere() {
+  double sum = 0;
+  int samples = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::ifstream in("/proc/stat");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("procs_running ", 0) == 0) {
+        sum += std::stod(line.substr(14));
+        ++samples;
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return samples ? std::max(0.0, sum / samples - 1) : 0;
 }
 
-// Rank 0's header: the limit and the host's cores, ranks x threads and load found at the start.
+// Rank 0's header: the limit and the host's cores, ranks x threads and `load` (its other
+// runnable threads found at the start).
 Header local_header(const config::Distribution& d, double load, std::string* memory_source) {
   Header h;
   const int local = std::max(1, std::stoi(comm::env_or("LOCAL_WORLD_SIZE", "1")));
@@ -217,7 +236,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
     throw InvalidArgument("auto_layout: expected a model cut into layers (model gpt), found model " + hp.model);
   LayoutInputs in;
   const int64_t batch = std::max<int64_t>(1, hp.batch_size / world_size);
-  const double load = comm.rank() == 0 ? load_average() : 0;
+  const double load = comm.rank() == 0 ? runnable_elsewhere() : 0;
   // The communicator first: its buffers are then part of the runtime's bytes rank 0 reads.
   in.comm_measured = comm.size() > 1;
   in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();

@@ -12,7 +12,7 @@
 // same search on the same numbers and takes the same layout.
 //
 // Time: the profile's CPU seconds x max(1, (ranks on the host x threads x busy share + the
-// host's 1-minute load average as the job starts) / cores), since the host's ranks share its
+// host's other runnable threads as the job starts) / cores), since the host's ranks share its
 // cores with each other and whatever else runs there (SearchOptions::host_cores). Memory: the search's model plus the process's resident bytes
 // before the model (LibTorch's own), against memory_limit_gb, else the host's available
 // memory (parallel/layout/host_memory.h) / its ranks (LOCAL_WORLD_SIZE).

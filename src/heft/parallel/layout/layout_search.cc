@@ -112,7 +112,11 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
       const double bf = model.backward_fixed_s.empty() ? 0 : model.backward_fixed_s[static_cast<size_t>(i)];
       f += (ff + (layer.forward_s - ff) * scale) / t;
       b += (bf + (layer.backward_s - bf) * scale) / t;
-      tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(act));
+      // The all-reduced tensor is the hidden state: the smaller of the layer's input and
+      // output (a vocabulary-parallel head reduces its input's gradient, not the logits).
+      const double in_act =
+          i > 0 ? static_cast<double>(model.layers[static_cast<size_t>(i) - 1].activation_bytes) * scale : act;
+      tc += half * comm.seconds(Collective::kAllReduce, l.tensor, scaled(std::min(act, in_act)));
       const double kept = model.saved_bytes.empty()
                               ? model.saved_activation_factor * act
                               : static_cast<double>(model.saved_bytes[static_cast<size_t>(i)]) * scale;

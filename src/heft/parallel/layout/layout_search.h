@@ -12,7 +12,7 @@
 //    forward_fixed_s / backward_fixed_s) and activation bytes scale linearly with the samples
 //    of a micro-batch (profiled at ModelCost::profiled_batch). Tensor degree T divides
 //    a layer's time by T and adds ModelCost::tensor_allreduces_per_layer all-reduces of the
-//    layer's output activation over T ranks per micro-batch (half in the forward, half in the
+//    smaller of the layer's input and output activation (the hidden state) over T ranks per micro-batch (half in the forward, half in the
 //    backward), not overlapped. Checkpointing adds one more forward to every backward.
 //  - Pipeline. auto_partition cuts the layers into P x v chunks (SearchOptions::memory_weight);
 //    make_schedule("interleaved", P, m, 0, v) (1F1B; Megatron's interleaving for v > 1) is
