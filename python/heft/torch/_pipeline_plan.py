@@ -85,7 +85,7 @@ def _profile(layers, example_input):
     rng = torch.get_rng_state()
     buffers = [(b, b.detach().clone()) for l in layers for b in l.buffers()]
     inputs, rows = [], []
-    x = example_input
+    x = example_input.detach().clone()  # a first layer that works in place leaves it as given
     with torch.no_grad():
         for i, layer in enumerate(layers):
             inputs.append(x)
@@ -97,7 +97,12 @@ def _profile(layers, example_input):
     def time_layer(i):
         x = inputs[i]
         if x.is_floating_point():  # a copy, not a leaf: a layer that works in place
-            x = x.detach().requires_grad_(True).clone()  # (nn.ReLU(inplace=True)) may write it
+            # (nn.ReLU(inplace=True)) may write it. The first layer's input gradient is
+            # computed (and timed) only when example_input requires grad, as in a step, where
+            # the first stage computes it only for inputs that do: else the profile gives the
+            # first layer a backward it never runs, and its stage less work than it could take
+            grad = i > 0 or example_input.requires_grad
+            x = x.detach().requires_grad_(grad).clone()
         t0 = _now()
         y = layers[i](x)
         t1 = _now()
