@@ -4,9 +4,13 @@
 // failing; a peer with the wrong job token is refused.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,20 +28,48 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Names in /dev/shm that heft created.
-int heft_segments() {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    n += e.path().filename().string().rfind("heft-", 0) == 0;
-  return n;
+// The names in /dev/shm that this run's ranks created: a segment's name ends in its
+// creator's pid ("heft-<group hash>-<local rank>-<pid>", shm/context.cc), so segments of
+// other tests running alongside (ctest -j) are not counted.
+std::set<std::string> segments_of(const std::vector<pid_t>& pids) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("heft-", 0) != 0) continue;
+    for (pid_t p : pids)
+      if (p > 0 && name.size() > std::to_string(p).size() + 1 &&
+          name.compare(name.size() - std::to_string(p).size() - 1, std::string::npos,
+                       "-" + std::to_string(p)) == 0)
+        names.insert(name);
+  }
+  return names;
 }
+
+// A table of n pids the forked ranks write and the parent reads (shared, anonymous).
+class PidTable {
+ public:
+  explicit PidTable(int n) : n_(n) {
+    void* p = mmap(nullptr, sizeof(pid_t) * n, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("mmap of the pid table failed");
+    pids_ = static_cast<pid_t*>(p);
+    std::fill(pids_, pids_ + n, pid_t{0});
+  }
+  ~PidTable() { munmap(pids_, sizeof(pid_t) * n_); }
+  void record(int rank) { pids_[rank] = getpid(); }
+  std::vector<pid_t> pids() const { return {pids_, pids_ + n_}; }
+
+ private:
+  int n_;
+  pid_t* pids_ = nullptr;
+};
 
 // Rank `victim` starts a large allreduce and is SIGKILLed in the middle of it; the others
 // must raise PeerLost naming it, well before the 30 s timeout, and no shared-memory segment
 // may be left behind.
 void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
                                  std::vector<std::string> hosts = {}) {
-  const int segments_before = heft_segments();
+  PidTable pids(n);
   test::StoreProcess store;
   CommunicatorOptions o;
   o.timeout = std::chrono::seconds(30);
@@ -45,6 +77,7 @@ void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
   test::RunResult res = test::run_world(
       n, store,
       [&](Communicator& c) {
+        pids.record(c.rank());
         std::vector<float> buf(8 << 20, 1.0f);  // 32 MiB: many ring steps
         c.allreduce(buf.data(), buf.size(), DataType::f32, ReduceOp::sum);  // warm-up
         if (c.rank() == victim) {
@@ -76,7 +109,12 @@ void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
       },
       o, std::chrono::seconds(60), hosts);
   ASSERT_FALSE(res.timed_out) << res.summary();
-  EXPECT_EQ(heft_segments(), segments_before) << "shared-memory segments leaked in /dev/shm";
+  // Every rank exited (the victim killed, the others returned): none of their segments may
+  // be left, the victim's included (its peers unlink it).
+  for (pid_t p : pids.pids()) EXPECT_GT(p, 0) << "a rank never reached its body";
+  const std::set<std::string> left = segments_of(pids.pids());
+  EXPECT_TRUE(left.empty()) << "shared-memory segments leaked in /dev/shm: " << left.size()
+                            << ", e.g. " << (left.empty() ? "" : *left.begin());
   for (const test::RankExit& e : res.ranks) {
     if (e.rank == victim) {
       EXPECT_EQ(e.signal, SIGKILL) << res.summary();
