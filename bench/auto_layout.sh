@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The automatic layout against every layout, measured (issue 33's must-show): on 4 ranks of
+# this host (heft run -n 4, one thread each), three small GPTs (deep+narrow, wide+shallow, a
+# heavy vocabulary head) x two memory limits (one admitting plain DDP, one not).
+#
+# Per shape:
+#  1. heft-train --auto_layout true with a generous limit prints the search's whole ranked
+#     table on the run's own measured comm table and profile (HEFT_LAYOUT_TOP=1000); its
+#     memory column sets the two limits: "ddp" = the generous one (plain DDP fits), "tight" =
+#     halfway between the smallest memory any layout needs and the smallest plain DDP needs
+#     (plain DDP does not fit, others do).
+#  2. Per limit, each degree combination (data x sharded x tensor x pipeline = 4) the search
+#     ranks is run once, with the micro-batches, virtual stages and checkpointing the search
+#     ranks best for it within that limit (the table's first row of that combination whose
+#     predicted memory fits), for --steps steps: the median step wall time after the first
+#     (heft-train's step_time: line) and every rank's peak RSS (getrusage, heft-train's
+#     memory: lines). A row both limits pick runs once.
+#  3. Per limit, auto (heft-train --auto_layout true --memory_limit_gb L) is run and measured
+#     the same way; "auto/best" is the measured time of auto's layout in step 2 (auto's own
+#     run when step 2 did not run that layout) over the fastest layout measured in step 2 for
+#     that limit; auto's own run over the best is printed beside it.
+# Prints: the machine (CPU, cores, memcpy GB/s, load average), then per shape the table of
+# layouts (predicted ms, measured ms, |pred - meas| / meas, predicted memory, peak RSS max over
+# ranks), then per (shape, limit) auto's choice, its time, the best, the ratio, and whether
+# auto's peak RSS stayed under the limit (ranks 1-3, and rank 0 apart: it also profiled the
+# whole model); last the median prediction error over every run.
+#
+#   bench/auto_layout.sh [--steps 5]
+# HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=5
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --steps) STEPS=$2; shift 2 ;;
+    *) echo "usage: $0 [--steps N]" >&2; exit 2 ;;
+  esac
+done
+BIN=${HEFT_BIN:-build}
+[[ -x $BIN/heft && -x $BIN/heft-train ]] || { echo "$0: build heft and heft-train first" >&2; exit 1; }
+cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
+echo "# machine: $(nproc) cores, $(cpu 'model name'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THREADS=1, steps=$STEPS, batch 8"
+if [[ -x build/memory_bandwidth_bench ]]; then
+  echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
+fi
+BIN=$BIN STEPS=$STEPS exec /usr/bin/python3 - <<'EOF'
+import os, re, statistics, subprocess, sys
+
+STEPS = int(os.environ["STEPS"])
+BIN = os.environ["BIN"]
+SHAPES = {  # name: heft-train's gpt hyperparameters
+    "deep+narrow": "--n_layer 12 --n_embd 192 --n_head 4 --block_size 32 --vocab 256",
+    "wide+shallow": "--n_layer 2 --n_embd 512 --n_head 8 --block_size 32 --vocab 256",
+    "vocab-head": "--n_layer 2 --n_embd 128 --n_head 4 --block_size 32 --vocab 32768",
+}
+COMMON = f"--model gpt --batch_size 8 --max_steps {STEPS} --eval false --log_every 1000 --seed 1"
+GENEROUS_GB = 8.0
+ROW = re.compile(r"^\s*\d+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+ [kMG]?B)\s+"
+                 r"data (\d+) x sharded (\d+) x tensor (\d+) x pipeline (\d+), m (\d+), v (\d+), ckpt (\w+)")
+UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def run(args, env=None):
+    cmd = f"{BIN}/heft run -n 4 -- {BIN}/heft-train {COMMON} {args}"
+    e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=e, timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {cmd}\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+    out = p.stdout
+    step = re.search(r"step_time: median_s=([0-9.]+)", out)
+    rss = {int(r): float(x) / 1e3 for r, x in re.findall(r"memory: rank=(\d+) peak_rss_mb=([0-9.]+)", out)}
+    return out, float(step.group(1)), rss  # s, {rank: GB}
+
+
+def table(out):
+    rows = []
+    for line in out.splitlines():
+        line = re.sub(r"^\[rank \d+\] ", "", line)
+        m = ROW.match(line)
+        if m:
+            num, unit = m.group(2).split()
+            rows.append(dict(pred_s=float(m.group(1)) / 1e3, mem_gb=float(num) * UNIT[unit] / 1e9,
+                             key=tuple(int(m.group(i)) for i in range(3, 9)), ckpt=m.group(9) != "off"))
+    return rows
+
+
+def args_of(r):
+    d, s, t, p, m, v = r["key"]
+    a = f"--sharded_data_parallel_degree {s} --tensor_parallel_degree {t} --partitions {p} "
+    a += f"--microbatches {m} --virtual_stages {v}" if p > 1 else f"--gradient_accumulation {m}"
+    return a + (" --activation_checkpointing true" if r["ckpt"] else "")
+
+
+def name(r):
+    d, s, t, p, m, v = r["key"]
+    return f"d{d} s{s} t{t} p{p} m{m} v{v}{' ckpt' if r['ckpt'] else ''}"
+
+
+def auto_choice(out):
+    m = re.search(r"layout: data=(\d+) sharded=(\d+) tensor=(\d+) pipeline=(\d+) microbatches=(\d+) "
+                  r"virtual_stages=(\d+) checkpointing=([01]) predicted_step_s=([0-9.]+)", out)
+    return tuple(int(m.group(i)) for i in range(1, 7)), m.group(7) == "1", float(m.group(8))
+
+
+errors, ratios = [], []
+for shape, hp in SHAPES.items():
+    out, _, _ = run(f"{hp} --auto_layout true --memory_limit_gb {GENEROUS_GB}", {"HEFT_LAYOUT_TOP": "1000"})
+    rows = table(out)
+    ddp = min(r["mem_gb"] for r in rows if r["key"][1:4] == (1, 1, 1))
+    least = min(r["mem_gb"] for r in rows)
+    limits = {"ddp": GENEROUS_GB, "tight": (least + ddp) / 2}
+    print(f"\n## {shape}: {hp}  (limits: ddp {limits['ddp']:.3f} GB, tight {limits['tight']:.3f} GB;"
+          f" plain DDP needs {ddp:.3f} GB, the smallest layout {least:.3f} GB)")
+    print(f"{'layout':28} {'pred ms':>8} {'meas ms':>8} {'err':>6} {'pred GB':>8} {'rss GB':>7}")
+    measured = {}  # full key -> (row, step s, rss GB)
+    fits = {label: {} for label in limits}  # per limit: degrees -> the fastest row that fits
+    for label, limit in limits.items():
+        for r in rows:  # ranked fastest first
+            if r["mem_gb"] <= limit:
+                fits[label].setdefault(r["key"][:4], r)
+    for label in limits:
+        for r in fits[label].values():
+            k = (r["key"], r["ckpt"])
+            if k in measured:
+                continue
+            _, step, ranks = run(f"{hp} {args_of(r)}")
+            rss = max(ranks.values())
+            err = abs(r["pred_s"] - step) / step
+            errors.append(err)
+            measured[k] = (r, step, rss)
+            print(f"{name(r):28} {r['pred_s']*1e3:8.1f} {step*1e3:8.1f} {err*100:5.0f}% {r['mem_gb']:8.3f} {rss:7.3f}")
+    for label, limit in limits.items():
+        out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}")
+        rss = max(v for r, v in ranks.items() if r != 0)  # rank 0 also profiled the whole model
+        rss0 = ranks[0]
+        key, ckpt, pred = auto_choice(out)
+        best_s, best = min((measured[(r["key"], r["ckpt"])][1], name(r)) for r in fits[label].values())
+        # auto's layout as measured beside the others (the same run when step 2 ran it): its own
+        # run is another moment of a loaded machine.
+        table_s = measured.get((key, ckpt), (None, step))[1]
+        ratios.append(table_s / best_s)
+        errors.append(abs(pred - step) / step)
+        print(f"auto, limit {label} {limit:.3f} GB: d{key[0]} s{key[1]} t{key[2]} p{key[3]} m{key[4]} v{key[5]}"
+              f"{' ckpt' if ckpt else ''} predicted {pred*1e3:.1f} ms, measured {step*1e3:.1f} ms, peak RSS ranks 1-3"
+              f" {rss:.3f} GB ({'under' if rss <= limit else 'OVER'} the limit), rank 0 {rss0:.3f} GB (profile included,"
+              f" {'under' if rss0 <= limit else 'OVER'}); best measured within the limit {best}"
+              f" {best_s*1e3:.1f} ms; auto/best {table_s/best_s:.2f} (auto's own run / best {step/best_s:.2f})")
+print(f"\n# median |predicted - measured| / measured over {len(errors)} runs: {statistics.median(errors)*100:.0f}%;"
+      f" auto/best: worst {max(ratios):.2f}, median {statistics.median(ratios):.2f}")
+print(f"# load at the end: {open('/proc/loadavg').read().split()[:3]}")
+EOF
