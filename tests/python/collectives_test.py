@@ -24,6 +24,10 @@ class Collectives(unittest.TestCase):
         self.assertIsNotNone(on_caller, r.stdout)
         self.assertGreater(int(on_caller[1]), 0)
         print(on_caller[0])
+        quiet = re.search(r"communicator thread wake-ups in \d+ synchronous all_reduces: .*",
+                          r.stdout)
+        self.assertIsNotNone(quiet, r.stdout)  # the worker fails when they woke it
+        print(quiet[0])
         print(f"world {hosts * per_host}: {checked} checks, {gloo} against gloo, "
               f"{ops} operations through heft, last allreduce path {path}, "
               f"paths at 40003 elements: {large}")

@@ -14,6 +14,7 @@ Exits 0 when every check holds; prints a summary line `checked=N gloo_compared=G
 Leaves out: failures and bad input (failure_worker.py), DDP (ddp_worker.py).
 """
 import datetime
+import os
 import sys
 
 import torch
@@ -293,6 +294,42 @@ def check_subgroups(world, rank):
     check_all_reduce(group, None, len(mine), mine.index(rank), mine)
 
 
+def comm_thread_wakeups():
+    """Times the communicator threads of this process (named heft-comm) went to sleep."""
+    n = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().strip() != "heft-comm":
+                    continue
+            with open(f"/proc/self/task/{task}/status") as f:
+                n += sum(int(l.split()[1]) for l in f if l.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return n
+
+
+def check_quiet_comm_thread(group, rank):
+    """A synchronous call run inline on the caller's thread wakes nobody: the communicator's
+    thread sleeps through it (it used to be woken after every inline call, a futex wake and
+    a context switch per all_reduce). Only calls the completion thread issued (their caller
+    descheduled for over a tick) go through the thread's queue and may wake it."""
+    x = torch.ones(16)
+    calls = 300
+    before, (_, _, on_caller_before, _, _) = comm_thread_wakeups(), group.completions()
+    ops_before = group.operations()
+    for _ in range(calls):
+        dist.all_reduce(x, group=group)
+    wakeups = comm_thread_wakeups() - before
+    queued = (group.operations() - ops_before) - (group.completions()[2] - on_caller_before)
+    if wakeups > 2 * queued + 10:
+        fail(f"the communicator's thread woke {wakeups} times in {calls} synchronous "
+             f"all_reduces ({queued} of them queued): inline calls should not wake it")
+    if rank == 0:
+        print(f"communicator thread wake-ups in {calls} synchronous all_reduces: {wakeups} "
+              f"({queued} queued)", flush=True)
+
+
 def main():
     hdist.init_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -321,6 +358,7 @@ def main():
         print(f"completed by the waiter: {by_waiter} of {issued}, on the caller's thread: "
               f"{on_caller}", flush=True)
     path = heft_group.last_allreduce_path()
+    check_quiet_comm_thread(heft_group, rank)
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
     check_point_to_point(world, rank)
