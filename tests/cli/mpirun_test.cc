@@ -205,6 +205,12 @@ TEST_F(MpirunJob, EveryRankOnEveryHostHasSystemSeries) {
   for (const auto& h : j["hosts"])
     for (const auto& r : h["ranks"]) listed.insert(r.get<int>());
   EXPECT_EQ(listed, (std::set<int>{0, 1, 2, 3})) << j["hosts"].dump();
+  // Each host's memory comes from its own shims' samples (BatchSize judges a rank by it).
+  for (const auto& h : j["hosts"]) {
+    const std::string name = "system:" + h["host"].get<std::string>() + "/memory_available_mb";
+    const auto mem = heft(dir, {"metrics", "sampled", "--name", name, "--format", "json"});
+    EXPECT_FALSE(mem.json().empty()) << name << ": " << mem.out.substr(0, 500);
+  }
   EXPECT_TRUE(no_worker_left(150));
 }
 
