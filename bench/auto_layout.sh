@@ -12,9 +12,11 @@
 #  2. Per limit, each degree combination (data x sharded x tensor x pipeline = 4) the search
 #     ranks is run once, with the micro-batches, virtual stages and checkpointing the search
 #     ranks best for it within that limit (the table's first row of that combination whose
-#     predicted memory fits), for --steps steps: the median step wall time after the first
-#     (heft-train's step_time: line) and every rank's peak RSS (getrusage, heft-train's
-#     memory: lines). A row both limits pick runs once.
+#     predicted memory fits), for --steps steps, --repeats times (default 2: one 5-step run
+#     of a layout varies more than the top layouts differ): the fastest run's median step
+#     wall time after the first (heft-train's step_time: line) and every rank's peak RSS
+#     over the runs (getrusage, heft-train's memory: lines). A row both limits pick runs
+#     once.
 #  3. Per limit, auto (heft-train --auto_layout true --memory_limit_gb L) is run and measured
 #     the same way; "auto/best" is the measured time of auto's layout in step 2 (auto's own
 #     run when step 2 did not run that layout) over the fastest layout measured in step 2 for
@@ -25,29 +27,32 @@
 # auto's peak RSS stayed under the limit (ranks 1-3, and rank 0 apart: it also profiled the
 # whole model); last the median prediction error over every run.
 #
-#   bench/auto_layout.sh [--steps 5]
+#   bench/auto_layout.sh [--steps 5] [--repeats 2]
 # HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=5
+REPEATS=2
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N]" >&2; exit 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
+    *) echo "usage: $0 [--steps N] [--repeats N]" >&2; exit 2 ;;
   esac
 done
 BIN=${HEFT_BIN:-build}
 [[ -x $BIN/heft && -x $BIN/heft-train ]] || { echo "$0: build heft and heft-train first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THREADS=1, steps=$STEPS, batch 8"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THREADS=1, steps=$STEPS, repeats=$REPEATS, batch 8"
 if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
-BIN=$BIN STEPS=$STEPS exec /usr/bin/python3 - <<'EOF'
+BIN=$BIN STEPS=$STEPS REPEATS=$REPEATS exec /usr/bin/python3 - <<'EOF'
 import os, re, statistics, subprocess, sys
 
 STEPS = int(os.environ["STEPS"])
+REPEATS = max(1, int(os.environ["REPEATS"]))
 BIN = os.environ["BIN"]
 SHAPES = {  # name: heft-train's gpt hyperparameters
     "deep+narrow": "--n_layer 12 --n_embd 192 --n_head 4 --block_size 32 --vocab 256",
@@ -71,6 +76,17 @@ def run(args, env=None):
     step = re.search(r"step_time: median_s=([0-9.]+)", out)
     rss = {int(r): float(x) / 1e3 for r, x in re.findall(r"memory: rank=(\d+) peak_rss_mb=([0-9.]+)", out)}
     return out, float(step.group(1)), rss  # s, {rank: GB}
+
+
+def run_fastest(args):
+    """run() REPEATS times: the fastest median step, each rank's largest peak RSS."""
+    best, peaks = None, {}
+    for _ in range(REPEATS):
+        _, step, rss = run(args)
+        best = step if best is None else min(best, step)
+        for r, v in rss.items():
+            peaks[r] = max(peaks.get(r, 0.0), v)
+    return best, peaks
 
 
 def table(out):
@@ -124,7 +140,7 @@ for shape, hp in SHAPES.items():
             k = (r["key"], r["ckpt"])
             if k in measured:
                 continue
-            _, step, ranks = run(f"{hp} {args_of(r)}")
+            step, ranks = run_fastest(f"{hp} {args_of(r)}")
             rss = max(ranks.values())
             err = abs(r["pred_s"] - step) / step
             errors.append(err)
