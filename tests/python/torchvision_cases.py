@@ -52,6 +52,16 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
+def reference_step(ref, opt, x, y):
+    """One step of the one-process reference on the global batch; its loss."""
+    import torch.nn.functional as F
+    opt.zero_grad()
+    loss = F.cross_entropy(ref(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def relative(a, b):
     import torch
     if isinstance(a, torch.Tensor):
@@ -94,10 +104,7 @@ def sharded_case(name, make, units=None, mixed=None, steps=3, total=4):
     first = initial_bf16(make, model, batch(0, 0, total, total)[0]) if mixed else 0.0
     for step in range(steps):
         x, y = batch(step, 0, total, total)
-        ref_opt.zero_grad()
-        ref_loss = F.cross_entropy(ref(x), y)
-        ref_loss.backward()
-        ref_opt.step()
+        ref_loss = reference_step(ref, ref_opt, x, y)
         opt.zero_grad()
         mine = slice(rank * per, (rank + 1) * per)
         loss = F.cross_entropy(model(x[mine]).float(), y[mine])
@@ -195,10 +202,7 @@ def pipeline_case(name, make, partition, mesh, steps=3, total=8, micro=4):
     loss_diff = 0.0
     for step in range(steps):
         x, y = batch(step, 0, total, total)
-        ref_opt.zero_grad()
-        ref_loss = F.cross_entropy(ref(x), y)
-        ref_loss.backward()
-        ref_opt.step()
+        ref_loss = reference_step(ref, ref_opt, x, y)
         if opt:
             opt.zero_grad()
         loss = pipe.step(x, y, F.cross_entropy)
@@ -330,10 +334,7 @@ def pipeline_tensor_case(mesh, steps=3, total=4, micro=2):
     loss_diff = 0.0
     for step in range(steps):
         x, y = batch(step, 0, total, total)
-        ref_opt.zero_grad()
-        ref_loss = F.cross_entropy(ref(x), y)
-        ref_loss.backward()
-        ref_opt.step()
+        ref_loss = reference_step(ref, ref_opt, x, y)
         opt.zero_grad()
         loss = pipe.step(x, y, F.cross_entropy)
         opt.step()
@@ -369,10 +370,7 @@ def tensor_sharded_case(mesh, steps=3, total=4):
     per, loss_diff = total // data, 0.0
     for step in range(steps):
         x, y = batch(step, 0, total, total)
-        ref_opt.zero_grad()
-        ref_loss = F.cross_entropy(ref(x), y)
-        ref_loss.backward()
-        ref_opt.step()
+        ref_loss = reference_step(ref, ref_opt, x, y)
         opt.zero_grad()
         loss = F.cross_entropy(model(x[d * per:(d + 1) * per]), y[d * per:(d + 1) * per])
         loss.backward()
