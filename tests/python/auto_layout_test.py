@@ -2,7 +2,13 @@
 """heft.torch.parallel.auto_layout on one process (no ranks: it only profiles and searches):
 a small Sequential on a world of 4 with room to spare gets a layout whose degrees multiply to
 the world, within the limit, the fastest of the ranked ones; a limit nothing fits is a
-ValueError naming the smallest memory a layout needs; a bad world is a ValueError naming it."""
+ValueError naming the smallest memory a layout needs; a bad world is a ValueError naming it.
+The model's terms are heft-train's, measured and passed to the C++ search: each layer's saved
+bytes match what its forward keeps (a Linear's or ReLU's output: the input is the previous
+layer's) within a tolerance, the per-call parts lie within the profiled times, the optimizer
+step, the runtime's resident bytes and the host's cores are positive, and the predicted
+memory holds the runtime's bytes (the old terms left all of these out); a loss is priced as
+transient bytes; a per-layer term of the wrong length is a ValueError naming it."""
 import os
 import sys
 import unittest
@@ -21,6 +27,18 @@ def model():
     return torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
 
 
+def wide():
+    """Linear(256, 256) + ReLU x 3: each layer's forward keeps its output, 32 x 256 floats."""
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(3):
+        layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+OUTPUT_BYTES = 32 * 256 * 4
+
+
 class AutoLayoutTest(unittest.TestCase):
     def test_plan_within_the_limit(self):
         plan = _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4,
@@ -33,6 +51,55 @@ class AutoLayoutTest(unittest.TestCase):
     def test_fits_nowhere(self):
         with self.assertRaisesRegex(ValueError, "memory_limit: no layout fits .*smallest needs"):
             _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4, memory_limit=1000)
+
+    def test_the_model_terms_are_measured_and_priced(self):
+        plan = _auto_layout.auto_layout(wide(), torch.randn(32, 256), world=4,
+                                        memory_limit=1 << 32)
+        t = plan.inputs
+        self.assertEqual(len(t["saved_bytes"]), 6)
+        for i, saved in enumerate(t["saved_bytes"]):  # the output, and the autograd node
+            self.assertLess(abs(saved - OUTPUT_BYTES), 0.1 * OUTPUT_BYTES,
+                            f"layer {i}: saved {saved} bytes, its output is {OUTPUT_BYTES}")
+        self.assertEqual(t["transient_bytes"], OUTPUT_BYTES)  # no loss: the output's gradient
+        rows = {r["layout"]["text"]: r for r in plan.ranked}
+        self.assertEqual(len(t["forward_fixed_s"]), 6)
+        for f, b in zip(t["forward_fixed_s"], t["backward_fixed_s"]):
+            self.assertGreaterEqual(f, 0.0)
+            self.assertGreaterEqual(b, 0.0)
+        self.assertGreater(t["optimizer_s"], 0.0)
+        self.assertGreater(t["fixed_bytes"], 10 << 20)  # Python and LibTorch resident
+        self.assertGreaterEqual(t["host_cores"], 1.0)
+        self.assertEqual(t["host_threads"], 4 * torch.get_num_threads())  # 4 ranks here
+        self.assertGreaterEqual(t["host_load"], 0.0)
+        for r in rows.values():  # every rank holds the runtime
+            self.assertGreater(r["memory_bytes"], t["fixed_bytes"])
+
+    def test_a_loss_is_priced_as_transient_bytes(self):
+        plain = _auto_layout.auto_layout(wide(), torch.randn(32, 256), world=2,
+                                         memory_limit=1 << 32)
+        big = torch.nn.Linear(256, 4096)
+        with_loss = _auto_layout.auto_layout(
+            wide(), torch.randn(32, 256), world=2, memory_limit=1 << 32,
+            loss_fn=lambda y: big(y).square().mean())  # holds (32, 4096) floats and more
+        self.assertGreater(with_loss.inputs["transient_bytes"],
+                           plain.inputs["transient_bytes"] + 32 * 4096 * 4 // 2)
+
+    def test_a_term_of_the_wrong_length_names_it(self):
+        rows = [("0:Linear", 1e-3, 2e-3, 1000, 100), ("1:Linear", 1e-3, 2e-3, 1000, 100)]
+        options = dict(world=2, memory_limit=1 << 30, global_batch=8, profiled_batch=4,
+                       optimizer_bytes_per_param_byte=2.0, saved_activation_factor=4.0,
+                       tensor_allreduces_per_layer=2, heads=0, microbatches=[1],
+                       virtual_stages=[1], checkpointing=[False], overlap_gradients=True,
+                       saved_bytes=[100])
+        with self.assertRaisesRegex(ValueError, "saved_bytes: expected 2 values"):
+            _auto_layout._layout.search(rows, _auto_layout.DEFAULT_COMM, options)
+        # The same rows priced with and without the runtime's bytes: the memory moves by them.
+        options.update(saved_bytes=[100, 100])
+        bare = _auto_layout._layout.search(rows, _auto_layout.DEFAULT_COMM, options)
+        options.update(fixed_bytes=5 << 20)
+        fixed = _auto_layout._layout.search(rows, _auto_layout.DEFAULT_COMM, options)
+        self.assertEqual(fixed["ranked"][0]["memory_bytes"] - bare["ranked"][0]["memory_bytes"],
+                         5 << 20)
 
     def test_bad_world(self):
         with self.assertRaisesRegex(ValueError, "world=0"):

@@ -1,21 +1,36 @@
 """heft.torch.parallel.auto_layout: the layout (data, sharded, tensor and pipeline degrees,
 micro-batches, virtual stages, checkpointing) heft's C++ search (layout_search.h) predicts
-fastest for a model on `world` ranks within `memory_limit` bytes per rank. The layers are
-profiled by the partitioner's profiler (_pipeline_plan._profile); the communicator's costs are
+fastest for a model on `world` ranks within `memory_limit` bytes per rank. The model's terms
+are heft-train's (train/auto_layout.cc layout_inputs), measured here and passed as they are:
+each layer's time by the partitioner's profiler (_pipeline_plan._profile) at the example batch
+and at twice it (a per-call part and a part per sample), the heap each layer's forward keeps
+(mallinfo2 through the binding), the optimizer's step, the loss's or output gradient's
+transient bytes, the runtime's resident bytes and the host's cores, threads and other load
+(contention). The communicator's costs are
 (collective, group, alpha_s, beta_bytes_per_s) rows: given, else measured on the heft group
 (`group`, else the default group when torch.distributed runs on heft with several ranks:
 comm_measure.h through _c10d.parallel.layout.measure), else DEFAULT_COMM (a guess, one
 process has nothing to measure). With a group every rank takes rank 0's profile, so every
 rank gets the same plan. docs/auto-layout.md."""
+import os
+import time
 from dataclasses import dataclass, field
+
+import torch
 
 from . import _c10d
 from ._pipeline_plan import _profile, layers_of
+
+_layout = _c10d.parallel.layout
 
 # A loopback guess: 50 us latency, 2 GB/s, for groups of 2 to 1024.
 DEFAULT_COMM = [(c, g, 50e-6, 2e9) for c in ("allreduce", "reduce_scatter", "all_gather", "p2p")
                 for g in (2, 1024)]
 OPTIMIZER_STATE = {"adamw": 2.0, "adam": 2.0, "sgd": 0.0, "sgd-momentum": 1.0}
+OPTIMIZERS = {"adamw": lambda p: torch.optim.AdamW(p, lr=1e-6),
+              "adam": lambda p: torch.optim.Adam(p, lr=1e-6),
+              "sgd": lambda p: torch.optim.SGD(p, lr=1e-6),
+              "sgd-momentum": lambda p: torch.optim.SGD(p, lr=1e-6, momentum=0.9)}
 
 
 @dataclass
@@ -37,6 +52,9 @@ class LayoutPlan:
     dropped: list = field(repr=False)
     describe: str = field(repr=False)
     comm_measured: bool = False  # the comm rows were measured on a group (else given/default)
+    # The model and host terms the search priced (ModelCost / SearchOptions names): saved_bytes,
+    # forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes, host_*.
+    inputs: dict = field(default_factory=dict, repr=False)
 
 
 def _heft_group(group):
@@ -63,16 +81,130 @@ def measured_comm(group=None):
     return [tuple(r) for r in _c10d.parallel.layout.measure(_c10d.parallel.Group(group))]
 
 
+def _nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _per_call(layers, example_batch, rows, larger):
+    """Per layer, the per-call part of the forward and backward seconds: the layers profiled
+    again at `larger` samples, t(b) = fixed + per_sample b fitted through the two, the fixed
+    part within [0, t(b)] (heft-train's profile)."""
+    profiled = int(example_batch.shape[0])
+    n = len(rows)
+    if larger <= profiled:
+        return [0.0] * n, [0.0] * n
+    repeats = -(-larger // profiled)
+    big = _profile(layers, torch.cat([example_batch] * repeats)[:larger])
+    k = larger / profiled
+    fixed = [[min(max((k * r[j] - b[j]) / (k - 1), 0.0), r[j]) for r, b in zip(rows, big)]
+             for j in (1, 2)]
+    return fixed[0], fixed[1]
+
+
+def _saved_and_transient(layers, example_batch, loss_fn):
+    """Per layer, the heap its forward (with autograd) keeps until its backward, its output
+    included, each layer reading the previous one's output; then the head's transient bytes
+    (what a step holds beyond its saved bytes: loss_fn's buffers and the output's gradient)
+    and loss_fn's seconds (its forward, twice for its backward). The heap is malloc's
+    (heap_in_use), as heft-train measures it."""
+    saved, x = [], example_batch.detach()
+    rng = torch.get_rng_state()
+    try:
+        with torch.enable_grad():
+            for i, layer in enumerate(layers):
+                x_in = x.detach().clone()
+                if x_in.is_floating_point():
+                    x_in.requires_grad_(i > 0 or example_batch.requires_grad)
+                if i + 1 == len(layers):
+                    head_input = x_in
+                before = _layout.heap_in_use()
+                y = layer(x_in)
+                saved.append(max(0, _layout.heap_in_use() - before))
+                x = y.detach()
+                del y
+            output = x.numel() * x.element_size()
+            loss_s, transient = 0.0, output  # the output's gradient, as large as the output
+            if loss_fn is not None:
+                for _ in range(2):
+                    before = _layout.heap_in_use()
+                    y = layers[-1](head_input.detach().requires_grad_(head_input.requires_grad))
+                    t0 = time.perf_counter()
+                    loss = loss_fn(y)
+                    loss_s = 2 * (time.perf_counter() - t0)
+                    held = _layout.heap_in_use() - before
+                    transient = max(0, held - saved[-1] + output)
+                    del y, loss
+    finally:
+        torch.set_rng_state(rng)
+    return saved, transient, loss_s
+
+
+def _optimizer_s(layers, optimizer):
+    """One optimizer step's seconds over every layer's parameters: the second step on copies
+    of the largest layer's parameters x all parameter bytes / that layer's (the model's own
+    parameters and state untouched; one layer's state at a time, as heft-train)."""
+    sizes = [_nbytes(l.parameters()) for l in layers]
+    largest = max(range(len(layers)), key=lambda i: sizes[i])
+    if sizes[largest] == 0:
+        return 0.0
+    params = [torch.nn.Parameter(p.detach().clone()) for p in layers[largest].parameters()]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    step = OPTIMIZERS[optimizer](params)
+    seconds = 0.0
+    for _ in range(2):
+        t0 = time.perf_counter()
+        step.step()
+        seconds = time.perf_counter() - t0
+    return seconds * sum(sizes) / sizes[largest]
+
+
+def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None):
+    """(rows, terms): the layers' (name, forward_s, backward_s, param_bytes, output_bytes) rows
+    and the model's measured terms for the search (ModelCost's names: saved_bytes,
+    forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes), on this
+    process; loss_fn's seconds are the last layer's forward's. The runtime's bytes are this
+    process's resident set before profiling less the model's parameters and buffers (the
+    layout places those)."""
+    model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
+    fixed = max(0, _layout.resident_bytes() - model_bytes)
+    profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
+    rows = [tuple(r) for r in _profile(layers, example_batch)]
+    larger = min(2 * profiled, max(profiled, global_batch)) if example_batch.dim() > 0 else 1
+    ffixed, bfixed = _per_call(layers, example_batch, rows, larger)
+    saved, transient, loss_s = _saved_and_transient(layers, example_batch, loss_fn)
+    if loss_s:
+        name, f, b, p, a = rows[-1]
+        rows[-1] = (name, f + loss_s, b, p, a)
+    terms = dict(saved_bytes=saved, forward_fixed_s=ffixed, backward_fixed_s=bfixed,
+                 optimizer_s=_optimizer_s(layers, optimizer), transient_bytes=transient,
+                 fixed_bytes=fixed)
+    return rows, terms
+
+
+def host_terms(world, ranks_per_host=None):
+    """The host's contention terms (SearchOptions'): its cores, the ranks on it x their threads
+    (ranks_per_host, else LOCAL_WORLD_SIZE, else all `world` ranks) and its other runnable
+    threads (sampled over 0.2 s: call it while the other ranks wait)."""
+    local = ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return dict(host_cores=float(os.cpu_count() or 1),
+                host_threads=float(min(local, world) * torch.get_num_threads()),
+                host_load=_layout.runnable_elsewhere())
+
+
 def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, global_batch=None,
                 optimizer="adamw", comm=None, heads=0, saved_activation_factor=4.0,
                 tensor_allreduces_per_layer=2, microbatches=(1, 2, 4, 8, 16, 32),
-                virtual_stages=(1, 2), checkpointing=(False, True), overlap_gradients=False,
-                group=None):
-    """Profiles the layers on `example_batch` (its first dimension is the profiled batch) and
-    returns the fastest feasible LayoutPlan; ValueError naming the smallest memory any layout
-    needs when none fits `memory_limit` (bytes per rank). global_batch: samples per step over
-    all ranks (default: example_batch's batch x world). comm: rows to use; None: measured on
-    `group` (or the default heft group, see _heft_group; a collective then), else DEFAULT_COMM."""
+                virtual_stages=(1, 2), checkpointing=(False, True), overlap_gradients=True,
+                group=None, loss_fn=None, ranks_per_host=None):
+    """Measures the model (measure_model, host_terms) on `example_batch` (its first dimension
+    is the profiled batch) and returns the fastest feasible LayoutPlan; ValueError naming the
+    smallest memory any layout needs when none fits `memory_limit` (bytes per rank).
+    global_batch: samples per step over all ranks (default: example_batch's batch x world).
+    comm: rows to use; None: measured on `group` (or the default heft group, see _heft_group; a
+    collective then), else DEFAULT_COMM. loss_fn: the last layer's output -> the loss (priced
+    on the last stage; None: the output's gradient only). overlap_gradients: DDP's buckets
+    reduce during the backward (torch's DDP, heft's DistributedDataParallel, do)."""
     layers = layers_of(layers_or_sequential)
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"auto_layout: optimizer={optimizer!r}: expected one of "
@@ -80,28 +212,39 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
     for name, value in (("world", world), ("memory_limit", memory_limit)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"auto_layout: {name}={value!r}: expected a positive integer")
+    if loss_fn is not None and not callable(loss_fn):
+        raise ValueError(f"auto_layout: loss_fn={loss_fn!r}: expected a callable (output -> loss)")
     profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
-    rows = _profile(layers, example_batch)
+    global_batch = global_batch if global_batch is not None else profiled * world
     heft_group = _heft_group(group)
     measured = comm is None and heft_group is not None
-    if heft_group is not None:  # every rank prices rank 0's profile: the same plan everywhere
+    if measured:  # first: its buffers are then part of the runtime's resident bytes
+        comm = measured_comm(heft_group)
+    first, source = 0, True
+    if heft_group is not None:
         import torch.distributed as dist
-        shared = [rows]
         c10d = dist.distributed_c10d
         first = 0 if heft_group is c10d._get_default_group() else c10d._get_global_rank(heft_group, 0)
+        source = dist.get_rank() == first
+    shared = [None]
+    if source:  # the others wait (asleep) while the source rank samples the load and profiles
+        host = host_terms(world, ranks_per_host)
+        rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn)
+        shared = [(rows, dict(terms, **host))]
+    if heft_group is not None:  # every rank prices rank 0's profile: the same plan everywhere
         dist.broadcast_object_list(shared, src=first, group=heft_group)
-        rows = shared[0]
-    if measured:
-        comm = measured_comm(heft_group)
-    options = dict(world=world, memory_limit=memory_limit,
-                   global_batch=global_batch if global_batch is not None else profiled * world,
+    rows, terms = shared[0]
+    options = dict(terms, world=world, memory_limit=memory_limit, global_batch=global_batch,
                    profiled_batch=profiled,
                    optimizer_bytes_per_param_byte=OPTIMIZER_STATE[optimizer],
                    saved_activation_factor=float(saved_activation_factor),
                    tensor_allreduces_per_layer=tensor_allreduces_per_layer, heads=heads,
                    microbatches=list(microbatches), virtual_stages=list(virtual_stages),
-                   checkpointing=list(checkpointing), overlap_gradients=bool(overlap_gradients))
-    result = _c10d.parallel.layout.search(rows, list(comm or DEFAULT_COMM), options)
+                   checkpointing=list(checkpointing), overlap_gradients=bool(overlap_gradients),
+                   # DDP's flat bucket copy of the gradients; ZeRO-3's full gradients before
+                   # their reduce-scatters (heft-train's figures, the same strategies' C++)
+                   replica_gradient_copies=1.0, sharded_gradient_copies=1.0)
+    result = _layout.search(rows, list(comm or DEFAULT_COMM), options)
     best = result["ranked"][0]
     l = best["layout"]
     return LayoutPlan(data=l["data"], sharded=l["sharded"], tensor=l["tensor"],
@@ -110,4 +253,4 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                       step_s=best["step_s"], memory_bytes=best["memory_bytes"],
                       stage_first=best["stage_first"], ranked=result["ranked"],
                       dropped=result["dropped"], describe=result["describe"],
-                      comm_measured=measured)
+                      comm_measured=measured, inputs=terms)

@@ -1,11 +1,16 @@
 // _c10d.parallel.layout: heft's C++ layout search (src/heft/parallel/layout/layout_search.h)
 // behind heft.torch.parallel.auto_layout (_auto_layout.py). Nothing is priced here: the rows
-// go to search() as they are; heft::InvalidArgument becomes ValueError.
+// and the model's measured terms (ModelCost's saved bytes, per-call times, optimizer step,
+// transient and runtime bytes; SearchOptions' host contention) go to search() as they are;
+// heap_in_use, resident_bytes and runnable_elsewhere are the measurements heft-train's
+// profile takes (train/auto_layout.cc), for Python's. heft::InvalidArgument becomes ValueError.
+#include <malloc.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "heft/error.h"
 #include "heft/parallel/layout/comm_measure.h"
+#include "heft/parallel/layout/host_memory.h"
 #include "heft/parallel/layout/layout_search.h"
 #include "parallel_group.h"
 
@@ -46,24 +51,55 @@ py::dict prediction_dict(const pl::Prediction& p) {
   return d;
 }
 
-py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
+// o[key] cast to T when the dict has it, else `otherwise`.
+template <typename T>
+T optional(const py::dict& o, const char* key, T otherwise) {
+  return o.contains(key) ? o[key].cast<T>() : otherwise;
+}
+
+// Per layer, o[key] (n values) when given, else empty (the search's fallback).
+template <typename T>
+std::vector<T> per_layer(const py::dict& o, const char* key, size_t n) {
+  std::vector<T> v = optional<std::vector<T>>(o, key, {});
+  if (!v.empty() && v.size() != n)
+    throw py::value_error(std::string("auto_layout: ") + key + ": expected " + std::to_string(n) +
+                          " values (one a layer), found " + std::to_string(v.size()));
+  return v;
+}
+
+// ModelCost from the rows and the options' model terms (layout_search.h names each).
+pl::ModelCost model_cost(const std::vector<py::tuple>& rows, const py::dict& o) {
   pl::ModelCost model;
   for (const py::tuple& r : rows) {
     if (r.size() != 5) throw py::value_error("auto_layout: a layer cost is (name, forward_s, backward_s, param_bytes, activation_bytes)");
     model.layers.push_back({r[0].cast<std::string>(), r[1].cast<double>(), r[2].cast<double>(), r[3].cast<int64_t>(),
                             r[4].cast<int64_t>()});
   }
+  model.profiled_batch = o["profiled_batch"].cast<int>();
+  model.optimizer_bytes_per_param_byte = o["optimizer_bytes_per_param_byte"].cast<double>();
+  model.saved_activation_factor = o["saved_activation_factor"].cast<double>();
+  model.tensor_allreduces_per_layer = o["tensor_allreduces_per_layer"].cast<int>();
+  model.heads = o["heads"].cast<int>();
+  const size_t n = model.layers.size();
+  model.saved_bytes = per_layer<int64_t>(o, "saved_bytes", n);
+  model.forward_fixed_s = per_layer<double>(o, "forward_fixed_s", n);
+  model.backward_fixed_s = per_layer<double>(o, "backward_fixed_s", n);
+  model.fixed_bytes = optional<int64_t>(o, "fixed_bytes", 0);
+  model.replica_gradient_copies = optional<double>(o, "replica_gradient_copies", 0);
+  model.sharded_gradient_copies = optional<double>(o, "sharded_gradient_copies", 0);
+  model.optimizer_s = optional<double>(o, "optimizer_s", 0);
+  model.transient_bytes = optional<int64_t>(o, "transient_bytes", 0);
+  return model;
+}
+
+py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
+  const pl::ModelCost model = model_cost(rows, o);
   pl::CommTable table;
   for (const py::tuple& c : comm) {
     if (c.size() != 4) throw py::value_error("auto_layout: a comm cost is (collective, group, alpha_s, beta_bytes_per_s)");
     table.entries.push_back({collective_of(c[0].cast<std::string>()), c[1].cast<int>(), c[2].cast<double>(),
                              c[3].cast<double>()});
   }
-  model.profiled_batch = o["profiled_batch"].cast<int>();
-  model.optimizer_bytes_per_param_byte = o["optimizer_bytes_per_param_byte"].cast<double>();
-  model.saved_activation_factor = o["saved_activation_factor"].cast<double>();
-  model.tensor_allreduces_per_layer = o["tensor_allreduces_per_layer"].cast<int>();
-  model.heads = o["heads"].cast<int>();
   pl::SearchOptions so;
   so.world = o["world"].cast<int>();
   so.memory_limit_bytes = o["memory_limit"].cast<int64_t>();
@@ -72,6 +108,10 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   so.virtual_stages = o["virtual_stages"].cast<std::vector<int>>();
   so.checkpointing = o["checkpointing"].cast<std::vector<bool>>();
   so.overlap_gradients = o["overlap_gradients"].cast<bool>();
+  so.memory_weight = optional<double>(o, "memory_weight", so.memory_weight);
+  so.host_cores = optional<double>(o, "host_cores", 0);
+  so.host_threads = optional<double>(o, "host_threads", 0);
+  so.host_load = optional<double>(o, "host_load", 0);
   pl::SearchResult r;
   try {
     r = pl::search(model, table, so);
@@ -108,6 +148,13 @@ std::vector<py::tuple> measure(ParallelGroup& group, const std::vector<int64_t>&
   return rows;
 }
 
+// Bytes malloc has handed out and not taken back (heap and mmap'd blocks): what a forward
+// keeps is the difference across it (heft-train's saved-bytes measurement).
+int64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
 }  // namespace
 
 void bind_layout(py::module_& parallel) {
@@ -119,6 +166,14 @@ void bind_layout(py::module_& parallel) {
         py::arg("warmup") = 2, py::arg("repeats") = 5,
         "(collective, group, alpha_s, beta_bytes_per_s) rows measured on the group's communicator "
         "(comm_measure.h): every rank of the group calls it and gets rank 0's fit");
+  m.def("heap_in_use", &heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
+  m.def("resident_bytes", &pl::resident_bytes, "this process's resident set in bytes (host_memory.h)");
+  m.def("available_host_memory", [] { return pl::available_host_memory(); },
+        "bytes this host can still give: MemAvailable or the cgroup's room, the smaller (host_memory.h)");
+  m.def("runnable_elsewhere", &pl::runnable_elsewhere, py::arg("samples") = 20, py::arg("interval_ms") = 10,
+        py::call_guard<py::gil_scoped_release>(),
+        "the host's runnable threads besides the caller's: /proc/stat's procs_running sampled and "
+        "averaged, less 1 (host_memory.h)");
 }
 
 }  // namespace heft::torch_backend

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace heft::parallel::layout {
 
@@ -73,6 +76,21 @@ int64_t resident_bytes() {
   int64_t size = 0, resident = 0;
   if (!(in >> size >> resident)) return 0;
   return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+double runnable_elsewhere(int samples, int interval_ms) {
+  double sum = 0;
+  int read = 0;
+  for (int i = 0; i < samples; ++i) {
+    std::ifstream in("/proc/stat");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("procs_running ", 0) == 0) {
+        sum += std::stod(line.substr(14));
+        ++read;
+      }
+    if (i + 1 < samples) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+  }
+  return read ? std::max(0.0, sum / read - 1) : 0;
 }
 
 }  // namespace heft::parallel::layout

@@ -1,7 +1,8 @@
 // The memory a host can give its ranks, for the layout search's default limit: the smaller
 // of /proc/meminfo's MemAvailable and what the process's cgroup still allows (cgroup v2
 // memory.max - memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes), and a
-// process's resident bytes (/proc/self/statm). Torch-free; Linux only.
+// process's resident bytes (/proc/self/statm), and the host's other runnable threads (the
+// contention the search prices). Torch-free; Linux only.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,10 @@ int64_t available_host_memory(std::string* source = nullptr);
 
 // This process's resident set now, in bytes (0 when /proc/self/statm cannot be read).
 int64_t resident_bytes();
+
+// The host's runnable threads besides the caller's: /proc/stat's procs_running, sampled
+// `samples` times `interval_ms` apart (blocks samples x interval_ms), averaged, less 1; 0 when
+// /proc/stat cannot be read. Sample while the job's other ranks wait asleep.
+double runnable_elsewhere(int samples = 20, int interval_ms = 10);
 
 }  // namespace heft::parallel::layout
