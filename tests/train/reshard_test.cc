@@ -180,7 +180,9 @@ TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
 namespace {
 
 // A sharded job interrupted twice (simulated spot) resumes from its sharded checkpoints and
-// ends with the loss of an uninterrupted one.
+// ends with the loss of an uninterrupted one. The interruptions come 2 s after each start: at
+// 1 s, under a loaded machine's start-up (LibTorch loading), SIGTERM could find no step done
+// and no checkpoint written, and no attempt resumed (seen once, at load 10).
 TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   if (!fs::exists(kBin + "/heft")) GTEST_SKIP() << "no heft binary";
   const fs::path home = root_ / "home";
@@ -188,7 +190,7 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
       << "name: spot\n"
          "entry_point: heft-train\n"
          "hyperparameters: {model: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, "
-         "batch_size: 8, max_steps: 400, lr_schedule: constant, seed: 3, eval: false, "
+         "batch_size: 8, max_steps: 600, lr_schedule: constant, seed: 3, eval: false, "
          "log_every: 40}\n"
          "cluster: {instance_count: 1, processes_per_host: 2}\n"
          "distribution: {modelparallel: {enabled: true, parameters: "
@@ -200,7 +202,7 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   const auto plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
   const auto spot = run_command(heft + "train " + spec +
-                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 2, "
                                 "count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
   const auto described = run_command(heft + "describe spot --json");
@@ -212,8 +214,8 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   EXPECT_NE(logs.text.find("resumed: step="), std::string::npos) << logs.text;
   const auto [a_step, a] = newest_checkpoint(home / "jobs" / "plain" / "checkpoints");
   const auto [b_step, b] = newest_checkpoint(home / "jobs" / "spot" / "checkpoints");
-  EXPECT_EQ(a_step, 400);
-  EXPECT_EQ(b_step, 400);
+  EXPECT_EQ(a_step, 600);
+  EXPECT_EQ(b_step, 600);
   EXPECT_LE(std::abs(a - b), 1e-6 * std::abs(a)) << "uninterrupted " << a << " resumed " << b;
 }
 
