@@ -28,6 +28,10 @@ class Collectives(unittest.TestCase):
                           r.stdout)
         self.assertIsNotNone(quiet, r.stdout)  # the worker fails when they woke it
         print(quiet[0])
+        reused = re.search(r"operations reused in (\d+) synchronous all_reduces: (\d+)", r.stdout)
+        self.assertIsNotNone(reused, r.stdout)  # the worker fails when most were not reused
+        self.assertGreaterEqual(int(reused[2]) * 2, int(reused[1]))
+        print(reused[0])
         print(f"world {hosts * per_host}: {checked} checks, {gloo} against gloo, "
               f"{ops} operations through heft, last allreduce path {path}, "
               f"paths at 40003 elements: {large}")

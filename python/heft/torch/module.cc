@@ -31,6 +31,8 @@ void bind_process_group(py::module_& m) {
            "communicator's thread, issued at once): which path ran and completed the operations")
       .def("operations", &ProcessGroupHeft::operations,
            "operations issued through this group (for tests: the heft path ran)")
+      .def("reused_operations", &ProcessGroupHeft::reused_operations,
+           "operations reused instead of allocated (for tests: the allocation-free path ran)")
       .def("last_allreduce_path",
            [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
            "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")

@@ -17,7 +17,10 @@
 #include <mutex>
 #include <vector>
 
+#include <optional>
+
 #include "heft/comm/communicator.h"
+#include "staging.h"
 
 namespace heft::torch_backend {
 
@@ -35,34 +38,59 @@ struct Completions {
 
 // One operation: its call on the communicator (`issue`; `work` once issued asynchronously),
 // what turns its result into the caller's tensors (`finish`, which owns every staged buffer
-// the call uses) and the future torch sees. Completed exactly once, by whichever claims it
-// first: a caller in wait() (running it itself when it was still deferred), or the group's
+// the call uses) and its completion. Completed exactly once, by whichever claims it first: a
+// caller in wait() (running it itself when it was still deferred), or the group's
 // completion thread, to which the communicator hands the operation when it finishes with
 // no waiter (on a busy machine every hand-off costs a wake-up, so a waiter's operation
-// takes none).
+// takes none). The future torch sees is made only when asked for (future()): a synchronous
+// call completes without one. Operations are reused (Deferred::acquire): a synchronous
+// all_reduce allocates nothing here once the group has run one.
 struct Operation {
   std::function<std::shared_ptr<comm::Work>(comm::Communicator&, bool)> issue;  // an IssueFn
   std::shared_ptr<comm::Work> work;  // set once issued asynchronously, under Deferred::mu
   std::function<void()> finish;
-  c10::intrusive_ptr<c10::ivalue::Future> future;
   std::vector<at::Tensor> outputs;
+  // The one staged tensor of an all_reduce, held here: its issue and finish capture only
+  // the operation (they fit std::function's own storage: no allocation).
+  Staged staged;
+  comm::ReduceOp reduce = comm::ReduceOp::sum;
   std::atomic<bool> waiter{false};   // a caller is in wait()
   std::atomic<bool> claimed{false};  // someone completes it
   // Its future was taken by C++ (no GIL held: DDP's reducer), so completing it runs no
   // Python: the communicator's thread completes it as it finishes (no hand-off).
   std::atomic<bool> direct{false};
 
-  // Completes the future with `error`, or with the outputs after finish() (which may fail).
+  // Records the outcome: `error`, or the outputs after finish() (which may fail); wakes
+  // wait_done() and completes the future if one was made. Once per use.
   void settle(std::exception_ptr error);
-  // Blocks until the asynchronous call finished; completes the future unless the other
-  // completer has claimed it (then the future completes there, soon after), counting it in
-  // `by` first (so a count read after the future completed includes it). Never throws.
+  // Blocks until the asynchronous call finished; settles it unless the other completer has
+  // claimed it (then it settles there, soon after), counting it in `by` first (so a count
+  // read after it settled includes it). Never throws.
   void complete(std::atomic<int64_t>& by);
   // Runs the (never issued) call with the communicator's blocking form on this thread and
-  // completes the future. Never throws.
+  // settles it. Never throws.
   void run_here(comm::Communicator& c);
-  // The asynchronous issue failed: nothing runs; the future carries the error.
+  // The asynchronous issue failed: nothing runs; it settles with the error.
   void fail(std::exception_ptr error);
+
+  // The future torch sees: made on the first call, completed at once if already settled.
+  c10::intrusive_ptr<c10::ivalue::Future> future();
+  bool done() const;
+  std::exception_ptr error() const;  // null unless it settled with an error
+  // Blocks until it settled; then waits for a future made meanwhile to be completed too.
+  void wait_done();
+  // Back to a fresh operation (reuse): drops the tensors, the calls and the future.
+  void reset();
+
+ private:
+  // Completes `f` with this operation's outcome (settled).
+  void complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& f);
+
+  mutable std::mutex mu_;
+  std::condition_variable settled_;
+  bool done_ = false;                                // guarded by mu_
+  std::exception_ptr error_;                         // guarded by mu_
+  c10::intrusive_ptr<c10::ivalue::Future> future_;   // guarded by mu_
 };
 
 // The group's operation not issued yet (at most one: a later one issues it first), shared
@@ -86,6 +114,34 @@ struct Deferred {
   static constexpr int kImmediateOps = 64;
   static constexpr int kImmediateOpsAfterTick = 8;
   std::function<void(const std::shared_ptr<Operation>&)> issue_async;  // guarded by mu
+
+  // Operations for reuse: a Work whose operation nobody else holds any more returns it
+  // here (recycle), and the next submit takes it (acquire) instead of allocating one.
+  std::mutex pool_mu;
+  std::vector<std::shared_ptr<Operation>> pool;  // guarded by pool_mu; reserved up front
+  static constexpr size_t kPoolSize = 16;
+  std::atomic<int64_t> reused{0};  // operations taken from the pool (tests: the path ran)
+
+  Deferred() { pool.reserve(kPoolSize); }
+  std::shared_ptr<Operation> acquire() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!pool.empty()) {
+        std::shared_ptr<Operation> o = std::move(pool.back());
+        pool.pop_back();
+        reused.fetch_add(1, std::memory_order_relaxed);
+        return o;
+      }
+    }
+    return std::make_shared<Operation>();
+  }
+  // `o` back to the pool, reset, when the caller's is its last reference; else just let go.
+  void recycle(std::shared_ptr<Operation>& o) {
+    if (!o || o.use_count() != 1) return;
+    o->reset();  // drops tensors: before taking the lock
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (pool.size() < kPoolSize) pool.push_back(std::move(o));
+  }
 
   // Issues the deferred operation, if any, asynchronously; returns it, for the caller to
   // drop after unlocking (dropping a tensor may take the GIL).
@@ -133,12 +189,11 @@ IssueFn call(A... args) {
   };
 }
 
-// Lets go of the GIL while it lives, when this thread holds it.
+// Lets go of the GIL while it lives, when this thread holds it (no allocation).
 struct WithoutGil {
-  std::unique_ptr<pybind11::gil_scoped_release> release;
+  std::optional<pybind11::gil_scoped_release> release;
   WithoutGil() {
-    if (Py_IsInitialized() && PyGILState_Check())
-      release = std::make_unique<pybind11::gil_scoped_release>();
+    if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
   }
 };
 
@@ -153,6 +208,8 @@ class HeftWork : public c10d::Work {
         op_(std::move(op)),
         deferred_(std::move(deferred)),
         completions_(std::move(completions)) {}
+  // Returns the operation for reuse when this Work held its last reference.
+  ~HeftWork() override { deferred_->recycle(op_); }
   bool isCompleted() override;
   bool isSuccess() const override;
   std::exception_ptr exception() const override;

@@ -167,6 +167,10 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ProcessGroupHeft::comple
           completions_->at_once.load()};
 }
 
+int64_t ProcessGroupHeft::reused_operations() const {
+  return deferred_->reused.load(std::memory_order_relaxed);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   one_tensor(tensors, "broadcast");
@@ -180,10 +184,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce(std::vector<at::Tenso
                                                            const c10d::AllreduceOptions& opts) {
   one_tensor(tensors, "allreduce");
   const comm::ReduceOp op = reduce_op(opts.reduceOp, "allreduce", tensors[0].scalar_type());
-  auto s = std::make_shared<Staged>(stage(tensors[0], "allreduce"));
-  return submit(c10d::OpType::ALLREDUCE,
-                call<kAllreduce, &C::allreduce_async>(s->data(), s->data(), s->count(), s->type, op, kNoCompression),
-                [s] { s->finish(); }, tensors);
+  // The common call (dist.all_reduce, DDP's buckets): staged into a reused operation, whose
+  // calls capture only the operation itself: nothing allocated per call.
+  std::shared_ptr<Operation> o = deferred_->acquire();
+  o->staged = stage(tensors[0], "allreduce");
+  o->reduce = op;
+  Operation* raw = o.get();  // the calls live in the operation: it outlives them
+  o->issue = [raw](C& c, bool blocking) -> std::shared_ptr<comm::Work> {
+    const Staged& s = raw->staged;
+    if (!blocking)
+      return c.allreduce_async(s.data(), s.data(), s.count(), s.type, raw->reduce, kNoCompression);
+    c.allreduce(s.data(), s.data(), s.count(), s.type, raw->reduce, kNoCompression);
+    return nullptr;
+  };
+  o->finish = [raw] { raw->staged.finish(); };
+  o->outputs.assign(tensors.begin(), tensors.end());  // the reused vector's capacity
+  return submit_operation(c10d::OpType::ALLREDUCE, std::move(o));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allreduce_coalesced(
@@ -466,14 +482,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recvAnysource(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue issue,
                                                         std::function<void()> finish,
                                                         std::vector<at::Tensor> outputs) {
-  live_comm();  // a RuntimeError after shut_down()
-  ++operations_;
-  static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
-  auto op = std::make_shared<Operation>();
+  std::shared_ptr<Operation> op = deferred_->acquire();
   op->issue = std::move(issue);
   op->finish = std::move(finish);
-  op->future = c10::make_intrusive<c10::ivalue::Future>(kTensorList);
   op->outputs = std::move(outputs);
+  return submit_operation(type, std::move(op));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit_operation(c10d::OpType type,
+                                                                  std::shared_ptr<Operation> op) {
+  live_comm();  // a RuntimeError after shut_down()
+  ++operations_;
   std::shared_ptr<Operation> before;
   bool wake = false;
   {
@@ -488,9 +507,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue
     } else {
       deferred_->op = op;
       ++deferred_->seq;
-      std::lock_guard<std::mutex> ticks(mu_);
-      wake = !ticking_;
-      ticking_ = true;
+      if (!ticking_.load(std::memory_order_relaxed)) {
+        std::lock_guard<std::mutex> ticks(mu_);
+        wake = !ticking_;
+        ticking_ = true;
+      }
     }
   }
   if (wake) cv_.notify_one();

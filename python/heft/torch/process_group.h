@@ -9,8 +9,9 @@
 // deferred operation, until the first of: the Work's wait() (a synchronous call such as
 // dist.all_reduce(async_op=False) or a barrier), which runs it with the communicator's
 // blocking form on the caller's thread (inline when the communicator is idle, as heft's C++
-// blocking calls run; the GIL released), copies the results back and completes the future
-// there: no thread hand-off at all; getFuture(), isCompleted() and the like (DDP and comm
+// blocking calls run; the GIL released), copies the results back and completes it there:
+// no thread hand-off at all, and no allocation in this backend for an all_reduce (its
+// operation is reused, its future made only if someone asks for one: operation.h); getFuture(), isCompleted() and the like (DDP and comm
 // hooks take the future at once), the next operation of the group (issue order is kept),
 // shut_down(), or the completion thread's tick (an operation held over a full tick, after
 // 2-4 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async`
@@ -90,6 +91,8 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   // thread, inline); by the communicator's thread (futures taken by C++); and operations
   // issued at once instead of held (after one whose caller did not wait).
   std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> completions() const;
+  // Operations reused instead of allocated (for tests: the allocation-free path ran).
+  int64_t reused_operations() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -142,6 +145,8 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, Issue issue,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs);
+  // The same for an operation already filled in (issue, finish, outputs).
+  c10::intrusive_ptr<c10d::Work> submit_operation(c10d::OpType type, std::shared_ptr<Operation> op);
   // Issues `op` with the `_async` form; its end hands it to the completion thread.
   void issue_async(const std::shared_ptr<Operation>& op);
   // The communicator; a RuntimeError after shut_down().
@@ -165,7 +170,9 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::atomic<int64_t> operations_{0};
   std::shared_ptr<Completions> completions_;
   std::shared_ptr<Deferred> deferred_;
-  bool ticking_ = false;  // the completion thread checks the deferred operation; guarded by mu_
+  // The completion thread checks the deferred operation. Written under deferred_->mu and
+  // mu_, so either lock suffices to read it (submit reads it under deferred_->mu only).
+  std::atomic<bool> ticking_{false};
   std::thread thread_;
   std::mutex shut_down_mu_;  // serializes shut_down()
   bool shut_down_ = false;   // guarded by shut_down_mu_
