@@ -100,5 +100,37 @@ TEST(AutoLayoutConfig, MemoryLimitNeedsAutoLayoutAndAPositiveNumber) {
   EXPECT_NE(typo.find("did you mean 'auto_layout'?"), std::string::npos) << typo;
 }
 
+TEST(AutoLayoutConfig, TrialsAreReadCheckedAndRoundTrip) {
+  const Result<Distribution> d = Distribution::parse(nlohmann::json::parse(
+      R"({"modelparallel": {"enabled": true, "parameters": {"auto_layout": true, "auto_layout_trials": 5}}})"));
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ(d.value().modelparallel.auto_layout_trials, 5);
+  const Result<Distribution> again = Distribution::parse(d.value().to_json());
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again.value().modelparallel.auto_layout_trials, 5);
+  EXPECT_EQ(Distribution{}.modelparallel.auto_layout_trials, 3);  // the default
+  Hyperparameters hp;
+  hp.auto_layout_trials = 0;  // the hyperparameter overrides the block
+  const Result<Distribution> r = d.value().with_overrides(hp);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value().modelparallel.auto_layout_trials, 0);
+  const std::string bad = error_of(R"({"modelparallel": {"enabled": true, "parameters":
+      {"auto_layout": true, "auto_layout_trials": 17}}})");
+  EXPECT_NE(bad.find("distribution.modelparallel.parameters.auto_layout_trials: expected an integer from 0 to 16, "
+                     "found 17"),
+            std::string::npos)
+      << bad;
+  const std::string alone = error_of(R"({"modelparallel": {"enabled": true, "parameters":
+      {"auto_layout_trials": 2}}})");
+  EXPECT_NE(alone.find("distribution.modelparallel.parameters.auto_layout_trials: applies with auto_layout true only"),
+            std::string::npos)
+      << alone;
+  hp.auto_layout_trials = 17;
+  const std::string h = error_of(kBlock, hp);
+  EXPECT_NE(h.find("hyperparameters.auto_layout_trials: expected an integer from 0 to 16, found 17"),
+            std::string::npos)
+      << h;
+}
+
 }  // namespace
 }  // namespace heft::config

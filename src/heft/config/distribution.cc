@@ -17,7 +17,8 @@ const std::vector<std::string> kModelParallelKeys = {
     "auto_partition",     "default_partition",  "active_microbatches",
     "activation_checkpointing", "bf16",         "ddp",
     "tensor_parallel_degree",   "sharded_data_parallel_degree", "partition_boundaries",
-    "virtual_stages",     "auto_layout",        "memory_limit_gb"};
+    "virtual_stages",     "auto_layout",        "memory_limit_gb",
+    "auto_layout_trials"};
 constexpr double kMaxMemoryLimitGb = 1e6;
 constexpr int kMaxDegree = 1024;
 constexpr int kMaxMicrobatches = 1 << 16;
@@ -39,6 +40,7 @@ const IntKnob kTensorDegree{"tensor_parallel_degree", 1, kMaxDegree,
 const IntKnob kShardedDegree{"sharded_data_parallel_degree", 1, kMaxDegree,
                              &ModelParallel::sharded_data_parallel_degree};
 const IntKnob kVirtualStages{"virtual_stages", 1, kMaxDegree, &ModelParallel::virtual_stages};
+const IntKnob kLayoutTrials{"auto_layout_trials", 0, 16, &ModelParallel::auto_layout_trials};
 
 std::string found(const nlohmann::json& v) {
   if (v.is_string()) return "'" + v.get<std::string>() + "'";
@@ -248,6 +250,7 @@ void parse_parameters(Reader& r, const nlohmann::json& p, const std::string& pat
   parse_boundaries(r, p, path, m);
   r.boolean(p, "auto_layout", path, &m.auto_layout);
   parse_memory_limit(r, p, path, m);
+  r.integer(p, path, kLayoutTrials, m);
   if (m.auto_layout)
     for (const auto& [knob, value] : auto_layout_conflicts(m))
       r.error(path + ".auto_layout", auto_layout_text(path + "." + knob, value));
@@ -327,8 +330,18 @@ class Overrides {
       m_.memory_limit_gb = hp.memory_limit_gb;
       given("memory_limit_gb");
     }
+    if (hp.auto_layout_trials >= 0) {
+      if (hp.auto_layout_trials > kLayoutTrials.hi)
+        return error("auto_layout_trials", integer_expected(kLayoutTrials) + ", found " +
+                                               std::to_string(hp.auto_layout_trials));
+      if (!m_.auto_layout) return error("auto_layout_trials", "applies with auto_layout true only");
+      m_.auto_layout_trials = static_cast<int>(hp.auto_layout_trials);
+      given("auto_layout_trials");
+    }
     if (!m_.auto_layout && m_.memory_limit_gb > 0)
       return problems_.push_back(path("memory_limit_gb") + ": applies with auto_layout true only");
+    if (!m_.auto_layout && m_.auto_layout_trials != ModelParallel{}.auto_layout_trials)
+      return problems_.push_back(path("auto_layout_trials") + ": applies with auto_layout true only");
     if (!m_.auto_layout || !problems_.empty()) return;
     for (const auto& [knob, value] : auto_layout_conflicts(m_))
       problems_.push_back(path("auto_layout") + ": " + auto_layout_text(path(knob), value));

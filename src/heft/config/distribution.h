@@ -60,6 +60,10 @@ struct ModelParallel {
   // beside it is an error naming both, as is gradient_accumulation > 1 or pipeline: simple.
   bool auto_layout = false;
   double memory_limit_gb = 0;              // auto_layout: per rank; 0: the host's (heft-train)
+  // auto_layout: the search's first layouts (at most this many, each predicted within
+  // 1.3x of the first) run a few steps each before training, and the fastest measured
+  // one trains (heft-train, docs/auto-layout.md); 0 or 1: the prediction's first, no trials.
+  int auto_layout_trials = 3;
 };
 
 struct Distribution {

@@ -29,6 +29,7 @@ nlohmann::json Distribution::to_json() const {
   if (!m.partition_boundaries.empty()) p["partition_boundaries"] = m.partition_boundaries;
   if (m.auto_layout) p["auto_layout"] = true;
   if (m.memory_limit_gb > 0) p["memory_limit_gb"] = m.memory_limit_gb;
+  if (m.auto_layout_trials != ModelParallel{}.auto_layout_trials) p["auto_layout_trials"] = m.auto_layout_trials;
   j["modelparallel"] = {{"enabled", true}, {"parameters", p}};
   return j;
 }

@@ -223,6 +223,10 @@ const std::vector<Field>& fields() {
       double_field("memory_limit_gb", &H::memory_limit_gb, 0.0, false,
                    "auto_layout: memory per rank in GB (10^9 bytes); 0: the distribution "
                    "block's, else the host's available memory / its ranks"),
+      int_field("auto_layout_trials", &H::auto_layout_trials, 0,
+                "auto_layout: the search's first layouts (at most this many, predicted within "
+                "1.3x of the first) each train a few steps and the fastest measured is kept; 0 "
+                "or 1: none; -1: the distribution block's, else 3"),
   };
   return f;
 }

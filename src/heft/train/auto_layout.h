@@ -45,6 +45,10 @@ struct LayoutChoice {
   parallel::layout::Prediction prediction;
   parallel::layout::SearchResult result;
   LayoutInputs inputs;
+  // Set by run_layout_trials (layout_trials.h): the chosen layout's trial (from 1) of the
+  // `trials` run; 0 and 0: none ran (the prediction's first).
+  int trial = 0;
+  int trials = 0;
 };
 
 // The search's inputs for `world_size` ranks: profiled and measured on `comm` (collective

@@ -5,8 +5,9 @@
 // checkpoint block, JSON) unless given as hyperparameters. SIGTERM (a spot interruption,
 // heft stop) makes the run checkpoint at the next step boundary and exit 0, as an
 // interrupted worker should (docs/jobs.md). auto_layout (docs/auto-layout.md): the layout
-// search chooses the degrees before training (auto_layout.h) and world rank 0 prints, after
-// the run, "layout: <the choice> measured_step_s=M peak_rss_gb=R"; --print-plan prints the
+// search chooses the degrees before training (auto_layout.h), its first few layouts run a few
+// steps each and the fastest measured trains (layout_trials.h), and world rank 0 prints, after
+// the run, "layout: <the choice> measured_step_s=M peak_rss_gb=R trial=I trials=K"; --print-plan prints the
 // search's table for WORLD_SIZE ranks on this one process, without training. Exit codes: 0 done or stopped; 2 bad input
 // (hyperparameters, HEFT_CHECKPOINT, a distribution heft-train cannot run or that does not
 // fit the world, malformed data, a checkpoint of another model: every heft::InvalidArgument);
@@ -34,6 +35,7 @@
 #include "heft/train/auto_layout.h"
 #include "heft/train/fashion_mnist.h"
 #include "heft/train/hyperparameters.h"
+#include "heft/train/layout_trials.h"
 #include "heft/parallel/mesh.h"
 #include "heft/parallel/pipeline/schedule.h"
 #include "heft/train/models.h"
@@ -254,6 +256,7 @@ int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution
     std::optional<heft::train::LayoutChoice> choice;
     if (distribution.modelparallel.auto_layout) {
       choice = heft::train::choose_layout(hp, distribution, *world.comm, std::cout);
+      heft::train::run_layout_trials(hp, test_dir, *world.comm, std::cout, *choice);
       run_distribution = choice->distribution;
       run_hp.gradient_accumulation = choice->gradient_accumulation;
     }
@@ -264,11 +267,11 @@ int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution
     if (choice && world.comm->rank() == 0) {
       struct rusage u {};
       getrusage(RUSAGE_SELF, &u);
-      std::printf("layout: %s measured_step_s=%.4f peak_rss_gb=%.3f\n",
+      std::printf("layout: %s measured_step_s=%.4f peak_rss_gb=%.3f trial=%d trials=%d\n",
                   heft::train::layout_fields(choice->prediction,
                                              static_cast<double>(choice->inputs.options.memory_limit_bytes))
                       .c_str(),
-                  r.median_step_s, static_cast<double>(u.ru_maxrss) * 1024 / 1e9);
+                  r.median_step_s, static_cast<double>(u.ru_maxrss) * 1024 / 1e9, choice->trial, choice->trials);
       std::fflush(stdout);
     }
     if (r.stopped)

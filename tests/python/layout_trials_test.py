@@ -1,0 +1,89 @@
+# ctest-labels: multiproc
+"""heft-train's layout trials (auto_layout_trials, src/heft/train/layout_trials.h) on 2 real
+ranks under `heft run -n 2`: the trials ran (rank 0's `layout trial i/K` lines, K >= 2), every
+rank printed the same choice, the final `layout:` line names the winning trial, and the run
+trained exactly as a run given that layout explicitly (the same step losses: the trials left
+torch's generator and the data where they were). Also: auto_layout_trials 0 runs none, and a
+bad value is an error naming the hyperparameter."""
+import os
+import re
+import subprocess
+import unittest
+
+import support
+
+TRAIN = os.path.join(support.BINARY_DIR, "heft-train")
+GPT = ["--model", "gpt", "--n_layer", "2", "--n_embd", "64", "--n_head", "4", "--block_size", "16",
+       "--batch_size", "8", "--max_steps", "4", "--log_every", "1", "--eval", "false", "--seed", "3",
+       "--lr", "0.01", "--warmup_steps", "0"]
+CHOSE = re.compile(r"^\[rank (\d+)\] layout trials: chose d(\d+) s(\d+) t(\d+) p(\d+) m(\d+) v(\d+)( ckpt)? "
+                   r"\(trial (\d+) of (\d+),")
+
+
+def train(*args):
+    p = subprocess.run([support.HEFT, "run", "-n", "2", "--", TRAIN] + GPT + list(args), capture_output=True,
+                       text=True, timeout=300, env=support.clean_env())
+    return p.returncode, p.stdout + p.stderr
+
+
+def losses(out):
+    return [float(x) for x in re.findall(r"^\[rank 0\] step=\d+ epoch=\d+ loss=([0-9.]+)", out, re.M)]
+
+
+def explicit_args(layout, ckpt):
+    d, s, t, p, m, v = layout
+    a = ["--sharded_data_parallel_degree", str(s), "--tensor_parallel_degree", str(t), "--partitions", str(p)]
+    a += ["--microbatches", str(m), "--virtual_stages", str(v)] if p > 1 else ["--gradient_accumulation", str(m)]
+    return a + (["--activation_checkpointing", "true"] if ckpt else [])
+
+
+class LayoutTrials(unittest.TestCase):
+    def test_trials_pick_one_layout_everywhere_and_train_as_that_layout_given(self):
+        rc, out = train("--auto_layout", "true", "--memory_limit_gb", "4", "--auto_layout_trials", "3")
+        self.assertEqual(rc, 0, out)
+        trials = re.findall(r"^\[rank 0\] layout trial (\d+)/(\d+): (d\d+ s\d+ t\d+ p\d+ m\d+ v\d+(?: ckpt)?) "
+                            r"predicted ([0-9.]+) ms measured ([0-9.]+) ms$", out, re.M)
+        self.assertGreaterEqual(len(trials), 2, out)
+        self.assertEqual([int(t[0]) for t in trials], list(range(1, len(trials) + 1)), out)
+        self.assertTrue(all(int(t[1]) == len(trials) for t in trials), out)
+        self.assertEqual(len({t[2] for t in trials}), len(trials), out)  # distinct layouts
+        chosen = [m for m in map(CHOSE.match, out.splitlines()) if m]
+        self.assertEqual(sorted(int(m.group(1)) for m in chosen), [0, 1], out)  # every rank said
+        self.assertEqual(len({m.groups()[1:] for m in chosen}), 1, out)         # the same choice
+        c = chosen[0]
+        layout = tuple(int(c.group(i)) for i in range(2, 8))
+        trial, of = int(c.group(9)), int(c.group(10))
+        self.assertEqual(of, len(trials), out)
+        measured = [float(t[4]) for t in trials]
+        self.assertEqual(measured[trial - 1], min(measured), out)  # the fastest measured
+        self.assertEqual(trials[trial - 1][2], "d%d s%d t%d p%d m%d v%d" % layout + (" ckpt" if c.group(8) else ""))
+        final = re.search(r"^\[rank 0\] layout: data=(\d+) sharded=(\d+) tensor=(\d+) pipeline=(\d+) "
+                          r"microbatches=(\d+) virtual_stages=(\d+) .* trial=(\d+) trials=(\d+)$", out, re.M)
+        self.assertIsNotNone(final, out)
+        self.assertEqual(tuple(int(final.group(i)) for i in range(1, 7)), layout, out)
+        self.assertEqual((int(final.group(7)), int(final.group(8))), (trial, of), out)
+        auto = losses(out)
+        self.assertEqual(len(auto), 4, out)
+        rc, given = train(*explicit_args(layout, bool(c.group(8))))
+        self.assertEqual(rc, 0, given)
+        # The same layout, ranks and threads: the same arithmetic; the printed 4 decimals agree.
+        worst = max(abs(a - b) for a, b in zip(auto, losses(given)))
+        self.assertEqual(auto, losses(given), f"largest difference {worst}\n{out}\n{given}")
+
+    def test_zero_runs_none_and_a_bad_value_names_the_hyperparameter(self):
+        rc, out = train("--auto_layout", "true", "--memory_limit_gb", "4", "--auto_layout_trials", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("[rank 0] layout trials: none (auto_layout_trials 0)", out)
+        self.assertNotIn("layout trial 1/", out)
+        self.assertRegex(out, r"layout: .* trial=0 trials=0")
+        rc, out = train("--auto_layout", "true", "--auto_layout_trials", "17")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("hyperparameters.auto_layout_trials: expected an integer from 0 to 16, found 17", out)
+        rc, out = train("--auto_layout_trials", "2")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("hyperparameters.auto_layout_trials: applies with auto_layout true only", out)
+
+
+if __name__ == "__main__":
+    support.main_guard()
+    unittest.main()
