@@ -223,13 +223,16 @@ int print_mesh(const heft::config::Distribution& distribution) {
   }
 }
 
-// --print-plan: the layout search for WORLD_SIZE ranks, profiled here, without training.
+// --print-plan: the layout search for WORLD_SIZE ranks, profiled here, without training; in a
+// job (HEFT_STORE: `heft plan --measure`) on its ranks, which measure the collectives, rank 0
+// printing.
 int print_plan(const heft::train::Hyperparameters& hp, const heft::config::Distribution& distribution) {
   try {
     const int world = std::stoi(heft::comm::env_or("WORLD_SIZE", "1"));
     if (world < 1) return fail("WORLD_SIZE: expected at least 1, found " + std::to_string(world), 2);
-    heft::comm::World one = alone();
+    heft::comm::World one = join();
     const heft::train::LayoutInputs in = heft::train::layout_inputs(hp, distribution, *one.comm, world);
+    if (one.comm->rank() != 0) return 0;
     std::cout << heft::train::describe_inputs(in);
     const heft::parallel::layout::SearchResult r =
         heft::parallel::layout::search(in.model, in.comm, in.options);
