@@ -3,11 +3,13 @@
 ranks under `heft run -n 2`: the trials ran (rank 0's `layout trial i/K` lines, K >= 2), every
 rank printed the same choice, the final `layout:` line names the winning trial, and the run
 trained exactly as a run given that layout explicitly (the same step losses: the trials left
-torch's generator and the data where they were). Also: auto_layout_trials 0 runs none, and a
-bad value is an error naming the hyperparameter."""
+torch's generator and the data where they were). Also: auto_layout_trials 0 runs none, a bad
+value is an error naming the hyperparameter, and a job whose spec sets the key records the
+winning trial (layout:trial, layout:trials) and `heft describe` shows it."""
 import os
 import re
 import subprocess
+import tempfile
 import unittest
 
 import support
@@ -82,6 +84,37 @@ class LayoutTrials(unittest.TestCase):
         rc, out = train("--auto_layout_trials", "2")
         self.assertEqual(rc, 2, out)
         self.assertIn("hyperparameters.auto_layout_trials: applies with auto_layout true only", out)
+
+    def test_a_job_spec_sets_the_trials_and_describe_shows_the_winner(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            spec = os.path.join(tmp, "spec.yaml")
+            with open(spec, "w") as f:
+                f.write("name: trials-gpt\nentry_point: heft-train\n"
+                        "hyperparameters: {model: gpt, n_layer: 2, n_head: 4, n_embd: 64, block_size: 16, "
+                        "batch_size: 8, max_steps: 3, eval: false}\n"
+                        "cluster: {instance_count: 1, processes_per_host: 2}\n"
+                        "distribution:\n  modelparallel: {enabled: true, parameters: "
+                        "{auto_layout: true, memory_limit_gb: 4, auto_layout_trials: 2}}\n")
+            env = support.clean_env(HEFT_HOME=os.path.join(tmp, "home"))
+            heft = lambda *a: subprocess.run([support.HEFT] + list(a), capture_output=True, text=True,
+                                             timeout=300, env=env)
+            t = heft("train", spec)
+            self.assertEqual(t.returncode, 0, t.stdout + t.stderr)
+            log = heft("logs", "trials-gpt", "--rank", "0").stdout
+            self.assertIn("layout trial 2/2: ", log)
+            d = heft("describe", "trials-gpt")
+            self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+            self.assertRegex(d.stdout, r"Layout: data \d x sharded \d x tensor \d x pipeline \d, .* measured "
+                                       r"[0-9.]+ s/step \(auto_layout, trial [12] of 2\)")
+            bad = spec.replace("spec.yaml", "bad.yaml")
+            with open(spec) as f:
+                text = f.read()
+            with open(bad, "w") as f:
+                f.write(text.replace("auto_layout_trials: 2", "auto_layout_trials: -1"))
+            b = heft("train", bad)
+            self.assertEqual(b.returncode, 2, b.stdout + b.stderr)
+            self.assertIn("distribution.modelparallel.parameters.auto_layout_trials: expected an integer from 0 to 16, "
+                          "found -1", b.stdout + b.stderr)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ TEST(JobSpec, BuiltinTrainerGetsDefaultMetricsAfterItsOwn) {
                                              "layout:tensor", "layout:pipeline",
                                              "layout:microbatches", "layout:virtual_stages",
                                              "layout:checkpointing", "layout:predicted_step_s",
-                                             "layout:measured_step_s"}));
+                                             "layout:measured_step_s", "layout:trial",
+                                             "layout:trials"}));
   EXPECT_EQ(r.value().metric_definitions[0].regex, "L=([0-9.]+)");
 }
 

@@ -523,7 +523,7 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
           {"train:tokens_per_s", "^step=[0-9]+ .*\\btokens_per_s=" + number},
           {"test:acc", "^epoch=[0-9]+ .*\\btest_acc=" + number},
           {"validation:loss", "^(?:step|epoch)=[0-9]+ .*\\bval_loss=" + number},
-          // auto_layout's "layout: data=D sharded=S ... predicted_step_s=P [measured_step_s=M]"
+          // auto_layout's "layout: data=D sharded=S ... predicted_step_s=P [measured_step_s=M ...]"
           {"layout:data", "^layout: .*\\bdata=" + number},
           {"layout:sharded", "^layout: .*\\bsharded=" + number},
           {"layout:tensor", "^layout: .*\\btensor=" + number},
@@ -532,7 +532,10 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
           {"layout:virtual_stages", "^layout: .*\\bvirtual_stages=" + number},
           {"layout:checkpointing", "^layout: .*\\bcheckpointing=" + number},
           {"layout:predicted_step_s", "^layout: .*\\bpredicted_step_s=" + number},
-          {"layout:measured_step_s", "^layout: .*\\bmeasured_step_s=" + number}};
+          {"layout:measured_step_s", "^layout: .*\\bmeasured_step_s=" + number},
+          // layout trials (train/layout_trials.h): the trial that won, of how many; 0 of 0: none
+          {"layout:trial", "^layout: .*\\btrial=" + number},
+          {"layout:trials", "^layout: .*\\btrials=" + number}};
 }
 
 Result<JobSpec> parse_spec(const std::string& text, const std::string& source,
