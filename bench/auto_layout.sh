@@ -12,26 +12,29 @@
 #  2. Per limit, each degree combination (data x sharded x tensor x pipeline = 4) the search
 #     ranks is run once, with the micro-batches, virtual stages and checkpointing the search
 #     ranks best for it within that limit (the table's first row of that combination whose
-#     predicted memory fits), for --steps steps, --repeats times (default 2: one 5-step run
-#     of a layout varies more than the top layouts differ): the fastest run's median step
-#     wall time after the first (heft-train's step_time: line) and every rank's peak RSS
-#     over the runs (getrusage, heft-train's memory: lines). A row both limits pick runs
-#     once.
-#  3. Per limit, auto (heft-train --auto_layout true --memory_limit_gb L) is run and measured
-#     the same way; "auto/best" is the measured time of auto's layout in step 2 (auto's own
-#     run when step 2 did not run that layout) over the fastest layout measured in step 2 for
-#     that limit; auto's own run over the best is printed beside it.
+#     predicted memory fits), for --steps steps (default 10: 9 timed after the first),
+#     --repeats times (default 2): the fastest run's median step wall time after the first
+#     (heft-train's step_time: line), the spread of the runs' medians (max / min - 1: the
+#     noise, to read the differences against), and every rank's peak RSS over the runs
+#     (getrusage, heft-train's memory: lines). A row both limits pick runs once.
+#  3. Per limit, auto (heft-train --auto_layout true --memory_limit_gb L, its layout trials
+#     on: docs/auto-layout.md) runs --repeats times, each an independent choice: its trial
+#     lines, the layout it chose, its own measured step. A chosen layout that step 2 did not
+#     run is run as a row then ("+" before its name). "row/best" is the chosen layout's row
+#     over the fastest row within that limit (the choice, measured beside the others);
+#     "own/best" auto's own run over that row, "own/row" auto's own run over its layout's row.
 # Prints: the machine (CPU, cores, memcpy GB/s, load average), then per shape the table of
-# layouts (predicted ms, measured ms, |pred - meas| / meas, predicted memory, peak RSS max over
-# ranks), then per (shape, limit) auto's choice, its time, the best, the ratio, and whether
-# auto's peak RSS stayed under the limit (ranks 1-3, and rank 0 apart: it also profiled the
-# whole model); last the median prediction error over every run.
+# layouts (predicted ms, measured ms, spread, |pred - meas| / meas, predicted memory, peak RSS
+# max over ranks), then per (shape, limit, repeat) auto's trials and choice, its times, the
+# best, the ratios, and whether auto's peak RSS stayed under the limit (ranks 1-3, and rank 0
+# apart: it also profiled the whole model and ran the trials); last the median prediction
+# error over every run and how many choices were within 10% of the best.
 #
-#   bench/auto_layout.sh [--steps 5] [--repeats 2]
+#   bench/auto_layout.sh [--steps 10] [--repeats 2]
 # HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=5
+STEPS=10
 REPEATS=2
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -79,14 +82,15 @@ def run(args, env=None):
 
 
 def run_fastest(args):
-    """run() REPEATS times: the fastest median step, each rank's largest peak RSS."""
-    best, peaks = None, {}
+    """run() REPEATS times: the fastest median step, the spread of the medians (max / min - 1),
+    each rank's largest peak RSS."""
+    steps, peaks = [], {}
     for _ in range(REPEATS):
         _, step, rss = run(args)
-        best = step if best is None else min(best, step)
+        steps.append(step)
         for r, v in rss.items():
             peaks[r] = max(peaks.get(r, 0.0), v)
-    return best, peaks
+    return min(steps), max(steps) / min(steps) - 1, peaks
 
 
 def table(out):
@@ -114,55 +118,74 @@ def name(r):
 
 
 def auto_choice(out):
-    m = re.search(r"layout: data=(\d+) sharded=(\d+) tensor=(\d+) pipeline=(\d+) microbatches=(\d+) "
-                  r"virtual_stages=(\d+) checkpointing=([01]) predicted_step_s=([0-9.]+)", out)
-    return tuple(int(m.group(i)) for i in range(1, 7)), m.group(7) == "1", float(m.group(8))
+    """The run's final layout: line (the one with measured_step_s): key, ckpt, predicted s,
+    trial, trials; and rank 0's trial lines."""
+    m = re.findall(r"layout: data=(\d+) sharded=(\d+) tensor=(\d+) pipeline=(\d+) microbatches=(\d+) "
+                   r"virtual_stages=(\d+) checkpointing=([01]) predicted_step_s=([0-9.]+) .*measured_step_s=.* "
+                   r"trial=(\d+) trials=(\d+)", out)[-1]
+    trials = re.findall(r"^\[rank 0\] layout trial (\d+/\d+: .*)$", out, re.M)
+    return tuple(int(x) for x in m[:6]), m[6] == "1", float(m[7]), int(m[8]), int(m[9]), trials
 
 
-errors, ratios = [], []
+errors, choices = [], []  # choices: (row/best, own/best)
 for shape, hp in SHAPES.items():
-    out, _, _ = run(f"{hp} --auto_layout true --memory_limit_gb {GENEROUS_GB}", {"HEFT_LAYOUT_TOP": "1000"})
+    out, _, _ = run(f"{hp} --auto_layout true --auto_layout_trials 0 --memory_limit_gb {GENEROUS_GB}",
+                    {"HEFT_LAYOUT_TOP": "1000"})
     rows = table(out)
     ddp = min(r["mem_gb"] for r in rows if r["key"][1:4] == (1, 1, 1))
     least = min(r["mem_gb"] for r in rows)
     limits = {"ddp": GENEROUS_GB, "tight": (least + ddp) / 2}
     print(f"\n## {shape}: {hp}  (limits: ddp {limits['ddp']:.3f} GB, tight {limits['tight']:.3f} GB;"
           f" plain DDP needs {ddp:.3f} GB, the smallest layout {least:.3f} GB)")
-    print(f"{'layout':28} {'pred ms':>8} {'meas ms':>8} {'err':>6} {'pred GB':>8} {'rss GB':>7}")
-    measured = {}  # full key -> (row, step s, rss GB)
+    print(f"{'layout':28} {'pred ms':>8} {'meas ms':>8} {'spread':>7} {'err':>6} {'pred GB':>8} {'rss GB':>7}")
+    measured = {}  # (key, ckpt) -> (row, step s, rss GB)
     fits = {label: {} for label in limits}  # per limit: degrees -> the fastest row that fits
     for label, limit in limits.items():
         for r in rows:  # ranked fastest first
             if r["mem_gb"] <= limit:
                 fits[label].setdefault(r["key"][:4], r)
-    for label in limits:
-        for r in fits[label].values():
-            k = (r["key"], r["ckpt"])
-            if k in measured:
-                continue
-            step, ranks = run_fastest(f"{hp} {args_of(r)}")
+
+    def measure_row(r, extra=""):
+        k = (r["key"], r["ckpt"])
+        if k not in measured:
+            step, spread, ranks = run_fastest(f"{hp} {args_of(r)}")
             rss = max(ranks.values())
             err = abs(r["pred_s"] - step) / step
             errors.append(err)
             measured[k] = (r, step, rss)
-            print(f"{name(r):28} {r['pred_s']*1e3:8.1f} {step*1e3:8.1f} {err*100:5.0f}% {r['mem_gb']:8.3f} {rss:7.3f}")
+            print(f"{extra + name(r):28} {r['pred_s']*1e3:8.1f} {step*1e3:8.1f} {spread*100:6.1f}% {err*100:5.0f}%"
+                  f" {r['mem_gb']:8.3f} {rss:7.3f}")
+        return measured[k][1]
+
+    for label in limits:
+        for r in fits[label].values():
+            measure_row(r)
     for label, limit in limits.items():
-        out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}")
-        rss = max(v for r, v in ranks.items() if r != 0)  # rank 0 also profiled the whole model
-        rss0 = ranks[0]
-        key, ckpt, pred = auto_choice(out)
         best_s, best = min((measured[(r["key"], r["ckpt"])][1], name(r)) for r in fits[label].values())
-        # auto's layout as measured beside the others (the same run when step 2 ran it): its own
-        # run is another moment of a loaded machine.
-        table_s = measured.get((key, ckpt), (None, step))[1]
-        ratios.append(table_s / best_s)
-        errors.append(abs(pred - step) / step)
-        print(f"auto, limit {label} {limit:.3f} GB: d{key[0]} s{key[1]} t{key[2]} p{key[3]} m{key[4]} v{key[5]}"
-              f"{' ckpt' if ckpt else ''} predicted {pred*1e3:.1f} ms, measured {step*1e3:.1f} ms, peak RSS ranks 1-3"
-              f" {rss:.3f} GB ({'under' if rss <= limit else 'OVER'} the limit), rank 0 {rss0:.3f} GB (profile included,"
-              f" {'under' if rss0 <= limit else 'OVER'}); best measured within the limit {best}"
-              f" {best_s*1e3:.1f} ms; auto/best {table_s/best_s:.2f} (auto's own run / best {step/best_s:.2f})")
-print(f"\n# median |predicted - measured| / measured over {len(errors)} runs: {statistics.median(errors)*100:.0f}%;"
-      f" auto/best: worst {max(ratios):.2f}, median {statistics.median(ratios):.2f}")
+        for rep in range(REPEATS):
+            out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}")
+            rss = max(v for r, v in ranks.items() if r != 0)  # rank 0 also profiled the whole model
+            rss0 = ranks[0]
+            key, ckpt, pred, trial, of, trials = auto_choice(out)
+            row = next((r for r in rows if r["key"] == key and r["ckpt"] == ckpt), None)
+            row_s = measure_row(row, "+") if row else step
+            choices.append((row_s / best_s, step / best_s))
+            errors.append(abs(pred - step) / step)
+            layout = f"d{key[0]} s{key[1]} t{key[2]} p{key[3]} m{key[4]} v{key[5]}{' ckpt' if ckpt else ''}"
+            for t in trials:
+                print(f"  trial {t}")
+            print(f"auto, limit {label} {limit:.3f} GB, run {rep + 1}: {layout} (trial {trial} of {of}) predicted"
+                  f" {pred*1e3:.1f} ms, own run {step*1e3:.1f} ms, its row {row_s*1e3:.1f} ms; best row within the"
+                  f" limit {best} {best_s*1e3:.1f} ms; row/best {row_s/best_s:.2f}, own/best {step/best_s:.2f},"
+                  f" own/row {step/row_s:.2f}; peak RSS ranks 1-3 {rss:.3f} GB"
+                  f" ({'under' if rss <= limit else 'OVER'} the limit), rank 0 {rss0:.3f} GB (profile and trials"
+                  f" included, {'under' if rss0 <= limit else 'OVER'})")
+within = sum(1 for r, _ in choices if r <= 1.10)
+own_within = sum(1 for _, o in choices if o <= 1.10)
+print(f"\n# median |predicted - measured| / measured over {len(errors)} runs: {statistics.median(errors)*100:.0f}%")
+print(f"# auto's choice within 10% of the best row: {within} of {len(choices)} by its row (worst"
+      f" {max(r for r, _ in choices):.2f}), {own_within} of {len(choices)} by its own run (worst"
+      f" {max(o for _, o in choices):.2f})")
 print(f"# load at the end: {open('/proc/loadavg').read().split()[:3]}")
+
 EOF
