@@ -79,9 +79,12 @@ def _static_costs(layers):
             for i, l in enumerate(layers)]
 
 
-def _profile(layers, example_input):
+def _profile(layers, example_input, clock=None):
     """Each layer's median forward/backward seconds (heft's profile_layers) with parameter
-    and output bytes, on this rank; leaves the RNG, the buffers and the gradients as found."""
+    and output bytes, on this rank; leaves the RNG, the buffers and the gradients as found.
+    clock: the seconds to read (default wall time; auto_layout reads the process's CPU time,
+    as heft-train's profile, and prices the host's contention itself)."""
+    now = clock or _now
     rng = torch.get_rng_state()
     buffers = [(b, b.detach().clone()) for l in layers for b in l.buffers()]
     inputs, rows = [], []
@@ -103,12 +106,12 @@ def _profile(layers, example_input):
             # first layer a backward it never runs, and its stage less work than it could take
             grad = i > 0 or example_input.requires_grad
             x = x.detach().requires_grad_(grad).clone()
-        t0 = _now()
+        t0 = now()
         y = layers[i](x)
-        t1 = _now()
+        t1 = now()
         if y.requires_grad:
             y.backward(torch.ones_like(y))
-        return t1 - t0, _now() - t1
+        return t1 - t0, now() - t1
 
     try:
         rows = _pp.profile_layers(rows, PROFILE_WARMUP, PROFILE_REPEATS, time_layer)
