@@ -55,6 +55,7 @@ class LayoutPlan:
     # The model and host terms the search priced (ModelCost / SearchOptions names): saved_bytes,
     # forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes, host_*.
     inputs: dict = field(default_factory=dict, repr=False)
+    comm: list = field(default_factory=list, repr=False)  # the (collective, group, alpha_s, beta) rows priced
 
 
 def _heft_group(group):
@@ -94,7 +95,7 @@ def _per_call(layers, example_batch, rows, larger):
     if larger <= profiled:
         return [0.0] * n, [0.0] * n
     repeats = -(-larger // profiled)
-    big = _profile(layers, torch.cat([example_batch] * repeats)[:larger])
+    big = _profile(layers, torch.cat([example_batch] * repeats)[:larger], time.process_time)
     k = larger / profiled
     fixed = [[min(max((k * r[j] - b[j]) / (k - 1), 0.0), r[j]) for r, b in zip(rows, big)]
              for j in (1, 2)]
@@ -128,9 +129,9 @@ def _saved_and_transient(layers, example_batch, loss_fn):
                 for _ in range(2):
                     before = _layout.heap_in_use()
                     y = layers[-1](head_input.detach().requires_grad_(head_input.requires_grad))
-                    t0 = time.perf_counter()
+                    t0 = time.process_time()
                     loss = loss_fn(y)
-                    loss_s = 2 * (time.perf_counter() - t0)
+                    loss_s = 2 * (time.process_time() - t0)
                     held = _layout.heap_in_use() - before
                     transient = max(0, held - saved[-1] + output)
                     del y, loss
@@ -153,9 +154,9 @@ def _optimizer_s(layers, optimizer):
     step = OPTIMIZERS[optimizer](params)
     seconds = 0.0
     for _ in range(2):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         step.step()
-        seconds = time.perf_counter() - t0
+        seconds = time.process_time() - t0
     return seconds * sum(sizes) / sizes[largest]
 
 
@@ -169,7 +170,7 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
     fixed = max(0, _layout.resident_bytes() - model_bytes)
     profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
-    rows = [tuple(r) for r in _profile(layers, example_batch)]
+    rows = [tuple(r) for r in _profile(layers, example_batch, time.process_time)]
     larger = min(2 * profiled, max(profiled, global_batch)) if example_batch.dim() > 0 else 1
     ffixed, bfixed = _per_call(layers, example_batch, rows, larger)
     saved, transient, loss_s = _saved_and_transient(layers, example_batch, loss_fn)
@@ -184,8 +185,9 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
 
 def host_terms(world, ranks_per_host=None):
     """The host's contention terms (SearchOptions'): its cores, the ranks on it x their threads
-    (ranks_per_host, else LOCAL_WORLD_SIZE, else all `world` ranks) and its other runnable
-    threads (sampled over 0.2 s: call it while the other ranks wait)."""
+    (ranks_per_host, else LOCAL_WORLD_SIZE, else all `world` ranks) and its other processes'
+    runnable threads weighted by their nice (host_memory.h runnable_elsewhere, sampled over
+    0.2 s: call it while the other ranks wait)."""
     local = ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
     return dict(host_cores=float(os.cpu_count() or 1),
                 host_threads=float(min(local, world) * torch.get_num_threads()),
@@ -244,7 +246,8 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                    # DDP's flat bucket copy of the gradients; ZeRO-3's full gradients before
                    # their reduce-scatters (heft-train's figures, the same strategies' C++)
                    replica_gradient_copies=1.0, sharded_gradient_copies=1.0)
-    result = _layout.search(rows, list(comm or DEFAULT_COMM), options)
+    comm = list(comm or DEFAULT_COMM)
+    result = _layout.search(rows, comm, options)
     best = result["ranked"][0]
     l = best["layout"]
     return LayoutPlan(data=l["data"], sharded=l["sharded"], tensor=l["tensor"],
@@ -253,4 +256,4 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                       step_s=best["step_s"], memory_bytes=best["memory_bytes"],
                       stage_first=best["stage_first"], ranked=result["ranked"],
                       dropped=result["dropped"], describe=result["describe"],
-                      comm_measured=measured, inputs=terms)
+                      comm_measured=measured, inputs=terms, comm=comm)

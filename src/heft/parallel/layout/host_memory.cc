@@ -1,9 +1,11 @@
 #include "heft/parallel/layout/host_memory.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -58,6 +60,43 @@ int64_t mem_available() {
   return -1;
 }
 
+// One thread's CFS weight against nice 0's (1024 / 1.25^nice, the kernel's table within a few
+// percent) when /proc/PID/task/TID/stat says it is runnable (state R), else 0.
+double runnable_weight(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(line.substr(close + 1));
+  std::string state, field;
+  fields >> state;
+  if (state != "R") return 0;
+  for (int f = 4; f <= 19 && fields >> field; ++f)  // field 19: nice
+    if (f == 19) return std::pow(1.25, -std::stod(field));
+  return 0;
+}
+
+// The runnable threads of the host's other processes, each weighted by its CFS share
+// (runnable_weight); -1 when /proc cannot be read.
+double runnable_other_threads() {
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return -1;
+  const std::string self = std::to_string(::getpid());
+  double sum = 0;
+  while (const dirent* p = ::readdir(proc)) {
+    const std::string pid = p->d_name;
+    if (pid == self || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    DIR* tasks = ::opendir(("/proc/" + pid + "/task").c_str());
+    if (!tasks) continue;  // gone meanwhile
+    while (const dirent* t = ::readdir(tasks))
+      if (t->d_name[0] != '.') sum += runnable_weight("/proc/" + pid + "/task/" + t->d_name + "/stat");
+    ::closedir(tasks);
+  }
+  ::closedir(proc);
+  return sum;
+}
+
 }  // namespace
 
 int64_t available_host_memory(std::string* source) {
@@ -82,15 +121,11 @@ double runnable_elsewhere(int samples, int interval_ms) {
   double sum = 0;
   int read = 0;
   for (int i = 0; i < samples; ++i) {
-    std::ifstream in("/proc/stat");
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("procs_running ", 0) == 0) {
-        sum += std::stod(line.substr(14));
-        ++read;
-      }
+    const double now = runnable_other_threads();
+    if (now >= 0) sum += now, ++read;
     if (i + 1 < samples) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
-  return read ? std::max(0.0, sum / read - 1) : 0;
+  return read ? sum / read : 0;
 }
 
 }  // namespace heft::parallel::layout

@@ -17,9 +17,11 @@ int64_t available_host_memory(std::string* source = nullptr);
 // This process's resident set now, in bytes (0 when /proc/self/statm cannot be read).
 int64_t resident_bytes();
 
-// The host's runnable threads besides the caller's: /proc/stat's procs_running, sampled
-// `samples` times `interval_ms` apart (blocks samples x interval_ms), averaged, less 1; 0 when
-// /proc/stat cannot be read. Sample while the job's other ranks wait asleep.
+// The host's runnable threads outside this process, each weighted by its CPU share against
+// a nice-0 thread (CFS: 1024 / 1.25^nice, so a `nice -n 19` build counts 0.015): the load
+// that takes cores from the job's ranks. /proc/*/task/*/stat's runnable threads, sampled
+// `samples` times `interval_ms` apart (blocks about samples x interval_ms) and averaged; 0 when
+// /proc cannot be read. Sample while the job's other ranks wait asleep.
 double runnable_elsewhere(int samples = 20, int interval_ms = 10);
 
 }  // namespace heft::parallel::layout
