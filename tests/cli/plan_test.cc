@@ -4,13 +4,18 @@
 // layouts with their reasons and the chosen layout's line, saying the collective costs are the
 // defaults; a spec that fits nowhere exits 2 naming the smallest memory a layout needs; a
 // spec that is not heft-train's, or that gives a degree beside auto_layout, exits 2 naming the
-// field. A job with auto_layout trains on 2 ranks with the layout it chose, and
-// `heft describe` shows it with its predicted and measured step time.
+// field. `heft plan --model gpt --HYPERPARAMETER V ... -n N` plans heft-train's GPT without a
+// spec (a bad hyperparameter or flag is named, exit 2); `heft plan --model FILE.py:FACTORY`
+// plans a PyTorch model through heft.torch's auto_layout, alone with the default costs or
+// with --measure on 2 ranks that measure them. A job with auto_layout trains on 2 ranks with
+// the layout it chose, and `heft describe` shows it with its predicted and measured step time.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/command.h"
 #include "support/files.h"
@@ -94,6 +99,108 @@ TEST(HeftPlan, BadSpecsNameTheField) {
   const heft::test::CommandOutput other = run_command(heft(dir, "plan " + script));
   EXPECT_EQ(other.code, 2) << other.text;
   EXPECT_NE(other.text.find("entry_point: expected heft-train"), std::string::npos) << other.text;
+}
+
+const std::string kGpt = "--model gpt --n_layer 2 --n_head 2 --n_embd 32 --block_size 32 --batch_size 8";
+
+// The chosen layout's line, with the limit given.
+const std::regex kLayoutLine(R"(\nlayout: data=\d sharded=\d tensor=\d pipeline=\d microbatches=\d+ )"
+                             R"(virtual_stages=\d checkpointing=[01] predicted_step_s=[0-9.]+ )"
+                             R"(predicted_memory_gb=[0-9.]+ memory_limit_gb=8.000\n)");
+
+TEST(HeftPlan, ModelByHyperparametersWithoutASpec) {
+  TempDir dir("plan-test");
+  const heft::test::CommandOutput out = run_command(heft(dir, "plan " + kGpt + " -n 4 --memory_limit_gb 8"));
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("plan: 4 ranks (1 host x 4), profiled on this process"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("collective costs are the defaults"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("memory limit 8.0 GB per rank (memory_limit_gb)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("tensor 4 does not divide heads 2"), std::string::npos) << out.text;
+  EXPECT_TRUE(std::regex_search(out.text, kLayoutLine)) << out.text;
+  const heft::test::CommandOutput none = run_command(heft(dir, "plan " + kGpt + " -n 4 --memory_limit_gb 0.001"));
+  EXPECT_EQ(none.code, 2) << none.text;
+  EXPECT_TRUE(std::regex_search(none.text, std::regex(R"(memory_limit: no layout fits 1\.0 MB per rank; the smallest )"
+                                                      R"(needs [0-9.]+ [kMG]B \(data \d x sharded)")))
+      << none.text;
+}
+
+TEST(HeftPlan, BadFlagsAreNamed) {
+  TempDir dir("plan-test");
+  const std::string spec = write_spec(dir, 2, "auto_layout: true");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --model gpt --n_layr 2 -n 2", "heft plan: --n_layr: unknown; did you mean 'n_layer'?"},
+      {"plan --model gpt --n_layer 0 -n 2", "heft plan: --n_layer: expected"},
+      {"plan --model nosuch -n 2", "heft plan: --model: expected one of"},
+      {"plan --model gpt -n 0", "-n: Value 0 not in range"},
+      {"plan --model gpt -n 2 --memory_limit_gb -1", "--memory_limit_gb: Value -1 not in range"},
+      {"plan --model gpt --partitions 2 -n 2", "auto_layout: true chooses"},
+      {"plan --model gpt --measure", "heft plan: --measure: needs -n N"},
+      {"plan --model gpt --global_batch 8 -n 2", "heft plan: --global_batch: applies to a Python model"},
+      {"plan " + spec + " --model gpt", "heft plan: SPEC and --model: give one or the other"},
+      {"plan " + spec + " -n 4", "heft plan: -n: applies with --model"},
+      {"plan", "heft plan: expected a SPEC or --model"},
+      {"plan --model m.py:build --n_layer 2", "heft plan: --n_layer: not an option of heft plan --model FILE.py:FACTORY"},
+      {"plan --model " + dir.path() + "/none.py:build", "heft plan: --model " + dir.path() + "/none.py:build: " +
+                                                            dir.path() + "/none.py: no such file"},
+  };
+  for (const auto& [args, message] : cases) {
+    const heft::test::CommandOutput out = run_command(heft(dir, args));
+    EXPECT_EQ(out.code, 2) << args << "\n" << out.text;
+    EXPECT_NE(out.text.find(message), std::string::npos) << args << "\n" << out.text;
+  }
+}
+
+// A PyTorch model's factory: 4 x (Linear(64, 64), ReLU) on 8 samples.
+std::string write_factory(const TempDir& dir) {
+  const std::string path = dir.path() + "/mlp.py";
+  std::ofstream(path) << "import torch\n"
+                         "def build():\n"
+                         "    layers = []\n"
+                         "    for _ in range(4):\n"
+                         "        layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]\n"
+                         "    return torch.nn.Sequential(*layers), torch.randn(8, 64)\n"
+                         "def broken():\n"
+                         "    return 3\n";
+  return path;
+}
+
+TEST(HeftPlan, PythonModelAloneWithTheDefaultCosts) {
+  TempDir dir("plan-test");
+  const std::string factory = write_factory(dir);
+  const heft::test::CommandOutput out =
+      run_command(heft(dir, "plan --model " + factory + ":build -n 2 --memory_limit_gb 8"));
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("plan: 2 ranks (1 host x 2), profiled on this process"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("auto_layout: 8 layers profiled on one rank at 8 samples"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("collective costs are the defaults"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("memory limit 8.0 GB per rank (--memory_limit_gb)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("feasible layouts (fastest first)"), std::string::npos) << out.text;
+  EXPECT_TRUE(std::regex_search(out.text, kLayoutLine)) << out.text;
+  const heft::test::CommandOutput none =
+      run_command(heft(dir, "plan --model " + factory + ":build -n 2 --memory_limit_gb 0.001"));
+  EXPECT_EQ(none.code, 2) << none.text;
+  EXPECT_NE(none.text.find("heft plan: memory_limit: no layout fits 1.0 MB per rank; the smallest needs"),
+            std::string::npos)
+      << none.text;
+  const heft::test::CommandOutput broken = run_command(heft(dir, "plan --model " + factory + ":broken -n 2"));
+  EXPECT_EQ(broken.code, 2) << broken.text;
+  EXPECT_NE(broken.text.find(":broken: the factory returned int, expected a tuple (model_or_layers, example_batch)"),
+            std::string::npos)
+      << broken.text;
+}
+
+TEST(HeftPlan, PythonModelMeasuredOnTwoRanks) {
+  TempDir dir("plan-test");
+  const heft::test::CommandOutput out =
+      run_command(heft(dir, "plan --model " + write_factory(dir) + ":build -n 2 --memory_limit_gb 8 --measure"));
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("plan: 2 ranks (1 host x 2), started here to measure the collectives"), std::string::npos)
+      << out.text;
+  EXPECT_NE(out.text.find("collective costs measured on 2 ranks"), std::string::npos) << out.text;
+  EXPECT_EQ(out.text.find("collective costs are the defaults"), std::string::npos) << out.text;
+  // Rank 0 alone prints: one table, one layout line.
+  EXPECT_TRUE(std::regex_search(out.text, kLayoutLine)) << out.text;
+  EXPECT_EQ(out.text.find("feasible layouts"), out.text.rfind("feasible layouts")) << out.text;
 }
 
 TEST(HeftPlan, AnAutoLayoutJobTrainsAndDescribeShowsItsLayout) {
