@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -60,21 +61,10 @@ int64_t mem_available() {
   return -1;
 }
 
-// One thread's CFS weight against nice 0's (1024 / 1.25^nice, the kernel's table within a few
-// percent) when /proc/PID/task/TID/stat says it is runnable (state R), else 0.
 double runnable_weight(const std::string& stat_path) {
   std::ifstream in(stat_path);
   std::string line;
-  if (!std::getline(in, line)) return 0;
-  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(line.substr(close + 1));
-  std::string state, field;
-  fields >> state;
-  if (state != "R") return 0;
-  for (int f = 4; f <= 19 && fields >> field; ++f)  // field 19: nice
-    if (f == 19) return std::pow(1.25, -std::stod(field));
-  return 0;
+  return std::getline(in, line) ? stat_runnable_weight(line) : 0;
 }
 
 // The runnable threads of the host's other processes, each weighted by its CFS share
@@ -98,6 +88,22 @@ double runnable_other_threads() {
 }
 
 }  // namespace
+
+double stat_runnable_weight(const std::string& line) {
+  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(line.substr(close + 1));
+  std::string state, field;
+  fields >> state;
+  if (state != "R") return 0;
+  for (int f = 4; f <= 19 && fields >> field; ++f)  // field 19: nice
+    if (f == 19) {
+      char* end = nullptr;
+      const double nice = std::strtod(field.c_str(), &end);
+      return *end == '\0' ? std::pow(1.25, -nice) : 0;
+    }
+  return 0;
+}
 
 int64_t available_host_memory(std::string* source) {
   const int64_t avail = mem_available();

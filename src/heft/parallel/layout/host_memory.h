@@ -24,4 +24,9 @@ int64_t resident_bytes();
 // /proc cannot be read. Sample while the job's other ranks wait asleep.
 double runnable_elsewhere(int samples = 20, int interval_ms = 10);
 
+// One thread's weight in runnable_elsewhere from its /proc/PID/task/TID/stat line: 1.25^-nice
+// (the kernel's CFS weight against nice 0's, within a few percent) when its state is R, else
+// 0 (also for a line that cannot be read).
+double stat_runnable_weight(const std::string& stat_line);
+
 }  // namespace heft::parallel::layout

@@ -1,0 +1,48 @@
+// The host figures the layout search takes (parallel/layout/host_memory.h): a runnable
+// thread's weight from its /proc stat line (nice 0 a whole core, nice 19 1.25^-19, asleep
+// none, a command name holding ") R " read past), this process's resident bytes and the
+// host's available memory positive, and a sampled load that is a finite number >= 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "heft/parallel/layout/host_memory.h"
+
+namespace {
+
+namespace pl = heft::parallel::layout;
+
+// A stat line as the kernel writes it, with `state` and `nice` in fields 3 and 19.
+std::string stat_line(const std::string& comm, const std::string& state, int nice) {
+  return "4242 (" + comm + ") " + state + " 1 4242 4242 0 -1 4194560 100 0 0 0 12 3 0 0 " +
+         std::to_string(20 + nice) + " " + std::to_string(nice) + " 1 0 12345 1000000 200";
+}
+
+TEST(HostMemory, ARunnableThreadWeighsItsNice) {
+  EXPECT_DOUBLE_EQ(pl::stat_runnable_weight(stat_line("python3", "R", 0)), 1.0);
+  EXPECT_NEAR(pl::stat_runnable_weight(stat_line("cc1plus", "R", 19)), std::pow(1.25, -19), 1e-12);
+  EXPECT_NEAR(pl::stat_runnable_weight(stat_line("heft-train", "R", -5)), std::pow(1.25, 5), 1e-12);
+  EXPECT_EQ(pl::stat_runnable_weight(stat_line("python3", "S", 0)), 0.0);
+  EXPECT_EQ(pl::stat_runnable_weight(stat_line("a ) R (b", "S", 0)), 0.0);  // the name is not the state
+  EXPECT_EQ(pl::stat_runnable_weight(stat_line("a ) S (b", "R", 19)), std::pow(1.25, -19));
+  EXPECT_EQ(pl::stat_runnable_weight("4242 (cut"), 0.0);
+  EXPECT_EQ(pl::stat_runnable_weight("4242 (x) R 1 2"), 0.0);  // too short: no nice field
+}
+
+TEST(HostMemory, ThisProcessAndHostArePositive) {
+  // The calling thread's own stat line: it is running now.
+  std::ifstream in("/proc/thread-self/stat");
+  std::string self;
+  ASSERT_TRUE(std::getline(in, self));
+  EXPECT_GT(pl::stat_runnable_weight(self), 0.0) << self;
+  EXPECT_GT(pl::resident_bytes(), 1 << 20);
+  std::string source;
+  EXPECT_GT(pl::available_host_memory(&source), 0);
+  EXPECT_FALSE(source.empty());
+  const double load = pl::runnable_elsewhere(3, 1);
+  EXPECT_TRUE(std::isfinite(load) && load >= 0) << load;
+}
+
+}  // namespace
