@@ -13,20 +13,31 @@
 # (docs/comm.md) and heft's share of it.
 #
 #   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--quick]
-# --quick skips the alignment sweep, the two-host comparison and the busy loops.
+#                               [--ranks "2 4"] [--baseline VAR=VALUE]
+# --quick skips the alignment sweep, the two-host comparison and the busy loops. --ranks: the
+# world sizes of the warm comparison. --baseline: each warm round also runs heft with that
+# environment (e.g. HEFT_SHM_CONTENDED_SPIN_US=0, the wait policy before it), as heft_baseline,
+# so a change is measured against what it replaced in the same minutes.
 # Needs a build (./setup.sh) and the peer harnesses (HEFT_PEERS, default ../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=3 MIN=4K MAX=64M ITERS=20 QUICK=0
+ROUNDS=3 MIN=4K MAX=64M ITERS=20 QUICK=0 RANKS="2 4" BASELINE=
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --ranks) RANKS=$2; shift 2 ;;
+    --baseline) BASELINE=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --min) MIN=$2; shift 2 ;;
     --max) MAX=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--quick] [--ranks \"2 4\"] [--baseline VAR=VALUE]" >&2; exit 2 ;;
   esac
+done
+[[ -z $BASELINE || $BASELINE =~ ^HEFT_[A-Z0-9_]+=.*$ ]] ||
+  { echo "$0: --baseline: expected HEFT_NAME=VALUE, found '$BASELINE'" >&2; exit 2; }
+for n in $RANKS; do
+  [[ $n =~ ^[0-9]+$ && $n -ge 2 ]] || { echo "$0: --ranks: expected world sizes >= 2, found '$n'" >&2; exit 2; }
 done
 HEFT=build/heft
 PEERS=${HEFT_PEERS:-../shared/peers}
@@ -142,20 +153,30 @@ for (k, b), per_offset in sorted(by.items()):
 fi
 
 port=29611
-for n in 2 4; do
+for n in $RANKS; do
   for r in $(seq "$ROUNDS"); do
     $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
+    if [[ -n $BASELINE ]]; then
+      env "$BASELINE" $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" \
+        --iters "$ITERS" >"$OUT/baseline-$n-$r"
+    fi
     mpirun --allow-run-as-root --oversubscribe -np "$n" $PY "$PEERS/allreduce_mpi.py" \
       --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/openmpi-$n-$r" 2>/dev/null
     $PY "$PEERS/allreduce_gloo.py" --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" \
       --port $((port++)) >"$OUT/gloo-$n-$r" 2>/dev/null
   done
   echo
-  echo "## allreduce, $n ranks, one host, warm (median of $ROUNDS)"
-  $PY bench/compare_rows.py heft "$OUT"/heft-$n-* -- openmpi "$OUT"/openmpi-$n-* -- gloo "$OUT"/gloo-$n-*
+  echo "## allreduce, $n ranks, one host, warm (median of $ROUNDS)${BASELINE:+; heft_baseline: $BASELINE}"
+  $PY bench/compare_rows.py heft "$OUT"/heft-$n-* -- openmpi "$OUT"/openmpi-$n-* -- gloo "$OUT"/gloo-$n-* \
+    ${BASELINE:+-- heft_baseline "$OUT"/baseline-$n-*}
   echo
   echo "## allreduce, $n ranks: every round (worst beside median)"
   worst_rounds "$n" heft "$OUT/heft-$n" openmpi "$OUT/openmpi-$n"
+  if [[ -n $BASELINE ]]; then
+    echo
+    echo "## the same rounds, heft_baseline ($BASELINE)"
+    worst_rounds "$n" heft_baseline "$OUT/baseline-$n" openmpi "$OUT/openmpi-$n"
+  fi
 done
 
 for r in $(seq "$ROUNDS"); do

@@ -18,7 +18,9 @@
 // on): ranks on disjoint cores spin long, ranks that may share cores spin briefly, and ranks
 // that outnumber the cores they have yield at once, so they do not starve each other. A
 // yield that takes a scheduler turn (other work on the core) makes the waits of the next
-// 50 ms sleep at once instead (ContextOptions::slow_yield_us).
+// 50 ms skip the yields and sleep at once instead (ContextOptions::slow_yield_us), after a
+// brief spin where the ranks are on disjoint cores (ContextOptions::contended_spin_us).
+// PathCounts counts how each wait ended.
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
@@ -60,6 +62,14 @@ struct ContextOptions {
   // preempts a busy loop; a yielder waits for the busy loop's turn to end, every yield).
   int slow_yield_us = 500;
   int contended_ms = 50;
+  // While contended, ranks on disjoint cores still spin up to this long (capped by spin_us)
+  // before sleeping: the other work is on this rank's core, not the peer's, so the peer
+  // usually arrives within microseconds, and sleeping at once made every sync of those
+  // 50 ms a futex wake-up (2 ranks on a 2-vCPU VM, every wait sleeping: 1 MiB at 7-13
+  // against 20-25 GB/s). About what a sleep and its wake-up cost, so a wait costs at most
+  // twice the better of the two. Ranks that may share a core sleep at once, as before
+  // (their spinning takes the peer's turn).
+  int contended_spin_us = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
   // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
