@@ -7,18 +7,22 @@
 #     heft against gloo, beside the perfect-overlap ceiling measured in the same run).
 # Prints the machine (CPU, memcpy GB/s, load) first, then markdown tables.
 #
-#   bench/python_vs_gloo.sh [--rounds 5] [--min 4K] [--max 64M] [--iters 20] [--skip-ddp]
+#   bench/python_vs_gloo.sh [--rounds 5] [--min 4K] [--max 64M] [--iters 20] [--warmup 5] [--skip-ddp]
+# --warmup: untimed calls per size before the timed ones, on every side alike (at 1 MiB on
+# 4 ranks the first 100-150 calls of a size run slower, ~300 against ~240 us, on both heft
+# sides: with the default 5 the 20 timed calls measure that warm-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=5 MIN=4K MAX=64M ITERS=20 DDP=1
+ROUNDS=5 MIN=4K MAX=64M ITERS=20 WARMUP=5 DDP=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --min) MIN=$2; shift 2 ;;
     --max) MAX=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
     --skip-ddp) DDP=0; shift ;;
-    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--skip-ddp]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--warmup N] [--skip-ddp]" >&2; exit 2 ;;
   esac
 done
 HEFT=build/heft
@@ -29,16 +33,16 @@ trap 'rm -rf "$OUT"' EXIT
 
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(getconf _NPROCESSORS_ONLN) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')), $(free -g | awk '/Mem:/{print $2}') GiB; torch $($PY -c 'import torch; print(torch.__version__)')"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS  load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS warmup=$WARMUP  load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(65536|1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 
 for n in 2 4; do
   for r in $(seq "$ROUNDS"); do
     $HEFT run -n "$n" --no-prefix -- $PY bench/python_allreduce.py --backend heft --min "$MIN" \
-      --max "$MAX" --iters "$ITERS" >"$OUT/py-heft-$n-$r"
-    $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
+      --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/py-heft-$n-$r"
+    $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/heft-$n-$r"
     $HEFT run -n "$n" --no-prefix -- $PY bench/python_allreduce.py --backend gloo --min "$MIN" \
-      --max "$MAX" --iters "$ITERS" >"$OUT/py-gloo-$n-$r"
+      --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/py-gloo-$n-$r"
   done
   rounds=$(seq "$ROUNDS")
   echo
