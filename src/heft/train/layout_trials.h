@@ -2,8 +2,9 @@
 // first candidates, measured. The predictions of the top layouts lie closer to each other than
 // the model's error, so before training, each of the first K feasible layouts predicted within
 // kTrialWithin x the first trains kTrialSteps steps through train() on the world communicator
-// (one warm-up step, then timed ones), and the run trains with the one whose median step,
-// the largest over the ranks, was the lowest.
+// (one warm-up step, then timed ones), in kTrialRounds interleaved rounds (A B C A B C), and the
+// run trains with the one whose fastest round's median step, the largest over the ranks, was
+// the lowest.
 //
 // A trial is a throw-away run: no checkpoints read or written, no model saved, no evaluation,
 // no generated text, its output lines discarded (the supervisor parses heft-train's stdout for
@@ -28,10 +29,12 @@ namespace heft::train {
 
 constexpr double kTrialWithin = 1.3;  // a trial's predicted step at most this x the first's
 constexpr int64_t kTrialSteps = 4;    // 1 warm-up + 3 timed (median_step_s skips the first)
+constexpr int kTrialRounds = 2;       // each layout's trial runs this many times, interleaved
 
 struct LayoutTrial {
   parallel::layout::Prediction prediction;
-  double measured_step_s = 0;  // median of its timed steps; the largest over the ranks
+  double measured_step_s = 0;  // median of its timed steps (the largest over the ranks), the
+                               // fastest of its rounds
 };
 
 // The layouts the trials run: the first `trials` of result.ranked (fastest predicted first)
