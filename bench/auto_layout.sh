@@ -77,7 +77,8 @@ def run(args, env=None):
         sys.exit(f"failed ({p.returncode}): {cmd}\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
     out = p.stdout
     step = re.search(r"step_time: median_s=([0-9.]+)", out)
-    rss = {int(r): float(x) / 1e3 for r, x in re.findall(r"memory: rank=(\d+) peak_rss_mb=([0-9.]+)", out)}
+    # peak_rss_mb is MiB (ru_maxrss KiB / 1024); the limit and predictions are GB (10^9 bytes).
+    rss = {int(r): float(x) * 1.048576 / 1e3 for r, x in re.findall(r"memory: rank=(\d+) peak_rss_mb=([0-9.]+)", out)}
     return out, float(step.group(1)), rss  # s, {rank: GB}
 
 
