@@ -8,7 +8,8 @@
 // order); a model that fits nowhere is an error naming the smallest memory it would need; the
 // comm table's group lookup; the memory of known layouts, exactly; the host's contention
 // (busy ranks and load over cores), the optimizer's share, a step's transient bytes and the
-// sharded layers' own collectives.
+// sharded layers' own collectives; the largest tensor's copies in and after the backward, the
+// retained transient and rank 0's profile.
 #include "heft/parallel/layout/layout_search.h"
 
 #include <gtest/gtest.h>
@@ -237,6 +238,64 @@ TEST(LayoutSearch, ContentionOptimizerTransientAndShardedLatency) {
   // 2 gathers (forward, backward) x 8 layers + a reduce-scatter of each of 8 layers; no
   // replicas to all-reduce over.
   EXPECT_NEAR(p.gradient_comm_s, 2 * 8 * 1e-3 + 8 * 1e-3, 1e-9);
+}
+
+// Regression (bench/auto_layout.sh, the vocabulary-head GPT: every layout's peak RSS 7-37%
+// above its prediction): a large embedding/head tensor's fresh gradient in the backward, the
+// gradient norm's and optimizer's copies of it after the backward, the allocator's retained
+// transient, and world rank 0's profile (its peak, and what it keeps).
+TEST(LayoutSearch, LargestTensorTransientsAndTheProfile) {
+  ModelCost m = model(1000, 1000);
+  m.layers.back().param_bytes = 8000;  // the head: one 6000-byte matrix and the rest
+  m.largest_tensor_bytes.assign(8, 400);
+  m.largest_tensor_bytes.back() = 6000;
+  m.fixed_bytes = 100000;
+  m.transient_bytes = 500;
+  const CommTable free = table(kInf, kInf, kInf);
+  const SearchOptions o = options(int64_t{1} << 50);
+  Layout ddp;
+  ddp.data = 4;  // 4 samples a replica
+  const Prediction base = evaluate(m, free, o, ddp);
+  EXPECT_EQ(base.step_bytes, 0);
+  EXPECT_EQ(base.memory_bytes, base.state_bytes + base.activation_bytes + 100000);
+  // The backward: one fresh gradient of the 6000-byte tensor; the retained transient doubles it.
+  m.backward_tensor_copies = 1;
+  m.transient_retention = 1;
+  const Prediction backward = evaluate(m, free, o, ddp);
+  EXPECT_EQ(backward.activation_bytes, base.activation_bytes + 6000 + 4 * 500);
+  EXPECT_EQ(backward.memory_bytes, base.memory_bytes + 6000 + 4 * 500);
+  // After the backward: the norm's and optimizer's copies, beside the backward's (the
+  // allocator keeps the backward's freed blocks).
+  m.step_tensor_copies = 4;
+  const Prediction step = evaluate(m, free, o, ddp);
+  EXPECT_EQ(step.step_bytes, 4 * 6000);
+  EXPECT_EQ(step.memory_bytes, backward.memory_bytes + 4 * 6000);
+  // Tensor parallel splits the tensor; sharded, the copies are of the largest layer's shard.
+  Layout tensor;
+  tensor.data = 2, tensor.tensor = 2;
+  EXPECT_EQ(evaluate(m, free, o, tensor).step_bytes, 4 * 3000);
+  Layout sharded;
+  sharded.sharded = 4;
+  EXPECT_EQ(evaluate(m, free, o, sharded).step_bytes, 4 * 8000 / 4);
+  // Rank 0's profile: what it keeps is added; its peak is a floor.
+  m.profile_residue_bytes = 7000;
+  EXPECT_EQ(evaluate(m, free, o, ddp).memory_bytes, step.memory_bytes + 7000);
+  m.profile_peak_bytes = int64_t{1} << 40;
+  EXPECT_EQ(evaluate(m, free, o, ddp).memory_bytes, int64_t{1} << 40);
+  // A run's own bytes on every layout; the replicas' gradient groups' only with data x sharded > 1.
+  m.profile_peak_bytes = 0;
+  m.run_bytes = 300, m.replica_group_bytes = 5000;
+  EXPECT_EQ(evaluate(m, free, o, ddp).memory_bytes, step.memory_bytes + 7000 + 300 + 5000);
+  Layout pipe;
+  pipe.pipeline = 4;
+  const int64_t piped = evaluate(m, free, o, pipe).memory_bytes;
+  m.run_bytes = 0, m.replica_group_bytes = 0;
+  EXPECT_EQ(evaluate(m, free, o, pipe).memory_bytes, piped - 300);
+  m.profile_peak_bytes = int64_t{1} << 40;
+  // A search under a limit below the profile's peak fits nowhere.
+  EXPECT_THROW(search(m, free, options(int64_t{1} << 39)), InvalidArgument);
+  m.largest_tensor_bytes.pop_back();
+  EXPECT_THROW(evaluate(m, free, o, ddp), InvalidArgument);
 }
 
 TEST(LayoutSearch, CommTableLookup) {

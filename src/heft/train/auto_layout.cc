@@ -1,6 +1,7 @@
 #include "heft/train/auto_layout.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -36,20 +37,95 @@ int64_t heap_in_use() {
   return static_cast<int64_t>(m.uordblks + m.hblkhd);
 }
 
-// Per layer: the heap its forward (with autograd) keeps alive until its backward, its output
-// included, on `batch` samples; each layer reads the previous one's output (the last one's
-// input into last_input).
-std::vector<int64_t> saved_bytes(Model& model, int64_t batch, torch::Tensor* last_input) {
+double cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// One layer's profile on x (its input): the forward's and backward's CPU seconds (warm-up
+// rounds, then the median; the gradients accumulate over the rounds as over a step's
+// micro-batches) and its output's bytes, as the partitioner's profile_pipeline_layers times
+// each layer.
+parallel::pipeline::LayerCost profile_layer(Model& model, int i, const torch::Tensor& x,
+                                            const parallel::pipeline::ProfileOptions& options) {
+  std::vector<parallel::pipeline::LayerCost> one(1);
+  int64_t output_bytes = 0;
+  parallel::pipeline::profile_layers(one, options, [&](int, double* forward_s, double* backward_s) {
+    const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+    const double t0 = cpu_seconds();
+    const torch::Tensor y = model.forward_range(i, i, in);
+    const double t1 = cpu_seconds();
+    y.backward(torch::ones_like(y));
+    *forward_s = t1 - t0;
+    *backward_s = cpu_seconds() - t1;
+    output_bytes = y.numel() * static_cast<int64_t>(y.element_size());
+  });
+  one[0].activation_bytes = output_bytes;
+  return one[0];
+}
+
+// What profile() finds per layer.
+struct LayerProfile {
+  parallel::pipeline::LayerCost cost;  // at the profiled batch
+  double forward_fixed_s = 0, backward_fixed_s = 0;
+  int64_t saved_bytes = 0, largest_tensor_bytes = 0;
+  std::vector<std::vector<int64_t>> shapes;  // its parameters'
+};
+
+// Every layer of the model, one at a time, its gradients dropped before the next (profiling
+// never holds more than one layer's gradients): times at `batch` samples and at `larger`
+// (a layer's time = a per-call part + a part per sample, fitted through the two), the heap its
+// forward keeps alive until its backward (its output included, on `batch` samples), its
+// parameter bytes and largest tensor. Each layer reads the previous one's output; the last
+// one's input goes into last_input. Every layer but the last (the loss needs the head) has its
+// parameters emptied once profiled, so the profile holds the model's parameters only while
+// it has not reached them, and the heap is given back after each layer.
+std::vector<LayerProfile> profile_layers_one_by_one(Model& model, int64_t batch, int64_t larger,
+                                                    torch::Tensor* last_input) {
+  parallel::pipeline::ProfileOptions options;
+  options.warmup = 1;
+  options.repeats = 5;
   const size_t n = model.layer_names().size();
-  std::vector<int64_t> out(n, 0);
+  std::vector<LayerProfile> out(n);
   torch::Tensor x = model.sample_input(batch);
+  torch::Tensor big = larger > batch ? model.sample_input(larger) : torch::Tensor();
   for (size_t i = 0; i < n; ++i) {
-    if (i + 1 == n) *last_input = x;
+    const int layer = static_cast<int>(i);
+    LayerProfile& p = out[i];
+    p.cost = profile_layer(model, layer, x, options);
+    if (big.defined()) {
+      ::malloc_trim(0);
+      const parallel::pipeline::LayerCost b = profile_layer(model, layer, big, options);
+      const double k = static_cast<double>(larger) / static_cast<double>(batch);
+      // t(b) = fixed + per_sample b: fixed = (k t(b) - t(kb)) / (k - 1), within [0, t(b)].
+      p.forward_fixed_s = std::clamp((k * p.cost.forward_s - b.forward_s) / (k - 1), 0.0, p.cost.forward_s);
+      p.backward_fixed_s = std::clamp((k * p.cost.backward_s - b.backward_s) / (k - 1), 0.0, p.cost.backward_s);
+    }
+    for (torch::Tensor& t : model.layer_parameters(layer)) {
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      p.cost.param_bytes += bytes;
+      p.largest_tensor_bytes = std::max(p.largest_tensor_bytes, bytes);
+      p.shapes.push_back(t.sizes().vec());
+      t.mutable_grad().reset();
+    }
+    if (i + 1 == n) {
+      *last_input = x;
+    }
     const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
     const int64_t before = heap_in_use();
-    torch::Tensor y = model.forward_range(static_cast<int>(i), static_cast<int>(i), in);
-    out[i] = std::max<int64_t>(0, heap_in_use() - before);
+    torch::Tensor y = model.forward_range(layer, layer, in);
+    p.saved_bytes = std::max<int64_t>(0, heap_in_use() - before);
     x = y.detach();
+    y = torch::Tensor();
+    if (i + 1 < n) {
+      torch::NoGradGuard no_grad;
+      if (big.defined()) big = model.forward_range(layer, layer, big);
+      for (torch::Tensor& t : model.layer_parameters(layer)) t.set_data(torch::empty({0}, t.options()));
+    }
+    // The freed blocks back to the system (malloc keeps them otherwise, and the next layer's
+    // differently sized ones land beside them): the profile's peak is its largest layer's.
+    ::malloc_trim(0);
   }
   return out;
 }
@@ -59,30 +135,32 @@ double optimizer_state(const Hyperparameters& hp) {
   return hp.momentum != 0 ? 1 : 0;
 }
 
+// Peak RSS beyond what the profile measures, fitted to bench/auto_layout.sh's rows (three GPTs,
+// 4 ranks, docs/auto-layout.md) so that no row's peak passes its prediction: the share of the
+// last stage's transient bytes the allocator keeps beside them (freed logits' blocks), every
+// run's own bytes (the kernels' code pages a step first touches, malloc's blocks), and a
+// replicated or sharded layout's (its gradient collectives' buffers and blocks).
+constexpr double kTransientRetention = 0.5;
+constexpr int64_t kRunBytes = 20'000'000;
+constexpr int64_t kReplicaGroupBytes = 45'000'000;
+
 // Rank 0's numbers, in the order they are broadcast: a header, then kRow a layer.
-constexpr size_t kRow = 7;
+constexpr size_t kRow = 8;
 struct Header {
   double layers = 0, fixed_bytes = 0, limit_bytes = 0, optimizer_s = 0, transient_bytes = 0;
   double cores = 1, threads = 1, load = 0;  // the host's
-  static constexpr size_t kCount = 8;
+  double profile_peak_bytes = 0, profile_residue_bytes = 0;
+  static constexpr size_t kCount = 10;
 };
 
-double cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
 
 
 // The head (the last layer) with the loss on `batch` samples, twice: the loss's CPU seconds
 // (its forward, twice for its backward) and the heap the loss holds at its peak beyond the
 // head's own saved bytes (the loss's buffers, and the logits' gradient the backward makes),
-// into h. Then the optimizer over the largest layer's parameters, twice: its second step's CPU
-// seconds x all parameter bytes / that layer's, into h. One layer at a time, so profiling
-// never holds the whole model's gradients or optimizer state (a run whose limit forbids plain
-// DDP could not). The gradients are left undefined.
-void head_and_optimizer(Model& model, const Hyperparameters& hp, int64_t batch, const torch::Tensor& head_input,
-                        int64_t head_saved, Header& h, double* loss_s) {
+// into h. The gradients are left undefined.
+void loss_profile(Model& model, const Hyperparameters& hp, int64_t batch, const torch::Tensor& head_input,
+                  int64_t head_saved, Header& h, double* loss_s) {
   const int last = static_cast<int>(model.layer_names().size()) - 1;
   const torch::Tensor targets = torch::randint(0, hp.vocab, {batch, hp.block_size}, torch::kLong);
   for (int round = 0; round < 2; ++round) {
@@ -97,16 +175,44 @@ void head_and_optimizer(Model& model, const Hyperparameters& hp, int64_t batch, 
     *loss_s = 2 * (t1 - t0);
     h.transient_bytes = std::max<double>(0, static_cast<double>(held - head_saved + y.numel() * static_cast<int64_t>(y.element_size())));
   }
-  int largest = 0;
-  int64_t largest_bytes = 0, all_bytes = 0;
-  for (int i = 0; i <= last; ++i) {
-    int64_t b = 0;
-    for (const torch::Tensor& p : model.layer_parameters(i)) b += p.numel() * static_cast<int64_t>(p.element_size());
-    all_bytes += b;
-    if (b > largest_bytes) largest_bytes = b, largest = i;
+  for (torch::Tensor& p : model.parameters()) p.mutable_grad().reset();
+}
+
+// The optimizer's probe: at most this many bytes of parameters (its time per byte is what
+// counts; a larger probe only raises the profile's peak by its gradients, state and
+// temporaries, 5 copies for AdamW).
+constexpr int64_t kOptimizerProbeBytes = int64_t{8} << 20;
+
+// Tensors shaped as the largest layer's parameters, or one float tensor of
+// kOptimizerProbeBytes when that layer is larger; *probe_bytes their bytes, *all_bytes every
+// layer's.
+std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& layers, int64_t* probe_bytes,
+                                           int64_t* all_bytes) {
+  const LayerProfile* largest = &layers.front();
+  *all_bytes = 0;
+  for (const LayerProfile& p : layers) {
+    *all_bytes += p.cost.param_bytes;
+    if (p.cost.param_bytes > largest->cost.param_bytes) largest = &p;
   }
-  std::vector<torch::Tensor> params = model.layer_parameters(largest);
-  for (torch::Tensor& p : params) p.mutable_grad() = torch::zeros_like(p);
+  std::vector<torch::Tensor> probe;
+  if (largest->cost.param_bytes > kOptimizerProbeBytes) {
+    probe.push_back(torch::randn({kOptimizerProbeBytes / 4}, torch::kFloat));
+    *probe_bytes = kOptimizerProbeBytes;
+    return probe;
+  }
+  for (const std::vector<int64_t>& shape : largest->shapes) probe.push_back(torch::randn(shape, torch::kFloat));
+  *probe_bytes = largest->cost.param_bytes;
+  return probe;
+}
+
+// The optimizer over the probe's tensors (zero gradients), twice: its second step's CPU
+// seconds x all parameter bytes / the probe's, into h.
+void optimizer_profile(const Hyperparameters& hp, std::vector<torch::Tensor> params, int64_t probe_bytes,
+                       int64_t all_bytes, Header& h) {
+  for (torch::Tensor& p : params) {
+    p.requires_grad_(true);
+    p.mutable_grad() = torch::zeros_like(p);
+  }
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (hp.optimizer == "adamw")
     optimizer = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-6));
@@ -115,16 +221,24 @@ void head_and_optimizer(Model& model, const Hyperparameters& hp, int64_t batch, 
   for (int round = 0; round < 2; ++round) {
     const double t0 = cpu_seconds();
     optimizer->step();
-    h.optimizer_s = (cpu_seconds() - t0) * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, largest_bytes));
+    h.optimizer_s = (cpu_seconds() - t0) * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, probe_bytes));
   }
-  for (int i = 0; i <= last; ++i)
-    for (torch::Tensor& p : model.layer_parameters(i)) p.mutable_grad().reset();
+}
+
+// Peak resident bytes of this process so far (getrusage's ru_maxrss).
+int64_t peak_resident_bytes() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // KiB on Linux
 }
 
 // Profiles hp's model on this process (the global generator's state put back): the header's
-// memory and step figures, and rows of (forward_s, backward_s, param_bytes,
-// activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s). The task's text is
-// loaded first, so the runtime's bytes hold it as a run's will.
+// memory and step figures (the optimizer's on a probe, after the model is freed), and rows of (forward_s, backward_s, param_bytes,
+// activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s, largest_tensor_bytes).
+// The task's text is loaded first, so the runtime's bytes hold it as a run's will. The model's
+// parameters are built whole; gradients and optimizer state exist for one layer at a time.
+// The process's peak resident bytes after it, and what it keeps beyond the runtime's once its
+// heap is given back, go into the header.
 std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   torch::Tensor state;
@@ -139,42 +253,37 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
     // the run reports it; the plan goes on without the text's bytes
   }
   h.fixed_bytes = static_cast<double>(parallel::layout::resident_bytes());
-  torch::manual_seed(static_cast<uint64_t>(hp.seed));
-  ModelContext context;
-  context.hp = hp;
-  const std::shared_ptr<Model> model = make_model(hp.model, context);
-  parallel::pipeline::ProfileOptions options;
-  options.warmup = 1;
-  options.repeats = 5;
-  std::vector<parallel::pipeline::LayerCost> layers = profile_pipeline_layers(*model, batch, options);
-  // Again at twice the samples (at most the global batch): a layer's time = a per-call part + a
-  // part per sample, fitted through the two.
-  const int64_t larger = std::min<int64_t>(2 * batch, std::max<int64_t>(batch, hp.batch_size));
-  std::vector<double> ffixed(layers.size(), 0), bfixed(layers.size(), 0);
-  if (larger > batch) {
-    const std::vector<parallel::pipeline::LayerCost> big = profile_pipeline_layers(*model, larger, options);
-    const double k = static_cast<double>(larger) / static_cast<double>(batch);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      // t(b) = fixed + per_sample b: fixed = (k t(b) - t(kb)) / (k - 1), within [0, t(b)].
-      ffixed[i] = std::clamp((k * layers[i].forward_s - big[i].forward_s) / (k - 1), 0.0, layers[i].forward_s);
-      bfixed[i] = std::clamp((k * layers[i].backward_s - big[i].backward_s) / (k - 1), 0.0, layers[i].backward_s);
-    }
-  }
-  torch::Tensor head_input;
-  const std::vector<int64_t> saved = saved_bytes(*model, batch, &head_input);
-  double loss_s = 0;
-  head_and_optimizer(*model, hp, batch, head_input, saved.back(), h, &loss_s);
-  if (!layers.empty()) layers.back().forward_s += loss_s;  // the loss runs after the head
+  std::vector<LayerProfile> layers;
+  int64_t probe_bytes = 0, all_bytes = 0;
+  {
+    torch::manual_seed(static_cast<uint64_t>(hp.seed));
+    ModelContext context;
+    context.hp = hp;
+    const std::shared_ptr<Model> model = make_model(hp.model, context);
+    // Again at twice the samples (at most the global batch) for the per-call part.
+    const int64_t larger = std::min<int64_t>(2 * batch, std::max<int64_t>(batch, hp.batch_size));
+    torch::Tensor head_input;
+    layers = profile_layers_one_by_one(*model, batch, larger, &head_input);
+    double loss_s = 0;
+    ::malloc_trim(0);
+    loss_profile(*model, hp, batch, head_input, layers.back().saved_bytes, h, &loss_s);
+    layers.back().cost.forward_s += loss_s;  // the loss runs after the head
+  }  // the model's parameters freed before the optimizer's state exists
+  std::vector<torch::Tensor> probe = optimizer_probe(layers, &probe_bytes, &all_bytes);
+  optimizer_profile(hp, std::move(probe), probe_bytes, all_bytes, h);
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
   }
+  h.profile_peak_bytes = static_cast<double>(peak_resident_bytes());
   ::malloc_trim(0);  // the profile's heap back to the system: the run starts from the runtime's
+  h.profile_residue_bytes =
+      std::max(0.0, static_cast<double>(parallel::layout::resident_bytes()) - h.fixed_bytes);
   std::vector<double> rows;
-  for (size_t i = 0; i < layers.size(); ++i)
-    rows.insert(rows.end(), {layers[i].forward_s, layers[i].backward_s, static_cast<double>(layers[i].param_bytes),
-                             static_cast<double>(layers[i].activation_bytes), static_cast<double>(saved[i]), ffixed[i],
-                             bfixed[i]});
+  for (const LayerProfile& p : layers)
+    rows.insert(rows.end(), {p.cost.forward_s, p.cost.backward_s, static_cast<double>(p.cost.param_bytes),
+                             static_cast<double>(p.cost.activation_bytes), static_cast<double>(p.saved_bytes),
+                             p.forward_fixed_s, p.backward_fixed_s, static_cast<double>(p.largest_tensor_bytes)});
   return rows;
 }
 
@@ -240,6 +349,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   // The communicator first: its buffers are then part of the runtime's bytes rank 0 reads.
   in.comm_measured = comm.size() > 1;
   in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
+  ::malloc_trim(0);  // the measurement's buffers back to the system, on every rank
   Header h;
   std::vector<double> rows;
   if (comm.rank() == 0) {
@@ -249,8 +359,8 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   } else {
     in.memory_source = "world rank 0's";
   }
-  double header[Header::kCount] = {h.layers, h.fixed_bytes, h.limit_bytes, h.optimizer_s,
-                                   h.transient_bytes, h.cores, h.threads, h.load};
+  double header[Header::kCount] = {h.layers, h.fixed_bytes, h.limit_bytes, h.optimizer_s, h.transient_bytes,
+                                   h.cores, h.threads, h.load, h.profile_peak_bytes, h.profile_residue_bytes};
   comm.broadcast(header, Header::kCount, comm::DataType::f64, 0);
   rows.resize(static_cast<size_t>(header[0]) * kRow);
   comm.broadcast(rows.data(), rows.size(), comm::DataType::f64, 0);
@@ -268,6 +378,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
     m.saved_bytes.push_back(static_cast<int64_t>(r[4]));
     m.forward_fixed_s.push_back(r[5]);
     m.backward_fixed_s.push_back(r[6]);
+    m.largest_tensor_bytes.push_back(static_cast<int64_t>(r[7]));
   }
   m.profiled_batch = static_cast<int>(batch);
   m.fixed_bytes = static_cast<int64_t>(header[1]);
@@ -275,8 +386,19 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   m.tensor_allreduces_per_layer = 4;  // a block: attention and MLP, forward and backward
   // The tensor degree must divide the heads and the vocabulary (vocabulary-parallel head).
   m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
-  m.replica_gradient_copies = 1;  // the flat gradient buffer replicas all-reduce
+  // Peak RSS per rank, measured (docs/auto-layout.md): DDP's gradients are views of its flat
+  // buckets (no second copy); autograd's fresh gradient of a tensor before it is added in;
+  // after the backward heft's gradient norm (each gradient in double, and its square) or
+  // AdamW's temporaries; the freed logits' blocks the allocator keeps.
+  m.replica_gradient_copies = 0;
   m.sharded_gradient_copies = 1;  // the units' full gradients before the reduce-scatters
+  m.backward_tensor_copies = 1;
+  m.step_tensor_copies = hp.grad_clip > 0 ? 4 : hp.optimizer == "adamw" ? 2 : 1;
+  m.transient_retention = kTransientRetention;
+  m.run_bytes = kRunBytes;
+  m.replica_group_bytes = kReplicaGroupBytes;
+  m.profile_peak_bytes = static_cast<int64_t>(header[8]);
+  m.profile_residue_bytes = static_cast<int64_t>(header[9]);
   parallel::layout::SearchOptions& o = in.options;
   o.world = world_size;
   o.memory_limit_bytes = static_cast<int64_t>(header[2]);
@@ -328,7 +450,9 @@ std::string describe_inputs(const LayoutInputs& in) {
      << fixed("%.0f", in.options.host_threads) << " ranks x threads + load " << fixed("%.1f", in.options.host_load)
      << " over " << fixed("%.0f", in.options.host_cores) << " cores); runtime " << parallel::layout::format_bytes(in.model.fixed_bytes)
      << " resident (with the text), a step's transient " << parallel::layout::format_bytes(in.model.transient_bytes)
-     << ", optimizer " << fixed("%.1f", in.model.optimizer_s * 1e3) << " ms; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
+     << ", optimizer " << fixed("%.1f", in.model.optimizer_s * 1e3) << " ms; rank 0's profile peaked at "
+     << parallel::layout::format_bytes(in.model.profile_peak_bytes) << " resident and keeps "
+     << parallel::layout::format_bytes(in.model.profile_residue_bytes) << "; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
      << in.memory_source << ")\n";
   if (in.comm_measured)
     os << "auto_layout: collective costs measured on " << in.options.world

@@ -60,6 +60,7 @@ struct Chunk {
   double tensor_comm_s = 0;       // forward + backward
   int64_t param_bytes = 0;        // / T
   int64_t largest_layer = 0;      // / T
+  int64_t largest_tensor = 0;     // one parameter tensor, / T
   int64_t saved_bytes = 0;        // full activations of one micro-batch / T
   int64_t input_bytes = 0;        // what a checkpointed micro-batch keeps: each layer's input
   int64_t largest_saved = 0;      // one layer's full activations (recomputed one at a time)
@@ -73,6 +74,9 @@ void check_layout(const ModelCost& model, const SearchOptions& o, const Layout& 
       l.data * l.sharded * l.tensor * l.pipeline != o.world)
     throw InvalidArgument("layout: expected data x sharded x tensor x pipeline = world " + std::to_string(o.world) +
                           ", found " + to_string(l));
+  if (!model.largest_tensor_bytes.empty() && model.largest_tensor_bytes.size() != static_cast<size_t>(n))
+    throw InvalidArgument("largest_tensor_bytes: expected one per layer (" + std::to_string(n) + ") or none, found " +
+                          std::to_string(model.largest_tensor_bytes.size()));
   if (model.heads > 0 && model.heads % l.tensor != 0)
     throw InvalidArgument("tensor " + std::to_string(l.tensor) + " does not divide heads " +
                           std::to_string(model.heads));
@@ -104,7 +108,7 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
     Chunk& ch = out[static_cast<size_t>(c)];
     const int begin = first[static_cast<size_t>(c)];
     const int end = c + 1 < count ? first[static_cast<size_t>(c) + 1] : n;
-    double f = 0, b = 0, tc = 0, saved = 0, params = 0, largest = 0, inputs = 0, one = 0;
+    double f = 0, b = 0, tc = 0, saved = 0, params = 0, largest = 0, inputs = 0, one = 0, tensor = 0;
     for (int i = begin; i < end; ++i) {
       const pipeline::LayerCost& layer = model.layers[static_cast<size_t>(i)];
       const double act = static_cast<double>(layer.activation_bytes) * scale;
@@ -125,12 +129,16 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
       if (i > 0) inputs += static_cast<double>(model.layers[static_cast<size_t>(i) - 1].activation_bytes) * scale;
       params += static_cast<double>(layer.param_bytes) / t;
       largest = std::max(largest, static_cast<double>(layer.param_bytes) / t);
+      const int64_t biggest = model.largest_tensor_bytes.empty() ? layer.param_bytes
+                                                                 : model.largest_tensor_bytes[static_cast<size_t>(i)];
+      tensor = std::max(tensor, static_cast<double>(biggest) / t);
     }
     ch.tensor_comm_s = tc;
     ch.forward_s = f + tc / 2;
     ch.backward_s = b + tc / 2 + (l.checkpointing ? ch.forward_s : 0);
     ch.param_bytes = scaled(params);
     ch.largest_layer = scaled(largest);
+    ch.largest_tensor = scaled(tensor);
     ch.saved_bytes = scaled(saved);
     ch.input_bytes = scaled(inputs);
     ch.largest_saved = scaled(one);
@@ -197,7 +205,7 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
   // Per stage: its chunks s, s + P, ...
   std::vector<double> f(static_cast<size_t>(P)), b(static_cast<size_t>(P)), tc(static_cast<size_t>(P));
   std::vector<int64_t> params(static_cast<size_t>(P)), largest(static_cast<size_t>(P)), saved(static_cast<size_t>(P)),
-      inputs(static_cast<size_t>(P)), chunk_max(static_cast<size_t>(P));
+      inputs(static_cast<size_t>(P)), chunk_max(static_cast<size_t>(P)), tensor_max(static_cast<size_t>(P));
   for (int c = 0; c < pv; ++c) {
     const size_t s = static_cast<size_t>(c % P);
     const Chunk& k = ch[static_cast<size_t>(c)];
@@ -209,6 +217,7 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     saved[s] += k.saved_bytes;
     inputs[s] += k.input_bytes;
     chunk_max[s] = std::max(chunk_max[s], k.largest_saved);
+    tensor_max[s] = std::max(tensor_max[s], k.largest_tensor);
   }
   std::vector<int> in_flight(static_cast<size_t>(P), 1);
   if (P == 1) {
@@ -234,14 +243,28 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
         l.sharded == 1 ? scaled((2.0 + opt + copies) * p_i)
                        : scaled((2.0 + opt + copies) * p_i / l.sharded + model.sharded_gradient_copies * p_i) +
                              2 * largest[i];
+    // The backward's peak: the saved activations, the last stage's transient (with what the
+    // allocator keeps of it) and the fresh gradients; after it, the norm's and optimizer's.
     const int64_t transient =
-        s + 1 == P ? scaled(static_cast<double>(model.transient_bytes) * scale / l.tensor) : 0;
+        s + 1 == P ? scaled(static_cast<double>(model.transient_bytes) * scale / l.tensor *
+                            (1 + model.transient_retention))
+                   : 0;
     const int64_t act = (l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
-                                         : in_flight[i] * saved[i] / v) + transient;
-    if (state + act + model.fixed_bytes > pr.memory_bytes || s == 0) {
-      pr.memory_bytes = state + act + model.fixed_bytes;
+                                         : in_flight[i] * saved[i] / v) +
+                        transient + scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+    const double step_tensor = l.sharded == 1 ? static_cast<double>(tensor_max[i])
+                                              : static_cast<double>(largest[i]) / l.sharded;
+    const int64_t step = scaled(model.step_tensor_copies * step_tensor);
+    // Both phases count: the step's temporaries (double precision, twice a gradient's size) do
+    // not fit the holes the backward's freed blocks leave, and malloc keeps those.
+    const int64_t runtime = model.fixed_bytes + model.profile_residue_bytes + model.run_bytes +
+                            (l.data * l.sharded > 1 ? model.replica_group_bytes : 0);
+    const int64_t memory = std::max(state + act + step + runtime, model.profile_peak_bytes);
+    if (memory > pr.memory_bytes || s == 0) {
+      pr.memory_bytes = memory;
       pr.state_bytes = state;
       pr.activation_bytes = act;
+      pr.step_bytes = step;
       pr.max_in_flight = in_flight[i];
       pr.tensor_comm_s = tc[i] * l.microbatches;
     }

@@ -34,7 +34,15 @@
 //    (every layer a checkpoint), a micro-batch keeps only each layer's input (the previous
 //    layer's output; the model's own input is not counted) and the backward recomputes one
 //    layer at a time (the largest layer's full activations, added once). The last stage adds
-//    ModelCost::transient_bytes (scaled, / T), once.
+//    ModelCost::transient_bytes (scaled, / T) x (1 + transient_retention), once. The backward
+//    also holds backward_tensor_copies fresh gradients of the stage's largest parameter
+//    tensor (/ T) beside the accumulated ones. After the backward (activations freed) the
+//    gradient norm and the optimizer hold step_tensor_copies of it (/ T; sharded: of the
+//    largest layer's shard), counted beside the backward's: the allocator keeps the backward's
+//    freed blocks, and the step's larger temporaries do not fit their holes.
+//    Plus ModelCost::run_bytes, and replica_group_bytes when data x sharded > 1.
+//    Every layout needs at least ModelCost::profile_peak_bytes (world rank 0's peak while it
+//    profiled) and adds profile_residue_bytes (what rank 0 keeps of it).
 //  - Optimizer. ModelCost::optimizer_s x the rank's share of all parameter bytes (G, / S
 //    when sharded), added to the compute.
 //  - Contention (SearchOptions::host_cores > 0): the compute x max(1, (host_threads x (1 -
@@ -102,6 +110,31 @@ struct ModelCost {
   // bytes above (the loss's buffers, the backward's temporaries): on the last stage, scaled
   // with a micro-batch's samples / T, once.
   int64_t transient_bytes = 0;
+  // The allocator keeps freed transient blocks resident and reuses them unevenly: a run's peak
+  // RSS holds this many more copies of the scaled transient bytes (measured; heft-train's in
+  // docs/auto-layout.md).
+  double transient_retention = 0;
+  // Per layer: its largest parameter tensor's bytes (the embedding's or head's matrix);
+  // empty: the layer's param_bytes.
+  std::vector<int64_t> largest_tensor_bytes;
+  // The backward's fresh gradient of a parameter before it is added into the accumulated one
+  // (autograd's AccumulateGrad): this many copies of the stage's largest tensor (/ T) at once.
+  double backward_tensor_copies = 0;
+  // After the backward: the gradient norm's and the optimizer's temporaries, as copies of the
+  // stage's largest tensor (/ T; sharded: of its largest layer / S, a flat shard). heft-train:
+  // 4 with grad_clip (each gradient in double, and its square), else AdamW's 2 (sqrt, quotient).
+  double step_tensor_copies = 0;
+  // World rank 0 profiles before the run: its peak resident bytes then (every layout needs at
+  // least this), and the resident bytes beyond fixed_bytes it still holds after (added to
+  // every layout: conservative for the ranks that did not profile).
+  int64_t profile_peak_bytes = 0;
+  int64_t profile_residue_bytes = 0;
+  // A training run's resident bytes beyond fixed_bytes that no term above holds, measured:
+  // every layout's (the kernels' code pages a step first touches, the allocator's blocks),
+  // and a replicated or sharded layout's (data x sharded > 1: its gradient collectives'
+  // buffers and blocks).
+  int64_t run_bytes = 0;
+  int64_t replica_group_bytes = 0;
 };
 
 struct SearchOptions {
@@ -138,7 +171,8 @@ struct Prediction {
   double gradient_comm_s = 0;
   int64_t memory_bytes = 0;  // per rank, the largest stage
   int64_t state_bytes = 0;   // of which parameters + gradients + optimizer + gather buffers
-  int64_t activation_bytes = 0;
+  int64_t activation_bytes = 0;  // the backward's: saved activations, transient, fresh gradients
+  int64_t step_bytes = 0;        // after the backward: the gradient norm's and the optimizer's
   int max_in_flight = 1;
   std::vector<int> stage_first;  // the partitioner's first layer of each of P x v chunks
 };
