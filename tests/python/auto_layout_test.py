@@ -71,8 +71,13 @@ class AutoLayoutTest(unittest.TestCase):
         self.assertGreaterEqual(t["host_cores"], 1.0)
         self.assertEqual(t["host_threads"], 4 * torch.get_num_threads())  # 4 ranks here
         self.assertGreaterEqual(t["host_load"], 0.0)
-        for r in rows.values():  # every rank holds the runtime
+        for r in rows.values():  # every rank holds the runtime, and the step's temporaries
             self.assertGreater(r["memory_bytes"], t["fixed_bytes"])
+            self.assertGreater(r["step_bytes"], 0)
+        self.assertEqual(t["largest_tensor_bytes"], [256 * 256 * 4, 0] * 3)  # a weight; ReLU none
+        self.assertEqual((t["backward_tensor_copies"], t["step_tensor_copies"]), (1.0, 2.0))
+        self.assertGreater(t["profile_peak_bytes"], t["fixed_bytes"])
+        self.assertGreaterEqual(t["profile_residue_bytes"], 0)
 
     def test_a_loss_is_priced_as_transient_bytes(self):
         plain = _auto_layout.auto_layout(wide(), torch.randn(32, 256), world=2,

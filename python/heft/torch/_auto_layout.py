@@ -27,6 +27,9 @@ _layout = _c10d.parallel.layout
 DEFAULT_COMM = [(c, g, 50e-6, 2e9) for c in ("allreduce", "reduce_scatter", "all_gather", "p2p")
                 for g in (2, 1024)]
 OPTIMIZER_STATE = {"adamw": 2.0, "adam": 2.0, "sgd": 0.0, "sgd-momentum": 1.0}
+# Temporaries of the step, as copies of the largest parameter tensor (ModelCost's
+# step_tensor_copies): AdamW/Adam's sqrt and quotient, SGD's update (heft-train's figures).
+STEP_TENSOR_COPIES = {"adamw": 2.0, "adam": 2.0, "sgd": 1.0, "sgd-momentum": 1.0}
 OPTIMIZERS = {"adamw": lambda p: torch.optim.AdamW(p, lr=1e-6),
               "adam": lambda p: torch.optim.Adam(p, lr=1e-6),
               "sgd": lambda p: torch.optim.SGD(p, lr=1e-6),
@@ -163,12 +166,17 @@ def _optimizer_s(layers, optimizer):
 def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None):
     """(rows, terms): the layers' (name, forward_s, backward_s, param_bytes, output_bytes) rows
     and the model's measured terms for the search (ModelCost's names: saved_bytes,
-    forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes), on this
-    process; loss_fn's seconds are the last layer's forward's. The runtime's bytes are this
-    process's resident set before profiling less the model's parameters and buffers (the
-    layout places those)."""
+    forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes,
+    largest_tensor_bytes, backward_tensor_copies, step_tensor_copies, profile_peak_bytes,
+    profile_residue_bytes), on this process; loss_fn's seconds are the last layer's forward's.
+    The runtime's bytes are this process's resident set before profiling less the model's
+    parameters and buffers (the layout places those); the profile's peak is the process's
+    (ru_maxrss) and its residue the resident bytes profiling added. transient_retention,
+    run_bytes and replica_group_bytes stay 0: heft-train's are fitted to its own runs (its
+    allocator settings, its kernels), not measured."""
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
-    fixed = max(0, _layout.resident_bytes() - model_bytes)
+    before = _layout.resident_bytes()
+    fixed = max(0, before - model_bytes)
     profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
     rows = [tuple(r) for r in _profile(layers, example_batch, time.process_time)]
     larger = min(2 * profiled, max(profiled, global_batch)) if example_batch.dim() > 0 else 1
@@ -177,9 +185,16 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     if loss_s:
         name, f, b, p, a = rows[-1]
         rows[-1] = (name, f + loss_s, b, p, a)
+    optimizer_s = _optimizer_s(layers, optimizer)
+    import resource
     terms = dict(saved_bytes=saved, forward_fixed_s=ffixed, backward_fixed_s=bfixed,
-                 optimizer_s=_optimizer_s(layers, optimizer), transient_bytes=transient,
-                 fixed_bytes=fixed)
+                 optimizer_s=optimizer_s, transient_bytes=transient, fixed_bytes=fixed,
+                 largest_tensor_bytes=[max((p.numel() * p.element_size() for p in l.parameters()),
+                                           default=0) for l in layers],
+                 backward_tensor_copies=1.0, step_tensor_copies=STEP_TENSOR_COPIES[optimizer],
+                 # the process's peak so far (ru_maxrss, KiB) and what profiling left resident
+                 profile_peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                 profile_residue_bytes=max(0, _layout.resident_bytes() - before))
     return rows, terms
 
 
@@ -243,8 +258,9 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                    tensor_allreduces_per_layer=tensor_allreduces_per_layer, heads=heads,
                    microbatches=list(microbatches), virtual_stages=list(virtual_stages),
                    checkpointing=list(checkpointing), overlap_gradients=bool(overlap_gradients),
-                   # DDP's flat bucket copy of the gradients; ZeRO-3's full gradients before
-                   # their reduce-scatters (heft-train's figures, the same strategies' C++)
+                   # torch's DDP: its buckets are a flat copy of the gradients
+                   # (gradient_as_bucket_view=False; heft-train's C++ DDP has views, 0);
+                   # ShardedDataParallel: the full gradients before their reduce-scatters
                    replica_gradient_copies=1.0, sharded_gradient_copies=1.0)
     comm = list(comm or DEFAULT_COMM)
     result = _layout.search(rows, comm, options)

@@ -1,7 +1,8 @@
 // _c10d.parallel.layout: heft's C++ layout search (src/heft/parallel/layout/layout_search.h)
 // behind heft.torch.parallel.auto_layout (_auto_layout.py). Nothing is priced here: the rows
 // and the model's measured terms (ModelCost's saved bytes, per-call times, optimizer step,
-// transient and runtime bytes; SearchOptions' host contention) go to search() as they are;
+// transient and runtime bytes, largest tensors and their copies, the profile's peak and
+// residue; SearchOptions' host contention) go to search() as they are;
 // heap_in_use, resident_bytes and runnable_elsewhere are the measurements heft-train's
 // profile takes (train/auto_layout.cc), for Python's. heft::InvalidArgument becomes ValueError.
 #include <malloc.h>
@@ -46,7 +47,8 @@ py::dict prediction_dict(const pl::Prediction& p) {
   d["step_s"] = p.step_s, d["compute_s"] = p.compute_s, d["bubble"] = p.bubble;
   d["tensor_comm_s"] = p.tensor_comm_s, d["gradient_comm_s"] = p.gradient_comm_s;
   d["memory_bytes"] = p.memory_bytes, d["state_bytes"] = p.state_bytes;
-  d["activation_bytes"] = p.activation_bytes, d["max_in_flight"] = p.max_in_flight;
+  d["activation_bytes"] = p.activation_bytes, d["step_bytes"] = p.step_bytes;
+  d["max_in_flight"] = p.max_in_flight;
   d["stage_first"] = p.stage_first;
   return d;
 }
@@ -89,6 +91,14 @@ pl::ModelCost model_cost(const std::vector<py::tuple>& rows, const py::dict& o) 
   model.sharded_gradient_copies = optional<double>(o, "sharded_gradient_copies", 0);
   model.optimizer_s = optional<double>(o, "optimizer_s", 0);
   model.transient_bytes = optional<int64_t>(o, "transient_bytes", 0);
+  model.transient_retention = optional<double>(o, "transient_retention", 0);
+  model.largest_tensor_bytes = per_layer<int64_t>(o, "largest_tensor_bytes", n);
+  model.backward_tensor_copies = optional<double>(o, "backward_tensor_copies", 0);
+  model.step_tensor_copies = optional<double>(o, "step_tensor_copies", 0);
+  model.profile_peak_bytes = optional<int64_t>(o, "profile_peak_bytes", 0);
+  model.profile_residue_bytes = optional<int64_t>(o, "profile_residue_bytes", 0);
+  model.run_bytes = optional<int64_t>(o, "run_bytes", 0);
+  model.replica_group_bytes = optional<int64_t>(o, "replica_group_bytes", 0);
   return model;
 }
 
