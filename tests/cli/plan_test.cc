@@ -5,7 +5,7 @@
 // defaults; a spec that fits nowhere exits 2 naming the smallest memory a layout needs; a
 // spec that is not heft-train's, or that gives a degree beside auto_layout, exits 2 naming the
 // field. `heft plan --model gpt --HYPERPARAMETER V ... -n N` plans heft-train's GPT without a
-// spec (a bad hyperparameter or flag is named, exit 2); `heft plan --model FILE.py:FACTORY`
+// spec, alone or with --measure on 2 ranks (a bad hyperparameter or flag is named, exit 2); `heft plan --model FILE.py:FACTORY`
 // plans a PyTorch model through heft.torch's auto_layout, alone with the default costs or
 // with --measure on 2 ranks that measure them. A job with auto_layout trains on 2 ranks with
 // the layout it chose, and `heft describe` shows it with its predicted and measured step time.
@@ -122,6 +122,18 @@ TEST(HeftPlan, ModelByHyperparametersWithoutASpec) {
   EXPECT_TRUE(std::regex_search(none.text, std::regex(R"(memory_limit: no layout fits 1\.0 MB per rank; the smallest )"
                                                       R"(needs [0-9.]+ [kMG]B \(data \d x sharded)")))
       << none.text;
+}
+
+TEST(HeftPlan, ModelByHyperparametersMeasuredOnTwoRanks) {
+  TempDir dir("plan-test");
+  const heft::test::CommandOutput out =
+      run_command(heft(dir, "plan " + kGpt + " -n 2 --memory_limit_gb 8 --measure"));
+  ASSERT_EQ(out.code, 0) << out.text;
+  EXPECT_NE(out.text.find("plan: 2 ranks (1 host x 2), started here to measure the collectives"), std::string::npos)
+      << out.text;
+  EXPECT_NE(out.text.find("collective costs measured on 2 ranks"), std::string::npos) << out.text;
+  EXPECT_TRUE(std::regex_search(out.text, kLayoutLine)) << out.text;
+  EXPECT_EQ(out.text.find("feasible layouts"), out.text.rfind("feasible layouts")) << out.text;  // rank 0 only
 }
 
 TEST(HeftPlan, BadFlagsAreNamed) {
