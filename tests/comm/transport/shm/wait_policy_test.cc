@@ -1,10 +1,10 @@
 // How shm::Context::sync()'s waits end (transport/shm/context.h), read from the PathCounts
 // wait counters: after a slow yield puts a rank in the contended mode, ranks on disjoint
 // cores still spin briefly before sleeping (a peer on its own core arrives within
-// microseconds; sleeping at once made every sync of the next 50 ms a futex wake-up), while
-// ranks that share a core sleep at once. Two ranks as threads of this process, each pinned
-// to a CPU before it creates its context (the placement the context reads), over an
-// in-memory store. Counts, not times.
+// microseconds; sleeping at once made every sync of the next 50 ms a futex wake-up) until
+// one such spin fails, while ranks that share a core sleep at once. Two ranks as threads of
+// this process, each pinned to a CPU before it creates its context (the placement the
+// context reads), over an in-memory store. Counts, not times.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
@@ -47,25 +47,28 @@ struct Rank0 {
   PathCounts first, last;
 };
 
-// Rank 1 arrives 200 ms late at the first sync, so rank 0's wait spins, yields (every yield
-// counts as slow: slow_yield_us 0) and enters the contended mode for the rest of the test;
-// then both sync kSyncs times.
-Rank0 run(int cpu0, int cpu1) {
+// Rank 1 arrives late at the first sync (past the spin budget `spin`), so rank 0's wait
+// spins, yields (every yield counts as slow: slow_yield_us 0) and enters the contended mode
+// for the rest of the test; then both sync kSyncs times (with `late_again`, rank 1 comes
+// late to the first of them too, so rank 0's contended spin fails there). The contended
+// spin is `spin` too: long enough that a loaded machine's scheduler does not fail it.
+Rank0 run(int cpu0, int cpu1, std::chrono::milliseconds spin, bool late_again = false) {
   MemoryStore store;
   ContextOptions o;
-  o.spin_us = 2000;
+  o.spin_us = static_cast<int>(spin.count()) * 1000;
   o.yields = 1;
   o.slow_yield_us = 0;
   o.contended_ms = 600'000;
-  o.contended_spin_us = 2000;
+  o.contended_spin_us = o.spin_us;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   Rank0 out;
   auto rank = [&](int r, int cpu) {
     pin_this_thread(cpu);
     std::unique_ptr<Context> ctx = Context::create(store, "wait", r, {0, 1}, o, deadline);
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (r == 1) std::this_thread::sleep_for(spin + std::chrono::milliseconds(100));
     ctx->sync(deadline, "sync");
     if (r == 0) out.first = ctx->path_counts();
+    if (r == 1 && late_again) std::this_thread::sleep_for(spin + std::chrono::milliseconds(50));
     for (int i = 0; i < kSyncs; ++i) ctx->sync(deadline, "sync");
     if (r == 0) {
       out.last = ctx->path_counts();
@@ -85,7 +88,7 @@ Rank0 run(int cpu0, int cpu1) {
 TEST(ShmWaitPolicy, ContendedWaitsOnDisjointCoresSpinBeforeSleeping) {
   const std::vector<int> cpus = allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, has " << cpus.size();
-  const Rank0 r = run(cpus[0], cpus[1]);
+  const Rank0 r = run(cpus[0], cpus[1], std::chrono::milliseconds(200));
   ASSERT_TRUE(r.disjoint);
   EXPECT_EQ(r.first.contended, 1u) << "the late peer's wait should have yielded slowly";
   EXPECT_GE(r.first.slept, 1u) << "and then slept until the peer came";
@@ -96,10 +99,22 @@ TEST(ShmWaitPolicy, ContendedWaitsOnDisjointCoresSpinBeforeSleeping) {
   EXPECT_EQ(r.last.yielded, r.first.yielded) << "no yields while contended";
 }
 
+TEST(ShmWaitPolicy, AContendedSpinThatFailedMakesTheNextWaitsSleepAtOnce) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, has " << cpus.size();
+  const Rank0 r = run(cpus[0], cpus[1], std::chrono::milliseconds(200), /*late_again=*/true);
+  ASSERT_TRUE(r.disjoint);
+  EXPECT_EQ(r.last.contended, 1u);
+  // The late peer's core was busy (here: asleep): spinning again would only burn this core.
+  EXPECT_EQ(r.last.spun, r.first.spun) << "no contended spin after the one that failed";
+  EXPECT_GT(r.last.slept, r.first.slept + 1)
+      << "the failed wait and at least one later wait should have slept";
+}
+
 TEST(ShmWaitPolicy, ContendedWaitsOnASharedCoreSleepAtOnce) {
   const std::vector<int> cpus = allowed_cpus();
   if (cpus.empty()) GTEST_SKIP() << "no CPU in this process's affinity";
-  const Rank0 r = run(cpus[0], cpus[0]);
+  const Rank0 r = run(cpus[0], cpus[0], std::chrono::milliseconds(2));
   ASSERT_FALSE(r.disjoint);
   EXPECT_EQ(r.first.contended, 1u);
   EXPECT_EQ(r.last.spun, r.first.spun) << "a rank sharing its core must not spin while contended";

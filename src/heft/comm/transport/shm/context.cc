@@ -70,6 +70,20 @@ inline void cpu_relax() {
 #endif
 }
 
+// Spins up to `us` microseconds for `epoch` to reach `target`; whether it did.
+bool spin_until(const std::atomic<uint32_t>& epoch, uint32_t target, int us) {
+  using Clock = std::chrono::steady_clock;
+  // Look at the clock every 64 pauses (a pause is 10-100 ns; the clock read about 20).
+  const auto until = Clock::now() + std::chrono::microseconds(us);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (reached(epoch.load(std::memory_order_acquire), target)) return true;
+      cpu_relax();
+    }
+    if (Clock::now() >= until) return false;
+  }
+}
+
 std::string segment_name(const std::string& group, int local_rank) {
   // Names may not contain '/' after the first character: hash the group, add the pid so a
   // stale segment of a crashed run never collides.
@@ -273,23 +287,18 @@ void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::
   const bool contended = Clock::now() < contended_until_;
   // While contended, ranks on disjoint cores still spin briefly: the other work on this core
   // never holds up the peer, which usually arrives within microseconds, and a wait that
-  // slept costs a futex wake-up (tens of µs on a VM) on every sync of that time.
-  const int spin = !contended  ? options_.spin_us
-                   : disjoint_ ? std::min(options_.spin_us, options_.contended_spin_us)
-                               : 0;
+  // slept costs a futex wake-up (tens of µs on a VM) on every sync of that time. Once such
+  // a spin failed (the peer's core is busy too), the rest of the time sleeps at once.
+  const int spin = !contended                              ? options_.spin_us
+                   : disjoint_ && !contended_spin_failed_ ? std::min(options_.spin_us,
+                                                                     options_.contended_spin_us)
+                                                          : 0;
   if (spin > 0) {
-    // Look at the clock every 64 pauses (a pause is 10-100 ns; the clock read about 20).
-    const auto until = Clock::now() + std::chrono::microseconds(spin);
-    for (;;) {
-      for (int i = 0; i < 64; ++i) {
-        if (reached(h.epoch.load(std::memory_order_acquire), target)) {
-          ++counts_.spun;
-          return;
-        }
-        cpu_relax();
-      }
-      if (Clock::now() >= until) break;
+    if (spin_until(h.epoch, target, spin)) {
+      ++counts_.spun;
+      return;
     }
+    if (contended) contended_spin_failed_ = true;
   }
   for (int i = 0; i < options_.yields && !contended; ++i) {
     if (reached(h.epoch.load(std::memory_order_acquire), target)) {
@@ -301,6 +310,7 @@ void Context::wait_for(int peer, uint32_t target, Deadline deadline, const std::
     const auto after = Clock::now();
     if (after - before > std::chrono::microseconds(options_.slow_yield_us)) {
       contended_until_ = after + std::chrono::milliseconds(options_.contended_ms);
+      contended_spin_failed_ = false;
       ++counts_.contended;
       break;
     }

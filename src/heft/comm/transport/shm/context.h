@@ -19,7 +19,8 @@
 // that outnumber the cores they have yield at once, so they do not starve each other. A
 // yield that takes a scheduler turn (other work on the core) makes the waits of the next
 // 50 ms skip the yields and sleep at once instead (ContextOptions::slow_yield_us), after a
-// brief spin where the ranks are on disjoint cores (ContextOptions::contended_spin_us).
+// brief spin where the ranks are on disjoint cores, until one such spin fails
+// (ContextOptions::contended_spin_us).
 // PathCounts counts how each wait ended.
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
@@ -67,8 +68,9 @@ struct ContextOptions {
   // usually arrives within microseconds, and sleeping at once made every sync of those
   // 50 ms a futex wake-up (2 ranks on a 2-vCPU VM, every wait sleeping: 1 MiB at 7-13
   // against 20-25 GB/s). About what a sleep and its wake-up cost, so a wait costs at most
-  // twice the better of the two. Ranks that may share a core sleep at once, as before
-  // (their spinning takes the peer's turn).
+  // twice the better of the two. After one such spin fails (the peer's core is busy too),
+  // the rest of the contended time sleeps at once. Ranks that may share a core sleep at
+  // once throughout, as before (their spinning takes the peer's turn).
   int contended_spin_us = 50;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
@@ -165,6 +167,8 @@ class Context {
   uint32_t slot_ = 0;
   // Until then waits sleep at once (ContextOptions::slow_yield_us).
   std::chrono::steady_clock::time_point contended_until_{};
+  // A contended spin failed since: the waits until contended_until_ sleep at once.
+  bool contended_spin_failed_ = false;
   std::function<void(int, const std::string&)> liveness_;
   void choose_spin();
 
