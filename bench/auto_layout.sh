@@ -21,7 +21,8 @@
 #     on: docs/auto-layout.md) runs --repeats times, each an independent choice: its trial
 #     lines, the layout it chose, its own measured step. A chosen layout that step 2 did not
 #     run is run as a row then ("+" before its name). "row/best" is the chosen layout's row
-#     over the fastest row within that limit (the choice, measured beside the others);
+#     over the fastest row within that limit, "+" rows included (the choice, measured beside
+#     the others);
 #     "own/best" auto's own run over that row, "own/row" auto's own run over its layout's row.
 # Prints: the machine (CPU, cores, memcpy GB/s, load average), then per shape the table of
 # layouts (predicted ms, measured ms, spread, |pred - meas| / meas, predicted memory, peak RSS
@@ -162,7 +163,6 @@ for shape, hp in SHAPES.items():
         for r in fits[label].values():
             measure_row(r)
     for label, limit in limits.items():
-        best_s, best = min((measured[(r["key"], r["ckpt"])][1], name(r)) for r in fits[label].values())
         for rep in range(REPEATS):
             out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}")
             rss = max(v for r, v in ranks.items() if r != 0)  # rank 0 also profiled the whole model
@@ -170,6 +170,8 @@ for shape, hp in SHAPES.items():
             key, ckpt, pred, trial, of, trials = auto_choice(out)
             row = next((r for r in rows if r["key"] == key and r["ckpt"] == ckpt), None)
             row_s = measure_row(row, "+") if row else step
+            # The best row within the limit, "+" rows included (one auto chose earlier counts).
+            best_s, best = min((t, name(r)) for r, t, _ in measured.values() if r["mem_gb"] <= limit)
             choices.append((row_s / best_s, step / best_s))
             errors.append(abs(pred - step) / step)
             layout = f"d{key[0]} s{key[1]} t{key[2]} p{key[3]} m{key[4]} v{key[5]}{' ckpt' if ckpt else ''}"
