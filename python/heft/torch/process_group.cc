@@ -4,7 +4,6 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,11 +74,6 @@ constexpr comm::Compression kNoCompression = comm::Compression::kDefault;
 // and two ticks), and how many ticks without one before it stops looking.
 constexpr std::chrono::microseconds kTick{2000};
 constexpr int kIdleTicks = 50;
-// The tick doubles after each one that found no operation left deferred, up to kMaxTick,
-// and is back to kTick after one that did: synchronous calls (each taken by its own wait()
-// within microseconds) then wake the completion thread 16x less often (4 ranks on 2 cores:
-// each wake-up can preempt a rank that its peers wait for).
-constexpr std::chrono::microseconds kMaxTick{32000};
 
 }  // namespace
 
@@ -561,8 +555,7 @@ void ProcessGroupHeft::issue_async(const std::shared_ptr<Operation>& op) {
 void ProcessGroupHeft::complete_loop() {
   uint64_t seen = 0;  // the deferral seen at the last tick
   int idle_ticks = 0;
-  std::chrono::microseconds interval = kTick;
-  auto next_tick = std::chrono::steady_clock::now() + interval;
+  auto next_tick = std::chrono::steady_clock::now() + kTick;
   for (;;) {
     std::shared_ptr<Operation> op;
     std::vector<std::shared_ptr<Operation>> retired;
@@ -574,11 +567,11 @@ void ProcessGroupHeft::complete_loop() {
       };
       if (!ticking_) {
         cv_.wait(lock, [&] { return ready() || ticking_; });
-        interval = kTick;
-        next_tick = std::chrono::steady_clock::now() + interval;
+        next_tick = std::chrono::steady_clock::now() + kTick;
         idle_ticks = 0;
       } else if (!cv_.wait_until(lock, next_tick, ready)) {
         tick = true;
+        next_tick = std::chrono::steady_clock::now() + kTick;
       }
       retired.swap(retired_);
       if (!pending_.empty()) {
@@ -591,16 +584,13 @@ void ProcessGroupHeft::complete_loop() {
     retired.clear();
     if (op) op->complete(completions_->by_thread);
     op.reset();
-    if (tick) {
-      interval = look_at_deferred(seen, idle_ticks) ? kTick : std::min(interval * 2, kMaxTick);
-      next_tick = std::chrono::steady_clock::now() + interval;
-    }
+    if (tick) look_at_deferred(seen, idle_ticks);
   }
 }
 
-// One tick: issues the deferred operation if it is the one seen at the last tick (returns
-// true then); stops the ticks after kIdleTicks without one.
-bool ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
+// One tick: issues the deferred operation if it is the one seen at the last tick; stops the
+// ticks after kIdleTicks without one.
+void ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
   std::shared_ptr<Operation> stale;
   std::lock_guard<std::mutex> lock(deferred_->mu);
   if (deferred_->op) {
@@ -614,7 +604,6 @@ bool ProcessGroupHeft::look_at_deferred(uint64_t& seen, int& idle_ticks) {
     ticking_ = false;  // the next submit wakes this thread again
   }
   seen = deferred_->seq;
-  return stale != nullptr;
 }
 
 }  // namespace heft::torch_backend

@@ -13,9 +13,8 @@
 // no thread hand-off at all, and no allocation in this backend for an all_reduce (its
 // operation is reused, its future made only if someone asks for one: operation.h); getFuture(), isCompleted() and the like (DDP and comm
 // hooks take the future at once), the next operation of the group (issue order is kept),
-// shut_down(), or the completion thread's tick (an operation held over a full tick is
-// issued: a Work nobody waits on still progresses; the tick is 2 ms, doubling up to 32 ms
-// while every operation is taken by its own wait(), back to 2 ms after one that was not). Those issue the `_async`
+// shut_down(), or the completion thread's tick (an operation held over a full tick, after
+// 2-4 ms, is issued: a Work nobody waits on still progresses). Those issue the `_async`
 // form. An operation held until the next operation (or the tick) shows a caller that goes
 // on without waiting (async_op=True, waited later): the group's next 64 (8) operations are
 // then issued at once, not held, so their communication overlaps the caller's work. A future taken by C++ without the GIL (DDP's reducer) is completed by the
@@ -157,7 +156,7 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   }
   // The completion thread's loop (see the file comment) and its tick.
   void complete_loop();
-  bool look_at_deferred(uint64_t& seen, int& idle_ticks);
+  void look_at_deferred(uint64_t& seen, int& idle_ticks);
 
   std::shared_ptr<comm::Store> store_;
   std::unique_ptr<comm::Communicator> comm_;
