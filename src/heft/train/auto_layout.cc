@@ -141,7 +141,7 @@ double optimizer_state(const Hyperparameters& hp) {
 // run's own bytes (the kernels' code pages a step first touches, malloc's blocks), and a
 // replicated or sharded layout's (its gradient collectives' buffers and blocks).
 constexpr double kTransientRetention = 0.5;
-constexpr int64_t kRunBytes = 20'000'000;
+constexpr int64_t kRunBytes = 40'000'000;
 constexpr int64_t kReplicaGroupBytes = 45'000'000;
 
 // Rank 0's numbers, in the order they are broadcast: a header, then kRow a layer.
@@ -388,12 +388,13 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
   // Peak RSS per rank, measured (docs/auto-layout.md): DDP's gradients are views of its flat
   // buckets (no second copy); autograd's fresh gradient of a tensor before it is added in;
-  // after the backward heft's gradient norm (each gradient in double, and its square) or
-  // AdamW's temporaries; the freed logits' blocks the allocator keeps.
+  // after the backward heft's gradient norm (each gradient in double, and its square) and the
+  // optimizer's temporaries (AdamW 2, SGD with momentum 1), in holes of their own; the freed
+  // logits' blocks the allocator keeps.
   m.replica_gradient_copies = 0;
   m.sharded_gradient_copies = 1;  // the units' full gradients before the reduce-scatters
   m.backward_tensor_copies = 1;
-  m.step_tensor_copies = hp.grad_clip > 0 ? 4 : hp.optimizer == "adamw" ? 2 : 1;
+  m.step_tensor_copies = (hp.grad_clip > 0 ? 4 : 0) + optimizer_state(hp);  // AdamW: sqrt, quotient
   m.transient_retention = kTransientRetention;
   m.run_bytes = kRunBytes;
   m.replica_group_bytes = kReplicaGroupBytes;

@@ -122,7 +122,7 @@ struct ModelCost {
   double backward_tensor_copies = 0;
   // After the backward: the gradient norm's and the optimizer's temporaries, as copies of the
   // stage's largest tensor (/ T; sharded: of its largest layer / S, a flat shard). heft-train:
-  // 4 with grad_clip (each gradient in double, and its square), else AdamW's 2 (sqrt, quotient).
+  // 4 with grad_clip (each gradient in double, and its square) + AdamW's 2 (sqrt, quotient).
   double step_tensor_copies = 0;
   // World rank 0 profiles before the run: its peak resident bytes then (every layout needs at
   // least this), and the resident bytes beyond fixed_bytes it still holds after (added to
