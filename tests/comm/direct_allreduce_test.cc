@@ -64,7 +64,41 @@ TEST(DirectAllreduce, ExactOverWorldsAndOffsets) {
       if (n == 1) return expect(k.direct == 0 && !c.has_shared_memory(), "world 1 shared memory");
       expect(k.direct == 36 && k.small + k.slots + k.single_copy == 0,
              "every call direct: direct=" + std::to_string(k.direct));
+      expect(k.streamed == 0, "streamed " + std::to_string(k.streamed) + " pieces by default");
       expect(c.last_allreduce_path() == "shm/direct", c.last_allreduce_path());
+    }, o);
+    EXPECT_TRUE(res.all_ok()) << "world " << n << "\n" << res.summary();
+  }
+}
+
+// HEFT_SHM_STREAM_SLOTS: the direct form's slot writes streamed (non-temporal stores, which
+// the copy kernel fences), exact at misaligned offsets over odd and even worlds, counted.
+TEST(DirectAllreduce, StreamedSlotsExactAndCounted) {
+  for (int n : {2, 3, 7}) {
+    test::StoreProcess store;
+    CommunicatorOptions o;
+    o.shm_form = CommunicatorOptions::ShmForm::kDirect;
+    o.shm_small_bytes = 0;
+    o.shm_chunk_bytes = 4096;
+    o.shm_stream_slots = true;
+    o.timeout = std::chrono::seconds(60);
+    auto res = test::run_world(n, store, [n](Communicator& c) {
+      const int r = c.rank();
+      for (DataType t : {DataType::f32, DataType::bf16, DataType::f64})
+        for (size_t count : {size_t{97}, size_t{20011}, size_t{1} << 18}) {
+          const size_t skip = (5 + 3 * static_cast<size_t>(r)) % 17;  // elements
+          Buffer b(t, count + skip);
+          for (size_t i = 0; i < count; ++i) b.set(skip + i, contribution(r, i));
+          c.allreduce(b.at(skip), count, t, ReduceOp::sum);
+          size_t wrong = 0;
+          for (size_t i = 0; i < count; ++i)
+            wrong += b.get(skip + i) != expected(ReduceOp::sum, n, i);
+          expect(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count) + " " +
+                                 name(t) + " world " + std::to_string(n));
+        }
+      const shm::PathCounts k = c.shm_path_counts();
+      expect(k.direct == 9 && k.streamed > 0,
+             "direct=" + std::to_string(k.direct) + " streamed=" + std::to_string(k.streamed));
     }, o);
     EXPECT_TRUE(res.all_ok()) << "world " << n << "\n" << res.summary();
   }

@@ -85,6 +85,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm_options.chunk_bytes = options.shm_chunk_bytes;
     shm_options.spin_us = options.shm_spin_us;
     shm_options.contended_spin_us = options.shm_contended_spin_us;
+    shm_options.stream_slots = options.shm_stream_slots;
     const CommunicatorOptions::ShmForm form = options.effective_shm_form();
     // Cross-memory attach is probed only where that form may run.
     shm_options.single_copy = form == CommunicatorOptions::ShmForm::kSingleCopy;

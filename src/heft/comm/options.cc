@@ -71,6 +71,10 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.shm_spin_us = static_cast<int>(env_number("HEFT_SHM_SPIN_US", o.shm_spin_us, -1));
   o.shm_contended_spin_us = static_cast<int>(
       env_number("HEFT_SHM_CONTENDED_SPIN_US", o.shm_contended_spin_us, 0));
+  const std::string stream = env_or("HEFT_SHM_STREAM_SLOTS", "0");
+  if (stream != "0" && stream != "1")
+    throw InvalidArgument("HEFT_SHM_STREAM_SLOTS: expected 0 or 1, found '" + stream + "'");
+  o.shm_stream_slots = stream == "1";
   const std::string single_copy = env_or("HEFT_SHM_SINGLE_COPY", "auto");
   if (single_copy != "auto" && single_copy != "1" && single_copy != "0")
     throw InvalidArgument("HEFT_SHM_SINGLE_COPY: expected auto, 1 or 0, found '" + single_copy + "'");

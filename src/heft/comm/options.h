@@ -65,6 +65,8 @@ struct CommunicatorOptions {
   // Microseconds a wait still spins in the contended mode where the ranks are on disjoint
   // cores (shm::ContextOptions::contended_spin_us); 0 sleeps at once, as before it existed.
   int shm_contended_spin_us = 50;
+  // The direct form writes its slots with streaming stores (shm::ContextOptions::stream_slots).
+  bool shm_stream_slots = false;
   // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
   Compression compression = Compression::kNone;
   // The large shared-memory allreduce form (algo/shm_allreduce.h). kAuto: kDirect at every
@@ -83,7 +85,7 @@ struct CommunicatorOptions {
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_FORM (auto | direct | slots | single_copy),
+  // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1), HEFT_SHM_FORM (auto | direct | slots | single_copy),
   // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.

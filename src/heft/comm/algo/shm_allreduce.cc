@@ -207,13 +207,17 @@ class Direct {
     return (owner < writer ? owner : owner - 1) * region_bytes_;
   }
 
-  // Piece j of every peer's slice from this rank's buffer into its in area of slot s.
+  // Piece j of every peer's slice from this rank's buffer into its in area of slot s
+  // (streamed where ContextOptions::stream_slots asks: the peer reads it, this rank does not).
   void scatter(size_t j, int s) {
     links_.ctx.place(s, placed_);
+    const bool stream = links_.ctx.stream_slots();
     for (int p = 0; p < n_; ++p) {
       const Range q = part(p, j);
       if (p == r_ || q.count == 0) continue;
-      copy_bytes(links_.ctx.in(r_, s) + region(p, r_), data_ + q.offset * es_, q.count * es_);
+      copy_bytes(links_.ctx.in(r_, s) + region(p, r_), data_ + q.offset * es_, q.count * es_,
+                 stream ? StoreHint::kStreaming : StoreHint::kCached);
+      streamed_pieces_ += stream;
     }
   }
 
@@ -272,6 +276,7 @@ class Direct {
 
  public:
   uint64_t one_pass_pieces_ = 0;  // reduce_to_both took its one pass (PathCounts::one_pass)
+  uint64_t streamed_pieces_ = 0;  // scattered with streaming stores (PathCounts::streamed)
 };
 
 }  // namespace
@@ -305,6 +310,7 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
   if (on_slice) direct.run(on_slice);
   else direct.run();
   counts.one_pass += direct.one_pass_pieces_;
+  counts.streamed += direct.streamed_pieces_;
 }
 
 }  // namespace heft::comm::algo
