@@ -7,11 +7,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <optional>
 #include <numeric>
 #include <sstream>
@@ -287,23 +284,6 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
   return rows;
 }
 
-// The host's runnable threads besides this one: /proc/stat's procs_running, sampled 20 times
-// over 0.2 s while the job's other ranks wait for this one (asleep in a collective), less 1.
-double runnable_elsewhere() {
-  double sum = 0;
-  int samples = 0;
-  for (int i = 0; i < 20; ++i) {
-    std::ifstream in("/proc/stat");
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("procs_running ", 0) == 0) {
-        sum += std::stod(line.substr(14));
-        ++samples;
-      }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return samples ? std::max(0.0, sum / samples - 1) : 0;
-}
-
 // Rank 0's header: the limit and the host's cores, ranks x threads and `load` (its other
 // runnable threads found at the start).
 Header local_header(const config::Distribution& d, double load, std::string* memory_source) {
@@ -345,7 +325,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
     throw InvalidArgument("auto_layout: expected a model cut into layers (model gpt), found model " + hp.model);
   LayoutInputs in;
   const int64_t batch = std::max<int64_t>(1, hp.batch_size / world_size);
-  const double load = comm.rank() == 0 ? runnable_elsewhere() : 0;
+  const double load = comm.rank() == 0 ? parallel::layout::runnable_elsewhere() : 0;  // the others wait asleep
   // The communicator first: its buffers are then part of the runtime's bytes rank 0 reads.
   in.comm_measured = comm.size() > 1;
   in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
