@@ -75,10 +75,11 @@ struct ContextOptions {
   // Write the peers' pieces into this rank's slots with streaming (non-temporal) stores in
   // the direct form. Cached stores leave each line modified in this core's cache, so the
   // peer's read takes it from there and this rank's next write of the slot takes it back: two
-  // cross-core transfers per line per use. Measured on a 2-vCPU VM whose cores were far apart
-  // (a cache line's round trip 370-420 ns): 2 ranks 1-16 MiB 8.0-8.4 against 5.9-6.1 GB/s.
-  // Off by default until measured where the cores share a cache (there the peer's read from
-  // L2/L3 is cheap and the streamed data comes from memory).
+  // cross-core transfers per line per use. The host of a 2-vCPU VM moves the vCPUs between
+  // near and far cores within seconds; 2 ranks at 1-16 MiB, measured: far (a cache line's
+  // round trip 365-420 ns) 7.7-8.4 streamed against 5.7-6.1 GB/s cached; near (74-127 ns)
+  // 11-16 streamed against 16-25 cached, where the peer's read from L2/L3 is cheap and the
+  // streamed data comes back from memory. Off: near is the usual state.
   bool stream_slots = false;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
