@@ -169,9 +169,19 @@ for (k, b), per_offset in sorted(by.items()):
 '
 fi
 
+# The cache line round trip between the first two CPUs (ns), just before a round: the host
+# places this machine's two vCPUs near (about 100 ns, a shared cache) or far (about 400 ns)
+# and moves them within seconds, and every shared-memory allreduce's speed follows it.
+round_trip() {
+  build/memory_bandwidth_bench --benchmark_filter=RoundTrip --benchmark_min_time=0.05 \
+    --benchmark_format=csv 2>/dev/null | awk -F, '/^"BM_CacheLineRoundTrip/{printf "%.0f", $3}'
+}
+
 port=29611
 for n in $RANKS; do
+  placement=""
   for r in $(seq "$ROUNDS"); do
+    placement+=" $(round_trip)"
     $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
     if [[ -n $BASELINE ]]; then
       env "$BASELINE" $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" \
@@ -189,6 +199,7 @@ for n in $RANKS; do
   echo
   echo "## allreduce, $n ranks: every round (worst beside median)"
   worst_rounds "$n" heft "$OUT/heft-$n" openmpi "$OUT/openmpi-$n"
+  echo "cache line round trip between the two CPUs before each round (ns; near about 100, far about 400):$placement"
   if [[ -n $BASELINE ]]; then
     echo
     echo "## the same rounds, heft_baseline ($BASELINE)"
