@@ -31,32 +31,36 @@
 # apart: it also profiled the whole model and ran the trials); last the median prediction
 # error over every run and how many choices were within 10% of the best.
 #
-#   bench/auto_layout.sh [--steps 10] [--repeats 2]
+#   bench/auto_layout.sh [--steps 10] [--repeats 2] [--trials K]
+# --trials K: auto runs with --auto_layout_trials K (default: heft-train's, 3).
 # HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=10
 REPEATS=2
+TRIALS=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --repeats) REPEATS=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--repeats N]" >&2; exit 2 ;;
+    --trials) TRIALS=$2; shift 2 ;;
+    *) echo "usage: $0 [--steps N] [--repeats N] [--trials K]" >&2; exit 2 ;;
   esac
 done
 BIN=${HEFT_BIN:-build}
 [[ -x $BIN/heft && -x $BIN/heft-train ]] || { echo "$0: build heft and heft-train first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THREADS=1, steps=$STEPS, repeats=$REPEATS, batch 8"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THREADS=1, steps=$STEPS, repeats=$REPEATS, trials=${TRIALS:-default}, batch 8"
 if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
-BIN=$BIN STEPS=$STEPS REPEATS=$REPEATS exec /usr/bin/python3 - <<'EOF'
+BIN=$BIN STEPS=$STEPS REPEATS=$REPEATS TRIALS=$TRIALS exec /usr/bin/python3 - <<'EOF'
 import os, re, statistics, subprocess, sys
 
 STEPS = int(os.environ["STEPS"])
 REPEATS = max(1, int(os.environ["REPEATS"]))
+TRIALS = f" --auto_layout_trials {os.environ['TRIALS']}" if os.environ.get("TRIALS") else ""
 BIN = os.environ["BIN"]
 SHAPES = {  # name: heft-train's gpt hyperparameters
     "deep+narrow": "--n_layer 12 --n_embd 192 --n_head 4 --block_size 32 --vocab 256",
@@ -164,7 +168,7 @@ for shape, hp in SHAPES.items():
             measure_row(r)
     for label, limit in limits.items():
         for rep in range(REPEATS):
-            out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}")
+            out, step, ranks = run(f"{hp} --auto_layout true --memory_limit_gb {limit:.4f}{TRIALS}")
             rss = max(v for r, v in ranks.items() if r != 0)  # rank 0 also profiled the whole model
             rss0 = ranks[0]
             key, ckpt, pred, trial, of, trials = auto_choice(out)
