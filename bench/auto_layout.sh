@@ -32,7 +32,7 @@
 # error over every run and how many choices were within 10% of the best.
 #
 #   bench/auto_layout.sh [--steps 10] [--repeats 2] [--trials K]
-# --trials K: auto runs with --auto_layout_trials K (default: heft-train's, 3).
+# --trials K: auto runs with --auto_layout_trials K (default: heft-train's, 6).
 # HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -102,13 +102,13 @@ TEST(AutoLayoutConfig, MemoryLimitNeedsAutoLayoutAndAPositiveNumber) {
 
 TEST(AutoLayoutConfig, TrialsAreReadCheckedAndRoundTrip) {
   const Result<Distribution> d = Distribution::parse(nlohmann::json::parse(
-      R"({"modelparallel": {"enabled": true, "parameters": {"auto_layout": true, "auto_layout_trials": 5}}})"));
+      R"({"modelparallel": {"enabled": true, "parameters": {"auto_layout": true, "auto_layout_trials": 4}}})"));
   ASSERT_TRUE(d.ok()) << d.error();
-  EXPECT_EQ(d.value().modelparallel.auto_layout_trials, 5);
+  EXPECT_EQ(d.value().modelparallel.auto_layout_trials, 4);
   const Result<Distribution> again = Distribution::parse(d.value().to_json());
   ASSERT_TRUE(again.ok()) << again.error();
-  EXPECT_EQ(again.value().modelparallel.auto_layout_trials, 5);
-  EXPECT_EQ(Distribution{}.modelparallel.auto_layout_trials, 3);  // the default
+  EXPECT_EQ(again.value().modelparallel.auto_layout_trials, 4);
+  EXPECT_EQ(Distribution{}.modelparallel.auto_layout_trials, 6);  // the default
   Hyperparameters hp;
   hp.auto_layout_trials = 0;  // the hyperparameter overrides the block
   const Result<Distribution> r = d.value().with_overrides(hp);

@@ -63,7 +63,7 @@ struct ModelParallel {
   // auto_layout: the search's first layouts (at most this many, each predicted within
   // 1.3x of the first) run a few steps each before training, and the fastest measured
   // one trains (heft-train, docs/auto-layout.md); 0 or 1: the prediction's first, no trials.
-  int auto_layout_trials = 3;
+  int auto_layout_trials = 6;
 };
 
 struct Distribution {

@@ -226,7 +226,7 @@ const std::vector<Field>& fields() {
       int_field("auto_layout_trials", &H::auto_layout_trials, 0,
                 "auto_layout: the search's first layouts (at most this many, predicted within "
                 "1.3x of the first) each train a few steps and the fastest measured is kept; 0 "
-                "or 1: none; -1: the distribution block's, else 3"),
+                "or 1: none; -1: the distribution block's, else 6"),
   };
   return f;
 }

@@ -77,7 +77,7 @@ struct Hyperparameters {
   double memory_limit_gb = 0;     // auto_layout: per rank, GB; 0: the distribution's, else
                                   // the machine's available memory / ranks on the host
   int64_t auto_layout_trials = -1;  // auto_layout: layouts tried a few steps each; -1: the
-                                    // distribution's (3); 0 or 1: none
+                                    // distribution's (6); 0 or 1: none
 };
 
 // The models' own defaults, applied to every hyperparameter not given explicitly (`given`
