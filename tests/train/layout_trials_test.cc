@@ -46,6 +46,19 @@ TEST(LayoutTrials, FewerThanTwoIsNone) {
   EXPECT_EQ(trial_candidates(ranked({1.0, 1.3}), 2).size(), 2u);  // the bound itself is in
 }
 
+TEST(LayoutTrials, NoTrialOfALayoutPredictedNearTheMemoryLimitButTheFirst) {
+  SearchResult r = ranked({1.0, 1.1, 1.2, 1.25});
+  const int64_t limit = 1000;
+  r.ranked[0].memory_bytes = 990;  // the search's first: it trains whatever the trials do
+  r.ranked[1].memory_bytes = 940;  // over 0.93 x the limit: a trial's residue could pass it
+  r.ranked[2].memory_bytes = 930;
+  r.ranked[3].memory_bytes = 500;
+  EXPECT_EQ(steps(trial_candidates(r, 3, limit)), (std::vector<double>{1.0, 1.2, 1.25}));
+  EXPECT_EQ(steps(trial_candidates(r, 3)), (std::vector<double>{1.0, 1.1, 1.2}));  // no limit
+  r.ranked[2].memory_bytes = r.ranked[3].memory_bytes = 999;
+  EXPECT_TRUE(trial_candidates(r, 3, limit).empty());  // only the first is left
+}
+
 TEST(LayoutTrials, ShortNames) {
   parallel::layout::Layout l;
   l.sharded = 2;

@@ -73,12 +73,15 @@ double measure(const Hyperparameters& hp, const std::string& test_dir, comm::Com
 
 }  // namespace
 
-std::vector<Prediction> trial_candidates(const parallel::layout::SearchResult& result, int trials) {
+std::vector<Prediction> trial_candidates(const parallel::layout::SearchResult& result, int trials,
+                                         int64_t memory_limit_bytes) {
   std::vector<Prediction> out;
   if (result.ranked.empty()) return out;
   const double bound = result.ranked.front().step_s * kTrialWithin;
+  const double memory = memory_limit_bytes > 0 ? kTrialMemoryShare * static_cast<double>(memory_limit_bytes) : 0;
   for (const Prediction& p : result.ranked) {
     if (static_cast<int>(out.size()) >= trials || p.step_s > bound) break;
+    if (!out.empty() && memory > 0 && static_cast<double>(p.memory_bytes) > memory) continue;
     out.push_back(p);
   }
   if (out.size() < 2) out.clear();
@@ -96,7 +99,8 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
                                            comm::Communicator& world, std::ostream& out,
                                            LayoutChoice& choice) {
   const int wanted = choice.distribution.modelparallel.auto_layout_trials;
-  const std::vector<Prediction> candidates = trial_candidates(choice.result, wanted);
+  const std::vector<Prediction> candidates =
+      trial_candidates(choice.result, wanted, choice.inputs.options.memory_limit_bytes);
   std::vector<LayoutTrial> trials;
   if (candidates.empty()) {
     if (world.rank() == 0)

@@ -12,7 +12,7 @@
 // built freed (model, optimizer, the mesh's sub-communicators) and the heap trimmed before the
 // next. Afterwards torch's default generator and the tensor-parallel counters are put back, so
 // the run trains exactly as one given the chosen layout explicitly. Peak memory: a trial's
-// layout is within the memory limit by prediction, as the chosen one is.
+// layout is within kTrialMemoryShare of the memory limit by prediction (the first: within it).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,11 @@ namespace heft::train {
 constexpr double kTrialWithin = 1.3;  // a trial's predicted step at most this x the first's
 constexpr int64_t kTrialSteps = 4;    // 1 warm-up + 3 timed (median_step_s skips the first)
 constexpr int kTrialRounds = 2;       // each layout's trial runs this many times, interleaved
+// Beyond the first, a trial's predicted memory at most this share of the limit: the trials run
+// one after another in one process, and what one leaves in the allocator adds to the next's
+// peak (the vocabulary-head GPT's ranks peaked 1 MB over a 0.451 GB limit after trials of
+// layouts predicted within 3% of it; the search's first is run whatever the trials do).
+constexpr double kTrialMemoryShare = 0.93;
 
 struct LayoutTrial {
   parallel::layout::Prediction prediction;
@@ -38,9 +43,10 @@ struct LayoutTrial {
 };
 
 // The layouts the trials run: the first `trials` of result.ranked (fastest predicted first)
-// predicted within kTrialWithin x the first; empty when that leaves fewer than two.
+// predicted within kTrialWithin x the first and, but for the first, within kTrialMemoryShare x
+// memory_limit_bytes (<= 0: no limit); empty when that leaves fewer than two.
 std::vector<parallel::layout::Prediction> trial_candidates(
-    const parallel::layout::SearchResult& result, int trials);
+    const parallel::layout::SearchResult& result, int trials, int64_t memory_limit_bytes = 0);
 
 // "d1 s1 t2 p2 m1 v1" (" ckpt" after it with checkpointing): a layout in the trial lines.
 std::string short_name(const parallel::layout::Layout& layout);
