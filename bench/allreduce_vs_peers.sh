@@ -126,7 +126,7 @@ echo "# load at the start: $(cut -d' ' -f1-3 /proc/loadavg); scheduler: $(cat /p
 
 echo
 echo "## memory bandwidth of one core (the shared-memory bound), GB/s of buffer processed"
-build/memory_bandwidth_bench --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null |
+build/memory_bandwidth_bench --benchmark_filter='^BM_(Memcpy|SumInto|CopyFromPeerCore|SumIntoBf16)/' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null |
   tee "$OUT/memory.csv" | $PY -c '
 import csv, sys
 rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_")]
