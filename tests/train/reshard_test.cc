@@ -180,9 +180,10 @@ TEST_F(Reshard, BadDegreeOtherModelAndDataParallelCheckpointExit2NamingThem) {
 namespace {
 
 // A sharded job interrupted twice (simulated spot) resumes from its sharded checkpoints and
-// ends with the loss of an uninterrupted one. The interruptions come 2 s after each start: at
-// 1 s, under a loaded machine's start-up (LibTorch loading), SIGTERM could find no step done
-// and no checkpoint written, and no attempt resumed (seen once, at load 10).
+// ends with the loss of an uninterrupted one. The interruptions come 1 s after each start, and
+// the job is long enough (1000 steps) that two 1-s attempts cannot finish it on a fast quiet
+// machine (about 280 steps a second here: with 2 s and 600 steps the second attempt finished
+// first, and the job saw one interruption, not two).
 TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   if (!fs::exists(kBin + "/heft")) GTEST_SKIP() << "no heft binary";
   const fs::path home = root_ / "home";
@@ -190,7 +191,7 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
       << "name: spot\n"
          "entry_point: heft-train\n"
          "hyperparameters: {model: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, "
-         "batch_size: 8, max_steps: 600, lr_schedule: constant, seed: 3, eval: false, "
+         "batch_size: 8, max_steps: 1000, lr_schedule: constant, seed: 3, eval: false, "
          "log_every: 40}\n"
          "cluster: {instance_count: 1, processes_per_host: 2}\n"
          "distribution: {modelparallel: {enabled: true, parameters: "
@@ -202,7 +203,7 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   const auto plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
   const auto spot = run_command(heft + "train " + spec +
-                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 2, "
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
                                 "count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
   const auto described = run_command(heft + "describe spot --json");
@@ -214,8 +215,8 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
   EXPECT_NE(logs.text.find("resumed: step="), std::string::npos) << logs.text;
   const auto [a_step, a] = newest_checkpoint(home / "jobs" / "plain" / "checkpoints");
   const auto [b_step, b] = newest_checkpoint(home / "jobs" / "spot" / "checkpoints");
-  EXPECT_EQ(a_step, 600);
-  EXPECT_EQ(b_step, 600);
+  EXPECT_EQ(a_step, 1000);
+  EXPECT_EQ(b_step, 1000);
   EXPECT_LE(std::abs(a - b), 1e-6 * std::abs(a)) << "uninterrupted " << a << " resumed " << b;
 }
 
