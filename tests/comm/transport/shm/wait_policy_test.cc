@@ -17,21 +17,14 @@
 
 #include "heft/comm/store/memory_store.h"
 #include "heft/comm/transport/shm/context.h"
+#include "heft/job/launch/placement.h"
 
 namespace heft::comm::shm {
 namespace {
 
 constexpr int kSyncs = 200;
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
+using heft::job::allowed_cpus;  // the launcher's: the CPUs this process may run on
 
 void pin_this_thread(int cpu) {
   cpu_set_t set;
