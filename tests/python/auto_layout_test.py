@@ -8,7 +8,8 @@ bytes match what its forward keeps (a Linear's or ReLU's output: the input is th
 layer's) within a tolerance, the per-call parts lie within the profiled times, the optimizer
 step, the runtime's resident bytes and the host's cores are positive, and the predicted
 memory holds the runtime's bytes (the old terms left all of these out); a loss is priced as
-transient bytes; a per-layer term of the wrong length is a ValueError naming it."""
+transient bytes; a per-layer term of the wrong length is a ValueError naming it; a layer that
+works in place (nn.ReLU(inplace=True)) is profiled."""
 import os
 import sys
 import unittest
@@ -105,6 +106,17 @@ class AutoLayoutTest(unittest.TestCase):
         fixed = _auto_layout._layout.search(rows, _auto_layout.DEFAULT_COMM, options)
         self.assertEqual(fixed["ranked"][0]["memory_bytes"] - bare["ranked"][0]["memory_bytes"],
                          5 << 20)
+
+    def test_a_layer_that_works_in_place_is_profiled(self):
+        # torchvision's resnets: nn.ReLU(inplace=True) as a layer of its own. Profiled on a
+        # leaf needing grad it raised "a leaf Variable that requires grad is being used in an
+        # in-place operation" (heft plan --model on resnet18's children).
+        torch.manual_seed(0)
+        layers = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(inplace=True),
+                                     torch.nn.Linear(64, 64), torch.nn.ReLU(inplace=True))
+        plan = _auto_layout.auto_layout(layers, torch.randn(4, 64), world=2,
+                                        memory_limit=1 << 30, loss_fn=lambda y: y.sum())
+        self.assertEqual(plan.data * plan.sharded * plan.tensor * plan.pipeline, 2)
 
     def test_bad_world(self):
         with self.assertRaisesRegex(ValueError, "world=0"):

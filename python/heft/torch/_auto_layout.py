@@ -116,9 +116,13 @@ def _saved_and_transient(layers, example_batch, loss_fn):
     try:
         with torch.enable_grad():
             for i, layer in enumerate(layers):
-                x_in = x.detach().clone()
-                if x_in.is_floating_point():
-                    x_in.requires_grad_(i > 0 or example_batch.requires_grad)
+                x_in = x.detach()
+                if x_in.is_floating_point():  # a copy, not a leaf: a layer that works in place
+                    # (nn.ReLU(inplace=True), torchvision's resnets) may write it, as in the
+                    # pipeline's profile (_pipeline_plan._profile)
+                    x_in = x_in.requires_grad_(i > 0 or example_batch.requires_grad).clone()
+                else:
+                    x_in = x_in.clone()
                 if i + 1 == len(layers):
                     head_input = x_in
                 before = _layout.heap_in_use()
@@ -131,7 +135,7 @@ def _saved_and_transient(layers, example_batch, loss_fn):
             if loss_fn is not None:
                 for _ in range(2):
                     before = _layout.heap_in_use()
-                    y = layers[-1](head_input.detach().requires_grad_(head_input.requires_grad))
+                    y = layers[-1](head_input.detach().requires_grad_(head_input.requires_grad).clone())
                     t0 = time.process_time()
                     loss = loss_fn(y)
                     loss_s = 2 * (time.process_time() - t0)
