@@ -49,6 +49,7 @@ struct LayoutChoice {
   // `trials` run; 0 and 0: none ran (the prediction's first).
   int trial = 0;
   int trials = 0;
+  double calibration = 0;  // measured / predicted step the trials fitted (layout_trials.h); 0: none
 };
 
 // The search's inputs for `world_size` ranks: profiled and measured on `comm` (collective
