@@ -80,6 +80,11 @@ void check_layout(const ModelCost& model, const SearchOptions& o, const Layout& 
   if (model.heads > 0 && model.heads % l.tensor != 0)
     throw InvalidArgument("tensor " + std::to_string(l.tensor) + " does not divide heads " +
                           std::to_string(model.heads));
+  if (o.tensor_splits > 0 && o.tensor_splits % l.tensor != 0)
+    throw InvalidArgument("tensor " + std::to_string(l.tensor) + ": " +
+                          (o.tensor_splits == 1 ? std::string("the model has no tensor plan")
+                                                : "its tensor plan splits by divisors of " +
+                                                      std::to_string(o.tensor_splits) + " only"));
   if (l.pipeline * l.virtual_stages > n)
     throw InvalidArgument("pipeline " + std::to_string(l.pipeline) + " x virtual stages " +
                           std::to_string(l.virtual_stages) + " exceeds the model's " + std::to_string(n) + " layers");

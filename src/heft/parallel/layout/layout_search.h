@@ -146,6 +146,9 @@ struct SearchOptions {
   std::vector<bool> checkpointing = {false, true};
   double memory_weight = 0.2;  // the partitioner's (optimize: speed)
   bool overlap_gradients = false;
+  // > 0: the tensor degree must divide it (the degrees the model's tensor plan can split it
+  // into; 1: the model has none, so tensor 1 only). 0: any (heft-train's GPT: ModelCost::heads).
+  int tensor_splits = 0;
   // host_cores > 0: the layers' and optimizer's times are of one rank alone, and a layout's
   // compute is x max(1, (host_threads x (1 - bubble) + host_load) / host_cores): the host's
   // ranks x threads busy (a pipeline's idle share frees cores) and its other runnable load.
