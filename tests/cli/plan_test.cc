@@ -162,7 +162,8 @@ TEST(HeftPlan, BadFlagsAreNamed) {
   }
 }
 
-// A PyTorch model's factory: 4 x (Linear(64, 64), ReLU) on 8 samples.
+// A PyTorch model's factory: 4 x (Linear(64, 64), ReLU) on 8 samples; planned() adds a tensor
+// plan (the first two Linears split).
 std::string write_factory(const TempDir& dir) {
   const std::string path = dir.path() + "/mlp.py";
   std::ofstream(path) << "import torch\n"
@@ -171,6 +172,9 @@ std::string write_factory(const TempDir& dir) {
                          "    for _ in range(4):\n"
                          "        layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]\n"
                          "    return torch.nn.Sequential(*layers), torch.randn(8, 64)\n"
+                         "def planned():\n"
+                         "    model, x = build()\n"
+                         "    return model, x, {'0': 'colwise', '2': 'rowwise'}\n"
                          "def broken():\n"
                          "    return 3\n";
   return path;
@@ -188,6 +192,18 @@ TEST(HeftPlan, PythonModelAloneWithTheDefaultCosts) {
   EXPECT_NE(out.text.find("memory limit 8.0 GB per rank (--memory_limit_gb)"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("feasible layouts (fastest first)"), std::string::npos) << out.text;
   EXPECT_TRUE(std::regex_search(out.text, kLayoutLine)) << out.text;
+  // Without a tensor plan the tensor degree is 1; with the factory's plan, 2 is priced.
+  EXPECT_NE(out.text.find("tensor 2 x pipeline 1, m 1, v 1, ckpt off: tensor 2: the model has no tensor plan"),
+            std::string::npos)
+      << out.text;
+  const heft::test::CommandOutput planned =
+      run_command(heft(dir, "plan --model " + factory + ":planned -n 2 --memory_limit_gb 8"));
+  ASSERT_EQ(planned.code, 0) << planned.text;
+  EXPECT_EQ(planned.text.find("the model has no tensor plan"), std::string::npos) << planned.text;
+  std::smatch with, without;  // the planned model's feasible layouts add those with tensor 2
+  ASSERT_TRUE(std::regex_search(planned.text, with, std::regex("(\\d+) feasible layouts"))) << planned.text;
+  ASSERT_TRUE(std::regex_search(out.text, without, std::regex("(\\d+) feasible layouts"))) << out.text;
+  EXPECT_GT(std::stoi(with[1]), std::stoi(without[1]));
   const heft::test::CommandOutput none =
       run_command(heft(dir, "plan --model " + factory + ":build -n 2 --memory_limit_gb 0.001"));
   EXPECT_EQ(none.code, 2) << none.text;
@@ -196,7 +212,7 @@ TEST(HeftPlan, PythonModelAloneWithTheDefaultCosts) {
       << none.text;
   const heft::test::CommandOutput broken = run_command(heft(dir, "plan --model " + factory + ":broken -n 2"));
   EXPECT_EQ(broken.code, 2) << broken.text;
-  EXPECT_NE(broken.text.find(":broken: the factory returned int, expected a tuple (model_or_layers, example_batch)"),
+  EXPECT_NE(broken.text.find(":broken: the factory returned int, expected a tuple (model_or_layers, example_batch[, tensor_plan])"),
             std::string::npos)
       << broken.text;
 }

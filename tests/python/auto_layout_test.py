@@ -9,7 +9,8 @@ layer's) within a tolerance, the per-call parts lie within the profiled times, t
 step, the runtime's resident bytes and the host's cores are positive, and the predicted
 memory holds the runtime's bytes (the old terms left all of these out); a loss is priced as
 transient bytes; a per-layer term of the wrong length is a ValueError naming it; a layer that
-works in place (nn.ReLU(inplace=True)) is profiled."""
+works in place (nn.ReLU(inplace=True)) is profiled; the tensor degree is 1 without a tensor
+plan and one the plan can split the model into with one."""
 import os
 import sys
 import unittest
@@ -117,6 +118,29 @@ class AutoLayoutTest(unittest.TestCase):
         plan = _auto_layout.auto_layout(layers, torch.randn(4, 64), world=2,
                                         memory_limit=1 << 30, loss_fn=lambda y: y.sum())
         self.assertEqual(plan.data * plan.sharded * plan.tensor * plan.pipeline, 2)
+
+    def test_the_tensor_degree_is_one_the_model_can_split_into(self):
+        # Without a tensor plan (a conv net, resnet18's children: heft plan --model chose tensor
+        # 4 for it, which tensor_parallel cannot apply) only tensor 1; with one, the degrees
+        # the plan splits the model into (Linear(64, 64): 2 and 4 divide 64; Linear(64, 6):
+        # 2 divides 6, 4 does not).
+        rows = lambda plan: {r["layout"]["tensor"] for r in plan.ranked}  # noqa: E731
+        none = _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4, memory_limit=1 << 30)
+        self.assertEqual(rows(none), {1})
+        self.assertIn("the model has no tensor plan", " ".join(d["reason"] for d in none.dropped))
+        plan = {"0": "colwise", "1": "rowwise"}
+        split = _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4, memory_limit=1 << 30,
+                                         tensor_plan=plan)
+        self.assertEqual(rows(split), {1, 2, 4})
+        narrow = torch.nn.Sequential(torch.nn.Linear(64, 6), torch.nn.ReLU(), torch.nn.Linear(6, 64))
+        two = _auto_layout.auto_layout(narrow, torch.randn(4, 64), world=4, memory_limit=1 << 30,
+                                       tensor_plan={"0": "colwise", "2": "rowwise"})
+        self.assertEqual(rows(two), {1, 2})
+        self.assertIn("its tensor plan splits by divisors of 2 only",
+                      " ".join(d["reason"] for d in two.dropped))
+        with self.assertRaisesRegex(ValueError, "plan pattern 'nothing.*' matches no module"):
+            _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4, memory_limit=1 << 30,
+                                     tensor_plan={"nothing.*": "colwise"})
 
     def test_bad_world(self):
         with self.assertRaisesRegex(ValueError, "world=0"):

@@ -213,11 +213,32 @@ def host_terms(world, ranks_per_host=None):
                 host_load=_layout.runnable_elsewhere())
 
 
+def tensor_splits(model, world, heads, tensor_plan):
+    """SearchOptions.tensor_splits: the largest tensor degree dividing `world` that
+    `tensor_plan` (tensor_parallel's plan) can split `model` into (its splits are by
+    divisibility, so every divisor of it can too); 0 (any degree, `heads` still divides it)
+    when there is no plan but `heads` says the model splits; 1 when nothing says it splits.
+    A plan that names no module of the model is a ValueError naming its pattern."""
+    if tensor_plan is None:
+        return 0 if heads > 0 else 1
+    from ._tensor_parallel_plan import plan_layers
+    plan_layers(model, tensor_plan, 1)  # a pattern that names nothing: the plan's own error
+    best = 1
+    for t in range(2, world + 1):
+        if world % t == 0:
+            try:
+                plan_layers(model, tensor_plan, t)
+                best = t
+            except ValueError:
+                pass
+    return best
+
+
 def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, global_batch=None,
                 optimizer="adamw", comm=None, heads=0, saved_activation_factor=4.0,
                 tensor_allreduces_per_layer=2, microbatches=(1, 2, 4, 8, 16, 32),
                 virtual_stages=(1, 2), checkpointing=(False, True), overlap_gradients=True,
-                group=None, loss_fn=None, ranks_per_host=None):
+                group=None, loss_fn=None, ranks_per_host=None, tensor_plan=None):
     """Measures the model (measure_model, host_terms) on `example_batch` (its first dimension
     is the profiled batch) and returns the fastest feasible LayoutPlan; ValueError naming the
     smallest memory any layout needs when none fits `memory_limit` (bytes per rank).
@@ -225,8 +246,14 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
     comm: rows to use; None: measured on `group` (or the default heft group, see _heft_group; a
     collective then), else DEFAULT_COMM. loss_fn: the last layer's output -> the loss (priced
     on the last stage; None: the output's gradient only). overlap_gradients: DDP's buckets
-    reduce during the backward (torch's DDP, heft's DistributedDataParallel, do)."""
+    reduce during the backward (torch's DDP, heft's DistributedDataParallel, do).
+    tensor_plan: the plan tensor_parallel would apply (module-name patterns -> 'colwise',
+    'rowwise', 'vocab', 'heads'); the tensor degree is then one the plan can split the model
+    into. Without one the tensor degree is 1 (a conv net cannot be split by tensor_parallel),
+    unless `heads` > 0 says the model splits by heads."""
     layers = layers_of(layers_or_sequential)
+    whole = layers_or_sequential if isinstance(layers_or_sequential, torch.nn.Module) \
+        else torch.nn.Sequential(*layers)
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"auto_layout: optimizer={optimizer!r}: expected one of "
                          f"{sorted(OPTIMIZER_STATE)}")
@@ -235,6 +262,7 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
             raise ValueError(f"auto_layout: {name}={value!r}: expected a positive integer")
     if loss_fn is not None and not callable(loss_fn):
         raise ValueError(f"auto_layout: loss_fn={loss_fn!r}: expected a callable (output -> loss)")
+    splits = tensor_splits(whole, world, heads, tensor_plan)
     profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
     global_batch = global_batch if global_batch is not None else profiled * world
     heft_group = _heft_group(group)
@@ -262,6 +290,7 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                    tensor_allreduces_per_layer=tensor_allreduces_per_layer, heads=heads,
                    microbatches=list(microbatches), virtual_stages=list(virtual_stages),
                    checkpointing=list(checkpointing), overlap_gradients=bool(overlap_gradients),
+                   tensor_splits=splits,
                    # torch's DDP: its buckets are a flat copy of the gradients
                    # (gradient_as_bucket_view=False; heft-train's C++ DDP has views, 0);
                    # ShardedDataParallel: the full gradients before their reduce-scatters

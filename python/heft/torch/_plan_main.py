@@ -1,6 +1,7 @@
 """`heft plan --model FILE.py:FACTORY|MODULE:FUNCTION` (src/heft/cli/plan.cc runs
 `python3 -m heft.torch._plan_main MODEL RANKS MEMORY_LIMIT_GB GLOBAL_BATCH OPTIMIZER`):
-FACTORY() returns (model_or_layers, example_batch); heft.torch.parallel.auto_layout plans it
+FACTORY() returns (model_or_layers, example_batch[, tensor_plan]) (tensor_plan: the plan
+tensor_parallel would apply; without one the tensor degree is 1); heft.torch.parallel.auto_layout plans it
 for RANKS ranks and this prints what heft-train's --print-plan prints (the inputs, the
 collective costs and whether they were measured, the search's table, the `layout:` line).
 Alone it uses the default collective costs; under `heft run -n RANKS` (heft plan --measure)
@@ -47,15 +48,19 @@ def load_factory(spec):
 
 
 def made_model(spec):
-    """(model_or_layers, example_batch) from the factory, checked."""
+    """(model_or_layers, example_batch, tensor_plan or None) from the factory, checked."""
     made = load_factory(spec)()
-    if not (isinstance(made, tuple) and len(made) == 2):
+    if not (isinstance(made, tuple) and len(made) in (2, 3)):
         raise BadModel(f"the factory returned {type(made).__name__}, expected a tuple "
-                       "(model_or_layers, example_batch)")
+                       "(model_or_layers, example_batch[, tensor_plan])")
     if not isinstance(made[1], torch.Tensor):
         raise BadModel(f"the factory's example_batch is a {type(made[1]).__name__}, expected a "
                        "tensor whose first dimension is the batch")
-    return made
+    if len(made) == 3 and not isinstance(made[2], dict):
+        raise BadModel(f"the factory's tensor_plan is a {type(made[2]).__name__}, expected a dict "
+                       "of module-name patterns to 'colwise', 'rowwise', 'vocab' or 'heads' "
+                       "(tensor_parallel's plan)")
+    return made if len(made) == 3 else (*made, None)
 
 
 def memory_limit(limit_gb, ranks):
@@ -108,7 +113,7 @@ def plan(spec, ranks, limit_gb, global_batch, optimizer):
         dist.init_process_group("heft", init_method="env://")
     rank0 = not joined or dist.get_rank() == 0
     try:
-        model, example = made_model(spec)
+        model, example, tensor_plan = made_model(spec)
     except BadModel as e:
         if rank0:
             print(f"heft plan: --model {spec}: {e}", file=sys.stderr)
@@ -121,7 +126,8 @@ def plan(spec, ranks, limit_gb, global_batch, optimizer):
     limit, source = memory_limit(limit_gb, ranks)
     try:
         p = _auto_layout.auto_layout(model, example, world=ranks, memory_limit=limit,
-                                     global_batch=global_batch or None, optimizer=optimizer)
+                                     global_batch=global_batch or None, optimizer=optimizer,
+                                     tensor_plan=tensor_plan)
     except (ValueError, TypeError) as e:
         if rank0:
             print("heft plan: " + str(e).removeprefix("auto_layout: ").removeprefix("Pipeline: "),

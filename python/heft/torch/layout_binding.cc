@@ -122,6 +122,7 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   so.host_cores = optional<double>(o, "host_cores", 0);
   so.host_threads = optional<double>(o, "host_threads", 0);
   so.host_load = optional<double>(o, "host_load", 0);
+  so.tensor_splits = optional<int>(o, "tensor_splits", 0);
   pl::SearchResult r;
   try {
     r = pl::search(model, table, so);

@@ -11,7 +11,7 @@
 //     --print-plan` for N ranks on this host;
 //   heft plan --model FILE.py:FACTORY|MODULE:FUNCTION [-n N] [--memory_limit_gb G] [--measure]
 //     [--global_batch B] [--optimizer O]   a PyTorch model: /usr/bin/python3 runs
-//     heft.torch._plan_main, which calls FACTORY() -> (model_or_layers, example_batch) and
+//     heft.torch._plan_main, which calls FACTORY() -> (model_or_layers, example_batch[, tensor_plan]) and
 //     heft.torch.parallel.auto_layout.
 // Without --measure one process profiles and prices the collectives with the defaults, and
 // says so; with it `heft run -n N` starts N ranks on this host that measure the collectives
@@ -223,7 +223,8 @@ Command add_plan_command(CLI::App& app) {
   cmd->add_option("--model", args->model,
                   "Instead of SPEC: heft-train's model by name (gpt; its hyperparameters follow as "
                   "--name value, e.g. --n_layer 12 --batch_size 8), or a PyTorch model: FILE.py:FACTORY or "
-                  "MODULE:FUNCTION, where FACTORY() returns (nn.Sequential or list of layers, example_batch)")
+                  "MODULE:FUNCTION, where FACTORY() returns (nn.Sequential or list of layers, example_batch[, "
+                  "tensor_plan]); without tensor_parallel's plan the tensor degree is 1")
       ->type_name("NAME|FILE.py:FACTORY");
   cmd->add_option("-n", args->ranks, "With --model: the ranks to plan for (all on this host)")
       ->type_name("N")
