@@ -6,8 +6,9 @@
 // heft stop) makes the run checkpoint at the next step boundary and exit 0, as an
 // interrupted worker should (docs/jobs.md). auto_layout (docs/auto-layout.md): the layout
 // search chooses the degrees before training (auto_layout.h), its first few layouts run a few
-// steps each and the fastest measured trains (layout_trials.h), and world rank 0 prints, after
-// the run, "layout: <the choice> measured_step_s=M peak_rss_gb=R trial=I trials=K"; --print-plan prints the
+// steps each, the nearest run off and the fastest trains (layout_trials.h), and world rank 0
+// prints, after the run, "layout: <the choice> [calibrated_step_s=C] measured_step_s=M
+// peak_rss_gb=R trial=I trials=K"; --print-plan prints the
 // search's table for WORLD_SIZE ranks on this one process, without training. Exit codes: 0 done or stopped; 2 bad input
 // (hyperparameters, HEFT_CHECKPOINT, a distribution heft-train cannot run or that does not
 // fit the world, malformed data, a checkpoint of another model: every heft::InvalidArgument);
@@ -270,11 +271,17 @@ int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution
     if (choice && world.comm->rank() == 0) {
       struct rusage u {};
       getrusage(RUSAGE_SELF, &u);
-      std::printf("layout: %s measured_step_s=%.4f peak_rss_gb=%.3f trial=%d trials=%d\n",
+      // calibrated_step_s: the prediction x the trials' measured / predicted (none without trials).
+      char calibrated[48] = "";
+      if (choice->calibration > 0)
+        std::snprintf(calibrated, sizeof calibrated, " calibrated_step_s=%.4f",
+                      choice->prediction.step_s * choice->calibration);
+      std::printf("layout: %s%s measured_step_s=%.4f peak_rss_gb=%.3f trial=%d trials=%d\n",
                   heft::train::layout_fields(choice->prediction,
                                              static_cast<double>(choice->inputs.options.memory_limit_bytes))
                       .c_str(),
-                  r.median_step_s, static_cast<double>(u.ru_maxrss) * 1024 / 1e9, choice->trial, choice->trials);
+                  calibrated, r.median_step_s, static_cast<double>(u.ru_maxrss) * 1024 / 1e9, choice->trial,
+                  choice->trials);
       std::fflush(stdout);
     }
     if (r.stopped)
