@@ -54,7 +54,7 @@ TEST(JobSpec, BuiltinTrainerGetsDefaultMetricsAfterItsOwn) {
                                              "layout:tensor", "layout:pipeline",
                                              "layout:microbatches", "layout:virtual_stages",
                                              "layout:checkpointing", "layout:predicted_step_s",
-                                             "layout:measured_step_s", "layout:trial",
+                                             "layout:calibrated_step_s", "layout:measured_step_s", "layout:trial",
                                              "layout:trials"}));
   EXPECT_EQ(r.value().metric_definitions[0].regex, "L=([0-9.]+)");
 }
@@ -81,6 +81,18 @@ TEST(JobSpec, BuiltinMetricRegexesMatchTheTrainerLines) {
   ASSERT_TRUE(std::regex_search(val, m, re.at("validation:loss")));
   EXPECT_EQ(m[1], "2.25");
   EXPECT_FALSE(std::regex_search(val, m, re.at("train:loss"))) << "val_loss is not loss";
+  const std::string layout =
+      "layout: data=1 sharded=1 tensor=4 pipeline=1 microbatches=1 virtual_stages=1 checkpointing=0 "
+      "predicted_step_s=0.0507 predicted_memory_gb=0.356 memory_limit_gb=8.000 calibrated_step_s=0.0690 "
+      "measured_step_s=0.0671 peak_rss_gb=0.394 trial=2 trials=6";
+  ASSERT_TRUE(std::regex_search(layout, m, re.at("layout:predicted_step_s")));
+  EXPECT_EQ(m[1], "0.0507");
+  ASSERT_TRUE(std::regex_search(layout, m, re.at("layout:calibrated_step_s")));
+  EXPECT_EQ(m[1], "0.0690");
+  ASSERT_TRUE(std::regex_search(layout, m, re.at("layout:measured_step_s")));
+  EXPECT_EQ(m[1], "0.0671");
+  ASSERT_TRUE(std::regex_search(layout, m, re.at("layout:trial")));
+  EXPECT_EQ(m[1], "2");
   const std::string final_line = "final: step=400 loss=0.3 test_acc=0.85 samples_per_s=9 seconds=3";
   for (auto& [name, r] : re) EXPECT_FALSE(std::regex_search(final_line, m, r)) << name;
 }

@@ -532,6 +532,8 @@ std::vector<MetricDefinition> builtin_metric_definitions() {
           {"layout:virtual_stages", "^layout: .*\\bvirtual_stages=" + number},
           {"layout:checkpointing", "^layout: .*\\bcheckpointing=" + number},
           {"layout:predicted_step_s", "^layout: .*\\bpredicted_step_s=" + number},
+          // the prediction x the layout trials' measured / predicted (train/layout_trials.h)
+          {"layout:calibrated_step_s", "^layout: .*\\bcalibrated_step_s=" + number},
           {"layout:measured_step_s", "^layout: .*\\bmeasured_step_s=" + number},
           // layout trials (train/layout_trials.h): the trial that won, of how many; 0 of 0: none
           {"layout:trial", "^layout: .*\\btrial=" + number},
