@@ -9,7 +9,8 @@
 // comm table's group lookup; the memory of known layouts, exactly; the host's contention
 // (busy ranks and load over cores), the optimizer's share, a step's transient bytes and the
 // sharded layers' own collectives; the largest tensor's copies in and after the backward, the
-// retained transient and rank 0's profile.
+// retained transient and rank 0's profile; the host terms measured at the start (inflation of the
+// compute and of the step, synchronisation delays per point, overlap only on idle cores).
 #include "heft/parallel/layout/layout_search.h"
 
 #include <gtest/gtest.h>
@@ -307,6 +308,107 @@ TEST(LayoutSearch, CommTableLookup) {
   EXPECT_NEAR(t.seconds(Collective::kAllReduce, 4, 1000000), 1.002, 1e-12);   // the next above
   EXPECT_NEAR(t.seconds(Collective::kAllReduce, 16, 1000000), 1.002, 1e-12);  // the largest below
   EXPECT_THROW(t.seconds(Collective::kP2P, 2, 10), InvalidArgument);
+}
+
+// The host terms measured at the start (host_probe.h; bench/auto_layout.sh: predictions 20-60%
+// low on 4 ranks of 2 cores). Inflation scales the layers' compute and, apart, the step's
+// (optimizer and gradient norm) before the contention.
+TEST(LayoutSearchHostTerms, InflationScalesComputeAndStepApart) {
+  ModelCost m = model(1000, 1000);
+  m.optimizer_s = 0.1;
+  const CommTable free = table(kInf, kInf, kInf);
+  SearchOptions o = options(int64_t{1} << 50);
+  Layout ddp;
+  ddp.data = 4;
+  const Prediction base = evaluate(m, free, o, ddp);  // 4 samples x 8 layers x 3 ms + 0.1
+  ASSERT_NEAR(base.compute_s, 4 * 8 * 3e-3 + 0.1, 1e-12);
+  o.host_compute_inflation = 1.25;
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, 1.25 * 4 * 8 * 3e-3 + 0.1, 1e-12);
+  o.host_step_inflation = 2;
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, 1.25 * 4 * 8 * 3e-3 + 0.2, 1e-12);
+  o.host_cores = 2, o.host_threads = 4;  // then the contention, on both
+  EXPECT_NEAR(evaluate(m, free, o, ddp).compute_s, 2 * (1.25 * 4 * 8 * 3e-3 + 0.2), 1e-12);
+  EXPECT_NEAR(evaluate(m, free, o, ddp).step_s, evaluate(m, free, o, ddp).compute_s, 1e-12);
+}
+
+TEST(LayoutSearchHostTerms, SyncDelayLookup) {
+  const std::vector<SyncDelay> d = {{2, 1e-3}, {8, 3e-3}};
+  EXPECT_EQ(sync_seconds(d, 1), 0);
+  EXPECT_EQ(sync_seconds(d, 2), 1e-3);
+  EXPECT_EQ(sync_seconds(d, 4), 3e-3);   // the next above
+  EXPECT_EQ(sync_seconds(d, 16), 3e-3);  // the largest below
+  EXPECT_EQ(sync_seconds({}, 4), 0);
+}
+
+// Each synchronisation point on the step's critical path waits sync_seconds of its group:
+// tensor all-reduces per layer and micro-batch, a pipeline's p2p per micro-batch and its fill
+// and drain, DDP's buckets, a sharded layer's gathers and reduce-scatter.
+TEST(LayoutSearchHostTerms, SyncDelayPerSynchronisationPoint) {
+  ModelCost m = model(1000, 1000);
+  m.tensor_allreduces_per_layer = 4;
+  const CommTable free = table(kInf, kInf, kInf);
+  SearchOptions o = options(int64_t{1} << 50);
+  Layout tensor;
+  tensor.tensor = 4, tensor.microbatches = 2;
+  Layout pipe;
+  pipe.pipeline = 4, pipe.microbatches = 4;
+  Layout ddp;
+  ddp.data = 4;
+  Layout sharded;
+  sharded.sharded = 4, sharded.microbatches = 2;
+  const Prediction t0 = evaluate(m, free, o, tensor), p0 = evaluate(m, free, o, pipe), d0 = evaluate(m, free, o, ddp),
+                   s0 = evaluate(m, free, o, sharded);
+  o.host_sync = {{2, 1e-3}, {4, 2e-3}};
+  const Prediction t1 = evaluate(m, free, o, tensor);
+  // 8 layers x 4 all-reduces x 2 micro-batches on groups of 4.
+  EXPECT_NEAR(t1.step_s - t0.step_s, 8 * 4 * 2 * 2e-3, 1e-12);
+  EXPECT_NEAR(t1.sync_s, 8 * 4 * 2 * 2e-3, 1e-12);
+  EXPECT_NEAR(t1.tensor_comm_s - t0.tensor_comm_s, 8 * 4 * 2 * 2e-3, 1e-12);
+  EXPECT_NEAR(t1.compute_s, t0.compute_s, 1e-12);  // wall seconds: not x the contention
+  // A middle stage waits on 4 p2p a micro-batch (activation in and out, gradient in and
+  // out) x 4, and the fill and drain cross 3 boundaries each way: pairs.
+  EXPECT_NEAR(evaluate(m, free, o, pipe).step_s - p0.step_s, (4 * 4 + 2 * 3) * 1e-3, 1e-12);
+  // DDP: one bucket (8000 bytes of gradients); more buckets, more waits.
+  EXPECT_NEAR(evaluate(m, free, o, ddp).step_s - d0.step_s, 2e-3, 1e-12);
+  o.first_bucket_bytes = 1000, o.bucket_bytes = 2000;  // 1000 + 4 x 2000 = 9000 >= 8000
+  EXPECT_NEAR(evaluate(m, free, o, ddp).step_s - d0.step_s, 5 * 2e-3, 1e-12);
+  // Sharded: 8 layers x (2 gathers x 2 micro-batches + a reduce-scatter) on groups of 4.
+  const Prediction s1 = evaluate(m, free, o, sharded);
+  EXPECT_NEAR(s1.gradient_comm_s - s0.gradient_comm_s, 8 * 5 * 2e-3, 1e-12);
+  EXPECT_NEAR(s1.step_s - s0.step_s, 8 * 5 * 2e-3, 1e-12);
+}
+
+// With free communication and compute alone the most data-parallel layout wins (above);
+// when synchronisation points cost, a layout with many (tensor 4: 32 a micro-batch) ranks
+// below one with few, though the first computes less per rank.
+TEST(LayoutSearchHostTerms, SyncDelayRanksManyPointsLower) {
+  ModelCost m = model(1000, 1000);
+  m.tensor_allreduces_per_layer = 4;
+  m.optimizer_s = 0.2;  // a whole step on every replica: tensor 4 computes a quarter of it
+  const CommTable free = table(kInf, kInf, kInf);
+  SearchOptions o = options(int64_t{1} << 50);
+  o.microbatches = {1}, o.checkpointing = {false};
+  const auto first = [&] { return search(m, free, o).ranked.front().layout; };
+  EXPECT_EQ(first().tensor, 4) << to_string(first());
+  o.host_sync = {{4, 5e-3}};
+  EXPECT_EQ(first().tensor, 1) << to_string(first());
+}
+
+// DDP's gradient all-reduce hides behind the backward only on cores the ranks leave idle.
+TEST(LayoutSearchHostTerms, OverlapNeedsIdleCores) {
+  ModelCost m = model(1000, 1000);
+  CommTable slow = table(1e6, kInf, kInf);  // the all-reduce of 8000 bytes: 8 ms
+  SearchOptions o = options(int64_t{1} << 50);
+  o.overlap_gradients = true;
+  o.host_cores = 4, o.host_threads = 2;  // half the cores idle
+  Layout ddp;
+  ddp.data = 4;
+  const Prediction hidden = evaluate(m, slow, o, ddp);
+  EXPECT_NEAR(hidden.step_s, hidden.compute_s, 1e-12);  // all hidden (a backward of 64 ms)
+  o.overlap_needs_idle_cores = true;
+  EXPECT_NEAR(evaluate(m, slow, o, ddp).step_s, hidden.compute_s + 0.5 * 8e-3, 1e-12);
+  o.host_threads = 4;  // every core busy: none hides
+  EXPECT_NEAR(evaluate(m, slow, o, ddp).step_s, evaluate(m, slow, o, ddp).compute_s + 8e-3, 1e-12);
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <ctime>
 #include <optional>
@@ -17,6 +20,7 @@
 #include "heft/error.h"
 #include "heft/parallel/layout/comm_measure.h"
 #include "heft/parallel/layout/host_memory.h"
+#include "heft/parallel/layout/host_probe.h"
 #include "heft/train/models.h"
 #include "heft/train/pipeline_strategy.h"
 #include "heft/train/text.h"
@@ -25,6 +29,7 @@ namespace heft::train {
 
 namespace {
 
+using parallel::layout::CommTable;
 using parallel::layout::ModelCost;
 using parallel::layout::Prediction;
 
@@ -202,24 +207,75 @@ std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& laye
   return probe;
 }
 
-// The optimizer over the probe's tensors (zero gradients), twice: its second step's CPU
-// seconds x all parameter bytes / the probe's, into h.
+// A step's work after the backward on `params` (their gradients set): heft's gradient norm
+// when hp clips (each gradient in double, squared and summed, then scaled: mesh_strategy.h's
+// clip_replica) and the optimizer's step.
+class StepProbe {
+ public:
+  StepProbe(const Hyperparameters& hp, std::vector<torch::Tensor> params) : clip_(hp.grad_clip > 0), params_(params) {
+    for (torch::Tensor& p : params_) {
+      p.requires_grad_(true);
+      p.mutable_grad() = torch::zeros_like(p);
+    }
+    if (hp.optimizer == "adamw")
+      optimizer_ = std::make_unique<torch::optim::AdamW>(params_, torch::optim::AdamWOptions(1e-6));
+    else
+      optimizer_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(1e-6).momentum(hp.momentum));
+  }
+  void run() {
+    if (clip_) {
+      double sq = 0;
+      for (const torch::Tensor& p : params_) sq += p.grad().to(torch::kDouble).square().sum().item<double>();
+      torch::NoGradGuard no_grad;
+      const double coefficient = 1 / (std::sqrt(sq) + 1.0);  // < 1: the scaling runs, as it does when clipping
+      for (torch::Tensor& p : params_) p.mutable_grad().mul_(coefficient);
+    }
+    optimizer_->step();
+  }
+
+ private:
+  bool clip_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+// The step's probe (StepProbe) twice: its second run's CPU seconds x all parameter bytes / the
+// probe's, into h.
 void optimizer_profile(const Hyperparameters& hp, std::vector<torch::Tensor> params, int64_t probe_bytes,
                        int64_t all_bytes, Header& h) {
-  for (torch::Tensor& p : params) {
-    p.requires_grad_(true);
-    p.mutable_grad() = torch::zeros_like(p);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (hp.optimizer == "adamw")
-    optimizer = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-6));
-  else
-    optimizer = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(1e-6).momentum(hp.momentum));
+  StepProbe probe(hp, std::move(params));
   for (int round = 0; round < 2; ++round) {
     const double t0 = cpu_seconds();
-    optimizer->step();
+    probe.run();
     h.optimizer_s = (cpu_seconds() - t0) * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, probe_bytes));
   }
+}
+
+// The host terms (parallel/layout/host_probe.h) on every rank of `comm`: the compute probe is
+// a GPT block's MLP (C -> 4C -> C, GELU) forward and backward on one rank's micro-batch of
+// `batch` sequences (the profile's), the step probe StepProbe on one flat tensor of the
+// profile's optimizer probe size. Every rank gets rank 0's figures.
+void measure_host_terms(const Hyperparameters& hp, int64_t batch, int64_t step_probe_bytes, const CommTable& table,
+                        comm::Communicator& comm, parallel::layout::SearchOptions& o) {
+  torch::NoGradGuard outside;  // the probes' own graphs only
+  const int64_t c = hp.n_embd, rows = batch * hp.block_size;
+  const torch::Tensor x = torch::randn({rows, c});
+  const torch::Tensor w1 = torch::randn({c, 4 * c}).mul_(0.02).requires_grad_(true);
+  const torch::Tensor w2 = torch::randn({4 * c, c}).mul_(0.02).requires_grad_(true);
+  const std::function<void()> block = [&] {
+    torch::AutoGradMode grad(true);
+    const torch::Tensor y = torch::gelu(x.mm(w1)).mm(w2);
+    y.sum().backward();
+  };
+  parallel::layout::HostProbeOptions options;
+  o.host_compute_inflation = parallel::layout::measure_inflation(comm, block, options);
+  {
+    StepProbe step(hp, {torch::randn({std::max<int64_t>(1, step_probe_bytes / 4)})});
+    options.rounds = 3;
+    o.host_step_inflation = parallel::layout::measure_inflation(comm, [&] { step.run(); }, options);
+  }
+  options.rounds = 16;
+  o.host_sync = parallel::layout::measure_sync_delay(comm, block, table, options);
 }
 
 // Peak resident bytes of this process so far (getrusage's ru_maxrss).
@@ -386,6 +442,17 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   o.global_batch = static_cast<int>(hp.batch_size);
   o.memory_weight = d.modelparallel.memory_weight;
   o.overlap_gradients = true;  // DDP's buckets reduce during the backward
+  o.overlap_needs_idle_cores = true;
+  o.bucket_bytes = static_cast<int64_t>(hp.bucket_mb * (1 << 20));
+  o.first_bucket_bytes = std::min<int64_t>(o.first_bucket_bytes, o.bucket_bytes);
+  if (in.comm_measured) {
+    // The step probe's size: the profile's optimizer probe (the largest layer, at most 8 MiB).
+    int64_t largest = 0;
+    for (const parallel::pipeline::LayerCost& layer : m.layers) largest = std::max(largest, layer.param_bytes);
+    const auto t0 = std::chrono::steady_clock::now();
+    measure_host_terms(hp, batch, std::min(largest, kOptimizerProbeBytes), in.comm, comm, o);
+    in.host_probe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return in;
 }
 
@@ -435,6 +502,14 @@ std::string describe_inputs(const LayoutInputs& in) {
      << parallel::layout::format_bytes(in.model.profile_peak_bytes) << " resident and keeps "
      << parallel::layout::format_bytes(in.model.profile_residue_bytes) << "; memory limit " << parallel::layout::format_bytes(in.options.memory_limit_bytes) << " per rank ("
      << in.memory_source << ")\n";
+  if (in.comm_measured)
+    os << "auto_layout: host terms measured on " << in.options.world << " ranks in "
+       << fixed("%.2f", in.host_probe_s) << " s (CPU per unit of work, every rank busy over rank 0 alone: "
+       << parallel::layout::describe_host_terms(in.options.host_compute_inflation, in.options.host_step_inflation,
+                                                in.options.host_sync)
+       << " per point beyond its collective); a busy host hides no gradient collective behind the backward\n";
+  else
+    os << "auto_layout: host terms not measured (one process): compute and step x1, no synchronisation delay\n";
   if (in.comm_measured)
     os << "auto_layout: collective costs measured on " << in.options.world
        << " ranks (seconds = alpha + bytes / beta):\n";

@@ -13,7 +13,10 @@
 //
 // Time: the profile's CPU seconds x max(1, (ranks on the host x threads x busy share + the
 // host's other runnable threads as the job starts) / cores), since the host's ranks share its
-// cores with each other and whatever else runs there (SearchOptions::host_cores). Memory: the search's model plus the process's resident bytes
+// cores with each other and whatever else runs there (SearchOptions::host_cores), with the
+// host terms every rank measures at the start (parallel/layout/host_probe.h: a GPT block's MLP
+// and the step's gradient norm and optimizer on every rank at once against rank 0 alone, and a
+// synchronisation probe). Memory: the search's model plus the process's resident bytes
 // before the model (LibTorch's own), against memory_limit_gb, else the host's available
 // memory (parallel/layout/host_memory.h) / its ranks (LOCAL_WORLD_SIZE).
 #pragma once
@@ -37,6 +40,7 @@ struct LayoutInputs {
   bool comm_measured = false;   // false: default_comm_table() (one process)
   std::string memory_source;    // "memory_limit_gb", "MemAvailable / 4 ranks", ...
   double contention = 1;        // the compute's factor with every rank busy (search: per layout)
+  double host_probe_s = 0;      // wall seconds the host terms took to measure (0: not measured)
 };
 
 struct LayoutChoice {

@@ -34,6 +34,18 @@ double CommTable::seconds(Collective c, int group, int64_t bytes) const {
   return e->alpha_s + static_cast<double>(bytes) / e->beta_bytes_per_s;
 }
 
+double sync_seconds(const std::vector<SyncDelay>& delays, int group) {
+  if (group <= 1) return 0;
+  const SyncDelay* above = nullptr;
+  const SyncDelay* below = nullptr;
+  for (const SyncDelay& d : delays) {
+    if (d.group >= group && (!above || d.group < above->group)) above = &d;
+    if (d.group < group && (!below || d.group > below->group)) below = &d;
+  }
+  const SyncDelay* d = above ? above : below;
+  return d ? d->seconds : 0;
+}
+
 std::string to_string(const Layout& l) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "data %d x sharded %d x tensor %d x pipeline %d, m %d, v %d, ckpt %s", l.data,
@@ -64,6 +76,8 @@ struct Chunk {
   int64_t saved_bytes = 0;        // full activations of one micro-batch / T
   int64_t input_bytes = 0;        // what a checkpointed micro-batch keeps: each layer's input
   int64_t largest_saved = 0;      // one layer's full activations (recomputed one at a time)
+  int tensor_syncs = 0;           // tensor all-reduces a micro-batch waits on (T > 1)
+  int p2p_syncs = 0;              // p2p a micro-batch waits on: 2 per neighbouring chunk
 };
 
 int64_t scaled(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
@@ -103,7 +117,7 @@ void check_layout(const ModelCost& model, const SearchOptions& o, const Layout& 
 }
 
 std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, const Layout& l,
-                             const std::vector<int>& first, double scale) {
+                             const std::vector<int>& first, double scale, double inflation) {
   const int n = static_cast<int>(model.layers.size());
   const int count = static_cast<int>(first.size());
   const double t = l.tensor;
@@ -119,8 +133,9 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
       const double act = static_cast<double>(layer.activation_bytes) * scale;
       const double ff = model.forward_fixed_s.empty() ? 0 : model.forward_fixed_s[static_cast<size_t>(i)];
       const double bf = model.backward_fixed_s.empty() ? 0 : model.backward_fixed_s[static_cast<size_t>(i)];
-      f += (ff + (layer.forward_s - ff) * scale) / t;
-      b += (bf + (layer.backward_s - bf) * scale) / t;
+      f += (ff + (layer.forward_s - ff) * scale) * inflation / t;
+      b += (bf + (layer.backward_s - bf) * scale) * inflation / t;
+      if (l.tensor > 1) ch.tensor_syncs += half;
       // The all-reduced tensor is the hidden state: the smaller of the layer's input and
       // output (a vocabulary-parallel head reduces its input's gradient, not the logits).
       const double in_act =
@@ -150,10 +165,12 @@ std::vector<Chunk> chunks_of(const ModelCost& model, const CommTable& comm, cons
     if (begin > 0) {  // its input's gradient
       const double in = static_cast<double>(model.layers[static_cast<size_t>(begin) - 1].activation_bytes) * scale;
       ch.backward_s += comm.seconds(Collective::kP2P, 2, scaled(in));
+      ch.p2p_syncs += 2;
     }
     if (c + 1 < count) {
       const double out_bytes = static_cast<double>(model.layers[static_cast<size_t>(end) - 1].activation_bytes) * scale;
       ch.forward_s += comm.seconds(Collective::kP2P, 2, scaled(out_bytes));
+      ch.p2p_syncs += 2;
     }
   }
   return out;
@@ -176,14 +193,25 @@ pipeline::Simulation run_pipeline(const Layout& l, const std::vector<double>& f,
 
 // Sharded: each of the stage's `units` layers gathers and reduce-scatters its own parameters
 // (one collective each: units x the latency, the bytes once).
-double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, int units, double* hideable) {
+// *sync: the synchronisation delays of these collectives (SearchOptions::host_sync), in the
+// total and never hideable (a peer's lateness shows at the wait).
+double gradient_comm(const CommTable& comm, const SearchOptions& o, const Layout& l, int64_t g, int units,
+                     double* hideable, double* sync) {
   double t = 0;
   *hideable = 0;
+  *sync = 0;
   if (l.sharded == 1) {
     t = comm.seconds(Collective::kAllReduce, l.data, g);
     *hideable = t;
-    return t;
+    if (l.data > 1 && g > 0) {
+      const int64_t later = std::max<int64_t>(0, g - o.first_bucket_bytes), size = std::max<int64_t>(1, o.bucket_bytes);
+      const int64_t buckets = 1 + (later + size - 1) / size;
+      *sync = static_cast<double>(buckets) * sync_seconds(o.host_sync, l.data);
+    }
+    return t + *sync;
   }
+  *sync = (2.0 * l.microbatches + 1) * units * sync_seconds(o.host_sync, l.sharded) +
+          sync_seconds(o.host_sync, l.data);
   const double more = std::max(0, units - 1);
   const double gathers = 2.0 * l.microbatches *
                          (comm.seconds(Collective::kAllGather, l.sharded, g) +
@@ -192,7 +220,18 @@ double gradient_comm(const CommTable& comm, const Layout& l, int64_t g, int unit
                     more * comm.seconds(Collective::kReduceScatter, l.sharded, 1);
   const double ar = comm.seconds(Collective::kAllReduce, l.data, g / l.sharded);
   *hideable = rs + ar;
-  return gathers + rs + ar;
+  return gathers + rs + ar + *sync;
+}
+
+// The step's critical path waits at each synchronisation point of its busiest stage, m
+// times, and the pipeline's fill and drain cross every stage boundary once more each way.
+double path_sync_s(const SearchOptions& o, const Layout& l, const std::vector<int>& tensor_syncs,
+                   const std::vector<int>& p2p_syncs) {
+  const double tensor_sync = sync_seconds(o.host_sync, l.tensor), pair_sync = sync_seconds(o.host_sync, 2);
+  double path = 0;
+  for (size_t i = 0; i < tensor_syncs.size(); ++i)
+    path = std::max(path, l.microbatches * (tensor_syncs[i] * tensor_sync + p2p_syncs[i] * pair_sync));
+  return path + 2.0 * (l.pipeline - 1) * pair_sync;
 }
 
 }  // namespace
@@ -205,10 +244,11 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
   Prediction pr;
   pr.layout = l;
   pr.stage_first = pv == 1 ? std::vector<int>{0} : pipeline::auto_partition(model.layers, pv, o.memory_weight).first;
-  const std::vector<Chunk> ch = chunks_of(model, comm, l, pr.stage_first, scale);
+  const std::vector<Chunk> ch = chunks_of(model, comm, l, pr.stage_first, scale, o.host_compute_inflation);
 
   // Per stage: its chunks s, s + P, ...
   std::vector<double> f(static_cast<size_t>(P)), b(static_cast<size_t>(P)), tc(static_cast<size_t>(P));
+  std::vector<int> tensor_syncs(static_cast<size_t>(P)), p2p_syncs(static_cast<size_t>(P));
   std::vector<int64_t> params(static_cast<size_t>(P)), largest(static_cast<size_t>(P)), saved(static_cast<size_t>(P)),
       inputs(static_cast<size_t>(P)), chunk_max(static_cast<size_t>(P)), tensor_max(static_cast<size_t>(P));
   for (int c = 0; c < pv; ++c) {
@@ -217,6 +257,8 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     f[s] += k.forward_s / v;
     b[s] += k.backward_s / v;
     tc[s] += k.tensor_comm_s;
+    tensor_syncs[s] += k.tensor_syncs;
+    p2p_syncs[s] += k.p2p_syncs;
     params[s] += k.param_bytes;
     largest[s] = std::max(largest[s], k.largest_layer);
     saved[s] += k.saved_bytes;
@@ -235,6 +277,7 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
   }
 
   int64_t g = 0;
+  size_t shown_stage = 0;  // the stage the prediction's memory and tensor comm are of
   for (int s = 0; s < P; ++s) {
     const size_t i = static_cast<size_t>(s);
     g = std::max(g, params[i]);
@@ -272,12 +315,14 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
       pr.step_bytes = step;
       pr.max_in_flight = in_flight[i];
       pr.tensor_comm_s = tc[i] * l.microbatches;
+      shown_stage = i;
     }
   }
   if (model.optimizer_s > 0) {
     double all = 0;
     for (const pipeline::LayerCost& layer : model.layers) all += static_cast<double>(layer.param_bytes);
-    if (all > 0) pr.compute_s += model.optimizer_s * static_cast<double>(g) / all / l.sharded;
+    if (all > 0)
+      pr.compute_s += model.optimizer_s * o.host_step_inflation * static_cast<double>(g) / all / l.sharded;
   }
   // The host's cores shared: the ranks that are busy (all but the pipeline's idle share) and
   // the host's other load.
@@ -292,14 +337,20 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     const int end = c + 1 < pv ? pr.stage_first[static_cast<size_t>(c) + 1] : static_cast<int>(model.layers.size());
     units = std::max(units, end - first);
   }
-  pr.gradient_comm_s = gradient_comm(comm, l, g, units * v, &hideable);
+  double gradient_sync = 0;
+  pr.gradient_comm_s = gradient_comm(comm, o, l, g, units * v, &hideable, &gradient_sync);
   double hidden = 0;
   if (o.overlap_gradients) {
     double last_backward = 0;
     for (double x : b) last_backward = std::max(last_backward, x * v * contention);
     hidden = std::min(hideable, last_backward);
+    if (o.overlap_needs_idle_cores && o.host_cores > 0)
+      hidden *= std::max(0.0, 1 - (o.host_threads * (1 - pr.bubble) + o.host_load) / o.host_cores);
   }
-  pr.step_s = pr.compute_s + pr.gradient_comm_s - hidden;
+  const double path_sync = path_sync_s(o, l, tensor_syncs, p2p_syncs);
+  pr.sync_s = path_sync + gradient_sync;
+  pr.tensor_comm_s += l.microbatches * tensor_syncs[shown_stage] * sync_seconds(o.host_sync, l.tensor);
+  pr.step_s = pr.compute_s + path_sync + pr.gradient_comm_s - hidden;
   return pr;
 }
 

@@ -47,6 +47,13 @@
 //    when sharded), added to the compute.
 //  - Contention (SearchOptions::host_cores > 0): the compute x max(1, (host_threads x (1 -
 //    bubble) + host_load) / host_cores).
+//  - Host terms measured on the job's ranks (host_probe.h; neutral by default): the layers'
+//    compute x host_compute_inflation and the optimizer's x host_step_inflation (CPU per unit
+//    of work with every rank busy over one rank alone), before the contention; each
+//    synchronisation point on the step's critical path (tensor all-reduces, p2p, the
+//    pipeline's fill and drain, gradient collectives) + host_sync's delay of its group, in
+//    wall time; with overlap_needs_idle_cores only the idle share of the cores hides the
+//    gradient collective behind the backward.
 //  Sharded, each of the largest stage's layers is a collective of its own: the all-gathers
 //  and the reduce-scatter pay the latency once a layer.
 // Not modelled: allocator fragmentation, overlap of p2p with compute, contention between
@@ -76,6 +83,15 @@ struct CollectiveCost {
 
 // The communicator's measured costs. A group of 1 costs nothing. For a group size without its
 // own entry the smallest measured group above it is used, else the largest below it.
+// A synchronisation point's cost beyond its collective, on groups of `group` ranks
+// (SearchOptions::host_sync).
+struct SyncDelay {
+  int group = 2;
+  double seconds = 0;
+};
+// seconds for `group` (see SearchOptions::host_sync); 0 for a group of 1 or none measured.
+double sync_seconds(const std::vector<SyncDelay>& delays, int group);
+
 struct CommTable {
   std::vector<CollectiveCost> entries;
   // Throws heft::InvalidArgument naming comm_table when the collective has no entry.
@@ -155,6 +171,31 @@ struct SearchOptions {
   double host_cores = 0;
   double host_threads = 0;
   double host_load = 0;
+  // Measured on the job's ranks as it starts (host_probe.h); the defaults add nothing.
+  // A unit of work's CPU seconds with every rank busy over rank 0's alone: the layers' compute
+  // (host_compute_inflation) and the optimizer's step with the gradient norm, memory-bound
+  // (host_step_inflation), are x these (before the contention).
+  double host_compute_inflation = 1;
+  double host_step_inflation = 1;
+  // Wall seconds a synchronisation point of a group costs beyond its collective's CommTable
+  // price (a peer descheduled, a woken rank waiting for a core), per group size (the entry
+  // for the group, else the smallest above, else the largest below; none: 0). Counted on a
+  // step's critical path: each tensor all-reduce of a stage's layers per micro-batch (on the
+  // tensor group), each p2p a stage waits on per micro-batch (2 per neighbour: the
+  // activation and its gradient, on pairs), the pipeline's fill and drain (2 (P - 1)), each
+  // gradient collective (a DDP all-reduce per bucket of the stage's gradients; sharded,
+  // per layer: 2 all-gathers a micro-batch and a reduce-scatter; hybrid, the shard's
+  // all-reduce) on its group. Not multiplied by the contention: measured in wall time.
+  std::vector<SyncDelay> host_sync;
+  // DDP's gradient buckets (heft-train's defaults): the first holds first_bucket_bytes, each
+  // later one bucket_bytes.
+  int64_t bucket_bytes = int64_t{25} << 20;
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+  // With host_cores > 0, only the idle share of the cores, max(0, 1 - (host_threads x (1 -
+  // bubble) + host_load) / host_cores), runs the gradient collective beside the backward:
+  // overlap_gradients hides that share of it (all when the host has idle cores to spare;
+  // none when the ranks fill them, the collective's copies then take the compute's cores).
+  bool overlap_needs_idle_cores = false;
 };
 
 struct Layout {
@@ -172,6 +213,7 @@ struct Prediction {
   double bubble = 0;         // the simulator's idle share (0 without a pipeline)
   double tensor_comm_s = 0;  // per step
   double gradient_comm_s = 0;
+  double sync_s = 0;         // of which (tensor comm, gradient comm, pipeline) synchronisation delays
   int64_t memory_bytes = 0;  // per rank, the largest stage
   int64_t state_bytes = 0;   // of which parameters + gradients + optimizer + gather buffers
   int64_t activation_bytes = 0;  // the backward's: saved activations, transient, fresh gradients
