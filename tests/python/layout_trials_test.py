@@ -1,7 +1,9 @@
 # ctest-labels: multiproc
 """heft-train's layout trials (auto_layout_trials, src/heft/train/layout_trials.h) on 2 real
-ranks under `heft run -n 2`: the trials ran (rank 0's `layout trial i/K` lines, K >= 2), every
-rank printed the same choice, the final `layout:` line names the winning trial, and the run
+ranks under `heft run -n 2`: the trials ran (rank 0's `layout trial i/K` lines, K >= 2), the
+fastest of them ran off (`layout runoff` lines) and the runoff's fastest won, every rank printed
+the same choice, the final `layout:` line names the winning trial and its calibrated prediction
+(the prediction x the runoff's median measured / predicted), and the run
 trained exactly as a run given that layout explicitly (the same step losses: the trials left
 torch's generator and the data where they were). Also: auto_layout_trials 0 runs none, a bad
 value is an error naming the hyperparameter, and a job whose spec sets the key records the
@@ -29,7 +31,11 @@ def train(*args):
 
 
 def losses(out):
-    return [float(x) for x in re.findall(r"^\[rank 0\] step=\d+ epoch=\d+ loss=([0-9.]+)", out, re.M)]
+    """The step losses the reporting rank printed (rank 0, or a pipeline's last stage)."""
+    by_rank = {}
+    for rank, loss in re.findall(r"^\[rank (\d+)\] step=\d+ epoch=\d+ loss=([0-9.]+)", out, re.M):
+        by_rank.setdefault(int(rank), []).append(float(loss))
+    return by_rank[min(by_rank)] if by_rank else []
 
 
 def explicit_args(layout, ckpt):
@@ -44,7 +50,9 @@ class LayoutTrials(unittest.TestCase):
         rc, out = train("--auto_layout", "true", "--memory_limit_gb", "4", "--auto_layout_trials", "3")
         self.assertEqual(rc, 0, out)
         trials = re.findall(r"^\[rank 0\] layout trial (\d+)/(\d+): (d\d+ s\d+ t\d+ p\d+ m\d+ v\d+(?: ckpt)?) "
-                            r"predicted ([0-9.]+) ms measured ([0-9.]+) ms$", out, re.M)
+                            r"predicted ([0-9.]+) ms measured ([0-9.]+) ms x[0-9.]+ \(rounds [0-9. ]+ ms\)$", out, re.M)
+        runoff = re.findall(r"^\[rank 0\] layout runoff (\d+)/(\d+): (d\d+ s\d+ t\d+ p\d+ m\d+ v\d+(?: ckpt)?) "
+                            r"\(trial (\d+)\) predicted ([0-9.]+) ms measured ([0-9.]+) ms x([0-9.]+)$", out, re.M)
         self.assertGreaterEqual(len(trials), 2, out)
         self.assertEqual([int(t[0]) for t in trials], list(range(1, len(trials) + 1)), out)
         self.assertTrue(all(int(t[1]) == len(trials) for t in trials), out)
@@ -57,13 +65,30 @@ class LayoutTrials(unittest.TestCase):
         trial, of = int(c.group(9)), int(c.group(10))
         self.assertEqual(of, len(trials), out)
         measured = [float(t[4]) for t in trials]
-        self.assertEqual(measured[trial - 1], min(measured), out)  # the fastest measured
+        # The runoff: the fastest trial first, at most 3, each named by its trial; the chosen is
+        # the runoff's fastest.
+        self.assertTrue(1 <= len(runoff) <= 3, out)
+        self.assertEqual(measured[int(runoff[0][3]) - 1], min(measured), out)
+        self.assertTrue(all(trials[int(r[3]) - 1][2] == r[2] for r in runoff), out)
+        ran_off = {int(r[3]): float(r[5]) for r in runoff}
+        self.assertIn(trial, ran_off, out)
+        self.assertEqual(ran_off[trial], min(ran_off.values()), out)  # the runoff's fastest
         self.assertEqual(trials[trial - 1][2], "d%d s%d t%d p%d m%d v%d" % layout + (" ckpt" if c.group(8) else ""))
+        scale = re.search(r"^\[rank 0\] layout trials: calibration x([0-9.]+) \(measured / predicted, median of "
+                          r"the runoff's (\d+)\); trials [0-9.]+ s, runoff [0-9.]+ s$", out, re.M)
+        self.assertIsNotNone(scale, out)
+        self.assertEqual(int(scale.group(2)), len(runoff), out)
+        ratios = sorted(float(r[6]) for r in runoff)
+        median = (ratios[(len(ratios) - 1) // 2] + ratios[len(ratios) // 2]) / 2
+        self.assertAlmostEqual(float(scale.group(1)), median, delta=0.011, msg=out)  # printed to 0.01
         final = re.search(r"^\[rank 0\] layout: data=(\d+) sharded=(\d+) tensor=(\d+) pipeline=(\d+) "
-                          r"microbatches=(\d+) virtual_stages=(\d+) .* trial=(\d+) trials=(\d+)$", out, re.M)
+                          r"microbatches=(\d+) virtual_stages=(\d+) .*predicted_step_s=([0-9.]+) .*"
+                          r"calibrated_step_s=([0-9.]+) .* trial=(\d+) trials=(\d+)$", out, re.M)
         self.assertIsNotNone(final, out)
         self.assertEqual(tuple(int(final.group(i)) for i in range(1, 7)), layout, out)
-        self.assertEqual((int(final.group(7)), int(final.group(8))), (trial, of), out)
+        self.assertEqual((int(final.group(9)), int(final.group(10))), (trial, of), out)
+        calibrated = float(final.group(7)) * float(scale.group(1))
+        self.assertAlmostEqual(float(final.group(8)), calibrated, delta=0.01 * calibrated + 1e-4, msg=out)
         auto = losses(out)
         self.assertEqual(len(auto), 4, out)
         rc, given = train(*explicit_args(layout, bool(c.group(8))))
@@ -78,6 +103,7 @@ class LayoutTrials(unittest.TestCase):
         self.assertIn("[rank 0] layout trials: none (auto_layout_trials 0)", out)
         self.assertNotIn("layout trial 1/", out)
         self.assertRegex(out, r"layout: .* trial=0 trials=0")
+        self.assertNotIn("calibrated_step_s", out)  # no trials, nothing to calibrate with
         rc, out = train("--auto_layout", "true", "--auto_layout_trials", "17")
         self.assertEqual(rc, 2, out)
         self.assertIn("hyperparameters.auto_layout_trials: expected an integer from 0 to 16, found 17", out)
@@ -105,7 +131,7 @@ class LayoutTrials(unittest.TestCase):
             d = heft("describe", "trials-gpt")
             self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
             self.assertRegex(d.stdout, r"Layout: data \d x sharded \d x tensor \d x pipeline \d, .* measured "
-                                       r"[0-9.]+ s/step \(auto_layout, trial [12] of 2\)")
+                                       r"[0-9.]+ s/step, calibrated [0-9.]+ s/step \(auto_layout, trial [12] of 2\)")
             bad = spec.replace("spec.yaml", "bad.yaml")
             with open(spec) as f:
                 text = f.read()

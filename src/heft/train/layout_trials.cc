@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -18,18 +19,20 @@ namespace {
 
 using parallel::layout::Prediction;
 
-std::string milliseconds(double s) {
+std::string ms_number(double s) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  std::snprintf(buf, sizeof buf, "%.1f", s * 1e3);
   return buf;
 }
 
-// The run's hyperparameters cut down to a trial of `prediction`'s layout: kTrialSteps steps,
-// nothing saved, read back, evaluated or generated.
-Hyperparameters trial_hyperparameters(const Hyperparameters& hp, int64_t gradient_accumulation) {
+std::string milliseconds(double s) { return ms_number(s) + " ms"; }
+
+// The run's hyperparameters cut down to a trial of `steps` steps: nothing saved, read back,
+// evaluated or generated.
+Hyperparameters trial_hyperparameters(const Hyperparameters& hp, int64_t steps, int64_t gradient_accumulation) {
   Hyperparameters t = hp;
-  t.max_steps = kTrialSteps;
-  t.log_every = kTrialSteps;
+  t.max_steps = steps;
+  t.log_every = steps;
   t.checkpoint_dir.clear();
   t.checkpoint_every = 0;
   t.model_dir.clear();
@@ -58,20 +61,131 @@ class ProfilerOff {
   std::optional<std::string> saved_;
 };
 
-// One trial: train() on the layout, its output discarded; the median step, max over ranks.
+// One trial of `steps` steps: train() on the layout, its output discarded; the median timed
+// step, max over ranks.
 double measure(const Hyperparameters& hp, const std::string& test_dir, comm::Communicator& world,
-               const LayoutChoice& choice, const Prediction& p) {
+               const LayoutChoice& choice, const Prediction& p, int64_t steps) {
   int64_t accumulation = 1;
   const config::Distribution d = layout_distribution(choice.distribution, p, &accumulation);
   std::ostream nowhere(nullptr);  // writes fail silently: nothing reaches stdout
-  TrainResult r = train(trial_hyperparameters(hp, accumulation), d, test_dir, world, nowhere);
+  TrainResult r = train(trial_hyperparameters(hp, steps, accumulation), d, test_dir, world, nowhere);
   double step_s = r.median_step_s;
   world.allreduce(&step_s, 1, comm::DataType::f64, comm::ReduceOp::max);
   ::malloc_trim(0);  // the trial's model, optimizer and activations back to the system
   return step_s;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string ratio(double measured_s, double predicted_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "x%.2f", predicted_s > 0 ? measured_s / predicted_s : 0.0);
+  return buf;
+}
+
+std::string percent(double share) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", share * 100);
+  return buf;
+}
+
+// The trials' rounds, interleaved (A B C A B C): a burst of load on the host hits one round of
+// a layout, not all of it. Fills each trial's rounds and measured_step_s.
+void run_rounds(const Hyperparameters& hp, const std::string& test_dir, comm::Communicator& world,
+                const LayoutChoice& choice, std::vector<LayoutTrial>& trials) {
+  for (int round = 0; round < kTrialRounds; ++round)
+    for (LayoutTrial& t : trials) t.rounds.push_back(measure(hp, test_dir, world, choice, t.prediction, kTrialSteps));
+  for (LayoutTrial& t : trials) t.measured_step_s = *std::min_element(t.rounds.begin(), t.rounds.end());
+}
+
+// The runoff's rounds over `entrants`, interleaved; fills their runoff_step_s.
+void run_runoff(const Hyperparameters& hp, const std::string& test_dir, comm::Communicator& world,
+                const LayoutChoice& choice, std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants) {
+  for (size_t i : entrants) trials[i].runoff_step_s = std::numeric_limits<double>::infinity();
+  for (int round = 0; round < kRunoffRounds; ++round)
+    for (size_t i : entrants)
+      trials[i].runoff_step_s =
+          std::min(trials[i].runoff_step_s, measure(hp, test_dir, world, choice, trials[i].prediction, kRunoffSteps));
+}
+
+void print_trials(std::ostream& out, const std::vector<LayoutTrial>& trials) {
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const LayoutTrial& t = trials[i];
+    out << "layout trial " << i + 1 << "/" << trials.size() << ": " << short_name(t.prediction.layout) << " predicted "
+        << milliseconds(t.prediction.step_s) << " measured " << milliseconds(t.measured_step_s) << " "
+        << ratio(t.measured_step_s, t.prediction.step_s) << " (rounds";
+    for (double r : t.rounds) out << " " << ms_number(r);
+    out << " ms)" << std::endl;
+  }
+}
+
+void print_runoff(std::ostream& out, const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants,
+                  double spread, double margin) {
+  out << "layout runoff: " << entrants.size() << " of " << trials.size() << " trials within " << percent(margin)
+      << " of the fastest (at most " << kRunoffMax << "; the margin twice the rounds' median spread "
+      << percent(spread) << ", " << percent(kRunoffMargin) << "-" << percent(kRunoffMarginMax) << "), "
+      << kRunoffRounds << " rounds of " << kRunoffSteps << " steps" << std::endl;
+  for (size_t k = 0; k < entrants.size(); ++k) {
+    const LayoutTrial& t = trials[entrants[k]];
+    out << "layout runoff " << k + 1 << "/" << entrants.size() << ": " << short_name(t.prediction.layout) << " (trial "
+        << entrants[k] + 1 << ") predicted " << milliseconds(t.prediction.step_s) << " measured "
+        << milliseconds(t.runoff_step_s) << " " << ratio(t.runoff_step_s, t.prediction.step_s) << std::endl;
+  }
+}
+
 }  // namespace
+
+double round_spread(const std::vector<LayoutTrial>& trials) {
+  std::vector<double> spreads;
+  for (const LayoutTrial& t : trials) {
+    if (t.rounds.size() < 2) continue;
+    const auto [lo, hi] = std::minmax_element(t.rounds.begin(), t.rounds.end());
+    if (*lo > 0) spreads.push_back(*hi / *lo - 1);
+  }
+  if (spreads.empty()) return 0;
+  std::sort(spreads.begin(), spreads.end());
+  const size_t n = spreads.size();
+  return n % 2 ? spreads[n / 2] : (spreads[n / 2 - 1] + spreads[n / 2]) / 2;
+}
+
+double runoff_margin(double spread) { return std::clamp(2 * spread, kRunoffMargin, kRunoffMarginMax); }
+
+std::vector<size_t> runoff_entrants(const std::vector<LayoutTrial>& trials, double margin) {
+  std::vector<size_t> order(trials.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return trials[a].measured_step_s < trials[b].measured_step_s;
+  });
+  std::vector<size_t> out;
+  for (size_t i : order) {
+    if (static_cast<int>(out.size()) >= kRunoffMax) break;
+    if (!out.empty() && trials[i].measured_step_s > (1 + margin) * trials[order.front()].measured_step_s) break;
+    out.push_back(i);
+  }
+  return out;
+}
+
+size_t runoff_winner(const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants) {
+  size_t best = entrants.front();
+  for (size_t i : entrants)
+    if (trials[i].runoff_step_s < trials[best].runoff_step_s ||
+        (trials[i].runoff_step_s == trials[best].runoff_step_s && i < best))
+      best = i;
+  return best;
+}
+
+double calibration_scale(const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants) {
+  std::vector<double> ratios;
+  for (size_t i : entrants)
+    if (trials[i].runoff_step_s > 0 && trials[i].prediction.step_s > 0)
+      ratios.push_back(trials[i].runoff_step_s / trials[i].prediction.step_s);
+  if (ratios.empty()) return 0;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  return n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+}
 
 std::vector<Prediction> trial_candidates(const parallel::layout::SearchResult& result, int trials,
                                          int64_t memory_limit_bytes) {
@@ -113,33 +227,43 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
   }
   const std::string rng = parallel::rng_to_bytes();
   const parallel::tensor::TensorParallelCounters counters = parallel::tensor::counters();
-  for (const Prediction& p : candidates) trials.push_back({p, std::numeric_limits<double>::infinity()});
+  for (const Prediction& p : candidates) trials.push_back({p, {}, 0, 0});
+  std::vector<size_t> entrants;
+  double trials_s = 0, runoff_s = 0, spread = 0, margin = 0;
   {
     ProfilerOff profiler_off;
-    // Rounds interleave the layouts (A B C A B C): a burst of load on the host hits one round
-    // of a layout, not all of it, and the fastest round is kept.
-    for (int round = 0; round < kTrialRounds; ++round)
-      for (LayoutTrial& t : trials)
-        t.measured_step_s = std::min(t.measured_step_s, measure(hp, test_dir, world, choice, t.prediction));
+    auto start = std::chrono::steady_clock::now();
+    run_rounds(hp, test_dir, world, choice, trials);
+    trials_s = seconds_since(start);
+    // Every rank holds the same figures (max over ranks), so every rank picks the same entrants.
+    spread = round_spread(trials);
+    margin = runoff_margin(spread);
+    entrants = runoff_entrants(trials, margin);
+    start = std::chrono::steady_clock::now();
+    run_runoff(hp, test_dir, world, choice, trials, entrants);
+    runoff_s = seconds_since(start);
   }
-  if (world.rank() == 0)
-    for (size_t i = 0; i < trials.size(); ++i)
-      out << "layout trial " << i + 1 << "/" << trials.size() << ": " << short_name(trials[i].prediction.layout)
-          << " predicted " << milliseconds(trials[i].prediction.step_s) << " measured "
-          << milliseconds(trials[i].measured_step_s) << std::endl;
   parallel::rng_from_bytes(rng);
   parallel::tensor::counters() = counters;
-  size_t best = 0;
-  for (size_t i = 1; i < trials.size(); ++i)
-    if (trials[i].measured_step_s < trials[best].measured_step_s) best = i;
+  const size_t best = runoff_winner(trials, entrants);
   choice.prediction = trials[best].prediction;
   choice.distribution = layout_distribution(choice.distribution, choice.prediction, &choice.gradient_accumulation);
   choice.trial = static_cast<int>(best) + 1;
   choice.trials = static_cast<int>(trials.size());
+  choice.calibration = calibration_scale(trials, entrants);
+  if (world.rank() == 0) {
+    print_trials(out, trials);
+    print_runoff(out, trials, entrants, spread, margin);
+    char cost[96];
+    std::snprintf(cost, sizeof cost, "; trials %.1f s, runoff %.1f s", trials_s, runoff_s);
+    out << "layout trials: calibration " << ratio(choice.calibration, 1.0) << " (measured / predicted, median of the runoff's "
+        << entrants.size() << ")" << cost << std::endl;
+  }
   // Every rank says what it chose (the same: the times are agreed), so a log shows it per rank.
-  out << "layout trials: chose " << short_name(choice.prediction.layout) << " (trial " << choice.trial
-      << " of " << choice.trials << ", measured " << milliseconds(trials[best].measured_step_s)
-      << "; the predicted first " << milliseconds(trials.front().measured_step_s) << ")" << std::endl;
+  out << "layout trials: chose " << short_name(choice.prediction.layout) << " (trial " << choice.trial << " of "
+      << choice.trials << ", measured " << milliseconds(trials[best].runoff_step_s)
+      << " in the runoff; the predicted first " << milliseconds(trials.front().measured_step_s) << " in the trials)"
+      << std::endl;
   return trials;
 }
 

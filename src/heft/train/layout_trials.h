@@ -2,9 +2,23 @@
 // first candidates, measured. The predictions of the top layouts lie closer to each other than
 // the model's error, so before training, each of the first K feasible layouts predicted within
 // kTrialWithin x the first trains kTrialSteps steps through train() on the world communicator
-// (one warm-up step, then timed ones), in kTrialRounds interleaved rounds (A B C A B C), and the
-// run trains with the one whose fastest round's median step, the largest over the ranks, was
-// the lowest.
+// (one warm-up step, then timed ones), in kTrialRounds interleaved rounds (A B C A B C); a
+// layout's *figure* is its fastest round's median step, the largest over the ranks.
+//
+// Runoff: 3 timed steps tell apart layouts 10% apart no better than a coin on a loaded host
+// (two rounds of one layout differ by up to 10%), so the trials whose figure is within a
+// margin of the fastest (twice the rounds' median spread, within [kRunoffMargin,
+// kRunoffMarginMax]; at most kRunoffMax of them, the fastest first; the fastest alone too)
+// train again, kRunoffRounds interleaved rounds of kRunoffSteps steps (1 warm-up + 9 timed,
+// the length bench/auto_layout.sh times its rows with), and the run trains with the one whose
+// runoff figure is the lowest.
+//
+// Calibration: the runoff's layouts are measured over the most steps; the median of their
+// measured / predicted is the scale (LayoutChoice::calibration) that corrects the search's
+// predictions, reported beside them (calibrated_step_s= in the layout: line). It is fitted on
+// the fastest layouts only: the micro-batched and replicated ones further down the table
+// measure higher ratios (1.7-2.5 against ~1.4), which a median over every trial would spread to
+// the fast ones.
 //
 // A trial is a throw-away run: no checkpoints read or written, no model saved, no evaluation,
 // no generated text, its output lines discarded (the supervisor parses heft-train's stdout for
@@ -35,12 +49,38 @@ constexpr int kTrialRounds = 2;       // each layout's trial runs this many time
 // peak (the vocabulary-head GPT's ranks peaked 1 MB over a 0.451 GB limit after trials of
 // layouts predicted within 3% of it; the search's first is run whatever the trials do).
 constexpr double kTrialMemoryShare = 0.93;
+constexpr int64_t kRunoffSteps = 10;       // 1 warm-up + 9 timed: the bench's rows' length
+constexpr int kRunoffRounds = 2;           // interleaved, as the trials' rounds
+constexpr double kRunoffMargin = 0.10;     // the least margin a runoff takes in
+constexpr double kRunoffMarginMax = 0.25;  // the most, however noisy the rounds were
+constexpr int kRunoffMax = 3;              // at most this many run off: bounds the added time
 
 struct LayoutTrial {
   parallel::layout::Prediction prediction;
-  double measured_step_s = 0;  // median of its timed steps (the largest over the ranks), the
-                               // fastest of its rounds
+  std::vector<double> rounds;  // each round's median timed step (the largest over the ranks)
+  double measured_step_s = 0;  // the fastest of `rounds`: the trial's figure
+  double runoff_step_s = 0;    // the same over the runoff's rounds; 0: it did not run off
 };
+
+// The trials' noise: the median over trials of (slowest round / fastest round - 1); 0 with
+// fewer than two rounds.
+double round_spread(const std::vector<LayoutTrial>& trials);
+
+// The runoff's margin for a round spread: 2 x spread, within [kRunoffMargin, kRunoffMarginMax].
+double runoff_margin(double spread);
+
+// The indices of the trials that run off: those whose measured_step_s is within (1 + margin) x
+// the fastest's, fastest first (ties: the earlier trial), at most kRunoffMax; never empty when
+// trials is not.
+std::vector<size_t> runoff_entrants(const std::vector<LayoutTrial>& trials, double margin);
+
+// The runoff's winner: the entrant with the lowest runoff_step_s (ties: the earlier trial).
+// entrants must not be empty.
+size_t runoff_winner(const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants);
+
+// The calibration: the median over the entrants of runoff_step_s / prediction.step_s (0 when
+// none has both).
+double calibration_scale(const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants);
 
 // The layouts the trials run: the first `trials` of result.ranked (fastest predicted first)
 // predicted within kTrialWithin x the first and, but for the first, within kTrialMemoryShare x
@@ -52,13 +92,17 @@ std::vector<parallel::layout::Prediction> trial_candidates(
 std::string short_name(const parallel::layout::Layout& layout);
 
 // Collective over `world` (every rank calls it with the same choice, as choose_layout left
-// it): runs the trials of trial_candidates(choice.result, auto_layout_trials) and, when there
-// were any, sets choice's prediction, distribution, gradient_accumulation, trial and trials to
-// the fastest measured (ties: the earlier, i.e. better predicted). `hp` is the run's
-// hyperparameters, `test_dir` its held-out data directory (not read: no evaluation). World
-// rank 0 writes to `out`, one line a trial and one for the choice:
-//   layout trial 1/3: d1 s1 t2 p2 m1 v1 predicted 53.2 ms measured 61.0 ms
-//   layout trials: chose d1 s2 t1 p2 m1 v1 (trial 2 of 3, measured 58.1 ms; the predicted first 61.0 ms)
+// it): runs the trials of trial_candidates(choice.result, auto_layout_trials), then their
+// runoff, and, when there were any, sets choice's prediction, distribution,
+// gradient_accumulation, trial, trials and calibration to the runoff's winner. `hp` is the
+// run's hyperparameters, `test_dir` its held-out data directory (not read: no evaluation).
+// World rank 0 writes to `out` a line a trial, the runoff's entrants and a line each, the
+// calibration; every rank the choice:
+//   layout trial 1/3: d1 s1 t2 p2 m1 v1 predicted 53.2 ms measured 61.0 ms x1.15 (rounds 61.0 63.1 ms)
+//   layout runoff: 2 of 3 trials within 10% of the fastest (at most 3; the margin twice the rounds' median spread 3%, 10%-25%), 2 rounds of 10 steps
+//   layout runoff 1/2: d1 s2 t1 p2 m1 v1 (trial 2) predicted 55.0 ms measured 57.2 ms x1.04
+//   layout trials: calibration x1.06 (measured / predicted, median of the runoff's 2); trials 4.1 s, runoff 3.2 s
+//   layout trials: chose d1 s2 t1 p2 m1 v1 (trial 2 of 3, measured 57.2 ms in the runoff; the predicted first 61.0 ms in the trials)
 // or, without trials, "layout trials: none (...)" with the reason. Returns the trials run, in
 // order. Throws what train() throws (a lost peer, bad data).
 std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std::string& test_dir,
