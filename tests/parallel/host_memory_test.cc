@@ -1,6 +1,7 @@
 // The host figures the layout search takes (parallel/layout/host_memory.h): a runnable
 // thread's weight from its /proc stat line (nice 0 a whole core, nice 19 1.25^-19, asleep
-// none, a command name holding ") R " read past), this process's resident bytes and the
+// none, a command name holding ") R " read past), another autogroup's by its group's nice, this
+// process's resident bytes and the
 // host's available memory positive, and a sampled load that is a finite number >= 0.
 #include <gtest/gtest.h>
 
@@ -29,6 +30,18 @@ TEST(HostMemory, ARunnableThreadWeighsItsNice) {
   EXPECT_EQ(pl::stat_runnable_weight(stat_line("a ) S (b", "R", 19)), std::pow(1.25, -19));
   EXPECT_EQ(pl::stat_runnable_weight("4242 (cut"), 0.0);
   EXPECT_EQ(pl::stat_runnable_weight("4242 (x) R 1 2"), 0.0);  // too short: no nice field
+}
+
+// Regression (bench/auto_layout.sh run in a session of autogroup nice -20 on a shared host:
+// the others' threads counted as whole cores, the predictions 50-200% high): another
+// autogroup's thread weighs its group's nice against ours, whatever its own nice.
+TEST(HostMemory, AnotherAutogroupWeighsItsGroupsNice) {
+  EXPECT_DOUBLE_EQ(pl::autogroup_weight("/autogroup-7 nice 0", "/autogroup-9 nice 0"), 1.0);
+  EXPECT_NEAR(pl::autogroup_weight("/autogroup-7 nice -20", "/autogroup-9 nice 0"), std::pow(1.25, -20), 1e-15);
+  EXPECT_NEAR(pl::autogroup_weight("/autogroup-7 nice 0", "/autogroup-9 nice 19"), std::pow(1.25, -19), 1e-15);
+  EXPECT_EQ(pl::autogroup_weight("/autogroup-7 nice 0", "/autogroup-7 nice 0"), -1);  // ours: its own nice
+  EXPECT_EQ(pl::autogroup_weight("", "/autogroup-9 nice 0"), -1);                     // no autogroups
+  EXPECT_EQ(pl::autogroup_weight("/autogroup-7 nice 0", "garbage"), -1);
 }
 
 TEST(HostMemory, ThisProcessAndHostArePositive) {

@@ -61,10 +61,26 @@ int64_t mem_available() {
   return -1;
 }
 
-double runnable_weight(const std::string& stat_path) {
-  std::ifstream in(stat_path);
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
   std::string line;
-  return std::getline(in, line) ? stat_runnable_weight(line) : 0;
+  std::getline(in, line);
+  return line;
+}
+
+// The thread's weight (stat_runnable_weight), or `group` (>= 0: its process's autogroup
+// weight against ours) when it is runnable.
+double runnable_weight(const std::string& stat_path, double group) {
+  const double own = stat_runnable_weight(first_line(stat_path));
+  return own > 0 && group >= 0 ? group : own;
+}
+
+// The "/autogroup-N" id and nice of an autogroup line; false when it cannot be read.
+bool parse_autogroup(const std::string& line, std::string* id, double* nice) {
+  std::istringstream fields(line);
+  std::string word;
+  if (!(fields >> *id >> word >> *nice) || word != "nice" || id->rfind("/autogroup-", 0) != 0) return false;
+  return true;
 }
 
 // The runnable threads of the host's other processes, each weighted by its CFS share
@@ -73,14 +89,21 @@ double runnable_other_threads() {
   DIR* proc = ::opendir("/proc");
   if (!proc) return -1;
   const std::string self = std::to_string(::getpid());
+  const std::string ours = first_line("/proc/self/autogroup");
   double sum = 0;
   while (const dirent* p = ::readdir(proc)) {
     const std::string pid = p->d_name;
     if (pid == self || pid.find_first_not_of("0123456789") != std::string::npos) continue;
     DIR* tasks = ::opendir(("/proc/" + pid + "/task").c_str());
     if (!tasks) continue;  // gone meanwhile
-    while (const dirent* t = ::readdir(tasks))
-      if (t->d_name[0] != '.') sum += runnable_weight("/proc/" + pid + "/task/" + t->d_name + "/stat");
+    double group = -2;  // read once, when one of its threads is runnable
+    while (const dirent* t = ::readdir(tasks)) {
+      if (t->d_name[0] == '.') continue;
+      const std::string stat = "/proc/" + pid + "/task/" + t->d_name + "/stat";
+      if (group == -2 && stat_runnable_weight(first_line(stat)) > 0)
+        group = autogroup_weight(ours, first_line("/proc/" + pid + "/autogroup"));
+      sum += runnable_weight(stat, group);
+    }
     ::closedir(tasks);
   }
   ::closedir(proc);
@@ -88,6 +111,15 @@ double runnable_other_threads() {
 }
 
 }  // namespace
+
+double autogroup_weight(const std::string& ours, const std::string& theirs) {
+  std::string our_id, their_id;
+  double our_nice = 0, their_nice = 0;
+  if (!parse_autogroup(ours, &our_id, &our_nice) || !parse_autogroup(theirs, &their_id, &their_nice) ||
+      our_id == their_id)
+    return -1;
+  return std::pow(1.25, our_nice - their_nice);
+}
 
 double stat_runnable_weight(const std::string& line) {
   const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses

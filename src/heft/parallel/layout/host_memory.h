@@ -18,11 +18,20 @@ int64_t available_host_memory(std::string* source = nullptr);
 int64_t resident_bytes();
 
 // The host's runnable threads outside this process, each weighted by its CPU share against
-// a nice-0 thread (CFS: 1024 / 1.25^nice, so a `nice -n 19` build counts 0.015): the load
-// that takes cores from the job's ranks. /proc/*/task/*/stat's runnable threads, sampled
+// a nice-0 thread of this process's: the load that takes cores from the job's ranks. In this
+// process's autogroup (or without autogroups) CFS weighs a thread by its nice (1024 /
+// 1.25^nice, so a `nice -n 19` thread counts 0.015); a thread of another autogroup (another
+// session, sched_autogroup_enabled) by its group's nice against ours (autogroup_weight), its
+// own nice aside: a `nice -n 19` build started in another session takes a whole core, and a
+// job in a session of autogroup nice -20 sees the others' threads at 1.25^-20 each. /proc/*/task/*/stat's runnable threads, sampled
 // `samples` times `interval_ms` apart (blocks about samples x interval_ms) and averaged; 0 when
 // /proc cannot be read. Sample while the job's other ranks wait asleep.
 double runnable_elsewhere(int samples = 20, int interval_ms = 10);
+
+// A thread's weight in runnable_elsewhere from its process's /proc/PID/autogroup line against
+// this process's ("/autogroup-12 nice 0"): 1.25^(our nice - its nice) for another autogroup;
+// -1 for the same one or a line that cannot be read (the thread's own nice applies).
+double autogroup_weight(const std::string& ours, const std::string& theirs);
 
 // One thread's weight in runnable_elsewhere from its /proc/PID/task/TID/stat line: 1.25^-nice
 // (the kernel's CFS weight against nice 0's, within a few percent) when its state is R, else
