@@ -7,7 +7,12 @@ the nccl-tests convention (the columns of ../shared/peers/allreduce_gloo.py and 
 One rank per process started by `heft run` (torch's env:// rendezvous). Float32 sum, in
 place on one tensor per size (zeros while timed: no overflow, no copy per call); the time
 of a size is the mean over --iters calls of the slowest rank (as `heft bench` times). Checks
-one sum per size first.
+one sum per size first. On heft, each row ends with the path heft's allreduce took (as `heft
+bench` prints it). --waits adds, per size, a comment line with the timed calls' cost per call,
+summed over the ranks: CPU and run-queue wait of the ranks' threads (/proc schedstat; of
+them, the threads other than the caller's), context switches, and on heft how the
+shared-memory waits ended (spun, yielded, slept; contended: slow yields that made the next
+50 ms of waits sleep at once): where a rank's time goes besides the copies.
 
     bench/python_allreduce.py summarize [--from 1M] PY_HEFT... -- HEFT_BENCH... -- GLOO...
 
@@ -17,8 +22,10 @@ one's median busbw, python_heft/heft_bench from the medians and in the worst rou
 round's two runs side by side), and python_heft/gloo.
 """
 import argparse
+import os
 import statistics
 import sys
+import threading
 import time
 
 
@@ -35,6 +42,33 @@ def read_busbw(path):
         if parts and not line.startswith("#"):
             rows[int(parts[0])] = float(parts[3])
     return rows
+
+
+def thread_stats():
+    """[cpu_ns, runqueue_wait_ns, voluntary, involuntary] of this process's caller thread and
+    of its other threads, from /proc (zeros where it cannot be read)."""
+    me = threading.get_native_id()
+    out = {"caller": [0, 0, 0, 0], "others": [0, 0, 0, 0]}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            run, wait, _ = map(int, open(f"/proc/self/task/{tid}/schedstat").read().split())
+            st = dict(l.split(":", 1) for l in open(f"/proc/self/task/{tid}/status") if ":" in l)
+            row = [run, wait, int(st["voluntary_ctxt_switches"]), int(st["nonvoluntary_ctxt_switches"])]
+        except (OSError, ValueError, KeyError):
+            continue
+        acc = out["caller" if int(tid) == me else "others"]
+        for i, v in enumerate(row):
+            acc[i] += v
+    return out["caller"] + out["others"]
+
+
+WAIT_KEYS = ("syncs", "spun", "yielded", "slept", "contended")
+
+
+def waits(pg):
+    """This rank's shared-memory wait counters (heft), else zeros."""
+    c = pg.shm_waits() if hasattr(pg, "shm_waits") else {}
+    return [c.get(k, 0) for k in WAIT_KEYS]
 
 
 def summarize(argv):
@@ -73,12 +107,17 @@ def main():
     ap.add_argument("--max", default="64M")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--waits", action="store_true",
+                    help="print each size's per-call CPU, run-queue wait and switches of the "
+                         "ranks' threads and (heft) how the shared-memory waits ended")
     a = ap.parse_args()
     if a.backend == "heft":
         import heft.torch  # noqa: F401
     torch.set_num_threads(1)
     dist.init_process_group(a.backend, init_method="env://")
     r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.distributed_c10d._get_default_group()
+    heft_path = getattr(pg, "last_allreduce_path", None)
     if r == 0:
         print(f"# impl=python-{a.backend} ranks={n}\n# bytes time_us algbw_GBps busbw_GBps", flush=True)
     b = size(a.min)
@@ -90,14 +129,27 @@ def main():
         for _ in range(a.warmup):
             dist.all_reduce(y)
         dist.barrier()
+        before = thread_stats() + waits(pg) if a.waits else None
         t0 = time.perf_counter()
         for _ in range(a.iters):
             dist.all_reduce(y)
         t = torch.tensor([(time.perf_counter() - t0) / a.iters])
+        if a.waits:
+            cost = torch.tensor([x - y0 for x, y0 in zip(thread_stats() + waits(pg), before)],
+                                dtype=torch.float64) / a.iters
+        path = f" {heft_path()}" if heft_path else ""
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if a.waits:
+            dist.all_reduce(cost)
         if r == 0:
             alg = b / t.item() / 1e9
-            print(f"{b} {t.item() * 1e6:.1f} {alg:.3f} {alg * 2 * (n - 1) / n:.3f}", flush=True)
+            print(f"{b} {t.item() * 1e6:.1f} {alg:.3f} {alg * 2 * (n - 1) / n:.3f}{path}", flush=True)
+            if a.waits:
+                c = cost.tolist()
+                print(f"# per call, all ranks: cpu_us {c[0] / 1e3:.1f} runq_wait_us {c[1] / 1e3:.1f} "
+                      f"vol {c[2]:.2f} invol {c[3]:.2f}; other threads: cpu_us {c[4] / 1e3:.2f} "
+                      f"runq_wait_us {c[5] / 1e3:.2f} vol {c[6]:.2f} invol {c[7]:.2f}; shm "
+                      + " ".join(f"{k} {v:.2f}" for k, v in zip(WAIT_KEYS, c[8:])), flush=True)
         b *= 4
     dist.destroy_process_group()
 

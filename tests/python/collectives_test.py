@@ -32,6 +32,9 @@ class Collectives(unittest.TestCase):
         self.assertIsNotNone(reused, r.stdout)  # the worker fails when most were not reused
         self.assertGreaterEqual(int(reused[2]) * 2, int(reused[1]))
         print(reused[0])
+        waits = re.search(r"shared-memory waits in \d+ all_reduces of 64 KiB: .*", r.stdout)
+        self.assertIsNotNone(waits, r.stdout)  # the worker fails when they did not count
+        print(waits[0])
         print(f"world {hosts * per_host}: {checked} checks, {gloo} against gloo, "
               f"{ops} operations through heft, last allreduce path {path}, "
               f"paths at 40003 elements: {large}")

@@ -37,7 +37,21 @@ void bind_process_group(py::module_& m) {
            [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
            "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")
       .def("has_shared_memory",
-           [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); });
+           [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); })
+      .def("shm_waits",
+           [](ProcessGroupHeft& pg) {
+             const heft::comm::shm::PathCounts c = pg.communicator().shm_path_counts();
+             py::dict d;
+             d["syncs"] = c.syncs;
+             d["spun"] = c.spun;
+             d["yielded"] = c.yielded;
+             d["slept"] = c.slept;
+             d["contended"] = c.contended;
+             return d;
+           },
+           "this rank's shared-memory synchronisations and how its waits for a peer ended "
+           "(spun, yielded, slept on the futex; contended: slow yields that made the next "
+           "50 ms of waits sleep at once): transport/shm/context.h's PathCounts");
   m.def("shut_down_all", &ProcessGroupHeft::shut_down_all,
         "finishes every live heft group's operations and stops its threads (run at exit)");
   // Before Python finalizes: a group left alive by the script stops its threads here.

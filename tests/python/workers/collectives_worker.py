@@ -348,6 +348,28 @@ def check_reused_operations(group, rank):
         print(f"operations reused in {calls} synchronous all_reduces: {reused}", flush=True)
 
 
+def check_shm_waits(group, rank):
+    """shm_waits() reads this rank's shared-memory synchronisations and how its waits ended
+    (bench/python_allreduce.py --waits prints them): they count the group's own all_reduces
+    (at least one sync each where the ranks share memory; none alone)."""
+    keys = ("syncs", "spun", "yielded", "slept", "contended")
+    before = group.shm_waits()
+    if sorted(before) != sorted(keys):
+        fail(f"shm_waits() keys {sorted(before)}, expected {sorted(keys)}")
+    x = torch.ones(16 << 10)
+    calls = 50
+    for _ in range(calls):
+        dist.all_reduce(x, group=group)
+    d = {k: v - before[k] for k, v in group.shm_waits().items()}
+    shared = group.has_shared_memory()
+    if shared and d["syncs"] < calls or not shared and d["syncs"] != 0:
+        fail(f"{d['syncs']} shared-memory syncs in {calls} all_reduces (shared memory: {shared})")
+    if min(d.values()) < 0:
+        fail(f"shm_waits() went backwards: {d}")
+    if rank == 0:
+        print(f"shared-memory waits in {calls} all_reduces of 64 KiB: {d}", flush=True)
+
+
 def main():
     hdist.init_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -378,6 +400,7 @@ def main():
     path = heft_group.last_allreduce_path()
     check_quiet_comm_thread(heft_group, rank)
     check_reused_operations(heft_group, rank)
+    check_shm_waits(heft_group, rank)
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
     check_point_to_point(world, rank)
