@@ -86,6 +86,10 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm_options.spin_us = options.shm_spin_us;
     shm_options.contended_spin_us = options.shm_contended_spin_us;
     shm_options.stream_slots = options.shm_stream_slots;
+    static_assert(static_cast<int>(shm::Placement::kFar) ==
+                  static_cast<int>(CommunicatorOptions::ShmPlacement::kFar));
+    shm_options.placement = static_cast<shm::Placement>(options.shm_placement);
+    shm_options.far_sync_ns = options.shm_far_sync_ns;
     const CommunicatorOptions::ShmForm form = options.effective_shm_form();
     // Cross-memory attach is probed only where that form may run.
     shm_options.single_copy = form == CommunicatorOptions::ShmForm::kSingleCopy;

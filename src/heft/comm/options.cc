@@ -75,6 +75,15 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   if (stream != "0" && stream != "1")
     throw InvalidArgument("HEFT_SHM_STREAM_SLOTS: expected 0 or 1, found '" + stream + "'");
   o.shm_stream_slots = stream == "1";
+  const std::string placement = env_or("HEFT_SHM_PLACEMENT", "auto");
+  if (placement != "auto" && placement != "near" && placement != "far")
+    throw InvalidArgument("HEFT_SHM_PLACEMENT: expected auto, near or far, found '" + placement +
+                          "'");
+  o.shm_placement = placement == "near"  ? CommunicatorOptions::ShmPlacement::kNear
+                    : placement == "far" ? CommunicatorOptions::ShmPlacement::kFar
+                                         : CommunicatorOptions::ShmPlacement::kMeasure;
+  o.shm_far_sync_ns =
+      static_cast<int>(env_number("HEFT_SHM_FAR_NS", o.shm_far_sync_ns, 1));
   const std::string single_copy = env_or("HEFT_SHM_SINGLE_COPY", "auto");
   if (single_copy != "auto" && single_copy != "1" && single_copy != "0")
     throw InvalidArgument("HEFT_SHM_SINGLE_COPY: expected auto, 1 or 0, found '" + single_copy + "'");

@@ -65,8 +65,16 @@ struct CommunicatorOptions {
   // Microseconds a wait still spins in the contended mode where the ranks are on disjoint
   // cores (shm::ContextOptions::contended_spin_us); 0 sleeps at once, as before it existed.
   int shm_contended_spin_us = 50;
-  // The direct form writes its slots with streaming stores (shm::ContextOptions::stream_slots).
+  // The direct form writes its slots with streaming stores (shm::ContextOptions::stream_slots)
+  // in every placement; else only far.
   bool shm_stream_slots = false;
+  // Whether the ranks' CPUs share a cache (shm::ContextOptions::placement): kMeasure probes
+  // it every few calls (2 ranks on disjoint CPUs; else near), kNear and kFar force it (kNear:
+  // the cached stores of every call, as before the probe). Far, the direct form streams.
+  enum class ShmPlacement { kMeasure, kNear, kFar };
+  ShmPlacement shm_placement = ShmPlacement::kMeasure;
+  // A probe's ns per sync from which it says far (shm::ContextOptions::far_sync_ns).
+  int shm_far_sync_ns = 120;
   // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
   Compression compression = Compression::kNone;
   // The large shared-memory allreduce form (algo/shm_allreduce.h). kAuto: kDirect at every
@@ -85,7 +93,8 @@ struct CommunicatorOptions {
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
-  // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1), HEFT_SHM_FORM (auto | direct | slots | single_copy),
+  // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1),
+  // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS, HEFT_SHM_FORM (auto | direct | slots | single_copy),
   // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.

@@ -142,10 +142,20 @@ Range aligned_slice(size_t count, int n, int p, size_t es) {
 // on Zen 5 (scatter, fused reduce, gather; best of 5): 15.3 GB/s cached against 13.7
 // streaming at 64 MiB, 20.1 against 14.4 at 16 MiB; the form streamed above the L3 size
 // until 2026-11-27.
+//
+// Far (the ranks' CPUs share no cache, shm/context.h: the placement): every line this rank
+// writes into its slot is read by the peer, and a cached store leaves it in this core's
+// cache, so the peer's read and this rank's next write of the slot each cross the host's
+// interconnect. Far, the direct form therefore writes the slots with streaming stores: the
+// peers' pieces in the scatter, and the reduced piece into the out area (reduced into the
+// user's buffer first, cached, then copied from L1 with streaming stores), so the peer reads
+// them from memory. Near, the shared cache hands lines over faster than memory: cached.
 class Direct {
  public:
-  Direct(ShmLinks& links, uint8_t* data, size_t count, DataType t, ReduceOp op, int world_size)
+  Direct(ShmLinks& links, uint8_t* data, size_t count, DataType t, ReduceOp op, int world_size,
+         bool far = false)
       : links_(links), data_(data), count_(count), t_(t), op_(op), world_size_(world_size),
+        far_(far), stream_(far || links.ctx.stream_slots()),
         es_(element_size(t)), n_(links.size()), r_(links.rank()),
         region_bytes_((links.ctx.chunk_bytes() / std::max(1, n_ - 1)) & ~size_t{63}),
         piece_(region_bytes_ / es_), placed_(offset_of(data)) {
@@ -211,13 +221,12 @@ class Direct {
   // (streamed where ContextOptions::stream_slots asks: the peer reads it, this rank does not).
   void scatter(size_t j, int s) {
     links_.ctx.place(s, placed_);
-    const bool stream = links_.ctx.stream_slots();
     for (int p = 0; p < n_; ++p) {
       const Range q = part(p, j);
       if (p == r_ || q.count == 0) continue;
       copy_bytes(links_.ctx.in(r_, s) + region(p, r_), data_ + q.offset * es_, q.count * es_,
-                 stream ? StoreHint::kStreaming : StoreHint::kCached);
-      streamed_pieces_ += stream;
+                 stream_ ? StoreHint::kStreaming : StoreHint::kCached);
+      streamed_pieces_ += stream_;
     }
   }
 
@@ -244,6 +253,13 @@ class Direct {
         x = o;
         y = area(n_ - 1);
       }
+      if (far_) {  // into the buffer, then streamed from L1 into the out area
+        reduce_to(own, x, y, m, t_, op_);
+        if (!one_pass) finish_average(own, m, t_, op_, world_size_);
+        copy_bytes(o, own, m * es_, StoreHint::kStreaming);
+        ++streamed_pieces_;
+        continue;
+      }
       if (one_pass) {
         one_pass_pieces_ += reduce_to_both(own, o, x, y, m, t_, op_);
         continue;
@@ -269,6 +285,7 @@ class Direct {
   DataType t_;
   ReduceOp op_;
   int world_size_;
+  bool far_, stream_;
   size_t es_;
   int n_, r_;
   size_t region_bytes_, piece_, placed_;
@@ -306,7 +323,10 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
     return slots_allreduce(links, data, count, t, op, false, world_size, nullptr);
   }
   ++counts.direct;
-  Direct direct(links, data, count, t, op, world_size);
+  // The placement decides the stores (not the form, nor a bit of the result). A
+  // hierarchical call keeps cached stores: its ranks share cores, where none is measured.
+  const bool far = !on_slice && links.far();
+  Direct direct(links, data, count, t, op, world_size, far);
   if (on_slice) direct.run(on_slice);
   else direct.run();
   counts.one_pass += direct.one_pass_pieces_;

@@ -14,6 +14,10 @@
 //  - single copy (kSingleCopy, where the kernel allows cross-memory attach): no slots; each
 //    rank reads its slice straight from the peers' buffers (process_vm_readv) and then their
 //    finished slices, one copy each, three syncs.
+// The direct form's stores follow the ranks' placement (shm/context.h, Context::far: probed
+// every few calls on 2 ranks with cores of their own): far, it writes both slot areas with
+// streaming stores, so the peer reads them from memory rather than across the host's
+// interconnect from this core's cache; near, cached. Never a bit of the result.
 // Which form runs never depends on a measurement: `small` (the caller's size threshold),
 // else the context's allreduce_form, kAuto meaning direct. Slot data is placed at the user
 // buffer's offset mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.

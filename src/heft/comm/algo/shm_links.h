@@ -22,6 +22,14 @@ struct ShmLinks {
 
   int rank() const { return ctx.rank(); }
   int size() const { return ctx.size(); }
+  // ctx.far() (the placement, transport/shm/context.h), carrying the call's check when it
+  // synchronises (a probe), so the operation's first sync is the one that checks.
+  bool far() {
+    if (signature.call == 0 || !ctx.measures_placement()) return ctx.far(deadline, op);
+    const shm::Context::Signature first = signature;
+    signature = {};
+    return ctx.far(deadline, op, &first);
+  }
   void sync() {
     if (signature.call == 0) return ctx.sync(deadline, op);
     const shm::Context::Signature first = signature;

@@ -13,6 +13,8 @@
 #include <ctime>
 #include <functional>
 
+#include <spdlog/spdlog.h>
+
 #include "heft/check.h"
 #include "heft/comm/cpu.h"
 #include "heft/error.h"
@@ -34,11 +36,15 @@ struct Context::Header {
   std::atomic<uint64_t> signature[2];
   std::atomic<uint64_t> signature_count[2];
   cpu_set_t cpus;                     // the CPUs the owner may run on, written at set-up
+  // Local rank 0's last placement probe, ns per sync (Context::probe).
+  alignas(64) std::atomic<uint32_t> probe_ns;
 };
 
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
+// Syncs in each of a probe's two timed batches (Context::probe).
+constexpr int kProbeSyncs = 4;
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
 // Room after each area for data placed at an offset up to 63.
 constexpr size_t kPlacement = 64;
@@ -159,6 +165,9 @@ void Context::choose_spin() {
   cpu_set_t shared;
   CPU_AND(&shared, &others, &header(rank_).cpus);
   disjoint_ = CPU_COUNT(&shared) == 0;
+  // Two ranks on disjoint CPUs: the one case where a probe's syncs time the cache hand-off
+  // and not a scheduler's turn. The same on both ranks (disjointness is symmetric).
+  measure_placement_ = options_.placement == Placement::kMeasure && size() == 2 && disjoint_;
   if (options_.spin_us >= 0) return;
   if (CPU_COUNT(&all) < size()) {
     // More ranks than cores: no spinning, so the peer being waited for gets the core. A
@@ -253,9 +262,57 @@ uint8_t* Context::out(int local_rank, int slot) const {
   return in(local_rank, slot) + area_bytes(options_);
 }
 
+bool Context::far(Deadline deadline, const std::string& op, const Signature* signature) {
+  bool far = options_.placement == Placement::kFar;
+  if (measure_placement_) {
+    if (placement_calls_++ % static_cast<uint64_t>(std::max(1, options_.probe_every)) == 0)
+      far_ = probe(deadline, op, signature);
+    else if (signature)
+      barrier(deadline, op, signature);  // the check the probe would have made
+    far = far_;
+  }
+  counts_.far += far;
+  return far;
+}
+
+// One untimed sync (the ranks arrive together), two timed batches of kProbeSyncs, then local
+// rank 0 publishes its best batch's time per sync and one more sync hands it to every rank.
+// A batch in which a rank lost its core (a scheduler's turn, a page fault) is the slower
+// one; a placement change within the probe leaves the answer of either.
+bool Context::probe(Deadline deadline, const std::string& op, const Signature* signature) {
+  using Clock = std::chrono::steady_clock;
+  ++counts_.probes;
+  barrier(deadline, op, signature);
+  auto best = Clock::duration::max();
+  for (int batch = 0; batch < 2; ++batch) {
+    const auto start = Clock::now();
+    for (int i = 0; i < kProbeSyncs; ++i) barrier(deadline, op, nullptr);
+    best = std::min(best, Clock::now() - start);
+  }
+  if (rank_ == 0) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(best).count();
+    header(0).probe_ns.store(static_cast<uint32_t>(std::min<int64_t>(ns / kProbeSyncs, INT32_MAX)),
+                             std::memory_order_relaxed);
+  }
+  // Rank 0 overwrites probe_ns only in its next probe's timed batches, which need every
+  // peer past its read below.
+  barrier(deadline, op, nullptr);
+  counts_.probe_ns = header(0).probe_ns.load(std::memory_order_relaxed);
+  const bool far = counts_.probe_ns >= static_cast<uint64_t>(options_.far_sync_ns);
+  if (far != far_ || counts_.probes == 1)
+    spdlog::debug("rank {}: shared-memory placement {} ({} ns per sync, far from {})",
+                  global_ranks_[rank_], far ? "far" : "near", counts_.probe_ns,
+                  options_.far_sync_ns);
+  return far;
+}
+
 void Context::sync(Deadline deadline, const std::string& op, const Signature* signature) {
-  const uint32_t target = ++epoch_;
   ++counts_.syncs;
+  barrier(deadline, op, signature);
+}
+
+void Context::barrier(Deadline deadline, const std::string& op, const Signature* signature) {
+  const uint32_t target = ++epoch_;
   Header& self = header(rank_);
   // A peer writes the signature of its operation that begins at epoch e before publishing
   // e, and can write the next one of that parity (e + 2 or later) only after passing e + 1,

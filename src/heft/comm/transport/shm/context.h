@@ -23,6 +23,13 @@
 // (ContextOptions::contended_spin_us).
 // PathCounts counts how each wait ended.
 //
+// *Placement*: the host may run two ranks' CPUs near each other (a shared cache: a cache
+// line's round trip 74-127 ns on the 2-vCPU VMs measured) or far (365-420 ns, over the
+// interconnect), and moves them within seconds. far() says which holds now, from a *probe*:
+// a few back-to-back syncs, timed (each costs about one cache-line hand-off: near 40-80 ns,
+// far 150-250), taken by the host's ranks together at every probe_every-th call, local rank
+// 0's measurement deciding for all (so every rank runs the same stores).
+//
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
 #pragma once
@@ -45,6 +52,10 @@ namespace heft::comm::shm {
 // Large shared-memory allreduce forms a caller may force (shm_allreduce.h); kSingleCopy
 // needs cross-memory attach and falls back to kDirect without it.
 enum class AllreduceForm { kAuto, kDirect, kSlots, kSingleCopy };
+
+// Where the ranks' CPUs sit (see the file comment): kMeasure probes; kNear and kFar force
+// the answer (comparisons and tests: a test cannot choose the host's placement).
+enum class Placement { kMeasure, kNear, kFar };
 
 struct ContextOptions {
   // Bytes of each in / out area: the pipeline's chunk. Small enough to stay in L2 while all
@@ -80,7 +91,17 @@ struct ContextOptions {
   // round trip 365-420 ns) 7.7-8.4 streamed against 5.7-6.1 GB/s cached; near (74-127 ns)
   // 11-16 streamed against 16-25 cached, where the peer's read from L2/L3 is cheap and the
   // streamed data comes back from memory. Off: near is the usual state.
+  // On regardless of this when far() says far.
   bool stream_slots = false;
+  // The placement far() reports: measured (only where it can be: 2 ranks of a host on
+  // disjoint CPUs; elsewhere near), or forced.
+  Placement placement = Placement::kMeasure;
+  // A probe whose syncs took at least this long each (the best of two batches) means far.
+  // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.
+  int far_sync_ns = 120;
+  // far() probes at its 1st, (1 + probe_every)th, ... call; between, it keeps the answer. A
+  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce.
+  int probe_every = 8;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
   // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
@@ -120,6 +141,15 @@ class Context {
   bool placement_disjoint() const { return disjoint_; }
 
   using Signature = CallSignature;
+
+  // Whether the host's ranks run far apart now (ContextOptions::placement): forced, or
+  // measured by a probe every probe_every-th call (every rank of the host must call it at
+  // the same points of the same operations, as it calls sync()). The same answer on every
+  // rank. `signature` as for sync(): a probe is then the operation's first sync. Throws as
+  // sync(). Counted in PathCounts::probes and far (syncs does not count the probe's).
+  bool far(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
+  // Whether far() measures (kMeasure, 2 ranks on disjoint CPUs): identical on every rank.
+  bool measures_placement() const { return measure_placement_; }
 
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
@@ -167,6 +197,9 @@ class Context {
   struct Header;
   Header& header(int local_rank) const;
   void wait_for(int peer, uint32_t epoch, Deadline deadline, const std::string& op);
+  // sync() without counting it in PathCounts::syncs.
+  void barrier(Deadline deadline, const std::string& op, const Signature* signature);
+  bool probe(Deadline deadline, const std::string& op, const Signature* signature);
   void probe_cma(Store& store, const std::string& group, Millis timeout);
 
   int rank_;
@@ -184,6 +217,9 @@ class Context {
 
   bool cma_ = false;
   bool disjoint_ = false;
+  bool measure_placement_ = false;
+  bool far_ = false;              // the last probe's answer
+  uint64_t placement_calls_ = 0;  // far() calls so far
   PathCounts counts_;
   std::vector<uint8_t> scratch_[2];
 };

@@ -14,7 +14,10 @@ struct PathCounts {
   uint64_t direct = 0;       // peers' slices only into the slots, own slice reduced in place
   uint64_t syncs = 0;        // shared-memory synchronisations, of every collective
   uint64_t one_pass = 0;     // direct pieces reduced into the buffer and the out area at once
-  uint64_t streamed = 0;     // direct pieces written into a slot with streaming stores
+  uint64_t streamed = 0;     // direct pieces written into a slot area with streaming stores
+  uint64_t far = 0;          // direct allreduces run for the far placement (context.h)
+  uint64_t probes = 0;       // placement probes (their syncs are not in `syncs`)
+  uint64_t probe_ns = 0;     // the last probe's measurement: ns per sync (local rank 0's)
   // How the waits of those syncs for a peer ended (a peer already there counts in none):
   uint64_t spun = 0;       // within the spin budget
   uint64_t yielded = 0;    // during the sched_yield() calls after it
