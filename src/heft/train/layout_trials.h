@@ -5,8 +5,9 @@
 // (one warm-up step, then timed ones), in kTrialRounds interleaved rounds (A B C A B C); a
 // layout's *figure* is its fastest round's median step, the largest over the ranks.
 //
-// Runoff: 3 timed steps tell apart layouts 10% apart no better than a coin on a loaded host
-// (two rounds of one layout differ by up to 10%), so the trials whose figure is within a
+// Runoff: 3 timed steps do not tell apart layouts 10% apart on a shared host (two rounds of
+// one layout differ by 5-20%; bench/auto_layout.sh's vocabulary head once measured two layouts
+// 2% apart whose 9-step rows were 11% apart), so the trials whose figure is within a
 // margin of the fastest (twice the rounds' median spread, within [kRunoffMargin,
 // kRunoffMarginMax]; at most kRunoffMax of them, the fastest first; the fastest alone too)
 // train again, kRunoffRounds interleaved rounds of kRunoffSteps steps (1 warm-up + 9 timed,
