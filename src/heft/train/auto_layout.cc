@@ -185,9 +185,11 @@ void loss_profile(Model& model, const Hyperparameters& hp, int64_t batch, const 
 // temporaries, 5 copies for AdamW).
 constexpr int64_t kOptimizerProbeBytes = int64_t{8} << 20;
 
-// Tensors shaped as the largest layer's parameters, or one float tensor of
-// kOptimizerProbeBytes when that layer is larger; *probe_bytes their bytes, *all_bytes every
-// layer's.
+// Tensors shaped as the largest layer's parameters (when that layer is larger than
+// kOptimizerProbeBytes, its first tensors within that size: the step's work per byte depends
+// on the tensors' sizes, a large tensor's temporaries are fresh pages), or one float tensor of
+// kOptimizerProbeBytes when its first tensor alone is larger; *probe_bytes their bytes,
+// *all_bytes every layer's.
 std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& layers, int64_t* probe_bytes,
                                            int64_t* all_bytes) {
   const LayerProfile* largest = &layers.front();
@@ -197,13 +199,17 @@ std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& laye
     if (p.cost.param_bytes > largest->cost.param_bytes) largest = &p;
   }
   std::vector<torch::Tensor> probe;
-  if (largest->cost.param_bytes > kOptimizerProbeBytes) {
+  *probe_bytes = 0;
+  for (const std::vector<int64_t>& shape : largest->shapes) {
+    torch::Tensor t = torch::randn(shape, torch::kFloat);
+    if (*probe_bytes + t.numel() * 4 > kOptimizerProbeBytes) break;
+    *probe_bytes += t.numel() * 4;
+    probe.push_back(std::move(t));
+  }
+  if (probe.empty()) {
     probe.push_back(torch::randn({kOptimizerProbeBytes / 4}, torch::kFloat));
     *probe_bytes = kOptimizerProbeBytes;
-    return probe;
   }
-  for (const std::vector<int64_t>& shape : largest->shapes) probe.push_back(torch::randn(shape, torch::kFloat));
-  *probe_bytes = largest->cost.param_bytes;
   return probe;
 }
 
@@ -239,24 +245,28 @@ class StepProbe {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-// The step's probe (StepProbe) twice: its second run's CPU seconds x all parameter bytes / the
-// probe's, into h.
+// The step's probe (StepProbe) 5 times: the median CPU seconds of the last 3 x all parameter
+// bytes / the probe's, into h. The first runs pay what a run's first steps do (the state's
+// first touch, the temporaries' fresh pages until malloc's mmap threshold has grown to them).
 void optimizer_profile(const Hyperparameters& hp, std::vector<torch::Tensor> params, int64_t probe_bytes,
                        int64_t all_bytes, Header& h) {
   StepProbe probe(hp, std::move(params));
-  for (int round = 0; round < 2; ++round) {
+  std::vector<double> t;
+  for (int round = 0; round < 5; ++round) {
     const double t0 = cpu_seconds();
     probe.run();
-    h.optimizer_s = (cpu_seconds() - t0) * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, probe_bytes));
+    if (round >= 2) t.push_back(cpu_seconds() - t0);
   }
+  std::sort(t.begin(), t.end());
+  h.optimizer_s = t[1] * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, probe_bytes));
 }
 
 // The host terms (parallel/layout/host_probe.h) on every rank of `comm`: the compute probe is
 // a GPT block's MLP (C -> 4C -> C, GELU) forward and backward on one rank's micro-batch of
 // `batch` sequences (the profile's), the step probe StepProbe on one flat tensor of the
 // profile's optimizer probe size. Every rank gets rank 0's figures.
-void measure_host_terms(const Hyperparameters& hp, int64_t batch, int64_t step_probe_bytes, const CommTable& table,
-                        comm::Communicator& comm, parallel::layout::SearchOptions& o) {
+void measure_host_terms(const Hyperparameters& hp, int64_t batch, const std::vector<double>& step_probe_numels,
+                        const CommTable& table, comm::Communicator& comm, parallel::layout::SearchOptions& o) {
   torch::NoGradGuard outside;  // the probes' own graphs only
   const int64_t c = hp.n_embd, rows = batch * hp.block_size;
   const torch::Tensor x = torch::randn({rows, c});
@@ -270,12 +280,17 @@ void measure_host_terms(const Hyperparameters& hp, int64_t batch, int64_t step_p
   parallel::layout::HostProbeOptions options;
   o.host_compute_inflation = parallel::layout::measure_inflation(comm, block, options);
   {
-    StepProbe step(hp, {torch::randn({std::max<int64_t>(1, step_probe_bytes / 4)})});
-    options.rounds = 3;
+    std::vector<torch::Tensor> params;
+    for (double n : step_probe_numels) params.push_back(torch::randn({static_cast<int64_t>(n)}));
+    StepProbe step(hp, std::move(params));
+    options.warmup = 2, options.rounds = 3;  // as optimizer_profile: past the first runs' page faults
     o.host_step_inflation = parallel::layout::measure_inflation(comm, [&] { step.run(); }, options);
   }
-  options.rounds = 16;
-  o.host_sync = parallel::layout::measure_sync_delay(comm, block, table, options);
+  // Between synchronisation points: the block's forward (a tensor-parallel layer's gap), 12
+  // rounds: the probe stays short on a wide model.
+  const std::function<void()> forward = [&] { (void)torch::gelu(x.mm(w1)).mm(w2); };
+  options.warmup = 1, options.rounds = 12;
+  o.host_sync = parallel::layout::measure_sync_delay(comm, forward, table, options);
 }
 
 // Peak resident bytes of this process so far (getrusage's ru_maxrss).
@@ -292,7 +307,7 @@ int64_t peak_resident_bytes() {
 // parameters are built whole; gradients and optimizer state exist for one layer at a time.
 // The process's peak resident bytes after it, and what it keeps beyond the runtime's once its
 // heap is given back, go into the header.
-std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h) {
+std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h, std::vector<double>* probe_numels) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   torch::Tensor state;
   {
@@ -323,6 +338,7 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h)
     layers.back().cost.forward_s += loss_s;  // the loss runs after the head
   }  // the model's parameters freed before the optimizer's state exists
   std::vector<torch::Tensor> probe = optimizer_probe(layers, &probe_bytes, &all_bytes);
+  for (const torch::Tensor& t : probe) probe_numels->push_back(static_cast<double>(t.numel()));
   optimizer_profile(hp, std::move(probe), probe_bytes, all_bytes, h);
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -387,10 +403,10 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
   ::malloc_trim(0);  // the measurement's buffers back to the system, on every rank
   Header h;
-  std::vector<double> rows;
+  std::vector<double> rows, probe_numels;
   if (comm.rank() == 0) {
     h = local_header(d, load, &in.memory_source);
-    rows = profile(hp, batch, h);
+    rows = profile(hp, batch, h, &probe_numels);
     h.layers = static_cast<double>(rows.size() / kRow);
   } else {
     in.memory_source = "world rank 0's";
@@ -446,11 +462,14 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   o.bucket_bytes = static_cast<int64_t>(hp.bucket_mb * (1 << 20));
   o.first_bucket_bytes = std::min<int64_t>(o.first_bucket_bytes, o.bucket_bytes);
   if (in.comm_measured) {
-    // The step probe's size: the profile's optimizer probe (the largest layer, at most 8 MiB).
-    int64_t largest = 0;
-    for (const parallel::pipeline::LayerCost& layer : m.layers) largest = std::max(largest, layer.param_bytes);
+    // The step probe: the profile's optimizer probe's tensors (the largest layer's, at most 8 MiB).
+    double count = static_cast<double>(probe_numels.size());
+    comm.broadcast(&count, 1, comm::DataType::f64, 0);
+    probe_numels.resize(static_cast<size_t>(count));
+    comm.broadcast(probe_numels.data(), probe_numels.size(), comm::DataType::f64, 0);
     const auto t0 = std::chrono::steady_clock::now();
-    measure_host_terms(hp, batch, std::min(largest, kOptimizerProbeBytes), in.comm, comm, o);
+    measure_host_terms(hp, batch, probe_numels, in.comm, comm, o);
+    ::malloc_trim(0);  // the probes' heap back to the system, on every rank
     in.host_probe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return in;
