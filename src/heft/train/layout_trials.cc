@@ -1,6 +1,7 @@
 #include "heft/train/layout_trials.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -75,6 +76,15 @@ double measure(const Hyperparameters& hp, const std::string& test_dir, comm::Com
   return step_s;
 }
 
+// The process's peak resident bytes so far (getrusage), the largest over the ranks: collective.
+double peak_rss_gb(comm::Communicator& world) {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  double gb = static_cast<double>(u.ru_maxrss) * 1024 / 1e9;
+  world.allreduce(&gb, 1, comm::DataType::f64, comm::ReduceOp::max);
+  return gb;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -133,6 +143,26 @@ void print_runoff(std::ostream& out, const std::vector<LayoutTrial>& trials, con
         << entrants[k] + 1 << ") predicted " << milliseconds(t.prediction.step_s) << " measured "
         << milliseconds(t.runoff_step_s) << " " << ratio(t.runoff_step_s, t.prediction.step_s) << std::endl;
   }
+}
+
+// What the trials and the runoff took: seconds, the peak RSS after each (max over ranks), the
+// rounds' spread and the margin it gave.
+struct Phases {
+  double trials_s = 0, runoff_s = 0, trials_gb = 0, runoff_gb = 0, spread = 0, margin = 0;
+};
+
+void print_phases(std::ostream& out, const Phases& p, double calibration, size_t entrants, int64_t limit_bytes) {
+  char buf[192];
+  std::snprintf(buf, sizeof buf,
+                "layout trials: calibration x%.2f (measured / predicted, median of the runoff's %zu); trials %.1f s, "
+                "runoff %.1f s",
+                calibration, entrants, p.trials_s, p.runoff_s);
+  out << buf << std::endl;
+  std::snprintf(buf, sizeof buf,
+                "layout trials: peak RSS %.3f GB after the trials, %.3f GB after the runoff (the largest over the "
+                "ranks; limit %.3f GB)",
+                p.trials_gb, p.runoff_gb, static_cast<double>(limit_bytes) / 1e9);
+  out << buf << std::endl;
 }
 
 }  // namespace
@@ -229,19 +259,21 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
   const parallel::tensor::TensorParallelCounters counters = parallel::tensor::counters();
   for (const Prediction& p : candidates) trials.push_back({p, {}, 0, 0});
   std::vector<size_t> entrants;
-  double trials_s = 0, runoff_s = 0, spread = 0, margin = 0;
+  Phases phases;
   {
     ProfilerOff profiler_off;
     auto start = std::chrono::steady_clock::now();
     run_rounds(hp, test_dir, world, choice, trials);
-    trials_s = seconds_since(start);
+    phases.trials_s = seconds_since(start);
+    phases.trials_gb = peak_rss_gb(world);
     // Every rank holds the same figures (max over ranks), so every rank picks the same entrants.
-    spread = round_spread(trials);
-    margin = runoff_margin(spread);
-    entrants = runoff_entrants(trials, margin);
+    phases.spread = round_spread(trials);
+    phases.margin = runoff_margin(phases.spread);
+    entrants = runoff_entrants(trials, phases.margin);
     start = std::chrono::steady_clock::now();
     run_runoff(hp, test_dir, world, choice, trials, entrants);
-    runoff_s = seconds_since(start);
+    phases.runoff_s = seconds_since(start);
+    phases.runoff_gb = peak_rss_gb(world);
   }
   parallel::rng_from_bytes(rng);
   parallel::tensor::counters() = counters;
@@ -253,11 +285,8 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
   choice.calibration = calibration_scale(trials, entrants);
   if (world.rank() == 0) {
     print_trials(out, trials);
-    print_runoff(out, trials, entrants, spread, margin);
-    char cost[96];
-    std::snprintf(cost, sizeof cost, "; trials %.1f s, runoff %.1f s", trials_s, runoff_s);
-    out << "layout trials: calibration " << ratio(choice.calibration, 1.0) << " (measured / predicted, median of the runoff's "
-        << entrants.size() << ")" << cost << std::endl;
+    print_runoff(out, trials, entrants, phases.spread, phases.margin);
+    print_phases(out, phases, choice.calibration, entrants.size(), choice.inputs.options.memory_limit_bytes);
   }
   // Every rank says what it chose (the same: the times are agreed), so a log shows it per rank.
   out << "layout trials: chose " << short_name(choice.prediction.layout) << " (trial " << choice.trial << " of "
