@@ -334,7 +334,7 @@ TEST(ReduceKernels, ReduceToBothMatchesReduceToInOneOrTwoPasses) {
             uint8_t *d = area + p.dst, *e = area + p.dst2;
             const bool one = reduce_to_both(d, e, area + p.a, area + p.b, n, t, op);
             const bool native = t != DataType::f16 && t != DataType::bf16;
-            EXPECT_EQ(one, native && (p.one_pass || n * es < 1024))
+            EXPECT_EQ(one, explicit_sum_applies(t, op) || (native && (p.one_pass || n * es < 1024)))
                 << p.what << " " << name(t) << " n=" << n;
             ASSERT_EQ(std::memcmp(d, want.data(), n * es), 0)
                 << p.what << " dst " << name(isa) << " " << name(t) << " " << name(op);
@@ -352,6 +352,60 @@ TEST(ReduceKernels, ReduceToBothMatchesReduceToInOneOrTwoPasses) {
   }
   set_kernel_isa(saved);
   std::free(area);
+}
+
+// The explicit AVX2 sum (explicit_sum_applies): chosen for exactly the native types' sum
+// and avg under AVX2, and exact through reduce_to and reduce_to_both at every dst
+// offset against sources at equal and unequal offsets, in place, at lengths around its
+// vector (L), group (G = 4 L) and two-group lookahead boundaries; nothing written outside.
+TEST(ReduceKernels, ExplicitSumAtEveryAlignmentAndLength) {
+  const KernelIsa saved = kernel_isa();
+  ASSERT_TRUE(set_kernel_isa(KernelIsa::kPortable));
+  EXPECT_FALSE(explicit_sum_applies(DataType::f32, ReduceOp::sum));
+  if (!set_kernel_isa(KernelIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  EXPECT_TRUE(explicit_sum_applies(DataType::f32, ReduceOp::sum));
+  EXPECT_TRUE(explicit_sum_applies(DataType::i64, ReduceOp::avg));
+  EXPECT_FALSE(explicit_sum_applies(DataType::f32, ReduceOp::product));
+  EXPECT_FALSE(explicit_sum_applies(DataType::f16, ReduceOp::sum));
+  EXPECT_FALSE(explicit_sum_applies(DataType::bf16, ReduceOp::avg));
+  EXPECT_FALSE(explicit_sum_applies(DataType::i16, ReduceOp::max));
+  constexpr uint8_t kGuard = 0xA5;
+  std::mt19937_64 rng(256);
+  std::vector<uint8_t> a(8192), b(8192), d(8192), e(8192), want(8192), in(8192);
+  for (DataType t : {DataType::f32, DataType::f64, DataType::i8, DataType::u8, DataType::i16,
+                     DataType::i32, DataType::i64}) {
+    const size_t es = element_size(t), L = 32 / es, G = 4 * L;
+    for (size_t n : {size_t{0}, L - 1, L, L + 1, 2 * G - 1, 2 * G, 2 * G + 1, 3 * G - 1, 3 * G,
+                     3 * G + L + 3, 1000 / es}) {
+      for (size_t off = 0; off < 64; off += es) {
+        for (size_t y : {size_t{16}, (off * 5 + 8) % 64 / es * es}) {
+          fill_random(a.data() + 16, n, t, rng);
+          fill_random(b.data() + y, n, t, rng);
+          for (size_t i = 0; i < n; ++i)
+            reference(want.data() + i * es, a.data() + 16 + i * es, b.data() + y + i * es, t,
+                      ReduceOp::sum);
+          const std::string at = std::string(name(t)) + " n=" + std::to_string(n) +
+                                 " dst offset " + std::to_string(off) + " b " + std::to_string(y);
+          std::fill(d.begin(), d.end(), kGuard);
+          std::fill(e.begin(), e.end(), kGuard);
+          uint8_t *out = d.data() + 64 + off, *out2 = e.data() + 128 + (off * 3) % 64 / es * es;
+          reduce_to(out, a.data() + 16, b.data() + y, n, t, ReduceOp::sum);
+          ASSERT_EQ(std::memcmp(out, want.data(), n * es), 0) << "reduce_to " << at;
+          ASSERT_EQ(out[-1], kGuard) << at;
+          ASSERT_EQ(out[n * es], kGuard) << at;
+          EXPECT_TRUE(reduce_to_both(out, out2, a.data() + 16, b.data() + y, n, t, ReduceOp::sum));
+          ASSERT_EQ(std::memcmp(out, want.data(), n * es), 0) << "reduce_to_both dst " << at;
+          ASSERT_EQ(std::memcmp(out2, want.data(), n * es), 0) << "reduce_to_both dst2 " << at;
+          ASSERT_EQ(out2[-1], kGuard) << at;
+          ASSERT_EQ(out2[n * es], kGuard) << at;
+          std::memcpy(in.data() + off, a.data() + 16, n * es);  // in place: dst == a
+          reduce_into(in.data() + off, b.data() + y, n, t, ReduceOp::sum);
+          ASSERT_EQ(std::memcmp(in.data() + off, want.data(), n * es), 0) << "in place " << at;
+        }
+      }
+    }
+  }
+  set_kernel_isa(saved);
 }
 
 }  // namespace

@@ -26,12 +26,13 @@ void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t
 
 // dst[i] = dst2[i] = a[i] (op) b[i] for i < count: reduce_to with two outputs, for a caller
 // that needs the result in two places (the direct allreduce: the user's buffer and the
-// area its peers read). In one pass (each result stored twice, read once) when the dtype
-// is native (not f16 / bf16) and every output is outside 1-256 bytes past every input
-// modulo 4 KiB (reduce_order: kForward for both); else reduce_to(dst2, ...) and a copy to
-// dst. Returns whether it took the one pass. dst and dst2 may each equal a or b; the two
-// outputs must not overlap, nor overlap an input they are not equal to. For ReduceOp::avg
-// a sum, as reduce_to. Same results, bit for bit, as reduce_to. Throws as reduce_to.
+// area its peers read). In one pass (each result stored twice, read once) when
+// explicit_sum_applies(t, op), or when the dtype is native (not f16 / bf16) and every
+// output is outside 1-256 bytes past every input modulo 4 KiB (reduce_order: kForward for
+// both); else reduce_to(dst2, ...) and a copy to dst. Returns whether it took the one pass.
+// dst and dst2 may each equal a or b; the two outputs must not overlap, nor overlap an input
+// they are not equal to. For ReduceOp::avg a sum, as reduce_to. Same results, bit for bit,
+// as reduce_to. Throws as reduce_to.
 bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t count,
                     DataType t, ReduceOp op);
 
@@ -40,12 +41,20 @@ inline void reduce_into(void* dst, const void* src, size_t count, DataType t, Re
   reduce_to(dst, dst, src, count, t, op);
 }
 
-// The order reduce_to (kCached) goes through memory for these addresses and `bytes` of
-// output, chosen against 4K aliasing (a store whose address matches a later load's modulo
-// 4 KiB stalls it; see reduce.cc): kForward when dst is not 1-256 bytes past a or b modulo
-// 4 KiB (or bytes < 1 KiB); kBackward when it is past them but not 1-256 bytes before
-// either; kThroughBlock otherwise (a page at a time into an L1 block placed away from all
-// three, then copied to dst). The result is the same in every order. Never throws.
+// Whether reduce_to (kCached) and reduce_to_both run the explicit AVX2 sum body for (t, op)
+// with the kernels in use (kernel_isa, cpu.h): sum and avg of the native types (all but f16
+// and bf16) under AVX2. That body goes forward at every placement with its loads two groups (256 bytes)
+// ahead of its stores, so 4K aliasing does not stall it (reduce_order does not apply), and
+// aligns the stream whose alignment the most others share (reduce.cc). Never throws.
+bool explicit_sum_applies(DataType t, ReduceOp op);
+
+// The order reduce_to (kCached; explicit_sum_applies false) goes through memory for these
+// addresses and `bytes` of output, chosen against 4K aliasing (a store whose address matches
+// a later load's modulo 4 KiB stalls it; see reduce.cc): kForward when dst is not 1-256
+// bytes past a or b modulo 4 KiB (or bytes < 1 KiB); kBackward when it is past them but not
+// 1-256 bytes before either; kThroughBlock otherwise (a page at a time into an L1 block
+// placed away from all three, then copied to dst). The result is the same in every order.
+// Never throws.
 enum class ReduceOrder { kForward, kBackward, kThroughBlock };
 ReduceOrder reduce_order(const void* dst, const void* a, const void* b, size_t bytes);
 
