@@ -10,7 +10,8 @@
 # each, heft's ratios (other's time / heft's: above 1 means heft is faster) and the path
 # heft took; then, per size, heft's worst round beside its median (the ratio to OpenMPI in
 # the same round), and for 2 ranks the direct form's bound from the memory rates
-# (docs/comm.md) and heft's share of it.
+# (docs/comm.md) and heft's share of it; before each warm round, the cache line's round trip
+# between the two CPUs, and after it heft's own probe of that placement (its debug log).
 #
 #   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--quick]
 #                               [--ranks "2 4"] [--baseline VAR=VALUE] [--foreground]
@@ -177,12 +178,23 @@ round_trip() {
     --benchmark_format=csv 2>/dev/null | awk -F, '/^"BM_CacheLineRoundTrip/{printf "%.0f", $3}'
 }
 
+# heft's own probe of the placement (docs/comm.md, near and far): its debug log holds local
+# rank 0's first answer and every change in a run, as `far(252)` (ns per synchronisation),
+# joined by '>'; '-' where it never probed (more than 2 ranks, or ranks sharing cores).
+heft_probed() {
+  SPDLOG_LEVEL=debug "$@" >"$OUT/raw" 2>&1 || { grep -v '^\[' "$OUT/raw" >&2; return 1; }
+  grep -v '^\[' "$OUT/raw"
+  local seen
+  seen=$(awk '/rank 0: shared-memory placement/{gsub(/\(/, "", $9); printf "%s%s(%s)", sep, $8, $9; sep=">"}' "$OUT/raw")
+  probes+=" ${seen:--}"
+}
+
 port=29611
 for n in $RANKS; do
-  placement=""
+  placement="" probes=""
   for r in $(seq "$ROUNDS"); do
     placement+=" $(round_trip)"
-    $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
+    heft_probed $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
     if [[ -n $BASELINE ]]; then
       env "$BASELINE" $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" \
         --iters "$ITERS" >"$OUT/baseline-$n-$r"
@@ -200,6 +212,7 @@ for n in $RANKS; do
   echo "## allreduce, $n ranks: every round (worst beside median)"
   worst_rounds "$n" heft "$OUT/heft-$n" openmpi "$OUT/openmpi-$n"
   echo "cache line round trip between the two CPUs before each round (ns; near about 100, far about 400):$placement"
+  echo "heft's own placement probe in each round (its answers in order, ns per sync; far from 120):$probes"
   if [[ -n $BASELINE ]]; then
     echo
     echo "## the same rounds, heft_baseline ($BASELINE)"
