@@ -118,7 +118,7 @@ double autogroup_weight(const std::string& ours, const std::string& theirs) {
   if (!parse_autogroup(ours, &our_id, &our_nice) || !parse_autogroup(theirs, &their_id, &their_nice) ||
       our_id == their_id)
     return -1;
-  return std::pow(1.25, our_nice - their_nice);
+  return std::min(1.0, std::pow(1.25, our_nice - their_nice));
 }
 
 double stat_runnable_weight(const std::string& line) {

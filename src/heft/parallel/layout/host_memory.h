@@ -29,8 +29,10 @@ int64_t resident_bytes();
 double runnable_elsewhere(int samples = 20, int interval_ms = 10);
 
 // A thread's weight in runnable_elsewhere from its process's /proc/PID/autogroup line against
-// this process's ("/autogroup-12 nice 0"): 1.25^(our nice - its nice) for another autogroup;
-// -1 for the same one or a line that cannot be read (the thread's own nice applies).
+// this process's ("/autogroup-12 nice 0"): 1.25^(our nice - its nice) for another autogroup,
+// at most 1 (a thread runs on one core however heavy its group: a nice -20 session's thread
+// counts as a nice-0 one of ours); -1 for the same one or a line that cannot be read (the
+// thread's own nice applies).
 double autogroup_weight(const std::string& ours, const std::string& theirs);
 
 // One thread's weight in runnable_elsewhere from its /proc/PID/task/TID/stat line: 1.25^-nice
