@@ -194,6 +194,9 @@ std::vector<size_t> runoff_entrants(const std::vector<LayoutTrial>& trials, doub
     if (!out.empty() && trials[i].measured_step_s > (1 + margin) * trials[order.front()].measured_step_s) break;
     out.push_back(i);
   }
+  // The prediction's first runs off too: the model's evidence beside the 3-step trials', whose
+  // both rounds can land in a burst of load.
+  if (!out.empty() && std::find(out.begin(), out.end(), size_t{0}) == out.end()) out.push_back(0);
   return out;
 }
 

@@ -9,8 +9,9 @@
 // one layout differ by 5-20%; bench/auto_layout.sh's vocabulary head once measured two layouts
 // 2% apart whose 9-step rows were 11% apart), so the trials whose figure is within a
 // margin of the fastest (twice the rounds' median spread, within [kRunoffMargin,
-// kRunoffMarginMax]; at most kRunoffMax of them, the fastest first; the fastest alone too)
-// train again, kRunoffRounds interleaved rounds of kRunoffSteps steps (1 warm-up + 9 timed,
+// kRunoffMarginMax]; at most kRunoffMax of them, the fastest first; the fastest alone too),
+// and the prediction's first whatever its trials measured (two rounds of 3 steps can both land
+// in a burst of load: deep+narrow's best layout once measured 2x its row in both), train again, kRunoffRounds interleaved rounds of kRunoffSteps steps (1 warm-up + 9 timed,
 // the length bench/auto_layout.sh times its rows with), and the run trains with the one whose
 // runoff figure is the lowest.
 //
@@ -54,7 +55,8 @@ constexpr int64_t kRunoffSteps = 10;       // 1 warm-up + 9 timed: the bench's r
 constexpr int kRunoffRounds = 2;           // interleaved, as the trials' rounds
 constexpr double kRunoffMargin = 0.10;     // the least margin a runoff takes in
 constexpr double kRunoffMarginMax = 0.25;  // the most, however noisy the rounds were
-constexpr int kRunoffMax = 3;              // at most this many run off: bounds the added time
+constexpr int kRunoffMax = 3;              // at most this many run off by their figures (and the
+                                           // prediction's first): bounds the added time
 
 struct LayoutTrial {
   parallel::layout::Prediction prediction;
@@ -71,8 +73,8 @@ double round_spread(const std::vector<LayoutTrial>& trials);
 double runoff_margin(double spread);
 
 // The indices of the trials that run off: those whose measured_step_s is within (1 + margin) x
-// the fastest's, fastest first (ties: the earlier trial), at most kRunoffMax; never empty when
-// trials is not.
+// the fastest's, fastest first (ties: the earlier trial), at most kRunoffMax, then the first
+// trial (the prediction's first) when it is not among them; never empty when trials is not.
 std::vector<size_t> runoff_entrants(const std::vector<LayoutTrial>& trials, double margin);
 
 // The runoff's winner: the entrant with the lowest runoff_step_s (ties: the earlier trial).
