@@ -526,7 +526,7 @@ std::string describe_inputs(const LayoutInputs& in) {
        << fixed("%.2f", in.host_probe_s) << " s (CPU per unit of work, every rank busy over rank 0 alone: "
        << parallel::layout::describe_host_terms(in.options.host_compute_inflation, in.options.host_step_inflation,
                                                 in.options.host_sync)
-       << " per point beyond its collective); a busy host hides no gradient collective behind the backward\n";
+       << " per point beyond its collective); the gradient collective hides behind the backward only on idle cores\n";
   else
     os << "auto_layout: host terms not measured (one process): compute and step x1, no synchronisation delay\n";
   if (in.comm_measured)
