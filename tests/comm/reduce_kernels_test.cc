@@ -2,8 +2,9 @@
 // The reduction kernels (reduce.h) for every op x element type: Gloo's own results, both
 // instruction-set forms at every relative alignment against a scalar reference, f16 over
 // every bit pattern (the AVX2 form converts with F16C), each memory
-// order reduce_order picks against 4K aliasing (and that it picks it), integer average, and
-// the refusal of bitwise ops on floating point. Integer sum and product wrap modulo 2^bits.
+// order reduce_order picks against 4K aliasing (and that it picks it), the explicit AVX2
+// sums, reduce_to_both and its streaming form, integer average, and the refusal of bitwise
+// ops on floating point. Integer sum and product wrap modulo 2^bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -404,6 +405,53 @@ TEST(ReduceKernels, ExplicitSumAtEveryAlignmentAndLength) {
         }
       }
     }
+  }
+  set_kernel_isa(saved);
+}
+
+// reduce_to_both_streaming: both outputs hold reduce_to's bits for every dtype and op in
+// both forms, outputs apart from the inputs or dst equal to a, dst2 at every offset mod 64;
+// the one pass exactly where explicit_sum_applies and dst2 is element-aligned.
+TEST(ReduceKernels, ReduceToBothStreamingMatchesReduceTo) {
+  constexpr uint8_t kGuard = 0xA5;
+  const size_t kMax = 1031;
+  std::mt19937_64 rng(4096);
+  std::vector<uint8_t> a(kMax * 8 + 128), b(kMax * 8 + 128), d(kMax * 8 + 256),
+      e(kMax * 8 + 256), want(kMax * 8), own(kMax * 8 + 128);
+  const KernelIsa saved = kernel_isa();
+  for (KernelIsa isa : forms()) {
+    ASSERT_TRUE(set_kernel_isa(isa));
+    for (DataType t : kEveryDataType)
+      for (ReduceOp op : kEveryReduceOp) {
+        if (!op_applies(op, t)) continue;
+        const size_t es = element_size(t);
+        for (size_t n : {size_t{5}, size_t{200}, kMax}) {
+          for (size_t off = 0; off < 64; off += n == kMax ? 7 : 1) {
+            const bool in_place = off % 2;
+            fill_random(a.data() + 16, n, t, rng);
+            fill_random(b.data() + 16 + es, n, t, rng);
+            for (size_t i = 0; i < n; ++i)
+              reference(want.data() + i * es, a.data() + 16 + i * es,
+                        b.data() + 16 + es + i * es, t, op);
+            std::fill(d.begin(), d.end(), kGuard);
+            std::fill(e.begin(), e.end(), kGuard);
+            std::memcpy(own.data() + 32, a.data() + 16, n * es);
+            uint8_t* out = in_place ? own.data() + 32 : d.data() + 64 + es * 3;
+            const uint8_t* x = in_place ? own.data() + 32 : a.data() + 16;
+            uint8_t* out2 = e.data() + 64 + off;
+            const bool one =
+                reduce_to_both_streaming(out, out2, x, b.data() + 16 + es, n, t, op);
+            const std::string at = std::string(name(isa)) + " " + name(t) + " " + name(op) +
+                                   " n=" + std::to_string(n) + " dst2 offset " +
+                                   std::to_string(off) + (in_place ? " in place" : "");
+            EXPECT_EQ(one, explicit_sum_applies(t, op) && off % es == 0) << at;
+            ASSERT_EQ(std::memcmp(out, want.data(), n * es), 0) << "dst " << at;
+            ASSERT_EQ(std::memcmp(out2, want.data(), n * es), 0) << "dst2 " << at;
+            ASSERT_EQ(out2[-1], kGuard) << at;
+            ASSERT_EQ(out2[n * es], kGuard) << at;
+          }
+        }
+      }
   }
   set_kernel_isa(saved);
 }

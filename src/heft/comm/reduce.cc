@@ -332,24 +332,28 @@ __attribute__((target("avx2"))) void both_avx2(void* d, void* e, const void* a, 
 // the compiler's loops above do one vector per iteration (backward: permutes to reverse
 // each vector as well) and ran 0.80-0.85x of their aligned speed at most alignments of dst
 // against equally aligned a and b (AMD Zen 5, f32 at 256 KiB; i16 0.61x), and down to 0.70x
-// backward with dst just before a modulo 4 KiB. Terms: *lanes* (elements per vector), a *group* (four
-// vectors). Always forward: scalar steps until the anchor is aligned, then groups whose sums
-// are computed two groups ahead of their stores (no load follows a store it 4K-aliases while
-// dst is less than two groups, 256 bytes, past a or b modulo 4 KiB: copy.cc), then single
-// vectors, then scalar steps. Stores are unaligned instructions (aligned when dst is the
-// anchor). kTwo: every result also stored to e (reduce_to_both).
+// backward with dst just before a modulo 4 KiB. Terms: *lanes* (elements per vector), a
+// *group* (four vectors). Always forward: scalar steps until the anchor is aligned, then
+// groups whose sums are computed two groups ahead of their stores (no load follows a store
+// it 4K-aliases while dst is less than two groups, 256 bytes, past a or b modulo 4 KiB:
+// copy.cc), then single vectors, then scalar steps. Stores are unaligned instructions
+// (aligned when dst is the anchor). kOuts: kTwo stores every result to e as well
+// (reduce_to_both); kTwoStreamed with non-temporal stores, e as the anchor (e must be
+// element-aligned), and a store fence.
 template <typename T> struct SumV;
 template <> struct SumV<float> {
   using V = __m256;
   __attribute__((target("avx2"))) static V ld(const float* p) { return _mm256_loadu_ps(p); }
   __attribute__((target("avx2"))) static V op(V a, V b) { return _mm256_add_ps(a, b); }
   __attribute__((target("avx2"))) static void st(float* p, V v) { _mm256_storeu_ps(p, v); }
+  __attribute__((target("avx2"))) static void nt(float* p, V v) { _mm256_stream_ps(p, v); }
 };
 template <> struct SumV<double> {
   using V = __m256d;
   __attribute__((target("avx2"))) static V ld(const double* p) { return _mm256_loadu_pd(p); }
   __attribute__((target("avx2"))) static V op(V a, V b) { return _mm256_add_pd(a, b); }
   __attribute__((target("avx2"))) static void st(double* p, V v) { _mm256_storeu_pd(p, v); }
+  __attribute__((target("avx2"))) static void nt(double* p, V v) { _mm256_stream_pd(p, v); }
 };
 template <typename T> struct SumVInt {  // two's complement: wraps as Sum does
   using V = __m256i;
@@ -365,6 +369,9 @@ template <typename T> struct SumVInt {  // two's complement: wraps as Sum does
   __attribute__((target("avx2"))) static void st(T* p, V v) {
     _mm256_storeu_si256(reinterpret_cast<V*>(p), v);
   }
+  __attribute__((target("avx2"))) static void nt(T* p, V v) {
+    _mm256_stream_si256(reinterpret_cast<V*>(p), v);
+  }
 };
 template <> struct SumV<int8_t> : SumVInt<int8_t> {};
 template <> struct SumV<uint8_t> : SumVInt<uint8_t> {};
@@ -372,14 +379,21 @@ template <> struct SumV<int16_t> : SumVInt<int16_t> {};
 template <> struct SumV<int32_t> : SumVInt<int32_t> {};
 template <> struct SumV<int64_t> : SumVInt<int64_t> {};
 
-template <typename T, bool kTwo>
+enum class Outs { kOne, kTwo, kTwoStreamed };
+
+template <typename T, Outs kOuts>
 __attribute__((target("avx2"))) void sum_avx2(T* d, T* e, const T* x, const T* y, size_t n) {
   using S = SumV<T>;
   using V = typename S::V;
   constexpr size_t L = 32 / sizeof(T), G = 4 * L;
+  constexpr bool kTwo = kOuts != Outs::kOne, kStream = kOuts == Outs::kTwoStreamed;
+  auto second = [&](T* at, V v) __attribute__((target("avx2"))) {
+    if constexpr (kStream) S::nt(at, v);
+    else S::st(at, v);
+  };
   auto put = [&](size_t at, const V* g) __attribute__((target("avx2"))) {
     for (size_t k = 0; k < 4; ++k) S::st(d + at + k * L, g[k]);
-    if constexpr (kTwo) for (size_t k = 0; k < 4; ++k) S::st(e + at + k * L, g[k]);
+    if constexpr (kTwo) for (size_t k = 0; k < 4; ++k) second(e + at + k * L, g[k]);
   };
   auto sums = [&](size_t at, V* g) __attribute__((target("avx2"))) {
     for (size_t k = 0; k < 4; ++k) g[k] = S::op(S::ld(x + at + k * L), S::ld(y + at + k * L));
@@ -389,8 +403,9 @@ __attribute__((target("avx2"))) void sum_avx2(T* d, T* e, const T* x, const T* y
     if constexpr (kTwo) e[i] = d[i];
   };
   size_t i = 0;
-  for (const size_t head = kTwo ? head_to_align<T>(anchor({d, e, x, y}), n)
-                                : head_to_align<T>(anchor({d, x, y}), n);
+  for (const size_t head = kStream ? head_to_align<T>(reinterpret_cast<uintptr_t>(e), n)
+                           : kTwo  ? head_to_align<T>(anchor({d, e, x, y}), n)
+                                   : head_to_align<T>(anchor({d, x, y}), n);
        i < head; ++i)
     one(i);
   if (i + 2 * G <= n) {
@@ -409,19 +424,22 @@ __attribute__((target("avx2"))) void sum_avx2(T* d, T* e, const T* x, const T* y
   for (; i + L <= n; i += L) {
     const V v = S::op(S::ld(x + i), S::ld(y + i));
     S::st(d + i, v);
-    if constexpr (kTwo) S::st(e + i, v);
+    if constexpr (kTwo) second(e + i, v);
   }
   for (; i < n; ++i) one(i);
+  if constexpr (kStream) _mm_sfence();
 }
 
 // Runs the explicit sum for (t, op) when explicit_sum_applies; returns whether it did.
-template <bool kTwo>
+template <Outs kOuts>
 bool sum_explicit(void* d, void* e, const void* a, const void* b, size_t n, DataType t,
                   ReduceOp op) {
   if (!explicit_sum_applies(t, op)) return false;
+  if (kOuts == Outs::kTwoStreamed && reinterpret_cast<uintptr_t>(e) % element_size(t))
+    return false;
   auto run = [&](auto* typed) {
     using T = std::remove_pointer_t<decltype(typed)>;
-    sum_avx2<T, kTwo>(static_cast<T*>(d), static_cast<T*>(e), static_cast<const T*>(a),
+    sum_avx2<T, kOuts>(static_cast<T*>(d), static_cast<T*>(e), static_cast<const T*>(a),
                       static_cast<const T*>(b), n);
     return true;
   };
@@ -438,7 +456,8 @@ bool sum_explicit(void* d, void* e, const void* a, const void* b, size_t n, Data
   return false;
 }
 #else
-template <bool kTwo>
+enum class Outs { kOne, kTwo, kTwoStreamed };
+template <Outs kOuts>
 bool sum_explicit(void*, void*, const void*, const void*, size_t, DataType, ReduceOp) {
   return false;
 }
@@ -547,7 +566,7 @@ void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t
   // Streaming: reduce into a block that stays in L1, then stream it out.
   if (hint == StoreHint::kStreaming)
     return reduce_through_block(dst, a, b, count, t, op, StoreHint::kStreaming);
-  if (sum_explicit<false>(dst, nullptr, a, b, count, t, op)) return;
+  if (sum_explicit<Outs::kOne>(dst, nullptr, a, b, count, t, op)) return;
   switch (reduce_order(dst, a, b, count * element_size(t))) {
     case ReduceOrder::kForward: return reduce_cached(dst, a, b, count, t, op);
     case ReduceOrder::kBackward: return reduce_cached(dst, a, b, count, t, op, true);
@@ -560,7 +579,7 @@ bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t 
                     DataType t, ReduceOp op) {
   require_op_applies(op, t, "reduce");
   const size_t bytes = count * element_size(t);
-  if (sum_explicit<true>(dst, dst2, a, b, count, t, op)) return true;
+  if (sum_explicit<Outs::kTwo>(dst, dst2, a, b, count, t, op)) return true;
   const bool native = t != DataType::f16 && t != DataType::bf16;
   if (!native || reduce_order(dst, a, b, bytes) != ReduceOrder::kForward ||
       reduce_order(dst2, a, b, bytes) != ReduceOrder::kForward) {
@@ -576,6 +595,15 @@ bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t 
 #endif
   both_portable(dst, dst2, a, b, count, t, op);
   return true;
+}
+
+bool reduce_to_both_streaming(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                              DataType t, ReduceOp op) {
+  require_op_applies(op, t, "reduce");
+  if (sum_explicit<Outs::kTwoStreamed>(dst, dst2, a, b, count, t, op)) return true;
+  reduce_to(dst, a, b, count, t, op);
+  copy_bytes(dst2, dst, count * element_size(t), StoreHint::kStreaming);
+  return false;
 }
 
 void finish_average(void* data, size_t count, DataType t, ReduceOp op, int world_size) {

@@ -36,6 +36,16 @@ void reduce_to(void* dst, const void* a, const void* b, size_t count, DataType t
 bool reduce_to_both(void* dst, void* dst2, const void* a, const void* b, size_t count,
                     DataType t, ReduceOp op);
 
+// reduce_to_both with dst2 written by non-temporal stores (copy.h's kStreaming), dst by
+// normal ones: for a second output that another core reads next and this one does not (the
+// direct allreduce's out area when its ranks sit on far cores), so its lines go to memory
+// instead of staying modified in this core's cache. One pass when explicit_sum_applies(t, op)
+// and dst2 is aligned to the element size; else reduce_to(dst, ...) and a streaming copy of
+// dst into dst2. Returns whether it took the one pass. Ends with a store fence. Overlaps,
+// results and errors as reduce_to_both.
+bool reduce_to_both_streaming(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                              DataType t, ReduceOp op);
+
 // dst[i] = dst[i] (op) src[i] for i < count: reduce_to(dst, dst, src, ...).
 inline void reduce_into(void* dst, const void* src, size_t count, DataType t, ReduceOp op) {
   reduce_to(dst, dst, src, count, t, op);
@@ -43,9 +53,10 @@ inline void reduce_into(void* dst, const void* src, size_t count, DataType t, Re
 
 // Whether reduce_to (kCached) and reduce_to_both run the explicit AVX2 sum body for (t, op)
 // with the kernels in use (kernel_isa, cpu.h): sum and avg of the native types (all but f16
-// and bf16) under AVX2. That body goes forward at every placement with its loads two groups (256 bytes)
-// ahead of its stores, so 4K aliasing does not stall it (reduce_order does not apply), and
-// aligns the stream whose alignment the most others share (reduce.cc). Never throws.
+// and bf16) under AVX2. That body goes forward at every placement with its loads two groups
+// (256 bytes) ahead of its stores, so 4K aliasing does not stall it (reduce_order does not
+// apply), and aligns the stream whose alignment the most others share (reduce.cc). Never
+// throws.
 bool explicit_sum_applies(DataType t, ReduceOp op);
 
 // The order reduce_to (kCached; explicit_sum_applies false) goes through memory for these
