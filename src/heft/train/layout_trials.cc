@@ -133,10 +133,10 @@ void print_trials(std::ostream& out, const std::vector<LayoutTrial>& trials) {
 
 void print_runoff(std::ostream& out, const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants,
                   double spread, double margin) {
-  out << "layout runoff: " << entrants.size() << " of " << trials.size() << " trials within " << percent(margin)
+  out << "layout runoff: " << entrants.size() << " of " << trials.size() << " trials, those within " << percent(margin)
       << " of the fastest (at most " << kRunoffMax << "; the margin twice the rounds' median spread "
-      << percent(spread) << ", " << percent(kRunoffMargin) << "-" << percent(kRunoffMarginMax) << "), "
-      << kRunoffRounds << " rounds of " << kRunoffSteps << " steps" << std::endl;
+      << percent(spread) << ", " << percent(kRunoffMargin) << "-" << percent(kRunoffMarginMax)
+      << ") and the prediction's first, " << kRunoffRounds << " rounds of " << kRunoffSteps << " steps" << std::endl;
   for (size_t k = 0; k < entrants.size(); ++k) {
     const LayoutTrial& t = trials[entrants[k]];
     out << "layout runoff " << k + 1 << "/" << entrants.size() << ": " << short_name(t.prediction.layout) << " (trial "

@@ -102,7 +102,7 @@ std::string short_name(const parallel::layout::Layout& layout);
 // World rank 0 writes to `out` a line a trial, the runoff's entrants and a line each, the
 // calibration with each phase's seconds, the peak RSS after each phase; every rank the choice:
 //   layout trial 1/3: d1 s1 t2 p2 m1 v1 predicted 53.2 ms measured 61.0 ms x1.15 (rounds 61.0 63.1 ms)
-//   layout runoff: 2 of 3 trials within 10% of the fastest (at most 3; the margin twice the rounds' median spread 3%, 10%-25%), 2 rounds of 10 steps
+//   layout runoff: 2 of 3 trials, those within 10% of the fastest (at most 3; the margin twice the rounds' median spread 3%, 10%-25%) and the prediction's first, 2 rounds of 10 steps
 //   layout runoff 1/2: d1 s2 t1 p2 m1 v1 (trial 2) predicted 55.0 ms measured 57.2 ms x1.04
 //   layout trials: calibration x1.06 (measured / predicted, median of the runoff's 2); trials 4.1 s, runoff 3.2 s
 //   layout trials: peak RSS 0.301 GB after the trials, 0.305 GB after the runoff (the largest over the ranks; limit 4.000 GB)
