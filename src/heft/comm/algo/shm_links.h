@@ -25,7 +25,7 @@ struct ShmLinks {
   // ctx.far() (the placement, transport/shm/context.h), carrying the call's check when it
   // synchronises (a probe), so the operation's first sync is the one that checks.
   bool far() {
-    if (signature.call == 0 || !ctx.measures_placement()) return ctx.far(deadline, op);
+    if (signature.call == 0 || !ctx.probes_next()) return ctx.far(deadline, op);
     const shm::Context::Signature first = signature;
     signature = {};
     return ctx.far(deadline, op, &first);

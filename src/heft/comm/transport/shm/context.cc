@@ -262,13 +262,17 @@ uint8_t* Context::out(int local_rank, int slot) const {
   return in(local_rank, slot) + area_bytes(options_);
 }
 
+bool Context::probes_next() const {
+  return measure_placement_ &&
+         placement_calls_ % static_cast<uint64_t>(std::max(1, options_.probe_every)) == 0;
+}
+
 bool Context::far(Deadline deadline, const std::string& op, const Signature* signature) {
+  HEFT_CHECK(!signature || probes_next(), "a signature for far() without a probe");
   bool far = options_.placement == Placement::kFar;
   if (measure_placement_) {
-    if (placement_calls_++ % static_cast<uint64_t>(std::max(1, options_.probe_every)) == 0)
-      far_ = probe(deadline, op, signature);
-    else if (signature)
-      barrier(deadline, op, signature);  // the check the probe would have made
+    if (probes_next()) far_ = probe(deadline, op, signature);
+    ++placement_calls_;
     far = far_;
   }
   counts_.far += far;

@@ -145,11 +145,12 @@ class Context {
   // Whether the host's ranks run far apart now (ContextOptions::placement): forced, or
   // measured by a probe every probe_every-th call (every rank of the host must call it at
   // the same points of the same operations, as it calls sync()). The same answer on every
-  // rank. `signature` as for sync(): a probe is then the operation's first sync. Throws as
-  // sync(). Counted in PathCounts::probes and far (syncs does not count the probe's).
+  // rank. `signature` as for sync(), only where probes_next(): the probe is then the
+  // operation's first sync. Throws as sync(). Counted in PathCounts::probes and far (syncs
+  // does not count the probe's).
   bool far(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
-  // Whether far() measures (kMeasure, 2 ranks on disjoint CPUs): identical on every rank.
-  bool measures_placement() const { return measure_placement_; }
+  // Whether the next far() probes (synchronises): identical on every rank.
+  bool probes_next() const;
 
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
