@@ -2,7 +2,9 @@
 """heft.torch.parallel.auto_layout on 2 real ranks of the heft backend: the collective costs
 are measured on the default group (comm_measure.h through _c10d.parallel.layout.measure,
 every row positive), every rank prices rank 0's profile, so both ranks get the same plan and
-the same measured rows. This file is also the worker (HEFT_AUTO_LAYOUT_WORKER=1): each rank
+the same measured rows; the host terms (inflation, synchronisation delay) are measured on both
+ranks at once and leave the model (weights, BatchNorm's statistics, gradients) and torch's
+generator as they were. This file is also the worker (HEFT_AUTO_LAYOUT_WORKER=1): each rank
 prints one `result ` JSON line."""
 import json
 import os
@@ -19,13 +21,25 @@ def worker():
     from heft.torch import _auto_layout
     dist.init_process_group("heft", init_method="env://")
     torch.manual_seed(dist.get_rank())  # different weights: the plan must not depend on them
-    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
-    plan = _auto_layout.auto_layout(model, torch.randn(4, 64), world=2, memory_limit=1 << 30)
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(5)],
+                                torch.nn.BatchNorm1d(64))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(4, 64)
+    rng = torch.get_rng_state()
+    plan = _auto_layout.auto_layout(model, x, world=2, memory_limit=1 << 30)
     rows = _auto_layout.measured_comm()
+    t = plan.inputs
     out = {"layout": [plan.data, plan.sharded, plan.tensor, plan.pipeline, plan.microbatches,
                       plan.virtual_stages, plan.checkpointing], "step_s": plan.step_s,
            "measured": plan.comm_measured, "rows": rows,
-           "ranked": [p["step_s"] for p in plan.ranked]}
+           "ranked": [p["step_s"] for p in plan.ranked],
+           "host": [t["host_compute_inflation"], t["host_step_inflation"],
+                    [list(x) for x in t["host_sync"]], t["overlap_needs_idle_cores"]],
+           # the probes ran the model's layers: its weights, running statistics, gradients
+           # and torch's generator are as they were
+           "untouched": all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+           and all(p.grad is None for p in model.parameters())
+           and torch.equal(rng, torch.get_rng_state())}
     print("result " + json.dumps(out), flush=True)
     dist.destroy_process_group()
 
@@ -45,6 +59,16 @@ class AutoLayoutRanks(unittest.TestCase):
         self.assertTrue(outs[0]["measured"], text)
         self.assertEqual(outs[0]["layout"], outs[1]["layout"])
         self.assertEqual(outs[0]["ranked"], outs[1]["ranked"])  # the same numbers, not close ones
+        # The host terms (host_probe.h through _c10d.parallel.layout) measured on both ranks
+        # at once, rank 0's on both: a positive inflation, a delay for the group of 2.
+        self.assertEqual(outs[0]["host"], outs[1]["host"])
+        compute, step, sync, idle = outs[0]["host"]
+        self.assertGreater(compute, 0)
+        self.assertGreater(step, 0)
+        self.assertEqual([g for g, _ in sync], [2], text)
+        self.assertGreaterEqual(sync[0][1], 0)
+        self.assertTrue(idle)
+        self.assertTrue(outs[0]["untouched"] and outs[1]["untouched"], text)
         rows = outs[0]["rows"]
         self.assertEqual(rows, outs[1]["rows"])
         self.assertEqual(sorted(r[0] for r in rows),

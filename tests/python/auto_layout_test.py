@@ -142,6 +142,18 @@ class AutoLayoutTest(unittest.TestCase):
             _auto_layout.auto_layout(model(), torch.randn(4, 64), world=4, memory_limit=1 << 30,
                                      tensor_plan={"nothing.*": "colwise"})
 
+    def test_the_model_and_the_generator_are_left_as_they_were(self):
+        # The profile runs the layers in training mode: BatchNorm's running statistics moved and
+        # torch's generator advanced (on the profiling rank only) before.
+        m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64), torch.nn.Dropout(0.5))
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        x = torch.randn(4, 64)
+        rng = torch.get_rng_state()
+        _auto_layout.auto_layout(m, x, world=2, memory_limit=1 << 30)
+        for k, v in m.state_dict().items():
+            self.assertTrue(torch.equal(before[k], v), k)
+        self.assertTrue(torch.equal(rng, torch.get_rng_state()))
+
     def test_bad_world(self):
         with self.assertRaisesRegex(ValueError, "world=0"):
             _auto_layout.auto_layout(model(), torch.randn(4, 64), world=0, memory_limit=1 << 30)

@@ -148,7 +148,7 @@ def _saved_and_transient(layers, example_batch, loss_fn):
 
 
 def _optimizer_s(layers, optimizer):
-    """One optimizer step's seconds over every layer's parameters: the second step on copies
+    """One optimizer step's seconds over every layer's parameters: a steady step on copies
     of the largest layer's parameters x all parameter bytes / that layer's (the model's own
     parameters and state untouched; one layer's state at a time, as heft-train)."""
     sizes = [_nbytes(l.parameters()) for l in layers]
@@ -159,12 +159,12 @@ def _optimizer_s(layers, optimizer):
     for p in params:
         p.grad = torch.zeros_like(p)
     step = OPTIMIZERS[optimizer](params)
-    seconds = 0.0
-    for _ in range(2):
+    seconds = []
+    for _ in range(5):  # the median of steps 3-5: the first pay the state's first touch
         t0 = time.process_time()
         step.step()
-        seconds = time.process_time() - t0
-    return seconds * sum(sizes) / sizes[largest]
+        seconds.append(time.process_time() - t0)
+    return sorted(seconds[2:])[1] * sum(sizes) / sizes[largest]
 
 
 def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None):
@@ -200,6 +200,79 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
                  profile_peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                  profile_residue_bytes=max(0, _layout.resident_bytes() - before))
     return rows, terms
+
+
+class _Untouched:
+    """Puts back torch's generator and every layer's buffers (BatchNorm's running statistics)
+    when the probes that run the user's layers are done."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+    def __enter__(self):
+        self.rng = torch.get_rng_state()
+        self.buffers = [(b, b.detach().clone()) for l in self.layers for b in l.buffers()]
+
+    def __exit__(self, *exc):
+        torch.set_rng_state(self.rng)
+        with torch.no_grad():
+            for b, saved in self.buffers:
+                b.copy_(saved)
+
+
+def _input_of(layers, example_batch, i):
+    """What layers[i] reads: the example batch through layers[:i], without autograd."""
+    x = example_batch.detach()
+    with torch.no_grad():
+        for layer in layers[:i]:
+            x = layer(x.clone())
+    return x
+
+
+def measured_host_terms(layers, example_batch, rows, optimizer, comm, group):
+    """SearchOptions' host_compute_inflation, host_step_inflation and host_sync, measured on
+    every rank of the heft `group` at once (a collective; rank 0's figures on every rank) by
+    host_probe.h, as heft-train's: the heaviest layer's forward and backward (CPU per call with
+    every rank busy over rank 0 alone), the optimizer's step on copies of the largest layer's
+    parameters, and the forward of the layer of median forward time between one-float
+    all-reduces per group size. The
+    model's parameters, gradients, buffers and torch's generator are left as they were."""
+    heavy = max(range(len(layers)), key=lambda i: rows[i][1] + rows[i][2])
+    # Between synchronisation points: a layer of the median forward (the probe stays short).
+    gap = sorted(range(len(layers)), key=lambda i: rows[i][1])[len(layers) // 2]
+    pg = _c10d.parallel.Group(group)
+    with _Untouched(layers):
+        layer, x = layers[heavy], _input_of(layers, example_batch, heavy)
+        params = [p for p in layer.parameters() if p.requires_grad]
+        x_gap = _input_of(layers, example_batch, gap)
+
+        def block():
+            leaf = x.detach().requires_grad_(x.is_floating_point())
+            with torch.enable_grad():
+                y = layer(leaf.clone())
+                wrt = params or ([leaf] if leaf.requires_grad else [])
+                if wrt and y.requires_grad:  # gradients returned, not accumulated in .grad
+                    torch.autograd.grad(y.float().sum(), wrt, allow_unused=True)
+
+        def forward():
+            with torch.no_grad():
+                layers[gap](x_gap.clone())
+
+        compute = _layout.inflation(pg, block, rounds=6)
+        sync = _layout.sync_delay(pg, forward, list(comm))
+    sizes = [_nbytes(l.parameters()) for l in layers]
+    largest = max(range(len(layers)), key=lambda i: sizes[i])
+    step_x = 1.0
+    if sizes[largest] > 0:
+        copies = [torch.nn.Parameter(p.detach().clone()) for p in layers[largest].parameters()]
+        for p in copies:
+            p.grad = torch.zeros_like(p)
+        step = OPTIMIZERS[optimizer](copies)
+        step_x = _layout.inflation(pg, step.step, warmup=2, rounds=3)
+    return dict(host_compute_inflation=compute, host_step_inflation=step_x, host_sync=sync,
+                overlap_needs_idle_cores=True,
+                # torch's DDP buckets (bucket_cap_mb 25, the first 1 MiB)
+                bucket_bytes=25 << 20, first_bucket_bytes=1 << 20)
 
 
 def host_terms(world, ranks_per_host=None):
@@ -278,11 +351,18 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
     shared = [None]
     if source:  # the others wait (asleep) while the source rank samples the load and profiles
         host = host_terms(world, ranks_per_host)
-        rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn)
+        with _Untouched(layers):  # the profile runs the layers in training mode
+            rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn)
         shared = [(rows, dict(terms, **host))]
     if heft_group is not None:  # every rank prices rank 0's profile: the same plan everywhere
         dist.broadcast_object_list(shared, src=first, group=heft_group)
     rows, terms = shared[0]
+    probed = {}
+    if heft_group is not None:  # every rank: the host's share a one-rank profile cannot see
+        t0 = time.monotonic()
+        probed = measured_host_terms(layers, example_batch, rows, optimizer, comm, heft_group)
+        probed["host_probe_s"] = time.monotonic() - t0
+    terms = dict(terms, **probed)
     options = dict(terms, world=world, memory_limit=memory_limit, global_batch=global_batch,
                    profiled_batch=profiled,
                    optimizer_bytes_per_param_byte=OPTIMIZER_STATE[optimizer],

@@ -86,6 +86,12 @@ def describe_inputs(plan, layers, profiled, limit, source, ranks):
              f"{fmt_bytes(t['fixed_bytes'])} resident, a step's transient "
              f"{fmt_bytes(t['transient_bytes'])}, optimizer {t['optimizer_s'] * 1e3:.1f} ms; "
              f"memory limit {fmt_bytes(limit)} per rank ({source})"]
+    if "host_compute_inflation" in t:
+        lines.append(f"auto_layout: host terms measured on {ranks} ranks in {t['host_probe_s']:.2f} s "
+                     "(CPU per unit of work, every rank busy over rank 0 alone: "
+                     + _auto_layout._layout.describe_host_terms(
+                         t["host_compute_inflation"], t["host_step_inflation"], t["host_sync"])
+                     + "); the gradient collective hides behind the backward only on idle cores")
     if plan.comm_measured:
         lines.append(f"auto_layout: collective costs measured on {ranks} ranks (seconds = alpha + bytes / beta):")
         lines += [f"  {c:<14} g {g:<4} alpha {a * 1e6:8.1f} us  beta {b / 1e9:8.3f} GB/s"

@@ -12,6 +12,7 @@
 #include "heft/error.h"
 #include "heft/parallel/layout/comm_measure.h"
 #include "heft/parallel/layout/host_memory.h"
+#include "heft/parallel/layout/host_probe.h"
 #include "heft/parallel/layout/layout_search.h"
 #include "parallel_group.h"
 
@@ -102,14 +103,19 @@ pl::ModelCost model_cost(const std::vector<py::tuple>& rows, const py::dict& o) 
   return model;
 }
 
-py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
-  const pl::ModelCost model = model_cost(rows, o);
+pl::CommTable comm_table(const std::vector<py::tuple>& comm) {
   pl::CommTable table;
   for (const py::tuple& c : comm) {
     if (c.size() != 4) throw py::value_error("auto_layout: a comm cost is (collective, group, alpha_s, beta_bytes_per_s)");
     table.entries.push_back({collective_of(c[0].cast<std::string>()), c[1].cast<int>(), c[2].cast<double>(),
                              c[3].cast<double>()});
   }
+  return table;
+}
+
+py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
+  const pl::ModelCost model = model_cost(rows, o);
+  const pl::CommTable table = comm_table(comm);
   pl::SearchOptions so;
   so.world = o["world"].cast<int>();
   so.memory_limit_bytes = o["memory_limit"].cast<int64_t>();
@@ -123,6 +129,13 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   so.host_threads = optional<double>(o, "host_threads", 0);
   so.host_load = optional<double>(o, "host_load", 0);
   so.tensor_splits = optional<int>(o, "tensor_splits", 0);
+  so.host_compute_inflation = optional<double>(o, "host_compute_inflation", 1);
+  so.host_step_inflation = optional<double>(o, "host_step_inflation", 1);
+  for (const auto& [g, seconds] : optional<std::vector<std::pair<int, double>>>(o, "host_sync", {}))
+    so.host_sync.push_back({g, seconds});
+  so.overlap_needs_idle_cores = optional<bool>(o, "overlap_needs_idle_cores", false);
+  so.bucket_bytes = optional<int64_t>(o, "bucket_bytes", so.bucket_bytes);
+  so.first_bucket_bytes = optional<int64_t>(o, "first_bucket_bytes", so.first_bucket_bytes);
   pl::SearchResult r;
   try {
     r = pl::search(model, table, so);
@@ -159,6 +172,37 @@ std::vector<py::tuple> measure(ParallelGroup& group, const std::vector<int64_t>&
   return rows;
 }
 
+// host_probe.h's terms on the group's communicator with a Python callable as the work (every
+// rank of the group calls them, with the same kind of work; rank 0's figures on every rank).
+// The GIL stays held: the work is Python, and the probe's waits are its own process's.
+pl::HostProbeOptions probe_options(int warmup, int rounds) {
+  pl::HostProbeOptions o;
+  o.warmup = warmup, o.rounds = rounds;
+  return o;
+}
+
+double inflation(ParallelGroup& group, const py::function& work, int warmup, int rounds) {
+  try {
+    return pl::measure_inflation(group.heft().communicator(), [&] { work(); }, probe_options(warmup, rounds));
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("auto_layout: ") + e.what());
+  }
+}
+
+std::vector<std::pair<int, double>> sync_delay(ParallelGroup& group, const py::function& work,
+                                               const std::vector<py::tuple>& comm, int warmup, int rounds) {
+  std::vector<pl::SyncDelay> d;
+  try {
+    d = pl::measure_sync_delay(group.heft().communicator(), [&] { work(); }, comm_table(comm),
+                               probe_options(warmup, rounds));
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("auto_layout: ") + e.what());
+  }
+  std::vector<std::pair<int, double>> out;
+  for (const pl::SyncDelay& x : d) out.emplace_back(x.group, x.seconds);
+  return out;
+}
+
 // Bytes malloc has handed out and not taken back (heap and mmap'd blocks): what a forward
 // keeps is the difference across it (heft-train's saved-bytes measurement).
 int64_t heap_in_use() {
@@ -177,6 +221,20 @@ void bind_layout(py::module_& parallel) {
         py::arg("warmup") = 2, py::arg("repeats") = 5,
         "(collective, group, alpha_s, beta_bytes_per_s) rows measured on the group's communicator "
         "(comm_measure.h): every rank of the group calls it and gets rank 0's fit");
+  m.def("inflation", &inflation, py::arg("group"), py::arg("work"), py::arg("warmup") = 1, py::arg("rounds") = 8,
+        "work's median CPU seconds per call on every rank at once over rank 0's alone (host_probe.h)");
+  m.def("sync_delay", &sync_delay, py::arg("group"), py::arg("work"), py::arg("comm"), py::arg("warmup") = 1,
+        py::arg("rounds") = 12,
+        "[(group size, seconds)]: what a synchronisation point costs beyond its collective between calls of "
+        "work, per group size (host_probe.h)");
+  m.def(
+      "describe_host_terms",
+      [](double compute, double step, const std::vector<std::pair<int, double>>& sync) {
+        std::vector<pl::SyncDelay> d;
+        for (const auto& [g, seconds] : sync) d.push_back({g, seconds});
+        return pl::describe_host_terms(compute, step, d);
+      },
+      py::arg("compute_inflation"), py::arg("step_inflation"), py::arg("sync"));
   m.def("heap_in_use", &heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
   m.def("resident_bytes", &pl::resident_bytes, "this process's resident set in bytes (host_memory.h)");
   m.def("available_host_memory", [] { return pl::available_host_memory(); },
