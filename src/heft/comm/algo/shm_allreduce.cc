@@ -253,10 +253,14 @@ class Direct {
         x = o;
         y = area(n_ - 1);
       }
-      if (far_) {  // into the buffer, then streamed from L1 into the out area
-        reduce_to(own, x, y, m, t_, op_);
-        if (!one_pass) finish_average(own, m, t_, op_, world_size_);
-        copy_bytes(o, own, m * es_, StoreHint::kStreaming);
+      if (far_) {  // the buffer cached, the out area streamed (the peer reads it, not us)
+        if (one_pass) {  // one pass where reduce.h's explicit sums apply, else two
+          one_pass_pieces_ += reduce_to_both_streaming(own, o, x, y, m, t_, op_);
+        } else {  // an average: finished in the buffer, then streamed from L1
+          reduce_to(own, x, y, m, t_, op_);
+          finish_average(own, m, t_, op_, world_size_);
+          copy_bytes(o, own, m * es_, StoreHint::kStreaming);
+        }
         ++streamed_pieces_;
         continue;
       }
