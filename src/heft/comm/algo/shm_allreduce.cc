@@ -147,9 +147,10 @@ Range aligned_slice(size_t count, int n, int p, size_t es) {
 // writes into its slot is read by the peer, and a cached store leaves it in this core's
 // cache, so the peer's read and this rank's next write of the slot each cross the host's
 // interconnect. Far, the direct form therefore writes the slots with streaming stores: the
-// peers' pieces in the scatter, and the reduced piece into the out area (reduced into the
-// user's buffer first, cached, then copied from L1 with streaming stores), so the peer reads
-// them from memory. Near, the shared cache hands lines over faster than memory: cached.
+// peers' pieces in the scatter, and the reduced piece into the out area (the sums in one
+// pass, the user's buffer cached and the out area streamed: reduce_to_both_streaming; an
+// average finished in the buffer first, then copied from L1 with streaming stores), so the
+// peer reads them from memory. Near, the shared cache hands lines over faster than memory: cached.
 class Direct {
  public:
   Direct(ShmLinks& links, uint8_t* data, size_t count, DataType t, ReduceOp op, int world_size,

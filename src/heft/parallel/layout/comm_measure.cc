@@ -28,18 +28,7 @@ void check(const comm::Communicator& world, const MeasureOptions& o) {
   if (o.bytes.empty()) throw InvalidArgument("measure.bytes: expected at least one size, found none");
   if (o.warmup < 0) throw InvalidArgument("measure.warmup: expected at least 0, found " + std::to_string(o.warmup));
   if (o.repeats < 1) throw InvalidArgument("measure.repeats: expected at least 1, found " + std::to_string(o.repeats));
-  for (int g : o.groups)
-    if (g < 2 || world.size() % g != 0)
-      throw InvalidArgument("measure.groups: expected divisors of the world " + std::to_string(world.size()) +
-                            " above 1, found " + std::to_string(g));
-}
-
-std::vector<int> group_sizes(int world, const MeasureOptions& o) {
-  if (!o.groups.empty()) return o.groups;
-  std::vector<int> out;
-  for (int g = 2; g <= world; ++g)
-    if (world % g == 0) out.push_back(g);
-  return out;
+  (void)group_sizes(world.size(), o.groups, "measure.groups");
 }
 
 // Seconds of one call of `c` moving `bytes` on `group` (the file comment's convention),
@@ -96,6 +85,18 @@ void measure_group(comm::Communicator& world, int g, const std::vector<Collectiv
 
 }  // namespace
 
+std::vector<int> group_sizes(int world, const std::vector<int>& groups, const std::string& field) {
+  for (int g : groups)
+    if (g < 2 || world % g != 0)
+      throw InvalidArgument(field + ": expected divisors of the world " + std::to_string(world) + " above 1, found " +
+                            std::to_string(g));
+  if (!groups.empty()) return groups;
+  std::vector<int> out;
+  for (int g = 2; g <= world; ++g)
+    if (world % g == 0) out.push_back(g);
+  return out;
+}
+
 CollectiveCost fit(Collective collective, int group, const std::vector<CommSample>& samples) {
   if (samples.empty()) throw InvalidArgument("samples: expected at least one to fit, found none");
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -144,7 +145,7 @@ CommTable measure_comm_table(comm::Communicator& world, const MeasureOptions& o,
     return default_comm_table();
   }
   std::vector<CommSample> mine;
-  for (int g : group_sizes(world.size(), o))
+  for (int g : group_sizes(world.size(), o.groups, "measure.groups"))
     measure_group(world, g, {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather}, o, mine);
   measure_group(world, 2, {Collective::kP2P}, o, mine);  // pairs (2 divides world, else none)
   // Every rank measured the same list of (collective, group, bytes); rank 0's seconds win.

@@ -62,6 +62,11 @@ CommTable fit_table(const std::vector<CommSample>& samples);
 CommTable measure_comm_table(comm::Communicator& world, const MeasureOptions& options = {},
                              std::vector<CommSample>* samples = nullptr);
 
+// The group sizes to measure for a world: `groups` when given (each must divide the world
+// and be above 1, else heft::InvalidArgument naming `field`), else every divisor above 1.
+// comm_measure's and host_probe's.
+std::vector<int> group_sizes(int world, const std::vector<int>& groups, const std::string& field);
+
 // The guess used without a communicator to measure (one process): 50 us latency, 2 GB/s, for
 // every collective and groups of 2 to 1024.
 CommTable default_comm_table();

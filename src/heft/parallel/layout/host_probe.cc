@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "heft/error.h"
+#include "heft/parallel/layout/comm_measure.h"
 
 namespace heft::parallel::layout {
 
@@ -33,10 +34,7 @@ double median(std::vector<double> v) {
 void check(const comm::Communicator& world, const HostProbeOptions& o) {
   if (o.rounds < 1) throw InvalidArgument("host_probe.rounds: expected at least 1, found " + std::to_string(o.rounds));
   if (o.warmup < 0) throw InvalidArgument("host_probe.warmup: expected at least 0, found " + std::to_string(o.warmup));
-  for (int g : o.groups)
-    if (g < 2 || world.size() % g != 0)
-      throw InvalidArgument("host_probe.groups: expected divisors of the world " + std::to_string(world.size()) +
-                            " above 1, found " + std::to_string(g));
+  (void)group_sizes(world.size(), o.groups, "host_probe.groups");
 }
 
 // The work's median CPU seconds per call over `rounds` after `warmup`.
@@ -87,10 +85,7 @@ std::vector<SyncDelay> measure_sync_delay(comm::Communicator& world, const std::
   check(world, o);
   std::vector<SyncDelay> out;
   if (world.size() == 1) return out;
-  std::vector<int> groups = o.groups;
-  if (groups.empty())
-    for (int g = 2; g <= world.size(); ++g)
-      if (world.size() % g == 0) groups.push_back(g);
+  const std::vector<int> groups = group_sizes(world.size(), o.groups, "host_probe.groups");
   for (int w = 0; w < o.warmup; ++w) work();
   for (int g : groups) {
     std::unique_ptr<comm::Communicator> split;
