@@ -14,12 +14,22 @@ them, the threads other than the caller's), context switches, and on heft how th
 shared-memory waits ended (spun, yielded, slept; contended: slow yields that made the next
 50 ms of waits sleep at once): where a rank's time goes besides the copies.
 
-    bench/python_allreduce.py summarize [--from 1M] PY_HEFT... -- HEFT_BENCH... -- GLOO...
+--paired FILE (heft only): `heft bench`'s own loop in the same processes, on the same
+communicator, in the same minutes: per size, --pairs alternations of --iters dist.all_reduce
+calls and --iters calls of heft's blocking C++ allreduce (the group's bench_allreduce: what
+`heft bench` times, without torch's wrapper); each side's time is the median of its blocks
+(a block's time: the slowest rank's), the Python rows go to stdout and heft's to FILE. Two
+separate processes timed minutes apart may land in different placements of the host's vCPUs
+(near and far run 2-3x apart); paired, the ratio is the Python path's cost alone.
+
+    bench/python_allreduce.py summarize [--from 1M] PY_HEFT... -- HEFT_BENCH... -- GLOO... [-- PY_PAIRED... -- NATIVE...]
 
 (bench/python_vs_gloo.sh) reads the rounds of each (files in round order, this script's and
 `heft bench`'s rows) and prints a markdown table per size from --from bytes on: each
 one's median busbw, python_heft/heft_bench from the medians and in the worst round (the
-round's two runs side by side), and python_heft/gloo.
+round's two runs side by side), and python_heft/gloo; with PY_PAIRED and NATIVE (the stdout and the
+--paired FILE of runs with --paired), their python/native too, median and worst round: heft's
+own loop timed in the same processes and minutes as the Python calls.
 """
 import argparse
 import os
@@ -81,19 +91,27 @@ def summarize(argv):
             groups.append([])
         else:
             groups[-1].append(f)
-    if len(groups) != 3 or len({len(g) for g in groups}) != 1 or not groups[0]:
-        sys.exit("summarize: expected PY_HEFT... -- HEFT_BENCH... -- GLOO..., as many rounds each")
-    py, hb, gl = ([read_busbw(f) for f in g] for g in groups)
+    if len(groups) not in (3, 5) or len({len(g) for g in groups}) != 1 or not groups[0]:
+        sys.exit("summarize: expected PY_HEFT... -- HEFT_BENCH... -- GLOO... "
+                 "[-- PY_PAIRED... -- NATIVE...], as many rounds each")
+    py, hb, gl, *paired = ([read_busbw(f) for f in g] for g in groups)
+    pp, nat = paired if paired else ([], [])
     print("| bytes | python_heft busbw | heft_bench busbw | gloo busbw | python/heft_bench "
-          "median | worst round | python_heft/gloo |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "median | worst round | python_heft/gloo |"
+          + (" paired: python busbw | native busbw | python/native median | worst round |" if nat else ""))
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: | ---: |" if nat else ""))
     for b in sorted(py[0]):
-        if b < size(start) or any(b not in r for r in py + hb + gl):
+        if b < size(start) or any(b not in r for r in py + hb + gl + pp + nat):
             continue
         mp, mh, mg = (statistics.median(r[b] for r in runs) for runs in (py, hb, gl))
         worst = min(p[b] / h[b] for p, h in zip(py, hb))
-        print(f"| {b} | {mp:.3f} | {mh:.3f} | {mg:.3f} | {mp / mh:.2f} | {worst:.2f} | "
-              f"{mp / mg:.2f} |")
+        line = f"| {b} | {mp:.3f} | {mh:.3f} | {mg:.3f} | {mp / mh:.2f} | {worst:.2f} | {mp / mg:.2f} |"
+        if nat:
+            ratios = [p[b] / q[b] for p, q in zip(pp, nat)]
+            line += (f" {statistics.median(p[b] for p in pp):.3f} |"
+                     f" {statistics.median(q[b] for q in nat):.3f} | {statistics.median(ratios):.2f} |"
+                     f" {min(ratios):.2f} |")
+        print(line)
 
 
 def main():
@@ -107,10 +125,15 @@ def main():
     ap.add_argument("--max", default="64M")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--paired", metavar="FILE",
+                    help="heft: alternate with heft's own C++ loop on the same group; its rows to FILE")
+    ap.add_argument("--pairs", type=int, default=5, help="--paired: alternations per size")
     ap.add_argument("--waits", action="store_true",
                     help="print each size's per-call CPU, run-queue wait and switches of the "
                          "ranks' threads and (heft) how the shared-memory waits ended")
     a = ap.parse_args()
+    if a.paired and a.backend != "heft":
+        sys.exit("python_allreduce: --paired needs --backend heft")
     if a.backend == "heft":
         import heft.torch  # noqa: F401
     torch.set_num_threads(1)
@@ -118,8 +141,21 @@ def main():
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.distributed_c10d._get_default_group()
     heft_path = getattr(pg, "last_allreduce_path", None)
+    native = open(a.paired, "w") if a.paired and r == 0 else None
     if r == 0:
         print(f"# impl=python-{a.backend} ranks={n}\n# bytes time_us algbw_GBps busbw_GBps", flush=True)
+        if native:
+            print(f"# impl=heft-native (bench_allreduce, paired with python-heft) ranks={n}\n"
+                  "# bytes time_us algbw_GBps busbw_GBps", file=native, flush=True)
+
+    def slowest(seconds):
+        t = torch.tensor([seconds])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    def row(b, t):
+        alg = b / t / 1e9
+        return f"{b} {t * 1e6:.1f} {alg:.3f} {alg * 2 * (n - 1) / n:.3f}"
     b = size(a.min)
     while b <= size(a.max):
         y = torch.ones(b // 4)
@@ -128,6 +164,26 @@ def main():
         y.zero_()
         for _ in range(a.warmup):
             dist.all_reduce(y)
+        if a.paired:
+            py_t, nat_t, paths = [], [], []
+            pg.bench_allreduce(y, a.warmup)
+            for _ in range(a.pairs):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(a.iters):
+                    dist.all_reduce(y)
+                t = (time.perf_counter() - t0) / a.iters
+                paths.append(heft_path())
+                py_t.append(slowest(t))
+                dist.barrier()
+                t = pg.bench_allreduce(y, a.iters)
+                paths.append(heft_path())
+                nat_t.append(slowest(t))
+            if r == 0:
+                print(f"{row(b, statistics.median(py_t))} {paths[0]}", flush=True)
+                print(f"{row(b, statistics.median(nat_t))} {paths[1]}", file=native, flush=True)
+            b *= 4
+            continue
         dist.barrier()
         before = thread_stats() + waits(pg) if a.waits else None
         t0 = time.perf_counter()
@@ -142,8 +198,7 @@ def main():
         if a.waits:
             dist.all_reduce(cost)
         if r == 0:
-            alg = b / t.item() / 1e9
-            print(f"{b} {t.item() * 1e6:.1f} {alg:.3f} {alg * 2 * (n - 1) / n:.3f}{path}", flush=True)
+            print(f"{row(b, t.item())}{path}", flush=True)
             if a.waits:
                 c = cost.tolist()
                 print(f"# per call, all ranks: cpu_us {c[0] / 1e3:.1f} runq_wait_us {c[1] / 1e3:.1f} "
@@ -151,6 +206,8 @@ def main():
                       f"runq_wait_us {c[5] / 1e3:.2f} vol {c[6]:.2f} invol {c[7]:.2f}; shm "
                       + " ".join(f"{k} {v:.2f}" for k, v in zip(WAIT_KEYS, c[8:])), flush=True)
         b *= 4
+    if native:
+        native.close()
     dist.destroy_process_group()
 
 

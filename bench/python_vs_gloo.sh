@@ -2,7 +2,11 @@
 # heft from PyTorch scripts against Gloo, in one run, alternating the sides each round:
 #  1. all_reduce from Python on backend heft, against `heft bench` (C++, no binding) and the
 #     same Python on Gloo: 2 and 4 ranks, 4 KiB to 64 MiB. Target (issue 29): python_heft
-#     busbw >= 0.95x heft bench's from 1 MiB, in the median and in the worst round.
+#     busbw >= 0.95x heft bench's from 1 MiB, in the median and in the worst round. The
+#     Python runs also time heft's own loop in the same processes, alternated with the Python
+#     calls (python_allreduce.py --paired: "native"): `heft bench` runs in other processes,
+#     minutes apart, and this host moves its vCPUs between near and far placements that run
+#     2-3x apart, so python/native is the binding's cost and python/heft_bench is not only.
 #  2. PyTorch DDP with the shared peer harness (bench/ddp_vs_torch.sh: CNN and GPT, --backend
 #     heft against gloo, beside the perfect-overlap ceiling measured in the same run).
 # Prints the machine (CPU, memcpy GB/s, load) first, then markdown tables.
@@ -49,6 +53,8 @@ for n in 2 4; do
     echo "# $n ranks, round $r: cache-line round trip $(placement), load $(cut -d' ' -f1 /proc/loadavg)"
     $HEFT run -n "$n" --no-prefix -- $PY bench/python_allreduce.py --backend heft --min "$MIN" \
       --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" $WAITS >"$OUT/py-heft-$n-$r"
+    $HEFT run -n "$n" --no-prefix -- $PY bench/python_allreduce.py --backend heft --min "$MIN" \
+      --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" --paired "$OUT/native-$n-$r" >"$OUT/py-paired-$n-$r"
     $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/heft-$n-$r"
     $HEFT run -n "$n" --no-prefix -- $PY bench/python_allreduce.py --backend gloo --min "$MIN" \
       --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/py-gloo-$n-$r"
@@ -58,9 +64,10 @@ for n in 2 4; do
   echo "## all_reduce from Python, $n ranks, one host (median of $ROUNDS rounds, every size)"
   $PY bench/compare_rows.py python_heft "$OUT"/py-heft-$n-* -- heft_bench "$OUT"/heft-$n-* -- gloo "$OUT"/py-gloo-$n-*
   echo
-  echo "## $n ranks from 1 MiB: python_heft/heft_bench, median and worst round (target >= 0.95)"
+  echo "## $n ranks from 1 MiB: python_heft/heft_bench, median and worst round (target >= 0.95); python/native: paired in the same processes (5 alternations a size, each side's median)"
   $PY bench/python_allreduce.py summarize --from 1M $(for r in $rounds; do echo "$OUT/py-heft-$n-$r"; done) -- \
-    $(for r in $rounds; do echo "$OUT/heft-$n-$r"; done) -- $(for r in $rounds; do echo "$OUT/py-gloo-$n-$r"; done)
+    $(for r in $rounds; do echo "$OUT/heft-$n-$r"; done) -- $(for r in $rounds; do echo "$OUT/py-gloo-$n-$r"; done) -- \
+    $(for r in $rounds; do echo "$OUT/py-paired-$n-$r"; done) -- $(for r in $rounds; do echo "$OUT/native-$n-$r"; done)
   if [[ -n $WAITS ]]; then
     echo
     echo "## python_heft, $n ranks: per call, summed over the ranks (each round; the row's size above its line)"

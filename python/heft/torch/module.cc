@@ -36,6 +36,28 @@ void bind_process_group(py::module_& m) {
       .def("last_allreduce_path",
            [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
            "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")
+      .def("bench_allreduce",
+           [](ProcessGroupHeft& pg, const at::Tensor& t, int iters) {
+             TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
+                         "bench_allreduce: expected a contiguous CPU float32 tensor, found ",
+                         t.toString(), t.is_contiguous() ? "" : " (not contiguous)");
+             TORCH_CHECK(iters >= 1, "bench_allreduce: iters: expected >= 1, found ", iters);
+             heft::comm::Communicator& c = pg.communicator();
+             float* p = t.data_ptr<float>();
+             const size_t n = static_cast<size_t>(t.numel());
+             py::gil_scoped_release nogil;
+             const auto start = std::chrono::steady_clock::now();
+             for (int i = 0; i < iters; ++i)
+               c.allreduce(p, p, n, heft::comm::DataType::f32, heft::comm::ReduceOp::sum);
+             return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                        .count() / iters;
+           },
+           py::arg("tensor"), py::arg("iters"),
+           "`heft bench`'s timed loop on this group's communicator: `iters` in-place float32 "
+           "sums of `tensor` with heft's blocking C++ allreduce on the caller's thread (no "
+           "torch wrapper, no Work); seconds a call on this rank. For benchmarks that compare "
+           "dist.all_reduce with heft's own call in the same processes "
+           "(bench/python_allreduce.py --paired). Not for use beside queued operations.")
       .def("has_shared_memory",
            [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); })
       .def("shm_waits",

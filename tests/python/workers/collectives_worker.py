@@ -370,6 +370,30 @@ def check_shm_waits(group, rank):
         print(f"shared-memory waits in {calls} all_reduces of 64 KiB: {d}", flush=True)
 
 
+def check_bench_allreduce(group, world, rank):
+    """bench_allreduce() (bench/python_allreduce.py --paired) runs heft's own C++ allreduce
+    in place, `iters` times, through the group's communicator, not through torch: the sums
+    compound (world ** iters), the group's operation count stays, and the time is a call's."""
+    before = group.operations()
+    x = torch.full((3000,), float(rank + 1) / (world * (world + 1) / 2))
+    seconds = group.bench_allreduce(x, 3)
+    if not 0 < seconds < 60:
+        fail(f"bench_allreduce returned {seconds} s a call")
+    if not torch.allclose(x, torch.full_like(x, float(world * world)), rtol=1e-5):
+        fail(f"bench_allreduce: 3 sums gave {x[:3].tolist()}..., expected {world * world}")
+    if group.operations() != before:
+        fail("bench_allreduce went through the process group's operations")
+    for bad, what in ((torch.ones(4, dtype=torch.float64), "Double"),
+                      (torch.ones(4, 2).t(), "not contiguous")):
+        try:
+            group.bench_allreduce(bad, 1)
+        except RuntimeError as e:
+            if what not in str(e):
+                fail(f"bench_allreduce's error does not say {what!r}: {e}")
+        else:
+            fail(f"bench_allreduce took a tensor it cannot time ({what})")
+
+
 def main():
     hdist.init_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -401,6 +425,7 @@ def main():
     check_quiet_comm_thread(heft_group, rank)
     check_reused_operations(heft_group, rank)
     check_shm_waits(heft_group, rank)
+    check_bench_allreduce(heft_group, world, rank)
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
     check_point_to_point(world, rank)
