@@ -132,18 +132,22 @@ TEST(DirectAllreduce, AutoChoiceIsARule) {
   }
 }
 
-// Synchronisations per 1 MiB allreduce with the default 256 KiB slots: flat on 2 ranks, one
-// per 256 KiB piece of a slice plus one (3; the slots took 8); hierarchical on 2 x 2, one
-// per piece in each half (4; per-chunk slots took 8, with 4 cross-host calls besides).
+// Synchronisations per 1 MiB allreduce with 256 KiB slots (Zen 3's default): flat on 2
+// ranks, one per 256 KiB piece of a slice plus one (3; the slots took 8); hierarchical on
+// 2 x 2, one per piece in each half (4; per-chunk slots took 8, with 4 cross-host calls
+// besides). With 512 KiB slots (Zen 4 and 5's default) the flat form takes 2.
 TEST(DirectAllreduce, FewerSynchronisations) {
   const size_t count = (1 << 20) / 4;
-  for (bool hierarchical : {false, true}) {
+  for (auto [hierarchical, chunk] : {std::pair{false, size_t{256} << 10}, std::pair{true, size_t{256} << 10},
+                                     std::pair{false, size_t{512} << 10}}) {
     test::StoreProcess store;
     const int n = hierarchical ? 4 : 2;
     const std::vector<std::string> hosts =
         hierarchical ? test::split_hosts(4, 2) : std::vector<std::string>{};
     CommunicatorOptions o;
     o.measure_allreduce = false;  // hierarchical at every size
+    o.shm_chunk_bytes = chunk;
+    const unsigned want_syncs = hierarchical ? 4u : chunk == (size_t{512} << 10) ? 2u : 3u;
     auto res = test::run_world(n, store, [&](Communicator& c) {
       std::vector<float> x(count, 1.0f);
       c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);  // warm
@@ -153,11 +157,27 @@ TEST(DirectAllreduce, FewerSynchronisations) {
       expect(x[count - 1] == static_cast<float>(n * n), "wrong sum");
       const std::string want = hierarchical ? "hierarchical(shm/direct)" : "shm/direct";
       expect(c.last_allreduce_path() == want, c.last_allreduce_path());
-      expect(syncs == (hierarchical ? 4u : 3u),
-             want + ": " + std::to_string(syncs) + " synchronisations per 1 MiB allreduce");
+      expect(syncs == want_syncs, want + ": " + std::to_string(syncs) + " synchronisations per 1 MiB allreduce with " +
+                                      std::to_string(chunk >> 10) + " KiB slots");
     }, o, std::chrono::seconds(120), hosts);
     EXPECT_TRUE(res.all_ok()) << (hierarchical ? "2 x 2" : "2 ranks") << "\n" << res.summary();
   }
+}
+
+// The default slot size follows the L2 cache: half of it, a multiple of 4 KiB, 64 KiB to
+// 1 MiB, 256 KiB where unknown; CommunicatorOptions takes this machine's.
+TEST(DirectAllreduce, DefaultChunkFromL2) {
+  EXPECT_EQ(comm::default_shm_chunk_bytes(1 << 20), size_t{512} << 10);  // Zen 4, Zen 5
+  EXPECT_EQ(comm::default_shm_chunk_bytes(512 << 10), size_t{256} << 10);  // Zen 3
+  EXPECT_EQ(comm::default_shm_chunk_bytes(2 << 20), size_t{1} << 20);  // Intel server cores
+  EXPECT_EQ(comm::default_shm_chunk_bytes(4 << 20), size_t{1} << 20);
+  EXPECT_EQ(comm::default_shm_chunk_bytes(64 << 10), size_t{64} << 10);
+  EXPECT_EQ(comm::default_shm_chunk_bytes(1280 << 10), size_t{640} << 10);
+  EXPECT_EQ(comm::default_shm_chunk_bytes((1 << 20) + 100), size_t{512} << 10);  // 4 KiB multiple
+  EXPECT_EQ(comm::default_shm_chunk_bytes(0), size_t{256} << 10);  // unknown
+  const size_t here = comm::default_shm_chunk_bytes();
+  EXPECT_EQ(CommunicatorOptions{}.shm_chunk_bytes, here);
+  EXPECT_TRUE(here % 4096 == 0 && here >= (64 << 10) && here <= (1 << 20)) << here;
 }
 
 // The last fold of the direct form stores into the user's buffer and the out area in one

@@ -140,6 +140,7 @@ TEST(ShmPlacement, MeasuredChoiceFollowsTheProbeOnEveryRank) {
     test::StoreProcess store;
     CommunicatorOptions o;
     o.shm_far_sync_ns = far_ns;
+    o.shm_chunk_bytes = 256 << 10;  // 3 syncs per 1 MiB (the default follows the L2 size)
     auto res = pinned_pair(store, o, [far_ns](Communicator& c) {
       const size_t count = (1 << 20) / 4;
       std::vector<float> x(count);

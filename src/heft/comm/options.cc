@@ -4,9 +4,21 @@
 #include <cstdlib>
 #include <iterator>
 
+#include <unistd.h>
+
 #include "heft/error.h"
 
 namespace heft::comm {
+
+size_t default_shm_chunk_bytes(long l2_bytes) {
+  if (l2_bytes < 0) {
+    static const long here = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    l2_bytes = here;
+  }
+  if (l2_bytes <= 0) return 256 << 10;
+  const size_t half = static_cast<size_t>(l2_bytes) / 2 / 4096 * 4096;
+  return std::clamp<size_t>(half, 64 << 10, 1 << 20);
+}
 
 namespace {
 

@@ -14,6 +14,14 @@ namespace heft::comm {
 // The environment variable `var`, or `fallback` when it is unset or empty.
 std::string env_or(const char* var, const std::string& fallback);
 
+// The shared-memory slot size this machine gets by default: half of a core's L2 cache
+// (sysconf), a multiple of 4 KiB, 64 KiB to 1 MiB; 256 KiB where the L2 size is unknown.
+// Half the L2 keeps a piece and the peer's copy of it in L2 while both ranks work on it; on
+// Zen 4 and 5 (1 MiB L2) that is 512 KiB, which ran 2 ranks at 1-16 MiB 9-19% faster than
+// 256 KiB (fewer synchronisations, longer streams; docs/comm.md), and Zen 3's 512 KiB L2
+// keeps the 256 KiB measured there. `l2_bytes` < 0: this machine's.
+size_t default_shm_chunk_bytes(long l2_bytes = -1);
+
 // Algorithms a caller may force; kAuto picks by size and topology (Communicator::
 // allreduce_algorithm()). kShm and kHierarchical need ranks that share a host.
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kTree, kChain, kShm, kHierarchical };
@@ -54,8 +62,9 @@ struct CommunicatorOptions {
   std::string host;
   // Use shared memory between ranks of one host (false: TCP only, for comparison).
   bool shared_memory = true;
-  // Shared-memory pipeline chunk (bytes per slot area; see transport/shm/context.h).
-  size_t shm_chunk_bytes = 256 << 10;
+  // Shared-memory pipeline chunk (bytes per slot area; see transport/shm/context.h): by
+  // default from the L2 size (default_shm_chunk_bytes()).
+  size_t shm_chunk_bytes = default_shm_chunk_bytes();
   // Up to this size the shared-memory allreduce has every rank reduce the whole chunk (one
   // synchronisation); above it, each rank reduces a slice (two, but n times less reading).
   size_t shm_small_bytes = 16 << 10;
