@@ -13,8 +13,12 @@
 # (docs/comm.md) and heft's share of it; before each warm round, the cache line's round trip
 # between the two CPUs, and after it heft's own probe of that placement (its debug log).
 #
-#   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--quick]
-#                               [--ranks "2 4"] [--baseline VAR=VALUE] [--foreground]
+#   bench/allreduce_vs_peers.sh [--rounds 3] [--min 4K] [--max 64M] [--iters 20] [--warmup 5]
+#                               [--quick] [--ranks "2 4"] [--baseline VAR=VALUE] [--foreground]
+# --warmup: untimed calls per size before the timed ones in the warm comparison, on every side
+# alike (heft, the baseline, OpenMPI, Gloo). On the 2-vCPU Zen 5 VM the first ~50 calls of a
+# size run slower and spread more: 2 ranks, near, 1 MiB: 20 calls after 5 23-33 GB/s, 100
+# after 50 28.5-29.1 (docs/performance.md); the cold comparison keeps 0.
 # --quick skips the alignment sweep, the two-host comparison and the busy loops. --ranks: the
 # world sizes of the warm comparison. --baseline: each warm round also runs heft with that
 # environment (e.g. HEFT_SHM_CONTENDED_SPIN_US=0, the wait policy before it), as heft_baseline,
@@ -30,7 +34,7 @@ set -euo pipefail
 SELF=$(realpath "$0")
 ARGS=("$@")
 cd "$(dirname "$0")/.."
-ROUNDS=3 MIN=4K MAX=64M ITERS=20 QUICK=0 RANKS="2 4" BASELINE= FOREGROUND=0
+ROUNDS=3 MIN=4K MAX=64M ITERS=20 WARMUP=5 QUICK=0 RANKS="2 4" BASELINE= FOREGROUND=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) RANKS=$2; shift 2 ;;
@@ -39,9 +43,10 @@ while [[ $# -gt 0 ]]; do
     --min) MIN=$2; shift 2 ;;
     --max) MAX=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --foreground) FOREGROUND=1; shift ;;
-    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--quick] [--ranks \"2 4\"] [--baseline VAR=VALUE] [--foreground]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rounds R] [--min 4K] [--max 64M] [--iters N] [--warmup N] [--quick] [--ranks \"2 4\"] [--baseline VAR=VALUE] [--foreground]" >&2; exit 2 ;;
   esac
 done
 if [[ $FOREGROUND == 1 && -z ${HEFT_BENCH_SESSION:-} ]]; then
@@ -122,7 +127,7 @@ for size in sorted(ra[0]):
 PYEOF
 }
 echo "# machine: $(nproc) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')), $(free -g | awk '/Mem:/{print $2}') GiB, L3 $(cat /sys/devices/system/cpu/cpu0/cache/index3/size 2>/dev/null || echo '?'), glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS  heft $($HEFT bench allreduce --ranks 2 --min 4 --max 4 --iters 1 | grep -o 'kernels=[a-z0-9]*')"
+echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  rounds=$ROUNDS iters=$ITERS warmup=$WARMUP  heft $($HEFT bench allreduce --ranks 2 --min 4 --max 4 --iters 1 | grep -o 'kernels=[a-z0-9]*')"
 echo "# load at the start: $(cut -d' ' -f1-3 /proc/loadavg); scheduler: $(cat /proc/self/autogroup 2>/dev/null || echo 'no autogroup'), sched_autogroup_enabled=$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo n/a)"
 
 echo
@@ -194,15 +199,16 @@ for n in $RANKS; do
   placement="" probes=""
   for r in $(seq "$ROUNDS"); do
     placement+=" $(round_trip)"
-    heft_probed $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/heft-$n-$r"
+    heft_probed $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" \
+      --warmup "$WARMUP" >"$OUT/heft-$n-$r"
     if [[ -n $BASELINE ]]; then
       env "$BASELINE" $HEFT bench allreduce --ranks "$n" --min "$MIN" --max "$MAX" \
-        --iters "$ITERS" >"$OUT/baseline-$n-$r"
+        --iters "$ITERS" --warmup "$WARMUP" >"$OUT/baseline-$n-$r"
     fi
     mpirun --allow-run-as-root --oversubscribe -np "$n" $PY "$PEERS/allreduce_mpi.py" \
-      --min "$MIN" --max "$MAX" --iters "$ITERS" >"$OUT/openmpi-$n-$r" 2>/dev/null
+      --min "$MIN" --max "$MAX" --iters "$ITERS" --warmup "$WARMUP" >"$OUT/openmpi-$n-$r" 2>/dev/null
     $PY "$PEERS/allreduce_gloo.py" --ranks "$n" --min "$MIN" --max "$MAX" --iters "$ITERS" \
-      --port $((port++)) >"$OUT/gloo-$n-$r" 2>/dev/null
+      --warmup "$WARMUP" --port $((port++)) >"$OUT/gloo-$n-$r" 2>/dev/null
   done
   echo
   echo "## allreduce, $n ranks, one host, warm (median of $ROUNDS)${BASELINE:+; heft_baseline: $BASELINE}"
