@@ -7,6 +7,10 @@
 
 #include <algorithm>
 
+#include <cstdlib>
+#include <string>
+
+#include "heft/error.h"
 #include "heft/train/layout_trials.h"
 
 namespace heft::train {
@@ -38,6 +42,30 @@ TEST(LayoutTrials, TheFirstKWithinTheFactorOfTheFirst) {
   // K beyond the factor: cut at the first layout predicted above 1.3x.
   EXPECT_EQ(steps(trial_candidates(r, 16)), (std::vector<double>{1.0, 1.1, 1.2, 1.25, 1.29}));
   EXPECT_EQ(trial_candidates(r, 3).front().layout.data, 1);  // the prediction's first is trial 1
+}
+
+// HEFT_LAYOUT_TRIAL_WITHIN widens (or narrows) the window; anything but a factor >= 1 is an
+// error naming the variable.
+TEST(LayoutTrials, TheWindowFromTheEnvironment) {
+  const SearchResult r = ranked({1.0, 1.1, 1.2, 1.25, 1.29, 1.31, 1.4});
+  EXPECT_EQ(steps(trial_candidates(r, 16, 0, 1.5)), (std::vector<double>{1.0, 1.1, 1.2, 1.25, 1.29, 1.31, 1.4}));
+  EXPECT_EQ(steps(trial_candidates(r, 16, 0, 1.15)), (std::vector<double>{1.0, 1.1}));
+  EXPECT_TRUE(trial_candidates(r, 16, 0, 1.0).empty());
+  ::unsetenv("HEFT_LAYOUT_TRIAL_WITHIN");
+  EXPECT_EQ(trial_within(), kTrialWithin);
+  ::setenv("HEFT_LAYOUT_TRIAL_WITHIN", "10", 1);
+  EXPECT_EQ(trial_within(), 10.0);
+  for (const char* bad : {"0.5", "x", "2x", "nan", "inf"}) {
+    ::setenv("HEFT_LAYOUT_TRIAL_WITHIN", bad, 1);
+    try {
+      trial_within();
+      ADD_FAILURE() << "took '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("HEFT_LAYOUT_TRIAL_WITHIN: expected a factor >= 1"), std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("HEFT_LAYOUT_TRIAL_WITHIN");
 }
 
 TEST(LayoutTrials, FewerThanTwoIsNone) {

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <optional>
 
+#include "heft/error.h"
 #include "heft/parallel/tensor/tensor_parallel.h"
 #include "heft/parallel/torch_state.h"
 #include "heft/train/trainer.h"
@@ -220,11 +222,30 @@ double calibration_scale(const std::vector<LayoutTrial>& trials, const std::vect
   return n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
 }
 
+namespace {
+std::string within_text(double within) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", within);
+  return buf;
+}
+}  // namespace
+
+double trial_within() {
+  const char* v = std::getenv("HEFT_LAYOUT_TRIAL_WITHIN");
+  if (!v || !*v) return kTrialWithin;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (*end != '\0' || !(x >= 1) || !std::isfinite(x))
+    throw InvalidArgument(std::string("HEFT_LAYOUT_TRIAL_WITHIN: expected a factor >= 1 (layouts predicted "
+                                      "within it x the first's step are tried), found '") + v + "'");
+  return x;
+}
+
 std::vector<Prediction> trial_candidates(const parallel::layout::SearchResult& result, int trials,
-                                         int64_t memory_limit_bytes) {
+                                         int64_t memory_limit_bytes, double within) {
   std::vector<Prediction> out;
   if (result.ranked.empty()) return out;
-  const double bound = result.ranked.front().step_s * kTrialWithin;
+  const double bound = result.ranked.front().step_s * within;
   const double memory = memory_limit_bytes > 0 ? kTrialMemoryShare * static_cast<double>(memory_limit_bytes) : 0;
   for (const Prediction& p : result.ranked) {
     if (static_cast<int>(out.size()) >= trials || p.step_s > bound) break;
@@ -246,14 +267,15 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
                                            comm::Communicator& world, std::ostream& out,
                                            LayoutChoice& choice) {
   const int wanted = choice.distribution.modelparallel.auto_layout_trials;
+  const double within = trial_within();
   const std::vector<Prediction> candidates =
-      trial_candidates(choice.result, wanted, choice.inputs.options.memory_limit_bytes);
+      trial_candidates(choice.result, wanted, choice.inputs.options.memory_limit_bytes, within);
   std::vector<LayoutTrial> trials;
   if (candidates.empty()) {
     if (world.rank() == 0)
       out << "layout trials: none ("
           << (wanted < 2 ? "auto_layout_trials " + std::to_string(wanted)
-                         : "one layout predicted within " + std::to_string(kTrialWithin).substr(0, 3) +
+                         : "one layout predicted within " + within_text(within) +
                                "x of the first")
           << ")" << std::endl;
     return trials;

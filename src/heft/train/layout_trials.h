@@ -86,10 +86,17 @@ size_t runoff_winner(const std::vector<LayoutTrial>& trials, const std::vector<s
 double calibration_scale(const std::vector<LayoutTrial>& trials, const std::vector<size_t>& entrants);
 
 // The layouts the trials run: the first `trials` of result.ranked (fastest predicted first)
-// predicted within kTrialWithin x the first and, but for the first, within kTrialMemoryShare x
+// predicted within `within` x the first and, but for the first, within kTrialMemoryShare x
 // memory_limit_bytes (<= 0: no limit); empty when that leaves fewer than two.
 std::vector<parallel::layout::Prediction> trial_candidates(
-    const parallel::layout::SearchResult& result, int trials, int64_t memory_limit_bytes = 0);
+    const parallel::layout::SearchResult& result, int trials, int64_t memory_limit_bytes = 0,
+    double within = kTrialWithin);
+
+// The trials' window: HEFT_LAYOUT_TRIAL_WITHIN (a factor >= 1) where set, else kTrialWithin.
+// Widening it tries layouts the model ranks further off (experiments; tests that must see
+// trials whatever a loaded machine makes the collectives' measured costs). InvalidArgument
+// naming the variable for anything else.
+double trial_within();
 
 // "d1 s1 t2 p2 m1 v1" (" ckpt" after it with checkpointing): a layout in the trial lines.
 std::string short_name(const parallel::layout::Layout& layout);
