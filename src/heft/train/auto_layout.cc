@@ -214,7 +214,7 @@ std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& laye
 }
 
 // A step's work after the backward on `params` (their gradients set): heft's gradient norm
-// when hp clips (each gradient in double, squared and summed, then scaled: mesh_strategy.h's
+// when hp clips (each gradient's squared norm summed, then scaled: mesh_strategy.h's
 // clip_replica) and the optimizer's step.
 class StepProbe {
  public:
@@ -231,7 +231,7 @@ class StepProbe {
   void run() {
     if (clip_) {
       double sq = 0;
-      for (const torch::Tensor& p : params_) sq += p.grad().to(torch::kDouble).square().sum().item<double>();
+      for (const torch::Tensor& p : params_) sq += squared_norm(p.grad());
       torch::NoGradGuard no_grad;
       const double coefficient = 1 / (std::sqrt(sq) + 1.0);  // < 1: the scaling runs, as it does when clipping
       for (torch::Tensor& p : params_) p.mutable_grad().mul_(coefficient);
@@ -440,13 +440,13 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
   // Peak RSS per rank, measured (docs/auto-layout.md): DDP's gradients are views of its flat
   // buckets (no second copy); autograd's fresh gradient of a tensor before it is added in;
-  // after the backward heft's gradient norm (each gradient in double, and its square) and the
-  // optimizer's temporaries (AdamW 2, SGD with momentum 1), in holes of their own; the freed
+  // after the backward the optimizer's temporaries (heft's gradient norm reduces in place:
+  // optimizer.h's squared_norm) (AdamW 2, SGD with momentum 1), in holes of their own; the freed
   // logits' blocks the allocator keeps.
   m.replica_gradient_copies = 0;
   m.sharded_gradient_copies = 1;  // the units' full gradients before the reduce-scatters
   m.backward_tensor_copies = 1;
-  m.step_tensor_copies = (hp.grad_clip > 0 ? 4 : 0) + optimizer_state(hp);  // AdamW: sqrt, quotient
+  m.step_tensor_copies = optimizer_state(hp);  // AdamW: sqrt, quotient
   m.transient_retention = kTransientRetention;
   m.run_bytes = kRunBytes;
   m.replica_group_bytes = kReplicaGroupBytes;

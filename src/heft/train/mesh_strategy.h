@@ -236,7 +236,7 @@ class MeshStrategy : public Strategy {
     for (const auto& item : model_->named_parameters()) {
       const torch::Tensor& g = item.value().grad();
       if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      const double sq = squared_norm(g);
       (tensor_.split_of(item.key()).dim >= 0 ? split_sq : replicated_sq) += sq;
     }
     if (tensor_.size > 1) split_sq = tensor_group_.sum({split_sq})[0];
@@ -291,7 +291,7 @@ class MeshStrategy : public Strategy {
     for (size_t f = 0; f < sdp.shards().size(); ++f) {
       const torch::Tensor& g = sdp.shards()[f].grad();
       if (!g.defined()) continue;
-      const double sq = g.to(torch::kDouble).square().sum().item<double>();
+      const double sq = squared_norm(g);
       (sdp.flats()[f].group >= 2 ? split_sq : replicated_sq) += sq;
     }
     if (sdp.shard_group().size() > 1) {

