@@ -89,6 +89,25 @@ std::vector<KernelIsa> forms() {
   return out;
 }
 
+// Runs body(isa, t, op) in each kernel form (set while it runs) for every dtype and every op
+// that applies to it, stopping at the first fatal failure; then sets back the form that was
+// set before.
+template <class Body>
+void each_form_type_op(Body body) {
+  if (::testing::Test::HasFatalFailure()) return;  // as an ASSERT would have left the test
+  const KernelIsa saved = kernel_isa();
+  for (KernelIsa isa : forms()) {
+    ASSERT_TRUE(set_kernel_isa(isa));
+    for (DataType t : kEveryDataType)
+      for (ReduceOp op : kEveryReduceOp) {
+        if (!op_applies(op, t)) continue;
+        body(isa, t, op);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  }
+  set_kernel_isa(saved);
+}
+
 // One element of a (op) b as the kernels define it: integers on their bits modulo 2^bits,
 // floating point exactly in double and rounded once to the type.
 void reference(uint8_t* d, const uint8_t* a, const uint8_t* b, DataType t, ReduceOp op) {
@@ -134,35 +153,27 @@ TEST(ReduceKernels, EveryOpAndTypeInEveryFormAndAlignment) {
   const size_t kMax = 4099;
   std::mt19937_64 rng(29);
   std::vector<uint8_t> a(kMax * 8 + 128), b(kMax * 8 + 128), dst(kMax * 8 + 256), want(kMax * 8);
-  const KernelIsa saved = kernel_isa();
-  for (KernelIsa isa : forms()) {
-    ASSERT_TRUE(set_kernel_isa(isa));
-    for (DataType t : kEveryDataType) {
-      const size_t es = element_size(t);
-      for (ReduceOp op : kEveryReduceOp) {
-        if (!op_applies(op, t)) continue;
-        for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, size_t{257}, kMax}) {
-          for (size_t d = 0; d < 64; d += es * (n > 300 ? 4 : 1)) {
-            const size_t x = (d * 3 + es) % 64 / es * es, y = (d * 7 + 2 * es) % 64 / es * es;
-            fill_random(a.data() + x, n, t, rng);
-            fill_random(b.data() + y, n, t, rng);
-            for (size_t i = 0; i < n; ++i)
-              reference(want.data() + i * es, a.data() + x + i * es, b.data() + y + i * es, t, op);
-            for (StoreHint hint : {StoreHint::kCached, StoreHint::kStreaming}) {
-              std::fill(dst.begin(), dst.end(), kGuard);
-              reduce_to(dst.data() + 64 + d, a.data() + x, b.data() + y, n, t, op, hint);
-              ASSERT_EQ(std::memcmp(dst.data() + 64 + d, want.data(), n * es), 0)
-                  << name(isa) << " " << name(t) << " " << name(op) << " n=" << n
-                  << " offsets dst " << d << " a " << x << " b " << y;
-              ASSERT_EQ(dst[63 + d], kGuard);
-              ASSERT_EQ(dst[64 + d + n * es], kGuard);
-            }
-          }
+  each_form_type_op([&](KernelIsa isa, DataType t, ReduceOp op) {
+    const size_t es = element_size(t);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, size_t{257}, kMax}) {
+      for (size_t d = 0; d < 64; d += es * (n > 300 ? 4 : 1)) {
+        const size_t x = (d * 3 + es) % 64 / es * es, y = (d * 7 + 2 * es) % 64 / es * es;
+        fill_random(a.data() + x, n, t, rng);
+        fill_random(b.data() + y, n, t, rng);
+        for (size_t i = 0; i < n; ++i)
+          reference(want.data() + i * es, a.data() + x + i * es, b.data() + y + i * es, t, op);
+        for (StoreHint hint : {StoreHint::kCached, StoreHint::kStreaming}) {
+          std::fill(dst.begin(), dst.end(), kGuard);
+          reduce_to(dst.data() + 64 + d, a.data() + x, b.data() + y, n, t, op, hint);
+          ASSERT_EQ(std::memcmp(dst.data() + 64 + d, want.data(), n * es), 0)
+              << name(isa) << " " << name(t) << " " << name(op) << " n=" << n
+              << " offsets dst " << d << " a " << x << " b " << y;
+          ASSERT_EQ(dst[63 + d], kGuard);
+          ASSERT_EQ(dst[64 + d + n * es], kGuard);
         }
       }
     }
-  }
-  set_kernel_isa(saved);
+  });
 }
 
 // avg on the integer types: the wrapped sum divided toward zero, world sizes beyond the
@@ -261,35 +272,28 @@ TEST(ReduceKernels, EachMemoryOrderIsChosenAndExact) {
   auto* area = static_cast<uint8_t*>(std::aligned_alloc(kPage, kArea));
   std::vector<uint8_t> want(kBytes), x(kBytes), y(kBytes);
   std::mt19937_64 rng(4096);
-  const KernelIsa saved = kernel_isa();
   for (const Placement& p : cases) {
     uint8_t* dst = area + p.dst;
     const uint8_t* a = area + p.a;
     const uint8_t* b = area + p.b;
     EXPECT_EQ(reduce_order(dst, a, b, kBytes), p.want) << p.what;
     EXPECT_EQ(reduce_order(dst, a, b, 512), ReduceOrder::kForward) << p.what << ", small";
-    for (KernelIsa isa : forms()) {
-      ASSERT_TRUE(set_kernel_isa(isa));
-      for (DataType t : kEveryDataType)
-        for (ReduceOp op : kEveryReduceOp) {
-          if (!op_applies(op, t)) continue;
-          const size_t es = element_size(t), n = kBytes / es;
-          std::memset(area, 0xA5, kArea);
-          fill_random(area + p.a, n, t, rng);
-          fill_random(area + p.b, n, t, rng);
-          std::memcpy(x.data(), a, n * es);
-          std::memcpy(y.data(), b, n * es);
-          for (size_t i = 0; i < n; ++i)
-            reference(want.data() + i * es, x.data() + i * es, y.data() + i * es, t, op);
-          reduce_to(dst, a, b, n, t, op);
-          ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0)
-              << p.what << " " << name(isa) << " " << name(t) << " " << name(op);
-          ASSERT_EQ(dst[-1], 0xA5) << p.what << " wrote before dst";
-          ASSERT_EQ(dst[n * es], 0xA5) << p.what << " wrote past dst";
-        }
-    }
+    each_form_type_op([&](KernelIsa isa, DataType t, ReduceOp op) {
+      const size_t es = element_size(t), n = kBytes / es;
+      std::memset(area, 0xA5, kArea);
+      fill_random(area + p.a, n, t, rng);
+      fill_random(area + p.b, n, t, rng);
+      std::memcpy(x.data(), a, n * es);
+      std::memcpy(y.data(), b, n * es);
+      for (size_t i = 0; i < n; ++i)
+        reference(want.data() + i * es, x.data() + i * es, y.data() + i * es, t, op);
+      reduce_to(dst, a, b, n, t, op);
+      ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0)
+          << p.what << " " << name(isa) << " " << name(t) << " " << name(op);
+      ASSERT_EQ(dst[-1], 0xA5) << p.what << " wrote before dst";
+      ASSERT_EQ(dst[n * es], 0xA5) << p.what << " wrote past dst";
+    });
   }
-  set_kernel_isa(saved);
   std::free(area);
 }
 
@@ -317,41 +321,34 @@ TEST(ReduceKernels, ReduceToBothMatchesReduceToInOneOrTwoPasses) {
   auto* area = static_cast<uint8_t*>(std::aligned_alloc(kPage, kArea));
   std::vector<uint8_t> want(kBytes), x(kBytes), y(kBytes);
   std::mt19937_64 rng(2048);
-  const KernelIsa saved = kernel_isa();
   for (const Placement& p : cases) {
-    for (KernelIsa isa : forms()) {
-      ASSERT_TRUE(set_kernel_isa(isa));
-      for (DataType t : kEveryDataType)
-        for (ReduceOp op : kEveryReduceOp) {
-          if (!op_applies(op, t)) continue;
-          const size_t es = element_size(t);
-          for (size_t n : {kBytes / es, size_t{37}}) {
-            std::memset(area, 0xA5, kArea);
-            fill_random(area + p.a, n, t, rng);
-            fill_random(area + p.b, n, t, rng);
-            std::memcpy(x.data(), area + p.a, n * es);
-            std::memcpy(y.data(), area + p.b, n * es);
-            reduce_to(want.data(), x.data(), y.data(), n, t, op);
-            uint8_t *d = area + p.dst, *e = area + p.dst2;
-            const bool one = reduce_to_both(d, e, area + p.a, area + p.b, n, t, op);
-            const bool native = t != DataType::f16 && t != DataType::bf16;
-            EXPECT_EQ(one, explicit_sum_applies(t, op) || (native && (p.one_pass || n * es < 1024)))
-                << p.what << " " << name(t) << " n=" << n;
-            ASSERT_EQ(std::memcmp(d, want.data(), n * es), 0)
-                << p.what << " dst " << name(isa) << " " << name(t) << " " << name(op);
-            ASSERT_EQ(std::memcmp(e, want.data(), n * es), 0)
-                << p.what << " dst2 " << name(isa) << " " << name(t) << " " << name(op);
-            for (const uint8_t* out : {d, e}) {
-              if (out != area + p.a && out != area + p.b) {
-                ASSERT_EQ(out[-1], 0xA5) << p.what << " wrote before an output";
-                ASSERT_EQ(out[n * es], 0xA5) << p.what << " wrote past an output";
-              }
-            }
+    each_form_type_op([&](KernelIsa isa, DataType t, ReduceOp op) {
+      const size_t es = element_size(t);
+      for (size_t n : {kBytes / es, size_t{37}}) {
+        std::memset(area, 0xA5, kArea);
+        fill_random(area + p.a, n, t, rng);
+        fill_random(area + p.b, n, t, rng);
+        std::memcpy(x.data(), area + p.a, n * es);
+        std::memcpy(y.data(), area + p.b, n * es);
+        reduce_to(want.data(), x.data(), y.data(), n, t, op);
+        uint8_t *d = area + p.dst, *e = area + p.dst2;
+        const bool one = reduce_to_both(d, e, area + p.a, area + p.b, n, t, op);
+        const bool native = t != DataType::f16 && t != DataType::bf16;
+        EXPECT_EQ(one, explicit_sum_applies(t, op) || (native && (p.one_pass || n * es < 1024)))
+            << p.what << " " << name(t) << " n=" << n;
+        ASSERT_EQ(std::memcmp(d, want.data(), n * es), 0)
+            << p.what << " dst " << name(isa) << " " << name(t) << " " << name(op);
+        ASSERT_EQ(std::memcmp(e, want.data(), n * es), 0)
+            << p.what << " dst2 " << name(isa) << " " << name(t) << " " << name(op);
+        for (const uint8_t* out : {d, e}) {
+          if (out != area + p.a && out != area + p.b) {
+            ASSERT_EQ(out[-1], 0xA5) << p.what << " wrote before an output";
+            ASSERT_EQ(out[n * es], 0xA5) << p.what << " wrote past an output";
           }
         }
-    }
+      }
+    });
   }
-  set_kernel_isa(saved);
   std::free(area);
 }
 
@@ -418,42 +415,35 @@ TEST(ReduceKernels, ReduceToBothStreamingMatchesReduceTo) {
   std::mt19937_64 rng(4096);
   std::vector<uint8_t> a(kMax * 8 + 128), b(kMax * 8 + 128), d(kMax * 8 + 256),
       e(kMax * 8 + 256), want(kMax * 8), own(kMax * 8 + 128);
-  const KernelIsa saved = kernel_isa();
-  for (KernelIsa isa : forms()) {
-    ASSERT_TRUE(set_kernel_isa(isa));
-    for (DataType t : kEveryDataType)
-      for (ReduceOp op : kEveryReduceOp) {
-        if (!op_applies(op, t)) continue;
-        const size_t es = element_size(t);
-        for (size_t n : {size_t{5}, size_t{200}, kMax}) {
-          for (size_t off = 0; off < 64; off += n == kMax ? 7 : 1) {
-            const bool in_place = off % 2;
-            fill_random(a.data() + 16, n, t, rng);
-            fill_random(b.data() + 16 + es, n, t, rng);
-            for (size_t i = 0; i < n; ++i)
-              reference(want.data() + i * es, a.data() + 16 + i * es,
-                        b.data() + 16 + es + i * es, t, op);
-            std::fill(d.begin(), d.end(), kGuard);
-            std::fill(e.begin(), e.end(), kGuard);
-            std::memcpy(own.data() + 32, a.data() + 16, n * es);
-            uint8_t* out = in_place ? own.data() + 32 : d.data() + 64 + es * 3;
-            const uint8_t* x = in_place ? own.data() + 32 : a.data() + 16;
-            uint8_t* out2 = e.data() + 64 + off;
-            const bool one =
-                reduce_to_both_streaming(out, out2, x, b.data() + 16 + es, n, t, op);
-            const std::string at = std::string(name(isa)) + " " + name(t) + " " + name(op) +
-                                   " n=" + std::to_string(n) + " dst2 offset " +
-                                   std::to_string(off) + (in_place ? " in place" : "");
-            EXPECT_EQ(one, explicit_sum_applies(t, op) && off % es == 0) << at;
-            ASSERT_EQ(std::memcmp(out, want.data(), n * es), 0) << "dst " << at;
-            ASSERT_EQ(std::memcmp(out2, want.data(), n * es), 0) << "dst2 " << at;
-            ASSERT_EQ(out2[-1], kGuard) << at;
-            ASSERT_EQ(out2[n * es], kGuard) << at;
-          }
-        }
+  each_form_type_op([&](KernelIsa isa, DataType t, ReduceOp op) {
+    const size_t es = element_size(t);
+    for (size_t n : {size_t{5}, size_t{200}, kMax}) {
+      for (size_t off = 0; off < 64; off += n == kMax ? 7 : 1) {
+        const bool in_place = off % 2;
+        fill_random(a.data() + 16, n, t, rng);
+        fill_random(b.data() + 16 + es, n, t, rng);
+        for (size_t i = 0; i < n; ++i)
+          reference(want.data() + i * es, a.data() + 16 + i * es,
+                    b.data() + 16 + es + i * es, t, op);
+        std::fill(d.begin(), d.end(), kGuard);
+        std::fill(e.begin(), e.end(), kGuard);
+        std::memcpy(own.data() + 32, a.data() + 16, n * es);
+        uint8_t* out = in_place ? own.data() + 32 : d.data() + 64 + es * 3;
+        const uint8_t* x = in_place ? own.data() + 32 : a.data() + 16;
+        uint8_t* out2 = e.data() + 64 + off;
+        const bool one =
+            reduce_to_both_streaming(out, out2, x, b.data() + 16 + es, n, t, op);
+        const std::string at = std::string(name(isa)) + " " + name(t) + " " + name(op) +
+                               " n=" + std::to_string(n) + " dst2 offset " +
+                               std::to_string(off) + (in_place ? " in place" : "");
+        EXPECT_EQ(one, explicit_sum_applies(t, op) && off % es == 0) << at;
+        ASSERT_EQ(std::memcmp(out, want.data(), n * es), 0) << "dst " << at;
+        ASSERT_EQ(std::memcmp(out2, want.data(), n * es), 0) << "dst2 " << at;
+        ASSERT_EQ(out2[-1], kGuard) << at;
+        ASSERT_EQ(out2[n * es], kGuard) << at;
       }
-  }
-  set_kernel_isa(saved);
+    }
+  });
 }
 
 }  // namespace
