@@ -166,7 +166,8 @@ def main():
             dist.all_reduce(y)
         if a.paired:
             py_t, nat_t, paths = [], [], []
-            pg.bench_allreduce(y, a.warmup)
+            if a.warmup:
+                pg.bench_allreduce(y, a.warmup)
             for _ in range(a.pairs):
                 dist.barrier()
                 t0 = time.perf_counter()
