@@ -333,7 +333,7 @@ TEST(HeftRun, BadHeftBindIsAUsageError) {
   const Outcome o = run_heft({"run", "-n", "2", "--", "/bin/true"});
   ::unsetenv("HEFT_BIND");
   EXPECT_EQ(o.exit_code, 2) << describe(o);
-  EXPECT_NE(o.err.find("HEFT_BIND: expected core or none, found 'socket'"), std::string::npos)
+  EXPECT_NE(o.err.find("HEFT_BIND: expected core, pack or none, found 'socket'"), std::string::npos)
       << describe(o);
 }
 

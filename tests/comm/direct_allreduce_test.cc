@@ -4,10 +4,15 @@
 // takes per size is fixed by a rule (small up to shm_small_bytes, direct above), the same in
 // two lifetimes; and it synchronises less than the slots did, flat and hierarchical (the
 // counts, not times: one sync per piece plus one, and one cross-host call per allreduce).
-// Real forked ranks.
+// And the form for ranks that share a core (reduced on each core first): exact over worlds
+// 3-7 and group sizes, taken from the CPUs the ranks are bound to, the same bits on every
+// rank. Real forked ranks.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -232,6 +237,121 @@ TEST(DirectAllreduce, OnePassWhereItCanRun) {
       }
     });
     EXPECT_TRUE(res.all_ok()) << n << " ranks\n" << res.summary();
+  }
+}
+
+// Ranks that share a core (CommunicatorOptions::shm_core_group, forced here: consecutive
+// ranks in groups of 2 or 3, whatever the binding): above shm_cores_min_bytes every call
+// takes the core-grouped form, counted; exact for every dtype and op over worlds 3-7 at
+// misaligned offsets with many pieces per step, averages within rounding.
+TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
+  for (int group : {2, 3}) {
+    for (int n = 3; n <= 7; ++n) {
+      if (n <= group) continue;  // a single group: the flat forms
+      test::StoreProcess store;
+      CommunicatorOptions o;
+      o.shm_core_group = group;
+      o.shm_cores_min_bytes = 0;
+      o.shm_small_bytes = 0;
+      o.shm_chunk_bytes = 4096;
+      o.timeout = std::chrono::seconds(60);
+      auto res = test::run_world(n, store, [n](Communicator& c) {
+        const int r = c.rank();
+        int calls = 0;
+        for (DataType t : {DataType::f32, DataType::f64, DataType::bf16, DataType::i32})
+          for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+            for (size_t count : {size_t{1}, size_t{97}, size_t{20011}}) {
+              if (op == ReduceOp::avg && t == DataType::i32) continue;
+              const size_t skip = (1 + 3 * static_cast<size_t>(r)) % 17;  // elements
+              Buffer b(t, count + skip);
+              for (size_t i = 0; i < count; ++i) b.set(skip + i, contribution(r, i));
+              c.allreduce(b.at(skip), count, t, op);
+              ++calls;
+              size_t wrong = 0;
+              for (size_t i = 0; i < count; ++i) {
+                const double want = op == ReduceOp::avg ? expected(ReduceOp::sum, n, i) / n
+                                                        : expected(op, n, i);
+                const double tol = op != ReduceOp::avg ? 0 : t == DataType::bf16 ? 0.02 : 1e-6;
+                wrong += std::fabs(b.get(skip + i) - want) > tol * std::max(1.0, std::fabs(want));
+              }
+              expect(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count) +
+                                     " " + name(t) + " " + name(op) + " world " +
+                                     std::to_string(n) + " path " + c.last_allreduce_path());
+              expect(c.last_allreduce_path() == "shm/cores", c.last_allreduce_path());
+            }
+        const shm::PathCounts k = c.shm_path_counts();
+        expect(k.cores == static_cast<uint64_t>(calls) && k.direct + k.small + k.slots == 0,
+               "cores=" + std::to_string(k.cores) + " of " + std::to_string(calls) +
+                   " calls, direct=" + std::to_string(k.direct));
+      }, o);
+      EXPECT_TRUE(res.all_ok()) << "world " << n << ", groups of " << group << "\n"
+                                << res.summary();
+    }
+  }
+}
+
+// The groups follow the CPUs the ranks are bound to (as HEFT_BIND=pack binds them: 4 ranks
+// on 2 CPUs as 0, 0, 1, 1) under the default (auto): float sums with values that round
+// differently by order come out the same bits on every rank (compared through an
+// allgather), adding core by core, (x0 + x1) + (x2 + x3); up to shm_cores_min_bytes the flat
+// forms run; unbound ranks are not grouped.
+TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, has " << cpus.size();
+  for (bool bound : {true, false}) {
+    test::StoreProcess store;
+    static int worlds = 0;
+    const std::string group = "test/cores" + std::to_string(worlds++);
+    auto res = test::run_ranks(4, [&](int rank) {
+      if (bound) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[rank / 2], &one);
+        expect(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity");
+      }
+      CommunicatorOptions o;
+      o.token = store.token();
+      auto c = Communicator::create(store.connect(), group, rank, 4, o);
+      const size_t count = size_t{1} << 16;  // 256 KiB: above the default 64 KiB
+      std::vector<float> x(count);
+      for (size_t i = 0; i < count; ++i)  // magnitudes apart, so the order shows in the bits
+        x[i] = ((i + rank) % 3 == 0 ? 1e4f : 1.0f) *
+               static_cast<float>(1 + (i * 7 + rank * 13) % 101) / static_cast<float>(rank + 3);
+      std::vector<float> mine = x;
+      c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+      const std::string want = bound ? "shm/cores" : "shm/direct";
+      expect(c->last_allreduce_path() == want, c->last_allreduce_path() + ", want " + want);
+      // Every rank holds the same bits.
+      std::vector<float> all(4 * count);
+      c->allgather(x.data(), all.data(), count, DataType::f32);
+      for (int p = 1; p < 4; ++p)
+        expect(std::memcmp(all.data(), all.data() + p * count, count * 4) == 0,
+               "rank " + std::to_string(p) + "'s result differs from rank 0's");
+      // Bound: added core by core, which the flat order would not give for some elements.
+      std::vector<float> in(4 * count);
+      c->allgather(mine.data(), in.data(), count, DataType::f32);
+      size_t off = 0, orders_differ = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const float a = in[i], b = in[count + i], d = in[2 * count + i], e = in[3 * count + i];
+        const float by_core = (a + b) + (d + e), flat = ((a + b) + d) + e;
+        off += x[i] != (bound ? by_core : flat);
+        orders_differ += by_core != flat;
+      }
+      expect(off == 0, std::to_string(off) + " elements not in the order of " + want);
+      expect(orders_differ > 0, "the two orders give the same bits: the check shows nothing");
+      // A small call stays flat.
+      float one = 1;
+      c->allreduce(&one, 1, DataType::f32, ReduceOp::sum);
+      expect(one == 4 && c->last_allreduce_path() == "shm/small", c->last_allreduce_path());
+      expect((c->shm_path_counts().cores == 1) == bound,
+             "cores=" + std::to_string(c->shm_path_counts().cores));
+    });
+    EXPECT_TRUE(res.all_ok()) << (bound ? "bound 0, 0, 1, 1" : "unbound") << "\n"
+                              << res.summary();
   }
 }
 

@@ -68,12 +68,13 @@ class PidTable {
 // must raise PeerLost naming it, well before the 30 s timeout, and no shared-memory segment
 // may be left behind.
 void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
-                                 std::vector<std::string> hosts = {}) {
+                                 std::vector<std::string> hosts = {}, int core_group = -1) {
   PidTable pids(n);
   test::StoreProcess store;
   CommunicatorOptions o;
   o.timeout = std::chrono::seconds(30);
   o.allreduce_algorithm = algo;
+  o.shm_core_group = core_group;
   test::RunResult res = test::run_world(
       n, store,
       [&](Communicator& c) {
@@ -143,6 +144,13 @@ TEST(Failure, KilledRankMidHierarchicalAllreduceRaisesPeerLostEverywhere) {
 
 TEST(Failure, KilledRankMidUnevenHierarchicalAllreduceRaisesPeerLostEverywhere) {
   kill_one_rank_mid_allreduce(7, 5, Algorithm::kHierarchical, test::split_hosts(7, 2));
+}
+
+// Ranks that share a core (groups of 2 forced): a core's second rank, and a core's first
+// rank, which the other cores' first ranks wait for.
+TEST(Failure, KilledRankMidCoreGroupedAllreduceRaisesPeerLostEverywhere) {
+  kill_one_rank_mid_allreduce(4, 1, Algorithm::kShm, {}, 2);
+  kill_one_rank_mid_allreduce(5, 2, Algorithm::kShm, {}, 2);
 }
 
 TEST(Failure, HungRankMakesOthersTimeOutNotHang) {

@@ -1,6 +1,6 @@
 // ctest-labels: unit
 // Topology from host names (topology.h): the header's example, interleaved hosts, one host,
-// one rank per host.
+// one rank per host; and core_groups, the ranks of a host that share a core.
 #include "heft/comm/topology.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +42,32 @@ TEST(Topology, OneHostAndOneRankPerHost) {
   EXPECT_FALSE(spread.any_shared_host());
   EXPECT_TRUE(spread.uniform());
   EXPECT_EQ(spread.local_size(), 1);
+}
+
+using Groups = std::vector<std::vector<int>>;
+
+TEST(CoreGroups, FromTheCpuEachRankIsBoundTo) {
+  // HEFT_BIND=pack's 4 ranks on CPUs 0-1, and 3 ranks on 2 CPUs (one alone on its core).
+  EXPECT_EQ(core_groups({0, 0, 1, 1}, -1), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(core_groups({4, 4, 7}, -1), (Groups{{0, 1}, {2}}));
+  // Groups in the order their CPUs first appear, ranks ascending within each.
+  EXPECT_EQ(core_groups({1, 0, 1, 0}, -1), (Groups{{0, 2}, {1, 3}}));
+}
+
+TEST(CoreGroups, NoneWhereThereIsNothingToShare) {
+  EXPECT_EQ(core_groups({0, 1}, -1), Groups{});         // one rank per core
+  EXPECT_EQ(core_groups({0, 0, 0}, -1), Groups{});      // one core for all: no step across
+  EXPECT_EQ(core_groups({0, -1, 1, 1}, -1), Groups{});  // a rank that may run anywhere
+  EXPECT_EQ(core_groups({0, 0, 1, 1}, 0), Groups{});    // HEFT_SHM_CORES=off
+  EXPECT_EQ(core_groups({}, -1), Groups{});
+}
+
+TEST(CoreGroups, ForcedGroupSize) {
+  // Consecutive local ranks, whatever the CPUs say.
+  EXPECT_EQ(core_groups({-1, -1, -1, -1, -1}, 2), (Groups{{0, 1}, {2, 3}, {4}}));
+  EXPECT_EQ(core_groups({0, 1, 2, 3, 4, 5, 6}, 3), (Groups{{0, 1, 2}, {3, 4, 5}, {6}}));
+  EXPECT_EQ(core_groups({0, 0, 1}, 1), Groups{});  // groups of one: nothing to share
+  EXPECT_EQ(core_groups({0, 0, 1}, 3), Groups{});  // a single group
 }
 
 }  // namespace

@@ -63,6 +63,41 @@ Topology exchange_hosts(Store& store, const std::string& group, int rank, int si
   return Topology::from_names(names, rank);
 }
 
+// The contexts of the ranks that share a core (communicator_impl.h ShmCores), from the CPUs
+// the host's ranks published in `host` (or consecutive groups of `group_size`): this rank's
+// core's, then, on a core's first rank, the first ranks'. Every rank of the host computes
+// the same groups, so each context is made by exactly its members.
+ShmCores share_cores(Store& store, const std::string& host_group, const Topology& topology,
+                     const shm::Context& host, int group_size, shm::ContextOptions options,
+                     Deadline deadline) {
+  std::vector<int> cpus(topology.local_size());
+  for (int r = 0; r < topology.local_size(); ++r) cpus[r] = host.single_cpu(r);
+  const std::vector<std::vector<int>> groups = core_groups(cpus, group_size);
+  ShmCores cores;
+  if (groups.empty()) return cores;
+  size_t mine = 0, index = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].size(); ++i)
+      if (groups[g][i] == topology.local_rank) mine = g, index = i;
+  options.single_copy = false;  // the steps are reduce, broadcast and the direct form
+  options.allreduce_form = shm::AllreduceForm::kDirect;
+  if (groups[mine].size() > 1) {
+    for (int r : groups[mine]) cores.core_ranks.push_back(topology.local()[r]);
+    shm::ContextOptions core_options = options;
+    core_options.placement = shm::Placement::kNear;  // one core: nothing to measure
+    cores.core = shm::Context::create(store, host_group + "/core" + std::to_string(mine),
+                                      static_cast<int>(index), cores.core_ranks, core_options,
+                                      deadline);
+  }
+  if (index == 0) {
+    for (const auto& g : groups) cores.leader_ranks.push_back(topology.local()[g[0]]);
+    cores.leaders = shm::Context::create(store, host_group + "/leaders", static_cast<int>(mine),
+                                         cores.leader_ranks, options, deadline);
+  }
+  cores.active = true;
+  return cores;
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
@@ -80,6 +115,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
       tcp::Context::create(*store, group, rank, size, options.token, tcp_options, deadline);
   Topology topology = exchange_hosts(*store, group, rank, size, options.host, deadline);
   std::unique_ptr<shm::Context> shm;
+  ShmCores cores;
   if (options.shared_memory && topology.local_size() > 1) {
     shm::ContextOptions shm_options;
     shm_options.chunk_bytes = options.shm_chunk_bytes;
@@ -96,12 +132,16 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     static_assert(static_cast<int>(shm::AllreduceForm::kSingleCopy) ==
                   static_cast<int>(CommunicatorOptions::ShmForm::kSingleCopy));
     shm_options.allreduce_form = static_cast<shm::AllreduceForm>(form);
-    shm = shm::Context::create(*store, group + "/host" + std::to_string(topology.host),
-                               topology.local_rank, topology.local(), shm_options, deadline);
+    const std::string host_group = group + "/host" + std::to_string(topology.host);
+    shm = shm::Context::create(*store, host_group, topology.local_rank, topology.local(),
+                               shm_options, deadline);
+    if (topology.hosts() == 1 && options.shm_core_group != 0)
+      cores = share_cores(*store, host_group, topology, *shm, options.shm_core_group,
+                          shm_options, deadline);
   }
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<Impl>(
       std::move(store), group, rank, size, std::move(options), std::move(transport),
-      std::move(topology), std::move(shm))));
+      std::move(topology), std::move(shm), std::move(cores))));
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -221,6 +261,13 @@ void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, Red
   if (algorithm == Algorithm::kAuto) algorithm = choose_allreduce(count, t, op, deadline, name);
   switch (algorithm) {
     case Algorithm::kShm: {
+      if (cores_.active && bytes > options_.shm_cores_min_bytes) {
+        algo::core_grouped_allreduce(cores_.core.get(), cores_.leaders.get(), recv, count, t, op,
+                                     options_.shm_small_bytes, size_, deadline, name);
+        ++shm_->path_counts().cores;
+        path = "shm/cores";
+        break;
+      }
       algo::ShmLinks local{*shm_, deadline, name,
                            algo::call_signature(algo::Call::allreduce, count, t, op)};
       algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);

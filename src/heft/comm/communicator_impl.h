@@ -30,12 +30,23 @@
 
 namespace heft::comm {
 
+// The shared memory of ranks that share a core (CommunicatorOptions::shm_core_group,
+// algo/hierarchical_allreduce.h core_grouped_allreduce), set up with the host's context:
+// `core` among the ranks of this rank's core (null when alone on it), `leaders` among the
+// cores' first ranks (null off them); *_ranks: their communicator ranks by local index.
+// active: the host's ranks are grouped (the same on every rank of the host).
+struct ShmCores {
+  std::unique_ptr<shm::Context> core, leaders;
+  std::vector<int> core_ranks, leader_ranks;
+  bool active = false;
+};
+
 struct Communicator::Impl {
   // Takes the links made by Communicator::create, opens the collective trace and starts the
   // communicator thread.
   Impl(std::shared_ptr<Store> store, std::string group, int rank, int size,
        CommunicatorOptions options, std::unique_ptr<Transport> transport, Topology topology,
-       std::unique_ptr<shm::Context> shm);
+       std::unique_ptr<shm::Context> shm, ShmCores cores);
   // Finishes queued operations, then stops the thread (the links close after it).
   ~Impl();
   Impl(const Impl&) = delete;
@@ -93,6 +104,7 @@ struct Communicator::Impl {
   std::unique_ptr<Transport> transport_;
   const Topology topology_;
   std::unique_ptr<shm::Context> shm_;  // null when alone on the host or shm is off
+  ShmCores cores_;                     // ranks that share a core (inactive: none)
   int split_count_ = 0;  // only touched by split(), which is collective and ordered
 
   // --- measurements ---

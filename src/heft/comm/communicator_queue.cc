@@ -23,7 +23,8 @@ thread_local bool t_blocking_call = false;
 
 Communicator::Impl::Impl(std::shared_ptr<Store> store, std::string group, int rank, int size,
                          CommunicatorOptions options, std::unique_ptr<Transport> transport,
-                         Topology topology, std::unique_ptr<shm::Context> shm)
+                         Topology topology, std::unique_ptr<shm::Context> shm,
+                         ShmCores cores)
     : store_(std::move(store)),
       group_(std::move(group)),
       rank_(rank),
@@ -31,7 +32,8 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, std::string group, int ra
       options_(std::move(options)),
       transport_(std::move(transport)),
       topology_(std::move(topology)),
-      shm_(std::move(shm)) {
+      shm_(std::move(shm)),
+      cores_(std::move(cores)) {
   for (auto& m : measured_) m.store(-1, std::memory_order_relaxed);
   if (rank_ == 0) choice_cache_ = choice_cache_path();
   if (shm_) {
@@ -41,6 +43,14 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, std::string group, int ra
       transport_->check_link(topology_.local()[local_peer], op);
     });
   }
+  if (cores_.core)
+    cores_.core->set_liveness_check([this](int local_peer, const std::string& op) {
+      transport_->check_link(cores_.core_ranks[local_peer], op);
+    });
+  if (cores_.leaders)
+    cores_.leaders->set_liveness_check([this](int local_peer, const std::string& op) {
+      transport_->check_link(cores_.leader_ranks[local_peer], op);
+    });
   try {
     const char* world_rank = std::getenv("RANK");
     trace_ = CollectiveTrace::open(CollectiveTrace::dir_from_env(), group_, rank_, size_,
@@ -213,6 +223,8 @@ std::exception_ptr Communicator::Impl::on_failure(const std::string& op,
   }
   transport_->abort();
   if (shm_) shm_->abort();
+  if (cores_.core) cores_.core->abort();
+  if (cores_.leaders) cores_.leaders->abort();
   return result;
 }
 

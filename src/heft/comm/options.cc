@@ -109,6 +109,21 @@ CommunicatorOptions CommunicatorOptions::from_env() {
     throw InvalidArgument("HEFT_SHM_FORM: expected auto, direct, slots or single_copy, found '" +
                           form + "'");
   o.shm_form = static_cast<CommunicatorOptions::ShmForm>(known - std::begin(forms));
+  const std::string cores = env_or("HEFT_SHM_CORES", "auto");
+  if (cores == "auto") {
+    o.shm_core_group = -1;
+  } else if (cores == "off") {
+    o.shm_core_group = 0;
+  } else {
+    char* end = nullptr;
+    const long k = std::strtol(cores.c_str(), &end, 10);
+    if (cores.empty() || *end != '\0' || k < 1 || k > 1024)
+      throw InvalidArgument("HEFT_SHM_CORES: expected auto, off or a group size from 1 to 1024, found '" +
+                            cores + "'");
+    o.shm_core_group = static_cast<int>(k);
+  }
+  o.shm_cores_min_bytes = static_cast<size_t>(env_number(
+      "HEFT_SHM_CORES_MIN_BYTES", static_cast<long long>(o.shm_cores_min_bytes), 0));
   const std::string measure = env_or("HEFT_ALLREDUCE_MEASURE", "1");
   if (measure != "1" && measure != "0")
     throw InvalidArgument("HEFT_ALLREDUCE_MEASURE: expected 1 or 0, found '" + measure + "'");

@@ -98,13 +98,22 @@ struct CommunicatorOptions {
   SingleCopy shm_single_copy = SingleCopy::kAuto;
   // The form these two settings ask for (kAuto when neither forces one).
   ShmForm effective_shm_form() const;
+  // Ranks that share a core (docs/comm.md, "Ranks that share a core"): above
+  // shm_cores_min_bytes, a host's allreduce reduces among the ranks of each core first, then
+  // across the cores' first ranks only, then shares the result on each core. The groups:
+  // -1 (auto) from the CPUs each rank is bound to (ranks bound to one CPU each, some CPUs
+  // with several: HEFT_BIND=pack), 0 never, k > 0 consecutive local ranks in groups of k
+  // (tests and comparisons, whatever the binding).
+  int shm_core_group = -1;
+  size_t shm_cores_min_bytes = 64 << 10;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
   // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1),
   // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS, HEFT_SHM_FORM (auto | direct | slots | single_copy),
-  // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_COMPRESSION (none | bf16),
+  // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_SHM_CORES (auto | off | k), HEFT_SHM_CORES_MIN_BYTES,
+  // HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable.
   static CommunicatorOptions from_env();

@@ -45,4 +45,31 @@ std::vector<int> Topology::column(int i) const {
   return out;
 }
 
+std::vector<std::vector<int>> core_groups(const std::vector<int>& single_cpus, int group_size) {
+  const int n = static_cast<int>(single_cpus.size());
+  std::vector<std::vector<int>> groups;
+  if (group_size > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (r % group_size == 0) groups.emplace_back();
+      groups.back().push_back(r);
+    }
+  } else if (group_size < 0) {
+    std::vector<int> cpu_of_group;
+    for (int r = 0; r < n; ++r) {
+      if (single_cpus[r] < 0) return {};
+      size_t g = 0;
+      while (g < cpu_of_group.size() && cpu_of_group[g] != single_cpus[r]) ++g;
+      if (g == cpu_of_group.size()) {
+        cpu_of_group.push_back(single_cpus[r]);
+        groups.emplace_back();
+      }
+      groups[g].push_back(r);
+    }
+  }
+  bool shared = false;
+  for (const auto& g : groups) shared = shared || g.size() > 1;
+  if (groups.size() < 2 || !shared) return {};
+  return groups;
+}
+
 }  // namespace heft::comm

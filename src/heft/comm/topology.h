@@ -32,4 +32,12 @@ struct Topology {
   std::vector<int> column(int i) const;
 };
 
+// The ranks of a host that share a core (CommunicatorOptions::shm_core_group), as groups of
+// local ranks, ascending, the first of each its core's leader. group_size > 0: consecutive
+// local ranks in groups of that many; -1: by the one CPU each rank is bound to
+// (single_cpus[i], -1 where local rank i may run on several: then no groups), in the order
+// the CPUs first appear; 0: none. Empty where grouping has nothing to do: fewer than two
+// groups, or no group with two ranks.
+std::vector<std::vector<int>> core_groups(const std::vector<int>& single_cpus, int group_size);
+
 }  // namespace heft::comm

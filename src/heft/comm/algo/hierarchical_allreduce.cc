@@ -52,4 +52,27 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
   finish_average(buf, count, t, op, world);
 }
 
+void core_grouped_allreduce(shm::Context* core, shm::Context* leaders, void* buf, size_t count,
+                            DataType t, ReduceOp op, size_t small_bytes, int world_size,
+                            Deadline deadline, const std::string& name) {
+  // Partial steps combine; the division for avg happens once, on each core's first rank.
+  const ReduceOp partial = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const size_t bytes = count * element_size(t);
+  if (core) {
+    ShmLinks local{*core, deadline, name,
+                   call_signature(Call::hierarchical_reduce, count, t, op)};
+    shm_reduce(local, buf, buf, count, t, partial, 0, 1);
+  }
+  if (leaders) {
+    ShmLinks across{*leaders, deadline, name, call_signature(Call::allreduce, count, t, op)};
+    shm_allreduce(across, buf, count, t, partial, bytes <= small_bytes, 1);
+    finish_average(buf, count, t, op, world_size);
+  }
+  if (core) {
+    ShmLinks local{*core, deadline, name,
+                   call_signature(Call::hierarchical_broadcast, count, t, op)};
+    shm_broadcast(local, buf, bytes, 0);
+  }
+}
+
 }  // namespace heft::comm::algo

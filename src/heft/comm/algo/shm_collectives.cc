@@ -64,15 +64,20 @@ void shm_reduce(ShmLinks& links, const void* send, void* recv, size_t count, Dat
   const size_t per_chunk = links.ctx.chunk_bytes() / es;
   const auto* src = static_cast<const uint8_t*>(send);
   auto* dst = static_cast<uint8_t*>(recv);
+  const bool is_root = links.rank() == root;
   for (size_t first = 0; first < count; first += per_chunk) {
     const size_t m = std::min(per_chunk, count - first);
     const int s = links.ctx.next_slot();
-    copy_bytes(links.ctx.in(links.rank(), s), src + first * es, m * es);
+    // The root reads its own part from its buffer: only the others copy into their slots.
+    if (!is_root) copy_bytes(links.ctx.in(links.rank(), s), src + first * es, m * es);
     links.sync();
-    if (links.rank() != root) continue;
+    if (!is_root) continue;
+    auto part = [&](int p) -> const uint8_t* {
+      return p == root ? src + first * es : links.ctx.in(p, s);
+    };
     uint8_t* out = dst + first * es;
-    reduce_to(out, links.ctx.in(0, s), links.ctx.in(1, s), m, t, op);
-    for (int p = 2; p < links.size(); ++p) reduce_into(out, links.ctx.in(p, s), m, t, op);
+    reduce_to(out, part(0), part(1), m, t, op);
+    for (int p = 2; p < links.size(); ++p) reduce_into(out, part(p), m, t, op);
     finish_average(out, m, t, op, world_size);
   }
 }

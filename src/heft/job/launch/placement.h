@@ -5,7 +5,10 @@
 // is the pool, so `taskset -c 2-5 heft run ...` places inside 2-5.
 //
 // Not narrowed: a single worker, more workers than CPUs (the kernel's scheduler does better
-// than a fixed share there), and HEFT_BIND=none.
+// than a fixed share there), and HEFT_BIND=none. HEFT_BIND=pack binds more workers than CPUs
+// too: consecutive workers share one CPU (4 on CPUs 0-1: 0, 0, 1, 1), so the ranks that
+// share a core are known and shared memory can reduce among them first (docs/comm.md,
+// "Ranks that share a core").
 #pragma once
 
 #include <string>
@@ -13,9 +16,9 @@
 
 namespace heft::job {
 
-enum class Bind { kNone, kCore };
+enum class Bind { kNone, kCore, kPack };
 
-// HEFT_BIND's value: "core" (the default, also for "") or "none"; throws
+// HEFT_BIND's value: "core" (the default, also for ""), "pack" or "none"; throws
 // heft::InvalidArgument naming HEFT_BIND otherwise.
 Bind parse_bind(const std::string& value);
 

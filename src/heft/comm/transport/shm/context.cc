@@ -152,6 +152,14 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   return ctx;
 }
 
+int Context::single_cpu(int local_rank) const {
+  const cpu_set_t& cpus = header(local_rank).cpus;
+  if (CPU_COUNT(&cpus) != 1) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &cpus)) return c;
+  return -1;
+}
+
 // The spin budget from the host's placement (every header's CPU set is written before its
 // name was published, so all are visible here).
 void Context::choose_spin() {

@@ -139,6 +139,8 @@ class Context {
   int spin_us() const { return options_.spin_us; }
   // Whether this rank's CPU set is disjoint from every peer's (e.g. bound one per core).
   bool placement_disjoint() const { return disjoint_; }
+  // The one CPU local rank `local_rank` is bound to, -1 when it may run on several.
+  int single_cpu(int local_rank) const;
 
   using Signature = CallSignature;
 

@@ -12,6 +12,8 @@ struct PathCounts {
   uint64_t slots = 0;        // reduce-scatter + allgather through the slots (two copies)
   uint64_t single_copy = 0;  // reads of the peers' buffers (cross-memory attach)
   uint64_t direct = 0;       // peers' slices only into the slots, own slice reduced in place
+  uint64_t cores = 0;        // reduced on each core, then across the cores' first ranks
+                             // (counted on the host's context; the steps count in their own)
   uint64_t syncs = 0;        // shared-memory synchronisations, of every collective
   uint64_t one_pass = 0;     // direct pieces reduced into the buffer and the out area at once
   uint64_t streamed = 0;     // direct pieces written into a slot area with streaming stores
