@@ -241,9 +241,10 @@ TEST(DirectAllreduce, OnePassWhereItCanRun) {
 }
 
 // Ranks that share a core (CommunicatorOptions::shm_core_group, forced here: consecutive
-// ranks in groups of 2 or 3, whatever the binding): above shm_cores_min_bytes every call
-// takes the core-grouped form, counted; exact for every dtype and op over worlds 3-7 at
-// misaligned offsets with many pieces per step, averages within rounding.
+// ranks in groups of 2 or 3, whatever the binding; the placement forced far, where the
+// form runs): above shm_cores_min_bytes every call takes the core-grouped form, counted;
+// exact for every dtype and op over worlds 3-7 at misaligned offsets with many pieces per
+// step, averages within rounding.
 TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
   for (int group : {2, 3}) {
     for (int n = 3; n <= 7; ++n) {
@@ -251,6 +252,7 @@ TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
       test::StoreProcess store;
       CommunicatorOptions o;
       o.shm_core_group = group;
+      o.shm_placement = CommunicatorOptions::ShmPlacement::kFar;
       o.shm_cores_min_bytes = 0;
       o.shm_small_bytes = 0;
       o.shm_chunk_bytes = 4096;
@@ -291,10 +293,12 @@ TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
 }
 
 // The groups follow the CPUs the ranks are bound to (as HEFT_BIND=pack binds them: 4 ranks
-// on 2 CPUs as 0, 0, 1, 1) under the default (auto): float sums with values that round
-// differently by order come out the same bits on every rank (compared through an
-// allgather), adding core by core, (x0 + x1) + (x2 + x3); up to shm_cores_min_bytes the flat
-// forms run; unbound ranks are not grouped.
+// on 2 CPUs as 0, 0, 1, 1) under the default (auto): with the placement far, float sums
+// with values that round differently by order come out the same bits on every rank
+// (compared through an allgather), adding core by core, (x0 + x1) + (x2 + x3); near, the
+// flat direct form runs (adding x0, x1, x2, x3 in turn); measured, one or the other, the
+// same on every rank; up to shm_cores_min_bytes the flat forms run; unbound ranks are not
+// grouped.
 TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
@@ -302,7 +306,9 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, has " << cpus.size();
-  for (bool bound : {true, false}) {
+  using P = CommunicatorOptions::ShmPlacement;
+  for (auto [bound, placement] : {std::pair{true, P::kFar}, std::pair{true, P::kNear},
+                                  std::pair{true, P::kMeasure}, std::pair{false, P::kFar}}) {
     test::StoreProcess store;
     static int worlds = 0;
     const std::string group = "test/cores" + std::to_string(worlds++);
@@ -315,15 +321,19 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
       }
       CommunicatorOptions o;
       o.token = store.token();
+      o.shm_placement = placement;
       auto c = Communicator::create(store.connect(), group, rank, 4, o);
-      const size_t count = size_t{1} << 16;  // 256 KiB: above the default 64 KiB
+      const size_t count = size_t{1} << 16;  // 256 KiB: above the default 128 KiB
       std::vector<float> x(count);
       for (size_t i = 0; i < count; ++i)  // magnitudes apart, so the order shows in the bits
         x[i] = ((i + rank) % 3 == 0 ? 1e4f : 1.0f) *
                static_cast<float>(1 + (i * 7 + rank * 13) % 101) / static_cast<float>(rank + 3);
       std::vector<float> mine = x;
       c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
-      const std::string want = bound ? "shm/cores" : "shm/direct";
+      const bool measured = placement == P::kMeasure;
+      const bool cores = measured ? c->last_allreduce_path() == "shm/cores"
+                                  : bound && placement == P::kFar;
+      const std::string want = cores ? "shm/cores" : "shm/direct";
       expect(c->last_allreduce_path() == want, c->last_allreduce_path() + ", want " + want);
       // Every rank holds the same bits.
       std::vector<float> all(4 * count);
@@ -331,14 +341,14 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
       for (int p = 1; p < 4; ++p)
         expect(std::memcmp(all.data(), all.data() + p * count, count * 4) == 0,
                "rank " + std::to_string(p) + "'s result differs from rank 0's");
-      // Bound: added core by core, which the flat order would not give for some elements.
+      // Core by core where that form ran, else in turn; the two orders differ somewhere.
       std::vector<float> in(4 * count);
       c->allgather(mine.data(), in.data(), count, DataType::f32);
       size_t off = 0, orders_differ = 0;
       for (size_t i = 0; i < count; ++i) {
         const float a = in[i], b = in[count + i], d = in[2 * count + i], e = in[3 * count + i];
         const float by_core = (a + b) + (d + e), flat = ((a + b) + d) + e;
-        off += x[i] != (bound ? by_core : flat);
+        off += x[i] != (cores ? by_core : flat);
         orders_differ += by_core != flat;
       }
       expect(off == 0, std::to_string(off) + " elements not in the order of " + want);
@@ -347,11 +357,11 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
       float one = 1;
       c->allreduce(&one, 1, DataType::f32, ReduceOp::sum);
       expect(one == 4 && c->last_allreduce_path() == "shm/small", c->last_allreduce_path());
-      expect((c->shm_path_counts().cores == 1) == bound,
+      expect((c->shm_path_counts().cores == 1) == cores,
              "cores=" + std::to_string(c->shm_path_counts().cores));
     });
-    EXPECT_TRUE(res.all_ok()) << (bound ? "bound 0, 0, 1, 1" : "unbound") << "\n"
-                              << res.summary();
+    EXPECT_TRUE(res.all_ok()) << (bound ? "bound 0, 0, 1, 1" : "unbound") << ", placement "
+                              << static_cast<int>(placement) << "\n" << res.summary();
   }
 }
 

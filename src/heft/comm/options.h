@@ -105,7 +105,7 @@ struct CommunicatorOptions {
   // with several: HEFT_BIND=pack), 0 never, k > 0 consecutive local ranks in groups of k
   // (tests and comparisons, whatever the binding).
   int shm_core_group = -1;
-  size_t shm_cores_min_bytes = 64 << 10;
+  size_t shm_cores_min_bytes = 128 << 10;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
