@@ -308,7 +308,7 @@ std::map<int, std::string> allowed_cpus_of_workers(int n) {
   return out;
 }
 
-TEST(HeftRun, WorkersThatFitTheCoresGetTheirOwn) {
+TEST(HeftRun, WorkersGetTheirOwnCoresOrShareThemInPairs) {
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t mine;
   CPU_ZERO(&mine);
@@ -323,9 +323,17 @@ TEST(HeftRun, WorkersThatFitTheCoresGetTheirOwn) {
   ::unsetenv("HEFT_BIND");
   ASSERT_EQ(free.size(), 2u);
   EXPECT_EQ(free.at(0), free.at(1));
-  // More workers than CPUs: nobody is narrowed.
-  const std::map<int, std::string> many = allowed_cpus_of_workers(CPU_COUNT(&mine) + 1);
-  for (const auto& [rank, list] : many) EXPECT_EQ(list, free.at(0)) << "rank " << rank;
+  // Twice as many workers as CPUs: consecutive pairs share one CPU, each pair its own.
+  const int twice = 2 * CPU_COUNT(&mine);
+  const std::map<int, std::string> many = allowed_cpus_of_workers(twice);
+  ASSERT_EQ(many.size(), static_cast<size_t>(twice));
+  for (int r = 0; r < twice; r += 2) {
+    EXPECT_EQ(many.at(r), many.at(r + 1)) << "ranks " << r << " and " << r + 1;
+    EXPECT_EQ(many.at(r).find_first_of(",-"), std::string::npos) << "rank " << r << ": " << many.at(r);
+    if (r > 0) {
+      EXPECT_NE(many.at(r), many.at(r - 2)) << "ranks " << r - 2 << " and " << r;
+    }
+  }
 }
 
 TEST(HeftRun, BadHeftBindIsAUsageError) {
@@ -333,7 +341,7 @@ TEST(HeftRun, BadHeftBindIsAUsageError) {
   const Outcome o = run_heft({"run", "-n", "2", "--", "/bin/true"});
   ::unsetenv("HEFT_BIND");
   EXPECT_EQ(o.exit_code, 2) << describe(o);
-  EXPECT_NE(o.err.find("HEFT_BIND: expected core, pack or none, found 'socket'"), std::string::npos)
+  EXPECT_NE(o.err.find("HEFT_BIND: expected core or none, found 'socket'"), std::string::npos)
       << describe(o);
 }
 

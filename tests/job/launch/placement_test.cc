@@ -20,31 +20,28 @@ TEST(Placement, WorkersThatFitGetDisjointEqualShares) {
 }
 
 TEST(Placement, NothingIsNarrowedWhenItShouldNotBe) {
-  EXPECT_EQ(plan_placement({0, 1}, 4, Bind::kCore), (Plan{{}, {}, {}, {}}));  // oversubscribed
+  EXPECT_EQ(plan_placement({0}, 4, Bind::kCore), (Plan{{}, {}, {}, {}}));  // one CPU for all
   EXPECT_EQ(plan_placement({0, 1, 2, 3}, 1, Bind::kCore), (Plan{{}}));         // a single rank
   EXPECT_EQ(plan_placement({0, 1, 2, 3}, 2, Bind::kNone), (Plan{{}, {}}));     // HEFT_BIND=none
   EXPECT_EQ(plan_placement({}, 2, Bind::kCore), (Plan{{}, {}}));
 }
 
-TEST(Placement, PackPutsConsecutiveWorkersOnOneCpu) {
-  EXPECT_EQ(plan_placement({0, 1}, 4, Bind::kPack), (Plan{{0}, {0}, {1}, {1}}));
-  EXPECT_EQ(plan_placement({2, 5}, 3, Bind::kPack), (Plan{{2}, {2}, {5}}));
-  EXPECT_EQ(plan_placement({0, 1, 2}, 7, Bind::kPack), (Plan{{0}, {0}, {0}, {1}, {1}, {2}, {2}}));
-  // Workers that fit are placed as by core; one CPU, or one worker: nothing to share.
-  EXPECT_EQ(plan_placement({0, 1}, 2, Bind::kPack), (Plan{{0}, {1}}));
-  EXPECT_EQ(plan_placement({0}, 3, Bind::kPack), (Plan{{}, {}, {}}));
+TEST(Placement, MoreWorkersThanCpusShareThemConsecutively) {
+  EXPECT_EQ(plan_placement({0, 1}, 4, Bind::kCore), (Plan{{0}, {0}, {1}, {1}}));
+  EXPECT_EQ(plan_placement({2, 5}, 3, Bind::kCore), (Plan{{2}, {2}, {5}}));
+  EXPECT_EQ(plan_placement({0, 1, 2}, 7, Bind::kCore), (Plan{{0}, {0}, {0}, {1}, {1}, {2}, {2}}));
+  EXPECT_EQ(plan_placement({0, 1}, 4, Bind::kNone), (Plan{{}, {}, {}, {}}));  // HEFT_BIND=none
 }
 
 TEST(Placement, BindValues) {
   EXPECT_EQ(parse_bind(""), Bind::kCore);
-  EXPECT_EQ(parse_bind("pack"), Bind::kPack);
   EXPECT_EQ(parse_bind("core"), Bind::kCore);
   EXPECT_EQ(parse_bind("none"), Bind::kNone);
   try {
     parse_bind("numa");
     FAIL() << "accepted numa";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "HEFT_BIND: expected core, pack or none, found 'numa'");
+    EXPECT_STREQ(e.what(), "HEFT_BIND: expected core or none, found 'numa'");
   }
 }
 

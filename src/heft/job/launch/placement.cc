@@ -9,21 +9,20 @@ namespace heft::job {
 Bind parse_bind(const std::string& value) {
   if (value.empty() || value == "core") return Bind::kCore;
   if (value == "none") return Bind::kNone;
-  if (value == "pack") return Bind::kPack;
-  throw InvalidArgument("HEFT_BIND: expected core, pack or none, found '" + value + "'");
+  throw InvalidArgument("HEFT_BIND: expected core or none, found '" + value + "'");
 }
 
 std::vector<std::vector<int>> plan_placement(const std::vector<int>& available, int workers,
                                              Bind bind) {
   std::vector<std::vector<int>> plan(static_cast<size_t>(std::max(workers, 0)));
   const int cpus = static_cast<int>(available.size());
-  if (bind == Bind::kPack && workers > cpus && cpus > 1) {
+  if (bind == Bind::kNone || workers < 2 || cpus < 2) return plan;
+  if (workers > cpus) {
     // Consecutive workers share a CPU, as evenly as the counts allow.
     for (int w = 0; w < workers; ++w)
       plan[w] = {available[static_cast<size_t>(w) * cpus / workers]};
     return plan;
   }
-  if (bind == Bind::kNone || workers < 2 || workers > cpus) return plan;
   const int each = cpus / workers;
   for (int w = 0; w < workers; ++w)
     plan[w].assign(available.begin() + w * each, available.begin() + (w + 1) * each);

@@ -1,14 +1,13 @@
 // Placement of a machine's workers on its CPUs (HEFT_BIND), as OpenMPI's `--bind-to core
 // --map-by slot:PE=n`: when the workers fit the CPUs this launcher may use, each gets its own
 // disjoint set of cores ÷ workers CPUs (so torch's OMP_NUM_THREADS threads keep theirs, and
-// two ranks never share a core while they spin in a collective). The launcher's own affinity
-// is the pool, so `taskset -c 2-5 heft run ...` places inside 2-5.
+// two ranks never share a core while they spin in a collective). More workers than CPUs are
+// packed: consecutive workers share one CPU, as evenly as the counts allow (4 on CPUs 0-1:
+// 0, 0, 1, 1), so the ranks that share a core are known and the shared-memory allreduce can
+// reduce among them first (docs/comm.md, "Ranks that share a core"). The launcher's own
+// affinity is the pool, so `taskset -c 2-5 heft run ...` places inside 2-5.
 //
-// Not narrowed: a single worker, more workers than CPUs (the kernel's scheduler does better
-// than a fixed share there), and HEFT_BIND=none. HEFT_BIND=pack binds more workers than CPUs
-// too: consecutive workers share one CPU (4 on CPUs 0-1: 0, 0, 1, 1), so the ranks that
-// share a core are known and shared memory can reduce among them first (docs/comm.md,
-// "Ranks that share a core").
+// Not narrowed: a single worker, a pool of one CPU, and HEFT_BIND=none.
 #pragma once
 
 #include <string>
@@ -16,9 +15,9 @@
 
 namespace heft::job {
 
-enum class Bind { kNone, kCore, kPack };
+enum class Bind { kNone, kCore };
 
-// HEFT_BIND's value: "core" (the default, also for ""), "pack" or "none"; throws
+// HEFT_BIND's value: "core" (the default, also for "") or "none"; throws
 // heft::InvalidArgument naming HEFT_BIND otherwise.
 Bind parse_bind(const std::string& value);
 
