@@ -241,10 +241,9 @@ TEST(DirectAllreduce, OnePassWhereItCanRun) {
 }
 
 // Ranks that share a core (CommunicatorOptions::shm_core_group, forced here: consecutive
-// ranks in groups of 2 or 3, whatever the binding; the placement forced far, where the
-// form runs): above shm_cores_min_bytes every call takes the core-grouped form, counted;
-// exact for every dtype and op over worlds 3-7 at misaligned offsets with many pieces per
-// step, averages within rounding.
+// ranks in groups of 2 or 3, whatever the binding): above shm_cores_min_bytes every call
+// takes the core-grouped form, counted; exact for every dtype and op over worlds 3-7 at
+// misaligned offsets with many pieces per step, averages within rounding.
 TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
   for (int group : {2, 3}) {
     for (int n = 3; n <= 7; ++n) {
@@ -252,7 +251,6 @@ TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
       test::StoreProcess store;
       CommunicatorOptions o;
       o.shm_core_group = group;
-      o.shm_placement = CommunicatorOptions::ShmPlacement::kFar;
       o.shm_cores_min_bytes = 0;
       o.shm_small_bytes = 0;
       o.shm_chunk_bytes = 4096;
@@ -293,12 +291,12 @@ TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
 }
 
 // The groups follow the CPUs the ranks are bound to (as HEFT_BIND=pack binds them: 4 ranks
-// on 2 CPUs as 0, 0, 1, 1) under the default (auto): with the placement far, float sums
-// with values that round differently by order come out the same bits on every rank
-// (compared through an allgather), adding core by core, (x0 + x1) + (x2 + x3); near, the
-// flat direct form runs (adding x0, x1, x2, x3 in turn); measured, one or the other, the
-// same on every rank; up to shm_cores_min_bytes the flat forms run; unbound ranks are not
-// grouped.
+// on 2 CPUs as 0, 0, 1, 1) under the default (auto), whatever the placement (near, far or
+// measured: the order of the additions never depends on it): float sums with values that
+// round differently by order come out the same bits on every rank (compared through an
+// allgather), adding core by core, (x0 + x1) + (x2 + x3); up to shm_cores_min_bytes the
+// flat forms run; unbound ranks are not grouped (the flat direct form adds x0, x1, x2, x3
+// in turn).
 TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
@@ -330,9 +328,7 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
                static_cast<float>(1 + (i * 7 + rank * 13) % 101) / static_cast<float>(rank + 3);
       std::vector<float> mine = x;
       c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
-      const bool measured = placement == P::kMeasure;
-      const bool cores = measured ? c->last_allreduce_path() == "shm/cores"
-                                  : bound && placement == P::kFar;
+      const bool cores = bound;
       const std::string want = cores ? "shm/cores" : "shm/direct";
       expect(c->last_allreduce_path() == want, c->last_allreduce_path() + ", want " + want);
       // Every rank holds the same bits.

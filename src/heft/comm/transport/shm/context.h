@@ -100,8 +100,7 @@ struct ContextOptions {
   // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.
   int far_sync_ns = 120;
   // far() probes at its 1st, (1 + probe_every)th, ... call; between, it keeps the answer. A
-  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce. 0: only
-  // probe_placement() probes.
+  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce.
   int probe_every = 8;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
@@ -154,11 +153,6 @@ class Context {
   bool far(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
   // Whether the next far() probes (synchronises): identical on every rank.
   bool probes_next() const;
-  // Probes now (every rank of the context together, as far() does at its probes) and keeps
-  // the answer for far(); the forced answer where the placement is not measured. With
-  // probe_every 0, far() never probes by itself: the caller decides when (the first ranks of
-  // cores, communicator.cc).
-  bool probe_placement(Deadline deadline, const std::string& op);
 
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
