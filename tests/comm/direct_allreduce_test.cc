@@ -241,23 +241,28 @@ TEST(DirectAllreduce, OnePassWhereItCanRun) {
 }
 
 // Ranks that share a core (CommunicatorOptions::shm_core_group, forced here: consecutive
-// ranks in groups of 2 or 3, whatever the binding): above shm_cores_min_bytes every call
-// takes the core-grouped form, counted; exact for every dtype and op over worlds 3-7 at
+// ranks in groups of 2 or 3, whatever the binding). The placement forced far: above
+// shm_cores_min_bytes every call takes the core-grouped form; near: the flat direct form,
+// folding group by group; both counted; exact for every dtype and op over worlds 3-7 at
 // misaligned offsets with many pieces per step, averages within rounding.
 TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
+  using P = CommunicatorOptions::ShmPlacement;
+  for (P placement : {P::kFar, P::kNear})
   for (int group : {2, 3}) {
     for (int n = 3; n <= 7; ++n) {
       if (n <= group) continue;  // a single group: the flat forms
       test::StoreProcess store;
       CommunicatorOptions o;
       o.shm_core_group = group;
+      o.shm_placement = placement;
       o.shm_cores_min_bytes = 0;
       o.shm_small_bytes = 0;
       o.shm_chunk_bytes = 4096;
       o.timeout = std::chrono::seconds(60);
-      auto res = test::run_world(n, store, [n](Communicator& c) {
+      const bool far = placement == P::kFar;
+      auto res = test::run_world(n, store, [n, far](Communicator& c) {
         const int r = c.rank();
-        int calls = 0;
+        uint64_t calls = 0;
         for (DataType t : {DataType::f32, DataType::f64, DataType::bf16, DataType::i32})
           for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
             for (size_t count : {size_t{1}, size_t{97}, size_t{20011}}) {
@@ -277,26 +282,73 @@ TEST(CoreGroupedAllreduce, ExactOverWorldsGroupsAndOffsets) {
               expect(wrong == 0, std::to_string(wrong) + " wrong of " + std::to_string(count) +
                                      " " + name(t) + " " + name(op) + " world " +
                                      std::to_string(n) + " path " + c.last_allreduce_path());
-              expect(c.last_allreduce_path() == "shm/cores", c.last_allreduce_path());
+              const std::string want = far ? "shm/cores" : "shm/direct";
+              expect(c.last_allreduce_path() == want, c.last_allreduce_path() + ", want " + want);
             }
         const shm::PathCounts k = c.shm_path_counts();
-        expect(k.cores == static_cast<uint64_t>(calls) && k.direct + k.small + k.slots == 0,
-               "cores=" + std::to_string(k.cores) + " of " + std::to_string(calls) +
-                   " calls, direct=" + std::to_string(k.direct));
+        expect((far ? k.cores : k.direct) == calls && (far ? k.direct : k.cores) == 0 &&
+                   k.small + k.slots == 0,
+               "cores=" + std::to_string(k.cores) + " direct=" + std::to_string(k.direct) +
+                   " of " + std::to_string(calls) + " calls");
       }, o);
-      EXPECT_TRUE(res.all_ok()) << "world " << n << ", groups of " << group << "\n"
-                                << res.summary();
+      EXPECT_TRUE(res.all_ok()) << "world " << n << ", groups of " << group
+                                << (far ? ", far" : ", near") << "\n" << res.summary();
     }
   }
 }
 
-// The groups follow the CPUs the ranks are bound to (as HEFT_BIND=pack binds them: 4 ranks
-// on 2 CPUs as 0, 0, 1, 1) under the default (auto), whatever the placement (near, far or
-// measured: the order of the additions never depends on it): float sums with values that
-// round differently by order come out the same bits on every rank (compared through an
-// allgather), adding core by core, (x0 + x1) + (x2 + x3); up to shm_cores_min_bytes the
-// flat forms run; unbound ranks are not grouped (the flat direct form adds x0, x1, x2, x3
-// in turn).
+// Either form adds group by group, so the choice between them (the placement, which the
+// host changes within seconds) never changes a bit: float sums with values that round
+// differently by order, forced groups of 2 and 3 over worlds 4-7, far (core-grouped form)
+// and near (the flat direct form): every rank holds exactly the group-by-group fold of the
+// inputs (allgathered), which differs from the local-rank-order fold somewhere.
+TEST(CoreGroupedAllreduce, BothFormsGiveTheGroupOrdersBits) {
+  using P = CommunicatorOptions::ShmPlacement;
+  for (P placement : {P::kFar, P::kNear})
+  for (auto [group, n] : {std::pair{2, 4}, std::pair{2, 5}, std::pair{3, 7}}) {
+    test::StoreProcess store;
+    CommunicatorOptions o;
+    o.shm_core_group = group;
+    o.shm_placement = placement;
+    o.shm_chunk_bytes = 16384;  // several pieces per slice
+    auto res = test::run_world(n, store, [n, group = group](Communicator& c) {
+      const int rank = c.rank();
+      const size_t count = 100003;  // above the 128 KiB default, odd
+      std::vector<float> x(count);
+      for (size_t i = 0; i < count; ++i)
+        x[i] = ((i + rank) % 3 == 0 ? 1e4f : 1.0f) *
+               static_cast<float>(1 + (i * 7 + rank * 13) % 101) / static_cast<float>(rank + 3);
+      std::vector<float> in(n * count);
+      c.allgather(x.data(), in.data(), count, DataType::f32);
+      c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+      size_t off = 0, orders_differ = 0;
+      for (size_t i = 0; i < count; ++i) {
+        float by_group = 0, flat = in[i];
+        for (int p = 1; p < n; ++p) flat += in[p * count + i];
+        for (int g = 0; g * group < n; ++g) {
+          float sum = in[g * group * count + i];
+          for (int p = g * group + 1; p < std::min(n, (g + 1) * group); ++p) sum += in[p * count + i];
+          by_group = g == 0 ? sum : by_group + sum;
+        }
+        off += std::memcmp(&x[i], &by_group, 4) != 0;
+        orders_differ += by_group != flat;
+      }
+      expect(off == 0, std::to_string(off) + " elements not the group-by-group fold, path " +
+                           c.last_allreduce_path());
+      expect(orders_differ > 0, "the two orders give the same bits: the check shows nothing");
+    }, o);
+    EXPECT_TRUE(res.all_ok()) << "world " << n << ", groups of " << group << "\n"
+                              << res.summary();
+  }
+}
+
+// The groups follow the CPUs the ranks are bound to (as the launcher packs 4 ranks on 2
+// CPUs: 0, 0, 1, 1) under the default (auto): float sums with values that round
+// differently by order come out the same bits on every rank (compared through an
+// allgather), adding core by core, (x0 + x1) + (x2 + x3), whichever form the placement
+// picks (far: the core-grouped form; near: the flat direct form; measured: either); up to
+// shm_cores_min_bytes the flat forms run; unbound ranks are not grouped (the flat direct
+// form adds x0, x1, x2, x3 in turn).
 TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
@@ -328,7 +380,9 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
                static_cast<float>(1 + (i * 7 + rank * 13) % 101) / static_cast<float>(rank + 3);
       std::vector<float> mine = x;
       c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
-      const bool cores = bound;
+      const bool measured = placement == P::kMeasure;
+      const bool cores = measured ? c->last_allreduce_path() == "shm/cores"
+                                  : bound && placement == P::kFar;
       const std::string want = cores ? "shm/cores" : "shm/direct";
       expect(c->last_allreduce_path() == want, c->last_allreduce_path() + ", want " + want);
       // Every rank holds the same bits.
@@ -344,10 +398,11 @@ TEST(CoreGroupedAllreduce, GroupsFromTheBindingSameBitsOnEveryRank) {
       for (size_t i = 0; i < count; ++i) {
         const float a = in[i], b = in[count + i], d = in[2 * count + i], e = in[3 * count + i];
         const float by_core = (a + b) + (d + e), flat = ((a + b) + d) + e;
-        off += x[i] != (cores ? by_core : flat);
+        off += x[i] != (bound ? by_core : flat);
         orders_differ += by_core != flat;
       }
-      expect(off == 0, std::to_string(off) + " elements not in the order of " + want);
+      expect(off == 0, std::to_string(off) + " elements not in the order of " +
+                           (bound ? "the cores" : "the ranks") + ", path " + want);
       expect(orders_differ > 0, "the two orders give the same bits: the check shows nothing");
       // A small call stays flat.
       float one = 1;

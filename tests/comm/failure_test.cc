@@ -75,6 +75,8 @@ void kill_one_rank_mid_allreduce(int n, int victim, Algorithm algo,
   o.timeout = std::chrono::seconds(30);
   o.allreduce_algorithm = algo;
   o.shm_core_group = core_group;
+  // Groups forced: the core-grouped form runs where the placement reads far.
+  if (core_group > 0) o.shm_placement = CommunicatorOptions::ShmPlacement::kFar;
   test::RunResult res = test::run_world(
       n, store,
       [&](Communicator& c) {

@@ -68,18 +68,22 @@ Topology exchange_hosts(Store& store, const std::string& group, int rank, int si
 // core's, then, on a core's first rank, the first ranks'. Every rank of the host computes
 // the same groups, so each context is made by exactly its members.
 ShmCores share_cores(Store& store, const std::string& host_group, const Topology& topology,
-                     const shm::Context& host, int group_size, shm::ContextOptions options,
+                     shm::Context& host, int group_size, shm::ContextOptions options,
                      Deadline deadline) {
   std::vector<int> cpus(topology.local_size());
   for (int r = 0; r < topology.local_size(); ++r) cpus[r] = host.single_cpu(r);
   const std::vector<std::vector<int>> groups = core_groups(cpus, group_size);
   ShmCores cores;
   if (groups.empty()) return cores;
+  // The flat direct form adds group by group too: the two forms give the same bits, so the
+  // choice between them may follow the placement.
+  host.set_fold_groups(groups);
   size_t mine = 0, index = 0;
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i = 0; i < groups[g].size(); ++i)
       if (groups[g][i] == topology.local_rank) mine = g, index = i;
   options.single_copy = false;  // the steps are reduce, broadcast and the direct form
+  options.probe_every = 0;      // the first ranks probe when cores_far() says
   options.allreduce_form = shm::AllreduceForm::kDirect;
   if (groups[mine].size() > 1) {
     for (int r : groups[mine]) cores.core_ranks.push_back(topology.local()[r]);
@@ -252,6 +256,24 @@ std::shared_ptr<Work> Communicator::allreduce_async(const void* send, void* recv
   });
 }
 
+bool Communicator::Impl::cores_far(size_t bytes, Deadline deadline, const std::string& name) {
+  // A probe and its hand-over on each core cost tens of µs where ranks share cores: once
+  // per 32 MiB reduced, under 1% of the calls' time (the host moves a VM's vCPUs within
+  // seconds, these are milliseconds).
+  constexpr uint64_t kCoresProbeBytes = uint64_t{32} << 20;
+  const bool probe = cores_.calls++ == 0 || cores_.bytes_since_probe >= kCoresProbeBytes;
+  cores_.bytes_since_probe = probe ? bytes : cores_.bytes_since_probe + bytes;
+  if (!probe) return cores_.far;
+  uint8_t far = 0;
+  if (cores_.leaders) far = cores_.leaders->probe_placement(deadline, name) ? 1 : 0;
+  if (cores_.core) {
+    algo::ShmLinks local{*cores_.core, deadline, name};
+    algo::shm_broadcast(local, &far, 1, 0);
+  }
+  cores_.far = far != 0;
+  return cores_.far;
+}
+
 void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
                                        Deadline deadline, const std::string& name) {
   const size_t bytes = count * element_size(t);
@@ -272,7 +294,8 @@ void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, Red
   if (algorithm == Algorithm::kAuto) algorithm = choose_allreduce(count, t, op, deadline, name);
   switch (algorithm) {
     case Algorithm::kShm: {
-      if (cores_.active && bytes > options_.shm_cores_min_bytes) {
+      if (cores_.active && bytes > options_.shm_cores_min_bytes &&
+          cores_far(bytes, deadline, name)) {
         algo::core_grouped_allreduce(cores_.core.get(), cores_.leaders.get(), recv, count, t, op,
                                      options_.shm_small_bytes, size_, deadline, name);
         ++shm_->path_counts().cores;

@@ -39,6 +39,12 @@ struct ShmCores {
   std::unique_ptr<shm::Context> core, leaders;
   std::vector<int> core_ranks, leader_ranks;
   bool active = false;
+  // Large allreduces so far, and the placement the first ranks last measured: far, the
+  // core-grouped form runs; near, the flat forms (they move more bytes across cores, which
+  // near costs less than the core-grouped form's extra passes on each core).
+  uint64_t calls = 0;
+  uint64_t bytes_since_probe = 0;
+  bool far = false;
 };
 
 struct Communicator::Impl {
@@ -90,6 +96,11 @@ struct Communicator::Impl {
   // What the record's decisions depend on: world, ranks per host, machine, options.
   std::string choice_fingerprint() const;
 
+  // Whether a large allreduce of `bytes` takes the core-grouped form (cores_ active): at the
+  // first call and then once kCoresProbeBytes were reduced since the last probe, the cores'
+  // first ranks probe their placement and each shares the answer on its core; far, yes.
+  // Every rank of the host at the same calls (the same sizes: the same decisions).
+  bool cores_far(size_t bytes, Deadline deadline, const std::string& name);
   // True when the whole group is one host with shared memory.
   bool single_shm_host() const { return shm_ && topology_.hosts() == 1; }
   // Throws InvalidArgument when `peer` is not a rank of this group.

@@ -159,9 +159,11 @@ class Direct {
         far_(far), stream_(far || links.ctx.stream_slots()),
         es_(element_size(t)), n_(links.size()), r_(links.rank()),
         region_bytes_((links.ctx.chunk_bytes() / std::max(1, n_ - 1)) & ~size_t{63}),
-        piece_(region_bytes_ / es_), placed_(offset_of(data)) {
+        piece_(region_bytes_ / es_), placed_(offset_of(data)),
+        groups_(links.ctx.fold_groups()) {
     for (int p = 0; p < n_; ++p)
       steps_ = std::max(steps_, (slice(p).count + piece_ - 1) / piece_);
+    if (!groups_.empty()) group_scratch_ = links.ctx.scratch(kFuseBytes, placed_, 1);
   }
 
   // Flat: one synchronisation per step, three steps in flight: piece j scattered into the
@@ -248,7 +250,22 @@ class Direct {
         return p == r_ ? own : links_.ctx.in(p, s) + region(r_, p) + f * es_;
       };
       const uint8_t *x = area(0), *y = area(1);  // the last fold's inputs
-      if (n_ > 2) {
+      if (!groups_.empty()) {
+        // Group by group (Context::fold_groups): each group folded in its order (into o
+        // for the first, the scratch for the others), the groups' results in theirs.
+        auto fold = [&](const std::vector<int>& g, uint8_t* dst) -> const uint8_t* {
+          if (g.size() == 1) return area(g[0]);
+          reduce_to(dst, area(g[0]), area(g[1]), m, t_, op_);
+          for (size_t i = 2; i < g.size(); ++i) reduce_into(dst, area(g[i]), m, t_, op_);
+          return dst;
+        };
+        x = fold(groups_[0], o);
+        for (size_t g = 1; g + 1 < groups_.size(); ++g) {
+          reduce_to(o, x, fold(groups_[g], group_scratch_), m, t_, op_);
+          x = o;
+        }
+        y = fold(groups_.back(), group_scratch_);
+      } else if (n_ > 2) {
         reduce_to(o, x, y, m, t_, op_);
         for (int p = 2; p < n_ - 1; ++p) reduce_into(o, area(p), m, t_, op_);
         x = o;
@@ -298,6 +315,8 @@ class Direct {
 
  public:
   uint64_t one_pass_pieces_ = 0;  // reduce_to_both took its one pass (PathCounts::one_pass)
+  const std::vector<std::vector<int>>& groups_;  // the fold's order (Context::fold_groups)
+  uint8_t* group_scratch_ = nullptr;              // a group's fold, kFuseBytes
   uint64_t streamed_pieces_ = 0;  // scattered with streaming stores (PathCounts::streamed)
 };
 

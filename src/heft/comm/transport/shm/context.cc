@@ -271,8 +271,14 @@ uint8_t* Context::out(int local_rank, int slot) const {
 }
 
 bool Context::probes_next() const {
-  return measure_placement_ &&
-         placement_calls_ % static_cast<uint64_t>(std::max(1, options_.probe_every)) == 0;
+  return measure_placement_ && options_.probe_every > 0 &&
+         placement_calls_ % static_cast<uint64_t>(options_.probe_every) == 0;
+}
+
+bool Context::probe_placement(Deadline deadline, const std::string& op) {
+  if (!measure_placement_) return options_.placement == Placement::kFar;
+  far_ = probe(deadline, op, nullptr);
+  return far_;
 }
 
 bool Context::far(Deadline deadline, const std::string& op, const Signature* signature) {

@@ -100,7 +100,8 @@ struct ContextOptions {
   // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.
   int far_sync_ns = 120;
   // far() probes at its 1st, (1 + probe_every)th, ... call; between, it keeps the answer. A
-  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce.
+  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce. 0: only
+  // probe_placement() probes.
   int probe_every = 8;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
@@ -141,6 +142,13 @@ class Context {
   bool placement_disjoint() const { return disjoint_; }
   // The one CPU local rank `local_rank` is bound to, -1 when it may run on several.
   int single_cpu(int local_rank) const;
+  // The order in which the direct form folds the host's data (shm_allreduce.h): groups of
+  // local ranks, each folded in its order, then the groups' results in theirs; empty (the
+  // default): local-rank order. The communicator sets the core groups (topology.h), so the
+  // direct form and the core-grouped allreduce add alike and give the same bits. The same
+  // on every rank of the host.
+  void set_fold_groups(std::vector<std::vector<int>> groups) { fold_groups_ = std::move(groups); }
+  const std::vector<std::vector<int>>& fold_groups() const { return fold_groups_; }
 
   using Signature = CallSignature;
 
@@ -153,6 +161,11 @@ class Context {
   bool far(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
   // Whether the next far() probes (synchronises): identical on every rank.
   bool probes_next() const;
+  // Probes now (every rank of the context together, as far() does at its probes) and keeps
+  // the answer for far(); the forced answer where the placement is not measured. With
+  // probe_every 0, far() never probes by itself: the caller decides when (the first ranks of
+  // cores, communicator.cc).
+  bool probe_placement(Deadline deadline, const std::string& op);
 
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
@@ -225,6 +238,7 @@ class Context {
   uint64_t placement_calls_ = 0;  // far() calls so far
   PathCounts counts_;
   std::vector<uint8_t> scratch_[2];
+  std::vector<std::vector<int>> fold_groups_;
 };
 
 }  // namespace heft::comm::shm
