@@ -32,9 +32,9 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
 // stores follow the leaders' placement), and each core's first rank shares the result with
 // the rest of its core. `core` is null on a rank alone on its core, `leaders` off the first
 // ranks. Each element is added core by core: (x0 op x1) op (x2 op x3) for two cores of two,
-// where the flat forms add x0, x1, x2, x3 in turn: the same bits on every rank and in every
-// run with the same groups, not the flat forms' bits for float sums. `world_size` divides
-// for ReduceOp::avg. In place on buf.
+// as the direct form folds when the host's context has these groups
+// (shm::Context::fold_groups), so the two give the same bits. `world_size` divides for
+// ReduceOp::avg. In place on buf.
 void core_grouped_allreduce(shm::Context* core, shm::Context* leaders, void* buf, size_t count,
                             DataType t, ReduceOp op, size_t small_bytes, int world_size,
                             Deadline deadline, const std::string& name);

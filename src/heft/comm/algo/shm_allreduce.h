@@ -24,7 +24,9 @@
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
 // pass the host size otherwise). Identical results on every rank; count 0 returns at once.
 // Every form reduces each element in local-rank order ((x0 op x1) op x2 ...), through
-// reduce.h for every op and dtype, so all give the same bits.
+// reduce.h for every op and dtype, so all give the same bits; where the context has fold
+// groups (ranks that share a core, shm::Context::fold_groups), the direct form folds group
+// by group instead, as core_grouped_allreduce (hierarchical_allreduce.h) does.
 // on_slice, when set, forces the direct form and is called once with this rank's whole
 // reduced slice before it is shared: hierarchical_allreduce.h reduces it across hosts there
 // (one cross-host allreduce per call, not one per chunk: fewer synchronisations, which is
