@@ -56,10 +56,8 @@ Topology exchange_hosts(Store& store, const std::string& group, int rank, int si
   }
   store.set(group + "/host/" + std::to_string(rank), host);
   std::vector<std::string> names(size);
-  for (int r = 0; r < size; ++r) {
-    auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
-    names[r] = store.get_string(group + "/host/" + std::to_string(r), std::max(left, Millis(1)));
-  }
+  for (int r = 0; r < size; ++r)
+    names[r] = store.get_string(group + "/host/" + std::to_string(r), time_left(deadline));
   return Topology::from_names(names, rank);
 }
 
@@ -107,9 +105,7 @@ ShmCores share_cores(Store& store, const std::string& host_group, const Topology
   std::vector<std::string> keys;
   for (int r = 0; r < topology.local_size(); ++r)
     keys.push_back(host_group + "/cores-ready/" + std::to_string(r));
-  store.wait(keys, std::max(Millis(1), std::chrono::duration_cast<Millis>(
-                                           deadline - std::chrono::steady_clock::now())));
-  cores.active = true;
+  store.wait(keys, time_left(deadline));
   return cores;
 }
 
@@ -261,7 +257,7 @@ bool Communicator::Impl::cores_far(size_t bytes, Deadline deadline, const std::s
   // per 32 MiB reduced, under 1% of the calls' time (the host moves a VM's vCPUs within
   // seconds, these are milliseconds).
   constexpr uint64_t kCoresProbeBytes = uint64_t{32} << 20;
-  const bool probe = cores_.calls++ == 0 || cores_.bytes_since_probe >= kCoresProbeBytes;
+  const bool probe = cores_.bytes_since_probe >= kCoresProbeBytes;
   cores_.bytes_since_probe = probe ? bytes : cores_.bytes_since_probe + bytes;
   if (!probe) return cores_.far;
   uint8_t far = 0;
@@ -294,7 +290,7 @@ void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, Red
   if (algorithm == Algorithm::kAuto) algorithm = choose_allreduce(count, t, op, deadline, name);
   switch (algorithm) {
     case Algorithm::kShm: {
-      if (cores_.active && bytes > options_.shm_cores_min_bytes &&
+      if (cores_.active() && bytes > options_.shm_cores_min_bytes &&
           cores_far(bytes, deadline, name)) {
         algo::core_grouped_allreduce(cores_.core.get(), cores_.leaders.get(), recv, count, t, op,
                                      options_.shm_small_bytes, size_, deadline, name);

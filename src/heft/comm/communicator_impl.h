@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -34,17 +35,18 @@ namespace heft::comm {
 // algo/hierarchical_allreduce.h core_grouped_allreduce), set up with the host's context:
 // `core` among the ranks of this rank's core (null when alone on it), `leaders` among the
 // cores' first ranks (null off them); *_ranks: their communicator ranks by local index.
-// active: the host's ranks are grouped (the same on every rank of the host).
 struct ShmCores {
   std::unique_ptr<shm::Context> core, leaders;
   std::vector<int> core_ranks, leader_ranks;
-  bool active = false;
-  // Large allreduces so far, and the placement the first ranks last measured: far, the
-  // core-grouped form runs; near, the flat forms (they move more bytes across cores, which
-  // near costs less than the core-grouped form's extra passes on each core).
-  uint64_t calls = 0;
-  uint64_t bytes_since_probe = 0;
+  // Bytes of large allreduces since the first ranks last measured their placement (the
+  // first call measures), and its answer: far, the core-grouped form runs; near, the flat
+  // forms (they move more bytes across cores, which near costs less than the core-grouped
+  // form's extra passes on each core).
+  uint64_t bytes_since_probe = UINT64_MAX;
   bool far = false;
+  // The host's ranks are grouped (every grouped rank has one context or both; the same on
+  // every rank of the host).
+  bool active() const { return core || leaders; }
 };
 
 struct Communicator::Impl {

@@ -311,12 +311,12 @@ class Direct {
   size_t es_;
   int n_, r_;
   size_t region_bytes_, piece_, placed_;
+  const std::vector<std::vector<int>>& groups_;  // the fold's order (Context::fold_groups)
+  uint8_t* group_scratch_ = nullptr;              // a group's fold, kFuseBytes
   size_t steps_ = 0;
 
  public:
   uint64_t one_pass_pieces_ = 0;  // reduce_to_both took its one pass (PathCounts::one_pass)
-  const std::vector<std::vector<int>>& groups_;  // the fold's order (Context::fold_groups)
-  uint8_t* group_scratch_ = nullptr;              // a group's fold, kFuseBytes
   uint64_t streamed_pieces_ = 0;  // scattered with streaming stores (PathCounts::streamed)
 };
 

@@ -7,6 +7,7 @@
 // Deliberately left out: tags and matching (callers agree on the order of transfers).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,14 @@
 namespace heft::comm {
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// The milliseconds left until `deadline`, at least 1: the timeout of a store wait that must
+// end by it.
+inline std::chrono::milliseconds time_left(Deadline deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now()));
+}
 
 // What a rank called a collective with (algo/call_signature.h makes one): `call` encodes the
 // collective, dtype, op, root and count, equal on ranks that made the same call, never 0;

@@ -127,20 +127,17 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   // Under Yama's ptrace_scope 1, siblings may read each other only if they allow it.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   store.set(group + "/shm/" + std::to_string(local_rank), own.name());
-  auto left = [&] {
-    return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now()));
-  };
   for (int p = 0; p < n; ++p) {
     if (p == local_rank) continue;
     ctx->segments_[p] =
-        Segment::open(store.get_string(group + "/shm/" + std::to_string(p), left()), bytes);
+        Segment::open(store.get_string(group + "/shm/" + std::to_string(p), time_left(deadline)), bytes);
   }
   // Every rank has mapped every segment once all "mapped" keys exist: unlink the names now,
   // so a crash from here on leaves nothing behind in /dev/shm.
   store.set(group + "/shm-mapped/" + std::to_string(local_rank), "1");
   std::vector<std::string> keys;
   for (int p = 0; p < n; ++p) keys.push_back(group + "/shm-mapped/" + std::to_string(p));
-  store.wait(keys, left());
+  store.wait(keys, time_left(deadline));
   own.unlink();
   ctx->segments_[local_rank] = std::move(own);
   // What the kernels ask on first use (CPU features, /sys), asked now, so that the first
@@ -148,7 +145,7 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   kernel_isa();
   last_level_cache_bytes();
   ctx->choose_spin();
-  ctx->probe_cma(store, group, left());
+  ctx->probe_cma(store, group, time_left(deadline));
   return ctx;
 }
 

@@ -47,9 +47,8 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   std::vector<Pair> pairs(size);
   try {
     for (int peer = 0; peer < rank; ++peer) {
-      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-      HostPort hp = parse_host_port(
-          store.get_string(key_of(group, peer), std::max(left, Millis(1))), "peer address");
+      HostPort hp = parse_host_port(store.get_string(key_of(group, peer), time_left(deadline)),
+                                    "peer address");
       pairs[peer] = connect_pair(self, peer, hp.host, hp.port, deadline);
     }
   } catch (...) {
