@@ -171,6 +171,34 @@ TEST(ShmPlacement, MeasuredChoiceFollowsTheProbeOnEveryRank) {
   }
 }
 
+// Large calls probe more often: after 8 MiB since the last probe as well as after 8 calls,
+// so a change of placement is seen within a call or two at 4 MiB and up (the probes at the
+// 1st, 3rd, 5th call of 4 MiB; at every call of 16 MiB), the same on both ranks.
+TEST(ShmPlacement, LargeCallsProbeByTheirBytes) {
+  if (!two_cpus()) GTEST_SKIP() << "needs CPUs 0 and 1 to pin two ranks apart";
+  test::StoreProcess store;
+  auto res = pinned_pair(store, CommunicatorOptions{}, [](Communicator& c) {
+    auto probes_in = [&c](size_t bytes, int calls) {
+      std::vector<float> x(bytes / 4);
+      const uint64_t before = c.shm_path_counts().probes;
+      for (int call = 0; call < calls; ++call) {
+        std::fill(x.begin(), x.end(), static_cast<float>(c.rank() + call));
+        c.allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+        expect(x[0] == static_cast<float>(1 + 2 * call) && x.back() == x[0],
+               std::to_string(bytes) + " bytes, call " + std::to_string(call));
+      }
+      return c.shm_path_counts().probes - before;
+    };
+    const uint64_t four = probes_in(4 << 20, 6);
+    expect(four == 3, std::to_string(four) + " probes in 6 calls of 4 MiB, expected 3");
+    const uint64_t sixteen = probes_in(16 << 20, 3);
+    expect(sixteen == 3, std::to_string(sixteen) + " probes in 3 calls of 16 MiB, expected 3");
+    const uint64_t small = probes_in(256 << 10, 16);  // 8 calls between probes
+    expect(small == 2, std::to_string(small) + " probes in 16 calls of 256 KiB, expected 2");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
 // The probe is then the call's first sync: ranks that called with other sizes still fail
 // together, naming both counts, instead of one probing while the other moves data.
 TEST(ShmPlacement, MismatchedCallFailsAtTheProbe) {

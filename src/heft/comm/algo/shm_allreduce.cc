@@ -349,7 +349,7 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
   ++counts.direct;
   // The placement decides the stores (not the form, nor a bit of the result). A
   // hierarchical call keeps cached stores: its ranks share cores, where none is measured.
-  const bool far = !on_slice && links.far();
+  const bool far = !on_slice && links.far(count * element_size(t));
   Direct direct(links, data, count, t, op, world_size, far);
   if (on_slice) direct.run(on_slice);
   else direct.run();

@@ -22,13 +22,13 @@ struct ShmLinks {
 
   int rank() const { return ctx.rank(); }
   int size() const { return ctx.size(); }
-  // ctx.far() (the placement, transport/shm/context.h), carrying the call's check when it
-  // synchronises (a probe), so the operation's first sync is the one that checks.
-  bool far() {
-    if (signature.call == 0 || !ctx.probes_next()) return ctx.far(deadline, op);
+  // ctx.far() for a call of `bytes` (the placement, transport/shm/context.h), carrying the
+  // call's check when it synchronises (a probe), so the operation's first sync checks it.
+  bool far(size_t bytes) {
+    if (signature.call == 0 || !ctx.probes_next()) return ctx.far(deadline, op, bytes);
     const shm::Context::Signature first = signature;
     signature = {};
-    return ctx.far(deadline, op, &first);
+    return ctx.far(deadline, op, bytes, &first);
   }
   void sync() {
     if (signature.call == 0) return ctx.sync(deadline, op);

@@ -269,21 +269,28 @@ uint8_t* Context::out(int local_rank, int slot) const {
 
 bool Context::probes_next() const {
   return measure_placement_ && options_.probe_every > 0 &&
-         placement_calls_ % static_cast<uint64_t>(options_.probe_every) == 0;
+         (calls_since_probe_ >= static_cast<uint64_t>(options_.probe_every) ||
+          bytes_since_probe_ >= options_.probe_bytes);
 }
 
 bool Context::probe_placement(Deadline deadline, const std::string& op) {
   if (!measure_placement_) return options_.placement == Placement::kFar;
   far_ = probe(deadline, op, nullptr);
+  calls_since_probe_ = bytes_since_probe_ = 0;
   return far_;
 }
 
-bool Context::far(Deadline deadline, const std::string& op, const Signature* signature) {
+bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
+                  const Signature* signature) {
   HEFT_CHECK(!signature || probes_next(), "a signature for far() without a probe");
   bool far = options_.placement == Placement::kFar;
   if (measure_placement_) {
-    if (probes_next()) far_ = probe(deadline, op, signature);
-    ++placement_calls_;
+    if (probes_next()) {
+      far_ = probe(deadline, op, signature);
+      calls_since_probe_ = bytes_since_probe_ = 0;
+    }
+    ++calls_since_probe_;
+    bytes_since_probe_ += bytes;
     far = far_;
   }
   counts_.far += far;

@@ -27,8 +27,9 @@
 // line's round trip 74-127 ns on the 2-vCPU VMs measured) or far (365-420 ns, over the
 // interconnect), and moves them within seconds. far() says which holds now, from a *probe*:
 // a few back-to-back syncs, timed (each costs about one cache-line hand-off: near 40-80 ns,
-// far 150-250), taken by the host's ranks together at every probe_every-th call, local rank
-// 0's measurement deciding for all (so every rank runs the same stores).
+// far 150-250), taken by the host's ranks together at the first call and after probe_every
+// calls or probe_bytes bytes since the last, local rank 0's measurement deciding for all (so
+// every rank runs the same stores).
 //
 // Deliberately left out: point-to-point channels (the TCP mesh carries those), growing
 // slots, cross-host anything.
@@ -99,10 +100,14 @@ struct ContextOptions {
   // A probe whose syncs took at least this long each (the best of two batches) means far.
   // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.
   int far_sync_ns = 120;
-  // far() probes at its 1st, (1 + probe_every)th, ... call; between, it keeps the answer. A
-  // probe costs about 10 syncs (1-3 µs): at 8, under 1% of a 256 KiB allreduce. 0: only
-  // probe_placement() probes.
+  // far() probes at its first call, then after probe_every calls or probe_bytes bytes since
+  // the last probe, whichever comes first; between, it keeps the answer. A probe costs about
+  // 10 syncs (1-3 µs): every 8 calls, under 1% of a 256 KiB allreduce; every 8 MiB, under 1%
+  // of the calls it covers, and a change of placement is seen within one call from 4 MiB
+  // (within 8 calls, it left 7 of a size's 25 calls on the wrong stores). probe_every 0:
+  // only probe_placement() probes.
   int probe_every = 8;
+  size_t probe_bytes = size_t{8} << 20;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
   // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
@@ -153,13 +158,16 @@ class Context {
   using Signature = CallSignature;
 
   // Whether the host's ranks run far apart now (ContextOptions::placement): forced, or
-  // measured by a probe every probe_every-th call (every rank of the host must call it at
-  // the same points of the same operations, as it calls sync()). The same answer on every
-  // rank. `signature` as for sync(), only where probes_next(): the probe is then the
-  // operation's first sync. Throws as sync(). Counted in PathCounts::probes and far (syncs
-  // does not count the probe's).
-  bool far(Deadline deadline, const std::string& op, const Signature* signature = nullptr);
-  // Whether the next far() probes (synchronises): identical on every rank.
+  // measured by a probe at the points ContextOptions::probe_every and probe_bytes set (every
+  // rank of the host must call it at the same points of the same operations, as it calls
+  // sync()), for a call that moves `bytes`. The same answer on every rank. `signature` as
+  // for sync(), only where probes_next(): the probe is then the operation's first sync.
+  // Throws as sync(). Counted in PathCounts::probes and far (syncs does not count the
+  // probe's).
+  bool far(Deadline deadline, const std::string& op, size_t bytes,
+           const Signature* signature = nullptr);
+  // Whether the next far() probes (synchronises): identical on every rank, from the calls
+  // before it only (a call that other ranks made with another size still probes on all).
   bool probes_next() const;
   // Probes now (every rank of the context together, as far() does at its probes) and keeps
   // the answer for far(); the forced answer where the placement is not measured. With
@@ -235,7 +243,9 @@ class Context {
   bool disjoint_ = false;
   bool measure_placement_ = false;
   bool far_ = false;              // the last probe's answer
-  uint64_t placement_calls_ = 0;  // far() calls so far
+  // far() calls and their bytes since the last probe (at their maximum before the first).
+  uint64_t calls_since_probe_ = UINT64_MAX;
+  uint64_t bytes_since_probe_ = UINT64_MAX;
   PathCounts counts_;
   std::vector<uint8_t> scratch_[2];
   std::vector<std::vector<int>> fold_groups_;
