@@ -137,6 +137,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                   static_cast<int>(CommunicatorOptions::ShmPlacement::kFar));
     shm_options.placement = static_cast<shm::Placement>(options.shm_placement);
     shm_options.far_sync_ns = options.shm_far_sync_ns;
+    shm_options.probe_bytes = options.shm_probe_bytes;
     const CommunicatorOptions::ShmForm form = options.effective_shm_form();
     // Cross-memory attach is probed only where that form may run.
     shm_options.single_copy = form == CommunicatorOptions::ShmForm::kSingleCopy;

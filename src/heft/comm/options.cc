@@ -96,6 +96,8 @@ CommunicatorOptions CommunicatorOptions::from_env() {
                                          : CommunicatorOptions::ShmPlacement::kMeasure;
   o.shm_far_sync_ns =
       static_cast<int>(env_number("HEFT_SHM_FAR_NS", o.shm_far_sync_ns, 1));
+  o.shm_probe_bytes = static_cast<size_t>(
+      env_number("HEFT_SHM_PROBE_BYTES", static_cast<long long>(o.shm_probe_bytes), 1));
   const std::string single_copy = env_or("HEFT_SHM_SINGLE_COPY", "auto");
   if (single_copy != "auto" && single_copy != "1" && single_copy != "0")
     throw InvalidArgument("HEFT_SHM_SINGLE_COPY: expected auto, 1 or 0, found '" + single_copy + "'");

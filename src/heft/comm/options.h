@@ -84,6 +84,9 @@ struct CommunicatorOptions {
   ShmPlacement shm_placement = ShmPlacement::kMeasure;
   // A probe's ns per sync from which it says far (shm::ContextOptions::far_sync_ns).
   int shm_far_sync_ns = 120;
+  // Bytes since the last probe after which the next call probes again, as after 8 calls
+  // (shm::ContextOptions::probe_bytes).
+  size_t shm_probe_bytes = size_t{8} << 20;
   // Compression of f32 allreduce when a call does not say (HEFT_COMPRESSION none | bf16).
   Compression compression = Compression::kNone;
   // The large shared-memory allreduce form (algo/shm_allreduce.h). kAuto: kDirect at every
@@ -111,7 +114,8 @@ struct CommunicatorOptions {
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
   // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1),
-  // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS, HEFT_SHM_FORM (auto | direct | slots | single_copy),
+  // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS,
+  // HEFT_SHM_PROBE_BYTES, HEFT_SHM_FORM (auto | direct | slots | single_copy),
   // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_SHM_CORES (auto | off | k), HEFT_SHM_CORES_MIN_BYTES,
   // HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
