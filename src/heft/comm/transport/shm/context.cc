@@ -269,13 +269,14 @@ uint8_t* Context::out(int local_rank, int slot) const {
 
 bool Context::probes_next() const {
   return measure_placement_ && options_.probe_every > 0 &&
-         (calls_since_probe_ >= static_cast<uint64_t>(options_.probe_every) ||
+         (!probed_ || calls_since_probe_ >= static_cast<uint64_t>(options_.probe_every) ||
           bytes_since_probe_ >= options_.probe_bytes);
 }
 
 bool Context::probe_placement(Deadline deadline, const std::string& op) {
   if (!measure_placement_) return options_.placement == Placement::kFar;
   far_ = probe(deadline, op, nullptr);
+  probed_ = true;
   calls_since_probe_ = bytes_since_probe_ = 0;
   return far_;
 }
@@ -287,6 +288,7 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
   if (measure_placement_) {
     if (probes_next()) {
       far_ = probe(deadline, op, signature);
+      probed_ = true;
       calls_since_probe_ = bytes_since_probe_ = 0;
     }
     ++calls_since_probe_;

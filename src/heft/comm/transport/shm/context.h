@@ -243,9 +243,9 @@ class Context {
   bool disjoint_ = false;
   bool measure_placement_ = false;
   bool far_ = false;              // the last probe's answer
-  // far() calls and their bytes since the last probe (at their maximum before the first).
-  uint64_t calls_since_probe_ = UINT64_MAX;
-  uint64_t bytes_since_probe_ = UINT64_MAX;
+  bool probed_ = false;            // a probe ran (far() probes at its first call)
+  uint64_t calls_since_probe_ = 0;  // far() calls since the last probe
+  uint64_t bytes_since_probe_ = 0;  // and their bytes
   PathCounts counts_;
   std::vector<uint8_t> scratch_[2];
   std::vector<std::vector<int>> fold_groups_;
