@@ -199,6 +199,43 @@ TEST(ShmPlacement, LargeCallsProbeByTheirBytes) {
   EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
+// Ranks free to move (unbound, as torchrun or mp.spawn start them) probe too: a probe during
+// which both ran on two CPUs answers as for pinned ranks; one where they shared a CPU or one
+// moved leaves the last answer (counted unanswered). The same on both ranks either way.
+TEST(ShmPlacement, FreeRanksProbeWhileOnTwoCpus) {
+  if (!two_cpus()) GTEST_SKIP() << "needs CPUs 0 and 1";
+  for (int far_ns : {1, INT_MAX}) {
+    test::StoreProcess store;
+    CommunicatorOptions o;
+    o.shm_far_sync_ns = far_ns;
+    o.token = store.token();
+    const std::string group = "test/placement-free" + std::to_string(far_ns);
+    auto res = test::run_ranks(2, [&](int rank) {
+      auto c = Communicator::create(store.connect(), group, rank, 2, o);
+      const size_t count = (1 << 20) / 4;
+      std::vector<float> x(count);
+      for (int call = 0; call < 40; ++call) {
+        std::fill(x.begin(), x.end(), static_cast<float>(c->rank() + call));
+        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        expect(x[0] == static_cast<float>(1 + 2 * call) && x[count - 1] == x[0],
+               "call " + std::to_string(call) + ": " + std::to_string(x[0]));
+      }
+      const shm::PathCounts k = c->shm_path_counts();
+      expect(k.probes == 5 && k.unanswered <= k.probes,
+             "probes=" + std::to_string(k.probes) + " unanswered=" + std::to_string(k.unanswered));
+      // Far from the first answered probe on (threshold 1 ns), never far (the maximum).
+      if (far_ns == INT_MAX) expect(k.far == 0, "far=" + std::to_string(k.far));
+      if (far_ns == 1 && k.unanswered < k.probes) expect(k.far > 0, "no far call");
+      std::vector<int64_t> seen{static_cast<int64_t>(k.far), static_cast<int64_t>(k.unanswered)};
+      std::vector<int64_t> lowest = seen;
+      c->allreduce(lowest.data(), lowest.size(), DataType::i64, ReduceOp::min);
+      expect(lowest == seen, "the ranks' answers differ: far " + std::to_string(k.far) +
+                                 " against " + std::to_string(lowest[0]));
+    });
+    EXPECT_TRUE(res.all_ok()) << "far_sync_ns " << far_ns << "\n" << res.summary();
+  }
+}
+
 // The probe is then the call's first sync: ranks that called with other sizes still fail
 // together, naming both counts, instead of one probing while the other moves data.
 TEST(ShmPlacement, MismatchedCallFailsAtTheProbe) {

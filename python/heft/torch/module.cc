@@ -73,7 +73,21 @@ void bind_process_group(py::module_& m) {
            },
            "this rank's shared-memory synchronisations and how its waits for a peer ended "
            "(spun, yielded, slept on the futex; contended: slow yields that made the next "
-           "50 ms of waits sleep at once): transport/shm/context.h's PathCounts");
+           "50 ms of waits sleep at once): transport/shm/context.h's PathCounts")
+      .def("shm_placement",
+           [](ProcessGroupHeft& pg) {
+             const heft::comm::shm::PathCounts c = pg.communicator().shm_path_counts();
+             py::dict d;
+             d["probes"] = c.probes;
+             d["unanswered"] = c.unanswered;
+             d["probe_ns"] = c.probe_ns;
+             d["far"] = c.far;
+             d["direct"] = c.direct;
+             return d;
+           },
+           "this rank's placement probes (of them unanswered: ranks free to move shared a CPU "
+           "or moved), the last answer's ns per sync, and its direct allreduces, of them run "
+           "for the far placement (docs/comm.md, near and far)");
   m.def("shut_down_all", &ProcessGroupHeft::shut_down_all,
         "finishes every live heft group's operations and stops its threads (run at exit)");
   // Before Python finalizes: a group left alive by the script stops its threads here.

@@ -78,7 +78,7 @@ struct CommunicatorOptions {
   // in every placement; else only far.
   bool shm_stream_slots = false;
   // Whether the ranks' CPUs share a cache (shm::ContextOptions::placement): kMeasure probes
-  // it every few calls (2 ranks on disjoint CPUs; else near), kNear and kFar force it (kNear:
+  // it every few calls (2 ranks on at least two CPUs; else near), kNear and kFar force it (kNear:
   // the cached stores of every call, as before the probe). Far, the direct form streams.
   enum class ShmPlacement { kMeasure, kNear, kFar };
   ShmPlacement shm_placement = ShmPlacement::kMeasure;

@@ -38,6 +38,8 @@ struct Context::Header {
   cpu_set_t cpus;                     // the CPUs the owner may run on, written at set-up
   // Local rank 0's last placement probe, ns per sync (Context::probe).
   alignas(64) std::atomic<uint32_t> probe_ns;
+  // The CPU the owner ran its last probe on, -1 where it moved during it (Context::probe).
+  std::atomic<int32_t> probe_cpu;
 };
 
 namespace {
@@ -45,6 +47,10 @@ namespace {
 constexpr size_t kHeaderBytes = 4096;
 // Syncs in each of a probe's two timed batches (Context::probe).
 constexpr int kProbeSyncs = 4;
+// A probe's sync this slow timed a scheduler's turn, not a cache hand-off (150-420 ns far):
+// ranks free to move then had another thread on one of their CPUs (DDP's backward beside its
+// communicator's thread: 0.6-22 µs per sync measured), and the probe has no answer.
+constexpr uint32_t kSchedulerTurnNs = 1000;
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
 // Room after each area for data placed at an offset up to 63.
 constexpr size_t kPlacement = 64;
@@ -170,9 +176,12 @@ void Context::choose_spin() {
   cpu_set_t shared;
   CPU_AND(&shared, &others, &header(rank_).cpus);
   disjoint_ = CPU_COUNT(&shared) == 0;
-  // Two ranks on disjoint CPUs: the one case where a probe's syncs time the cache hand-off
-  // and not a scheduler's turn. The same on both ranks (disjointness is symmetric).
-  measure_placement_ = options_.placement == Placement::kMeasure && size() == 2 && disjoint_;
+  // Two ranks on at least two CPUs: a probe's syncs time the cache hand-off between the two
+  // CPUs they run on, and not a scheduler's turn, on disjoint CPUs always, free to move
+  // (as torchrun or mp.spawn start them) where they run on two at the time (probe()). The
+  // same on both ranks (the CPU sets are every rank's).
+  measure_placement_ =
+      options_.placement == Placement::kMeasure && size() == 2 && CPU_COUNT(&all) >= 2;
   if (options_.spin_us >= 0) return;
   if (CPU_COUNT(&all) < size()) {
     // More ranks than cores: no spinning, so the peer being waited for gets the core. A
@@ -300,12 +309,17 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
 }
 
 // One untimed sync (the ranks arrive together), two timed batches of kProbeSyncs, then local
-// rank 0 publishes its best batch's time per sync and one more sync hands it to every rank.
-// A batch in which a rank lost its core (a scheduler's turn, a page fault) is the slower
-// one; a placement change within the probe leaves the answer of either.
+// rank 0 publishes its best batch's time per sync, each rank the CPU it ran the probe on, and
+// one more sync hands them to every rank. A batch in which a rank lost its core (a
+// scheduler's turn, a page fault) is the slower one; a placement change within the probe
+// leaves the answer of either. Ranks free to move (not on disjoint CPUs) time a cache
+// hand-off only while they run on two CPUs with nothing else: where they shared one, one
+// moved during the probe, or its syncs took a scheduler's turn (kSchedulerTurnNs), it has no
+// answer and the last one holds (PathCounts::unanswered).
 bool Context::probe(Deadline deadline, const std::string& op, const Signature* signature) {
   using Clock = std::chrono::steady_clock;
   ++counts_.probes;
+  const int cpu = sched_getcpu();
   barrier(deadline, op, signature);
   auto best = Clock::duration::max();
   for (int batch = 0; batch < 2; ++batch) {
@@ -318,12 +332,20 @@ bool Context::probe(Deadline deadline, const std::string& op, const Signature* s
     header(0).probe_ns.store(static_cast<uint32_t>(std::min<int64_t>(ns / kProbeSyncs, INT32_MAX)),
                              std::memory_order_relaxed);
   }
-  // Rank 0 overwrites probe_ns only in its next probe's timed batches, which need every
-  // peer past its read below.
+  header(rank_).probe_cpu.store(sched_getcpu() == cpu ? cpu : -1, std::memory_order_relaxed);
+  // Each rank overwrites its fields only in its next probe's timed batches, which need every
+  // peer past its reads below.
   barrier(deadline, op, nullptr);
-  counts_.probe_ns = header(0).probe_ns.load(std::memory_order_relaxed);
+  const int cpu0 = header(0).probe_cpu.load(std::memory_order_relaxed);
+  const int cpu1 = header(1).probe_cpu.load(std::memory_order_relaxed);
+  const uint32_t ns = header(0).probe_ns.load(std::memory_order_relaxed);
+  if (!disjoint_ && (cpu0 < 0 || cpu1 < 0 || cpu0 == cpu1 || ns >= kSchedulerTurnNs)) {
+    ++counts_.unanswered;
+    return far_;
+  }
+  counts_.probe_ns = ns;
   const bool far = counts_.probe_ns >= static_cast<uint64_t>(options_.far_sync_ns);
-  if (far != far_ || counts_.probes == 1)
+  if (far != far_ || counts_.probes - counts_.unanswered == 1)
     spdlog::debug("rank {}: shared-memory placement {} ({} ns per sync, far from {})",
                   global_ranks_[rank_], far ? "far" : "near", counts_.probe_ns,
                   options_.far_sync_ns);

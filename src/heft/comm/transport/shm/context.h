@@ -94,8 +94,8 @@ struct ContextOptions {
   // streamed data comes back from memory. Off: near is the usual state.
   // On regardless of this when far() says far.
   bool stream_slots = false;
-  // The placement far() reports: measured (only where it can be: 2 ranks of a host on
-  // disjoint CPUs; elsewhere near), or forced.
+  // The placement far() reports: measured (only where it can be: 2 ranks of a host on at
+  // least two CPUs, Context::probe; elsewhere near), or forced.
   Placement placement = Placement::kMeasure;
   // A probe whose syncs took at least this long each (the best of two batches) means far.
   // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.

@@ -19,7 +19,8 @@ struct PathCounts {
   uint64_t streamed = 0;     // direct pieces written into a slot area with streaming stores
   uint64_t far = 0;          // direct allreduces run for the far placement (context.h)
   uint64_t probes = 0;       // placement probes (their syncs are not in `syncs`)
-  uint64_t probe_ns = 0;     // the last probe's measurement: ns per sync (local rank 0's)
+  uint64_t probe_ns = 0;     // the last answered probe: ns per sync (local rank 0's)
+  uint64_t unanswered = 0;   // of `probes`: ranks free to move shared a CPU or moved (context.h)
   // How the waits of those syncs for a peer ended (a peer already there counts in none):
   uint64_t spun = 0;       // within the spin budget
   uint64_t yielded = 0;    // during the sched_yield() calls after it
