@@ -35,6 +35,9 @@ class Collectives(unittest.TestCase):
         waits = re.search(r"shared-memory waits in \d+ all_reduces of 64 KiB: .*", r.stdout)
         self.assertIsNotNone(waits, r.stdout)  # the worker fails when they did not count
         print(waits[0])
+        probes = re.search(r"placement probes in 9 all_reduces of 256 KiB: .*", r.stdout)
+        self.assertIsNotNone(probes, r.stdout)  # the worker fails when they did not count
+        print(probes[0])
         print(f"world {hosts * per_host}: {checked} checks, {gloo} against gloo, "
               f"{ops} operations through heft, last allreduce path {path}, "
               f"paths at 40003 elements: {large}")

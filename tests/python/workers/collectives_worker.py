@@ -370,6 +370,29 @@ def check_shm_waits(group, rank):
         print(f"shared-memory waits in {calls} all_reduces of 64 KiB: {d}", flush=True)
 
 
+def check_shm_placement(group, world, rank):
+    """shm_placement() reads this rank's placement probes (docs/comm.md, near and far): 2
+    ranks on one host probe once in any 8 direct all_reduces of 256 KiB; elsewhere (3 ranks,
+    a hierarchical call's host step, no shared memory) nothing is measured."""
+    keys = ("probes", "unanswered", "probe_ns", "far", "direct")
+    before = group.shm_placement()
+    if sorted(before) != sorted(keys):
+        fail(f"shm_placement() keys {sorted(before)}, expected {sorted(keys)}")
+    for _ in range(9):  # a probe at the first call of a group, then after 8 calls
+        dist.all_reduce(torch.ones(64 << 10), group=group)
+    d = {k: v - before[k] for k, v in group.shm_placement().items() if k != "probe_ns"}
+    flat = group.last_allreduce_path() == "shm/direct"
+    measured = flat and world == 2
+    if flat and d["direct"] != 9:
+        fail(f"{d['direct']} direct all_reduces of 9 counted: {d}")
+    if measured and not 1 <= d["probes"] <= 2 or not measured and d["probes"] != 0:
+        fail(f"{d['probes']} placement probes in 9 all_reduces on {world} ranks: {d}")
+    if d["unanswered"] > d["probes"] or d["far"] > d["direct"]:
+        fail(f"shm_placement() counts out of order: {d}")
+    if rank == 0:
+        print(f"placement probes in 9 all_reduces of 256 KiB: {d}", flush=True)
+
+
 def check_bench_allreduce(group, world, rank):
     """bench_allreduce() (bench/python_allreduce.py --paired) runs heft's own C++ allreduce
     in place, `iters` times, through the group's communicator, not through torch: the sums
@@ -425,6 +448,7 @@ def main():
     check_quiet_comm_thread(heft_group, rank)
     check_reused_operations(heft_group, rank)
     check_shm_waits(heft_group, rank)
+    check_shm_placement(heft_group, world, rank)
     check_bench_allreduce(heft_group, world, rank)
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
