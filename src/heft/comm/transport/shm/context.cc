@@ -333,8 +333,8 @@ bool Context::probe(Deadline deadline, const std::string& op, const Signature* s
                              std::memory_order_relaxed);
   }
   header(rank_).probe_cpu.store(sched_getcpu() == cpu ? cpu : -1, std::memory_order_relaxed);
-  // Each rank overwrites its fields only in its next probe's timed batches, which need every
-  // peer past its reads below.
+  // Each rank overwrites its fields only in or after its next probe's timed batches, which
+  // need every peer past its reads below.
   barrier(deadline, op, nullptr);
   const int cpu0 = header(0).probe_cpu.load(std::memory_order_relaxed);
   const int cpu1 = header(1).probe_cpu.load(std::memory_order_relaxed);
