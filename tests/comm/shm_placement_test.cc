@@ -109,9 +109,10 @@ TEST(ShmPlacement, ForcedNearCachesAndIsExact) {
   EXPECT_TRUE(res.all_ok()) << res.summary();
 }
 
-// Two ranks pinned one per CPU (where the probe runs), joining a world with `o`.
-test::RunResult pinned_pair(const test::StoreProcess& store, CommunicatorOptions o,
-                            const std::function<void(Communicator&)>& body) {
+// Two ranks joining a world with `o`: pinned one per CPU (as `heft run` binds them), or free
+// to move (as torchrun or mp.spawn start them).
+test::RunResult pair(const test::StoreProcess& store, CommunicatorOptions o,
+                     const std::function<void(Communicator&)>& body, bool pinned = true) {
   o.token = store.token();
   static int worlds = 0;
   const std::string group = "test/placement" + std::to_string(worlds++);
@@ -119,7 +120,8 @@ test::RunResult pinned_pair(const test::StoreProcess& store, CommunicatorOptions
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(rank, &one);
-    expect(sched_setaffinity(0, sizeof(one), &one) == 0, "pinning rank " + std::to_string(rank));
+    expect(!pinned || sched_setaffinity(0, sizeof(one), &one) == 0,
+           "pinning rank " + std::to_string(rank));
     auto c = Communicator::create(store.connect(), group, rank, 2, o);
     body(*c);
   });
@@ -141,7 +143,7 @@ TEST(ShmPlacement, MeasuredChoiceFollowsTheProbeOnEveryRank) {
     CommunicatorOptions o;
     o.shm_far_sync_ns = far_ns;
     o.shm_chunk_bytes = 256 << 10;  // 3 syncs per 1 MiB (the default follows the L2 size)
-    auto res = pinned_pair(store, o, [far_ns](Communicator& c) {
+    auto res = pair(store, o, [far_ns](Communicator& c) {
       const size_t count = (1 << 20) / 4;
       std::vector<float> x(count);
       uint64_t syncs = 0;
@@ -177,7 +179,7 @@ TEST(ShmPlacement, MeasuredChoiceFollowsTheProbeOnEveryRank) {
 TEST(ShmPlacement, LargeCallsProbeByTheirBytes) {
   if (!two_cpus()) GTEST_SKIP() << "needs CPUs 0 and 1 to pin two ranks apart";
   test::StoreProcess store;
-  auto res = pinned_pair(store, CommunicatorOptions{}, [](Communicator& c) {
+  auto res = pair(store, CommunicatorOptions{}, [](Communicator& c) {
     auto probes_in = [&c](size_t bytes, int calls) {
       std::vector<float> x(bytes / 4);
       const uint64_t before = c.shm_path_counts().probes;
@@ -208,19 +210,16 @@ TEST(ShmPlacement, FreeRanksProbeWhileOnTwoCpus) {
     test::StoreProcess store;
     CommunicatorOptions o;
     o.shm_far_sync_ns = far_ns;
-    o.token = store.token();
-    const std::string group = "test/placement-free" + std::to_string(far_ns);
-    auto res = test::run_ranks(2, [&](int rank) {
-      auto c = Communicator::create(store.connect(), group, rank, 2, o);
+    auto res = pair(store, o, [far_ns](Communicator& c) {
       const size_t count = (1 << 20) / 4;
       std::vector<float> x(count);
       for (int call = 0; call < 40; ++call) {
-        std::fill(x.begin(), x.end(), static_cast<float>(c->rank() + call));
-        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        std::fill(x.begin(), x.end(), static_cast<float>(c.rank() + call));
+        c.allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
         expect(x[0] == static_cast<float>(1 + 2 * call) && x[count - 1] == x[0],
                "call " + std::to_string(call) + ": " + std::to_string(x[0]));
       }
-      const shm::PathCounts k = c->shm_path_counts();
+      const shm::PathCounts k = c.shm_path_counts();
       expect(k.probes == 5 && k.unanswered <= k.probes,
              "probes=" + std::to_string(k.probes) + " unanswered=" + std::to_string(k.unanswered));
       // Far from the first answered probe on (threshold 1 ns), never far (the maximum).
@@ -228,10 +227,10 @@ TEST(ShmPlacement, FreeRanksProbeWhileOnTwoCpus) {
       if (far_ns == 1 && k.unanswered < k.probes) expect(k.far > 0, "no far call");
       std::vector<int64_t> seen{static_cast<int64_t>(k.far), static_cast<int64_t>(k.unanswered)};
       std::vector<int64_t> lowest = seen;
-      c->allreduce(lowest.data(), lowest.size(), DataType::i64, ReduceOp::min);
+      c.allreduce(lowest.data(), lowest.size(), DataType::i64, ReduceOp::min);
       expect(lowest == seen, "the ranks' answers differ: far " + std::to_string(k.far) +
                                  " against " + std::to_string(lowest[0]));
-    });
+    }, /*pinned=*/false);
     EXPECT_TRUE(res.all_ok()) << "far_sync_ns " << far_ns << "\n" << res.summary();
   }
 }
@@ -243,7 +242,7 @@ TEST(ShmPlacement, MismatchedCallFailsAtTheProbe) {
   test::StoreProcess store;
   CommunicatorOptions o;
   o.timeout = std::chrono::seconds(20);
-  auto res = pinned_pair(store, o, [](Communicator& c) {
+  auto res = pair(store, o, [](Communicator& c) {
     std::vector<float> x(c.rank() == 0 ? 300000 : 200000, 1.0f);
     try {
       c.allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "bindings.h"
 #include "parallel_group.h"
@@ -15,6 +17,16 @@ namespace {
 
 namespace py = pybind11;
 using heft::torch_backend::ProcessGroupHeft;
+using heft::comm::shm::PathCounts;
+
+// Some of this rank's shared-memory counters (transport/shm/path_counts.h), by name.
+py::dict path_counts(ProcessGroupHeft& pg,
+                     std::initializer_list<std::pair<const char*, uint64_t PathCounts::*>> fields) {
+  const PathCounts c = pg.communicator().shm_path_counts();
+  py::dict d;
+  for (const auto& [name, field] : fields) d[name] = c.*field;
+  return d;
+}
 
 void bind_process_group(py::module_& m) {
   py::class_<ProcessGroupHeft, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
@@ -62,28 +74,22 @@ void bind_process_group(py::module_& m) {
            [](ProcessGroupHeft& pg) { return pg.communicator().has_shared_memory(); })
       .def("shm_waits",
            [](ProcessGroupHeft& pg) {
-             const heft::comm::shm::PathCounts c = pg.communicator().shm_path_counts();
-             py::dict d;
-             d["syncs"] = c.syncs;
-             d["spun"] = c.spun;
-             d["yielded"] = c.yielded;
-             d["slept"] = c.slept;
-             d["contended"] = c.contended;
-             return d;
+             return path_counts(pg, {{"syncs", &PathCounts::syncs},
+                                     {"spun", &PathCounts::spun},
+                                     {"yielded", &PathCounts::yielded},
+                                     {"slept", &PathCounts::slept},
+                                     {"contended", &PathCounts::contended}});
            },
            "this rank's shared-memory synchronisations and how its waits for a peer ended "
            "(spun, yielded, slept on the futex; contended: slow yields that made the next "
            "50 ms of waits sleep at once): transport/shm/context.h's PathCounts")
       .def("shm_placement",
            [](ProcessGroupHeft& pg) {
-             const heft::comm::shm::PathCounts c = pg.communicator().shm_path_counts();
-             py::dict d;
-             d["probes"] = c.probes;
-             d["unanswered"] = c.unanswered;
-             d["probe_ns"] = c.probe_ns;
-             d["far"] = c.far;
-             d["direct"] = c.direct;
-             return d;
+             return path_counts(pg, {{"probes", &PathCounts::probes},
+                                     {"unanswered", &PathCounts::unanswered},
+                                     {"probe_ns", &PathCounts::probe_ns},
+                                     {"far", &PathCounts::far},
+                                     {"direct", &PathCounts::direct}});
            },
            "this rank's placement probes (of them unanswered: ranks free to move shared a CPU "
            "or moved), the last answer's ns per sync, and its direct allreduces, of them run "
