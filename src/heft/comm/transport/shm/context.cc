@@ -285,8 +285,6 @@ bool Context::probes_next() const {
 bool Context::probe_placement(Deadline deadline, const std::string& op) {
   if (!measure_placement_) return options_.placement == Placement::kFar;
   far_ = probe(deadline, op, nullptr);
-  probed_ = true;
-  calls_since_probe_ = bytes_since_probe_ = 0;
   return far_;
 }
 
@@ -295,11 +293,7 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
   HEFT_CHECK(!signature || probes_next(), "a signature for far() without a probe");
   bool far = options_.placement == Placement::kFar;
   if (measure_placement_) {
-    if (probes_next()) {
-      far_ = probe(deadline, op, signature);
-      probed_ = true;
-      calls_since_probe_ = bytes_since_probe_ = 0;
-    }
+    if (probes_next()) far_ = probe(deadline, op, signature);
     ++calls_since_probe_;
     bytes_since_probe_ += bytes;
     far = far_;
@@ -319,6 +313,8 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
 bool Context::probe(Deadline deadline, const std::string& op, const Signature* signature) {
   using Clock = std::chrono::steady_clock;
   ++counts_.probes;
+  probed_ = true;
+  calls_since_probe_ = bytes_since_probe_ = 0;
   const int cpu = sched_getcpu();
   barrier(deadline, op, signature);
   auto best = Clock::duration::max();
