@@ -63,7 +63,7 @@ for n in $RANKS; do
 done
 HEFT=build/heft
 PEERS=${HEFT_PEERS:-../shared/peers}
-PY=/usr/bin/python3
+PY=.venv/bin/python
 [[ -x $HEFT ]] || { echo "$0: $HEFT missing: run ./setup.sh first" >&2; exit 1; }
 [[ -f $PEERS/allreduce_mpi.py ]] || { echo "$0: no peer harnesses in $PEERS (set HEFT_PEERS)" >&2; exit 1; }
 OUT=$(mktemp -d)

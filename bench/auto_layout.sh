@@ -64,7 +64,7 @@ echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  4 ranks (heft run -n 4), OMP_NUM_THRE
 if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
-BIN=$BIN STEPS=$STEPS REPEATS=$REPEATS TRIALS=$TRIALS ONLY=$ONLY exec /usr/bin/python3 - <<'EOF'
+BIN=$BIN STEPS=$STEPS REPEATS=$REPEATS TRIALS=$TRIALS ONLY=$ONLY exec .venv/bin/python - <<'EOF'
 import os, re, statistics, subprocess, sys
 
 STEPS = int(os.environ["STEPS"])

@@ -17,5 +17,5 @@ if [[ -x build/memory_bandwidth_bench ]]; then
   echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $(build/memory_bandwidth_bench --benchmark_filter='BM_Memcpy/(1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 fi
 OMP_NUM_THREADS=1 PYTHONPATH=$BIN/python "$BIN/heft" run -n 2 --no-prefix -- \
-  /usr/bin/python3 -u bench/auto_layout_python.py "$@"
+  .venv/bin/python -u bench/auto_layout_python.py "$@"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

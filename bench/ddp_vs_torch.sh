@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     *) build=$1; heft_train=2; shift ;;
   esac
 done
-py=${PYTHON:-/usr/bin/python3}
+py=${PYTHON:-.venv/bin/python}
 peers=${HEFT_PEERS:-../shared/peers}
 [[ -f $build/python/heft/torch/__init__.py ]] || { echo "ddp_vs_torch: no Python package in $build/python; build first" >&2; exit 2; }
 [[ -f $peers/ddp_torch.py && -f $peers/gpt_torch.py ]] || { echo "ddp_vs_torch: $peers/ddp_torch.py or gpt_torch.py not found" >&2; exit 2; }

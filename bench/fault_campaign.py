@@ -86,7 +86,7 @@ def trial(args, rng, index):
         cmd = [os.path.join(args.build, "heft-train"), "--model", "cnn", "--epochs", "50",
                "--limit", "2048", "--log_every", "1000000", "--eval", "false"]
     else:
-        cmd = ["/usr/bin/python3", "-u", "-c", GLOO_LOOP]
+        cmd = [sys.executable, "-u", "-c", GLOO_LOOP]
     argv = [heft, "run", *layout, "--timeout", str(args.timeout), "--grace", str(args.grace),
             "--", *cmd]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x build/heft ]] || { echo "$0: build/heft missing: run ./setup.sh first" >&2; exit 1; }
-exec /usr/bin/python3 bench/fault_campaign.py "$@"
+exec .venv/bin/python bench/fault_campaign.py "$@"

@@ -7,13 +7,13 @@
 # heft times every step; the peer skips its first 5 (warm-up), which favours the peer.
 #
 # usage: bench/gpt_vs_torch.sh [BUILD_DIR]   (default build; ROUNDS=3, STEPS=60,
-#                                             PYTHON=/usr/bin/python3)
+#                                             PYTHON=.venv/bin/python)
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rounds=${ROUNDS:-3}
 steps=${STEPS:-60}
-python=${PYTHON:-/usr/bin/python3}
+python=${PYTHON:-.venv/bin/python}
 peer=../shared/peers/gpt_torch.py
 for f in "$build/heft" "$build/heft-train"; do
   [ -x "$f" ] || { echo "gpt_vs_torch: $f not found; build first (cmake --build $build)" >&2; exit 2; }

@@ -45,7 +45,7 @@ for rate in $RATES; do
       | grep -v '^#' > "$out/$algo"
   done
   mpirun --allow-run-as-root --hostfile "$HF" --map-by ppr:2:node -np 4 --bind-to none $OPTS \
-    --mca btl_tcp_if_include 10.79.0.0/24 /usr/bin/python3 ../shared/peers/allreduce_mpi.py \
+    --mca btl_tcp_if_include 10.79.0.0/24 .venv/bin/python ../shared/peers/allreduce_mpi.py \
     --min "$MIN" --max "$MAX" --iters "$ITERS" | grep -v '^#' | awk 'NR==1 || 1' > "$out/mpi.all"
   # allreduce_mpi.py doubles the size each row; keep heft's rows (x4).
   echo

@@ -87,5 +87,5 @@ EOF
 echo "# pipeline_partition_python: $(date -u +%Y-%m-%dT%H:%MZ); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $("$build/memory_bandwidth_bench" --benchmark_filter='BM_Memcpy/(65536|1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 echo "# split|auto|uniform|best median|fastest first_layer_of_stage_1 step_s"
-OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- /usr/bin/python3 -u "$work/bench.py" "$steps" "$rounds" |
+OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- .venv/bin/python -u "$work/bench.py" "$steps" "$rounds" |
   sed -n 's/^\[rank 0\] //p' | grep -E '^(split|auto|uniform|best|check)'

@@ -221,7 +221,7 @@ else:
 dist.destroy_process_group()
 EOF
 export PYTHONPATH="$work:$build/python${PYTHONPATH:+:$PYTHONPATH}"
-py() { OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- /usr/bin/python3 -u "$work/bench.py" "$@"; }
+py() { OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- .venv/bin/python -u "$work/bench.py" "$@"; }
 train() {  # heft-train's GPT pipeline, 2 stages, interleaved, m = 8, logging every step
   OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- "$build/heft-train" --model gpt \
     --batch_size 16 --max_steps "$steps" --lr_schedule constant --eval false --log_every 1 \
@@ -243,14 +243,14 @@ echo "# bubble variant schedule m stage idle idle_fastest_step own_window forwar
 py bubble "$steps" | sed -n 's/.*bubble /bubble /p'
 echo "# the same stages' costs as CPU time in one process (ms per micro-batch), and each stage's simulated idle with them"
 echo "# predicted variant schedule m stage simulated_idle theory"
-OMP_NUM_THREADS=1 /usr/bin/python3 "$work/predict.py"
+OMP_NUM_THREADS=1 .venv/bin/python "$work/predict.py"
 echo "# heft-train (C++) gpt interleaved 8 stage idle own_window forward_ms backward_ms simulated theory"
 out=$(train | grep "pipeline: stage=")
 b0=$(echo "$out" | grep "stage=0 " | field busy_seconds); f0=$(echo "$out" | grep "stage=0 " | field forward_seconds)
 b1=$(echo "$out" | grep "stage=1 " | field busy_seconds); f1=$(echo "$out" | grep "stage=1 " | field forward_seconds)
 w0=$(echo "$out" | grep "stage=0 " | field step_seconds); w1=$(echo "$out" | grep "stage=1 " | field step_seconds)
 n=$((steps * 8))
-sim=$(/usr/bin/python3 "$work/sim.py" interleaved 8 "$(awk -v a="$f0" -v b="$f1" -v n=$n 'BEGIN { print a / n, b / n }')" \
+sim=$(.venv/bin/python "$work/sim.py" interleaved 8 "$(awk -v a="$f0" -v b="$f1" -v n=$n 'BEGIN { print a / n, b / n }')" \
   "$(awk -v a="$b0" -v c="$f0" -v b="$b1" -v d="$f1" -v n=$n 'BEGIN { print (a - c) / n, (b - d) / n }')")
 set -- $sim
 awk -v b0="$b0" -v f0="$f0" -v w0="$w0" -v b1="$b1" -v f1="$f1" -v w1="$w1" -v n=$n -v s0="$1" -v s1="$2" 'BEGIN {

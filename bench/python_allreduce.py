@@ -2,7 +2,7 @@
 """all_reduce timed from Python through torch.distributed, on backend heft or gloo, printed in
 the nccl-tests convention (the columns of ../shared/peers/allreduce_gloo.py and `heft bench`).
 
-    build/heft run -n 4 -- /usr/bin/python3 bench/python_allreduce.py --backend heft
+    build/heft run -n 4 -- .venv/bin/python bench/python_allreduce.py --backend heft
 
 One rank per process started by `heft run` (torch's env:// rendezvous). Float32 sum, in
 place on one tensor per size (zeros while timed: no overflow, no copy per call); the time

@@ -36,7 +36,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 HEFT=build/heft
-PY=/usr/bin/python3
+PY=.venv/bin/python
 [[ -x $HEFT && -f build/python/heft/torch/__init__.py ]] || { echo "$0: no build with the Python package: run ./setup.sh first" >&2; exit 1; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

@@ -31,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x build/heft ]] || { echo "$0: build/heft is not built: run ./setup.sh first" >&2; exit 1; }
-exec /usr/bin/python3 - "$@" <<'PY'
+exec .venv/bin/python - "$@" <<'PY'
 import datetime, glob, os, re, shlex, shutil, signal, subprocess, sys, tempfile
 
 MARKER = re.compile(r"^<!--\s*recorded:(.*)-->\s*$")

@@ -42,7 +42,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "usage: $0 [--small] [--n_layer L] [--n_embd D] [--n_head H] [--block_size T] [--steps N] [--ranks R] [--guard_mib M] [--overhead_mib M] [--mmap_threshold B] [--lr LR]" >&2; exit 2 ;;
   esac
 done
-HEFT=build/heft PY=/usr/bin/python3
+HEFT=build/heft PY=.venv/bin/python
 [[ -x $HEFT && -f build/python/heft/torch/_memory.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
 avail_kib() { awk '/^MemAvailable:/{print $2}' /proc/meminfo; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }

@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "usage: $0 [--steps N] [--n_layer L] [--n_embd D] [--memory]" >&2; exit 2 ;;
   esac
 done
-HEFT=build/heft PY=/usr/bin/python3
+HEFT=build/heft PY=.venv/bin/python
 [[ -x $HEFT && -f build/python/heft/torch/sharded.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'), $(free -g | awk '/Mem:/{print $2}') GiB; torch $($PY -c 'import torch; print(torch.__version__)')"

@@ -20,7 +20,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "usage: $0 [--steps N]" >&2; exit 2 ;;
   esac
 done
-HEFT=build/heft PY=/usr/bin/python3
+HEFT=build/heft PY=.venv/bin/python
 [[ -x $HEFT && -x build/heft-train && -f build/python/heft/torch/_tensor_parallel.py ]] || {
   echo "$0: build heft, heft-train and heft_python_c10d first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }

@@ -24,10 +24,10 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'); date: $(date -u +%Y-%m-%dT%H:%MZ); seeds=$SEEDS trials=$TRIALS"
-echo "# optuna $(/usr/bin/python3 -c 'import optuna; print(optuna.__version__)')"
+echo "# optuna $(.venv/bin/python -c 'import optuna; print(optuna.__version__)')"
 build/tune_driver --seeds "$SEEDS" --trials "$TRIALS" >"$OUT/heft"
-/usr/bin/python3 "$PEERS/tune_optuna.py" --seeds "$SEEDS" --trials "$TRIALS" >"$OUT/optuna"
-/usr/bin/python3 - "$OUT/heft" "$OUT/optuna" <<'PY'
+.venv/bin/python "$PEERS/tune_optuna.py" --seeds "$SEEDS" --trials "$TRIALS" >"$OUT/optuna"
+.venv/bin/python - "$OUT/heft" "$OUT/optuna" <<'PY'
 import re, sys
 rows = {}
 for path in sys.argv[1:]:

@@ -267,7 +267,7 @@ TEST_F(MpirunJob, EveryRankGetsTheTrainingToolkitsEnvironment) {
       "    os.environ['RANK'], env['current_host'], resources['current_host'], ','.join(env['hosts']),\n"
       "    env['hyperparameters']['lr'], hps['lr'], env['network_interface_name']))\n");
   const std::string path = write(dir, "toolkit.yaml",
-      "name: toolkit\nentry_point: [/usr/bin/python3, " + script + "]\nhyperparameters: {lr: 0.5}\n"
+      "name: toolkit\nentry_point: [" HEFT_PYTHON ", " + script + "]\nhyperparameters: {lr: 0.5}\n"
       "cluster: {launcher: mpirun, hosts: [10.78.0.11, 10.78.0.12], processes_per_host: 2,\n"
       "          custom_mpi_options: \"" + mpi_options() + "\"}\nrules: []\n");
   const auto run = heft(dir, {"train", path});
@@ -378,7 +378,7 @@ namespace {
 TEST_F(NetnsHosts, TorchrunStyleScriptRunsUnchangedAcrossHosts) {
   heft::test::TempDir dir;
   const auto o = heft_run(dir, {"--hostfile", write(dir, "hosts", "10.78.0.11\n10.78.0.12\n"), "-n", "2",
-                                "--mpi-options", mpi_options(), "--", "/usr/bin/python3",
+                                "--mpi-options", mpi_options(), "--", HEFT_PYTHON,
                                 HEFT_SOURCE_DIR "/tests/cli/torchrun_script.py"},
                           {{"NETNS_PREFIX", prefix_}}, seconds(120));
   ASSERT_EQ(o.exit_code, 0) << heft::test::describe(o);

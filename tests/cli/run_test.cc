@@ -33,7 +33,7 @@ using std::chrono::seconds;
 
 const std::string kHeft = HEFT_BINARY_DIR "/heft";
 const std::string kScripts = HEFT_SOURCE_DIR "/tests/cli";
-const std::string kPython = "/usr/bin/python3";  // Debian's, with torch
+const std::string kPython = HEFT_PYTHON;  // .venv/bin/python: the one with torch
 
 using heft::test::TempDir;
 

@@ -168,7 +168,7 @@ TEST(HeftTrain, FailingWorkerExits1AndDescribeGivesItsExitCode) {
 // 200 ms tick) always land in the middle of the work (with 0.8 s of work, the second start
 // could finish before the tick that interrupts it, and a third start print `final` again).
 std::string counter_spec(const std::string& name) {
-  return "name: " + name + "\nentry_point: [/usr/bin/python3, -u, " + kCounter + "]\n" +
+  return "name: " + name + "\nentry_point: [" HEFT_PYTHON ", -u, " + kCounter + "]\n" +
          "hyperparameters: {steps: 40, sleep: 0.05}\n"
          "cluster: {processes_per_host: 2}\n"
          "metric_definitions: [{name: value, regex: '^final: .*value=([0-9]+)'}]\n";
@@ -382,7 +382,7 @@ TEST(HeftTrain, PathologicalMetricRegexesAndLinesCannotHurtTheSupervisor) {
              "w.write(b'z' * (3 << 20))\n"  // megabytes without a newline
              "w.write(b'\\nloss=0.5\\n')\n");
   const std::string path =
-      spec(dir, "name: nasty\nentry_point: [/usr/bin/python3, " + printer + "]\n"
+      spec(dir, "name: nasty\nentry_point: [" HEFT_PYTHON ", " + printer + "]\n"
                 "metric_definitions:\n"
                 "  - {name: issue, regex: '^(a|b)*c([0-9])'}\n"
                 "  - {name: alt, regex: '^(?:a|b)*c([0-9])'}\n"

@@ -149,7 +149,7 @@ TEST(Supervisor, WorkersIgnoringSigtermAreKilledAfterTheGrace) {
 }
 
 std::string counter_job(const std::string& name, const std::string& extra) {
-  return "name: " + name + "\nentry_point: [/usr/bin/python3, -u, " + kCounter + "]\n" +
+  return "name: " + name + "\nentry_point: [" HEFT_PYTHON ", -u, " + kCounter + "]\n" +
          "hyperparameters: {steps: 16, sleep: 0.05}\n"
          "cluster: {processes_per_host: 2}\n"
          "metric_definitions: [{name: value, regex: '^final: .*value=([0-9]+)'},"

@@ -120,7 +120,7 @@ class Console(unittest.TestCase):
                     "max_jobs: 100\nmax_parallel_jobs: 2\n"
                     "hyperparameter_ranges:\n  integer: [{name: layers, min: 2, max: 4}]\n"
                     "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
-                    f"training_job:\n  entry_point: [/usr/bin/python3, {job}]\n"
+                    f"training_job:\n  entry_point: [{sys.executable}, {job}]\n"
                     "  hyperparameters: {x: 0.3}\n"
                     "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n")
         tune = subprocess.run([support.HEFT, "tune", spec], env=self.env, capture_output=True,

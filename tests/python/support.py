@@ -1,5 +1,5 @@
 """Helpers for heft's Python tests (tests/python/*_test.py), which ctest runs with
-/usr/bin/python3 (the interpreter with torch): where the build is, free ports, `heft run`,
+.venv/bin/python (the interpreter with torch): where the build is, free ports, `heft run`,
 and ranks started by hand (no launcher) with a deadline, killed if they pass it.
 """
 import os
@@ -11,7 +11,7 @@ import time
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY_DIR = os.environ.get("HEFT_BINARY_DIR", os.path.join(SOURCE_DIR, "build"))
 HEFT = os.path.join(BINARY_DIR, "heft")
-PYTHON = "/usr/bin/python3"
+PYTHON = sys.executable  # .venv/bin/python (ctest runs the tests with it)
 WORKERS = os.path.join(SOURCE_DIR, "tests", "python", "workers")
 
 

@@ -40,7 +40,7 @@ std::string tuning_spec(const std::string& strategy, int max_jobs, int parallel,
          "  integer: [{name: layers, min: 1, max: 5}]\n"
          "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
          "training_job:\n"
-         "  entry_point: [/usr/bin/python3, " + kJob + "]\n"
+         "  entry_point: [" HEFT_PYTHON ", " + kJob + "]\n"
          "  hyperparameters: {x: 0.5, layers: 2, optimizer: sgd" + extra_hp + "}\n"
          "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n";
 }
@@ -184,7 +184,7 @@ TEST(TuneCli, GridRunsEveryCombination) {
       "name: grid\nobjective: {metric: loss, type: Minimize}\nstrategy: Grid\nmax_jobs: 100\n"
       "hyperparameter_ranges:\n  integer: [{name: layers, min: 2, max: 4}]\n"
       "  categorical: [{name: optimizer, values: [sgd, adam]}]\n"
-      "training_job:\n  entry_point: [/usr/bin/python3, " + kJob + "]\n"
+      "training_job:\n  entry_point: [" HEFT_PYTHON ", " + kJob + "]\n"
       "  hyperparameters: {x: 0.3}\n"
       "  metric_definitions: [{name: loss, regex: 'loss=([0-9.eE+-]+)'}]\n");
   const test::CommandOutput out =

@@ -20,7 +20,17 @@ def _create(store, rank, size, timeout):
     return ProcessGroupHeft(store, rank, size, timeout.total_seconds())
 
 
-if not hasattr(_dist.Backend, "HEFT"):
-    _dist.Backend.register_backend(BACKEND, _create)
+def backend_of(group=None):
+    """heft's backend (a ``ProcessGroupHeft``: its counters and probes) behind a torch
+    process group on backend ``heft``; ``None``: the default group. A RuntimeError naming
+    the backend found when the group is not heft's."""
+    if group is None:
+        group = _dist.distributed_c10d._get_default_group()
+    return _c10d.backend_of(group)
 
-__all__ = ["BACKEND", "ProcessGroupHeft"]
+
+if not hasattr(_dist.Backend, "HEFT"):
+    # torch 2: a c10d Backend for CPU tensors, which torch's ProcessGroup wraps.
+    _dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+
+__all__ = ["BACKEND", "ProcessGroupHeft", "backend_of"]

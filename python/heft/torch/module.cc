@@ -29,7 +29,7 @@ py::dict path_counts(ProcessGroupHeft& pg,
 }
 
 void bind_process_group(py::module_& m) {
-  py::class_<ProcessGroupHeft, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
+  py::class_<ProcessGroupHeft, c10d::Backend, c10::intrusive_ptr<ProcessGroupHeft>>(m, "ProcessGroupHeft")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        double timeout_s) {
              return c10::make_intrusive<ProcessGroupHeft>(
@@ -94,6 +94,9 @@ void bind_process_group(py::module_& m) {
            "this rank's placement probes (of them unanswered: ranks free to move shared a CPU "
            "or moved), the last answer's ns per sync, and its direct allreduces, of them run "
            "for the far placement (docs/comm.md, near and far)");
+  m.def("backend_of", &heft::torch_backend::backend_of, py::arg("group"),
+        "heft's backend (ProcessGroupHeft: its counters and probes) behind a torch process "
+        "group on backend heft; a RuntimeError naming the backend found otherwise");
   m.def("shut_down_all", &ProcessGroupHeft::shut_down_all,
         "finishes every live heft group's operations and stops its threads (run at exit)");
   // Before Python finalizes: a group left alive by the script stops its threads here.
@@ -103,7 +106,7 @@ void bind_process_group(py::module_& m) {
 }  // namespace
 
 PYBIND11_MODULE(_c10d, m) {
-  py::module::import("torch.distributed");  // registers c10d's Store and ProcessGroup types
+  py::module::import("torch.distributed");  // registers c10d's Store, ProcessGroup and Backend types
   m.doc() = "heft's torch.distributed backend (see heft.torch)";
   heft::torch_backend::bind_checkpoint(m);
   heft::torch_backend::bind_step_profiler(m);

@@ -32,6 +32,47 @@ std::set<ProcessGroupHeft*>& live_groups() {
 
 namespace {
 
+// One Work over several (the coalesced forms, endCoalescing): waits for each in order;
+// its future completes when all of theirs have.
+class AllOfWork : public c10d::Work {
+ public:
+  AllOfWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, c10d::OpType type)
+      : c10d::Work(-1, type), works_(std::move(works)) {}
+  bool isCompleted() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+  bool isSuccess() const override {
+    for (auto& w : works_)
+      if (!w->isSuccess()) return false;
+    return true;
+  }
+  std::exception_ptr exception() const override {
+    for (auto& w : works_)
+      if (auto e = w->exception()) return e;
+    return nullptr;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(
+        c10::FutureType::create(c10::AnyType::get()));
+    for (auto& w : works_) futures.push_back(w->getFuture());
+    return c10::collectAll(futures);
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+c10::intrusive_ptr<c10d::Work> all_of(std::vector<c10::intrusive_ptr<c10d::Work>> works,
+                                      c10d::OpType type) {
+  return c10::make_intrusive<AllOfWork>(std::move(works), type);
+}
+
 // Collectives that go point to point use tags above every user tag.
 constexpr uint32_t kCollectiveTag = 0xFFFFFFF0u;
 
@@ -79,7 +120,7 @@ constexpr int kIdleTicks = 50;
 
 ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size),
+    : c10d::Backend(rank, size),
       completions_(std::make_shared<Completions>()),
       deferred_(std::make_shared<Deferred>()) {
   store_ = std::make_shared<FromC10dStore>(store);
@@ -479,6 +520,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::recvAnysource(std::vector<at::T
   TORCH_CHECK(false, "heft recv: a source rank is required (recv from any source is not supported)");
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "heft allgather_into_tensor_coalesced: ",
+              outputs.size(), " outputs for ", inputs.size(), " inputs");
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < inputs.size(); ++i) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
+  return all_of(std::move(works), c10d::OpType::COALESCED);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "heft reduce_scatter_tensor_coalesced: ",
+              outputs.size(), " outputs for ", inputs.size(), " inputs");
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+  return all_of(std::move(works), c10d::OpType::COALESCED);
+}
+
+void ProcessGroupHeft::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "heft startCoalescing: already coalescing (nested coalescing managers)");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::endCoalescing() {
+  TORCH_CHECK(coalescing_, "heft endCoalescing: startCoalescing was not called");
+  coalescing_ = false;
+  return all_of(std::move(coalesced_), c10d::OpType::COALESCED);
+}
+
+c10::intrusive_ptr<ProcessGroupHeft> backend_of(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  TORCH_CHECK(group, "heft: expected a process group, found None");
+  c10::intrusive_ptr<c10d::Backend> b = group->getBackend(c10::DeviceType::CPU);
+  auto heft = c10::dynamic_intrusive_pointer_cast<ProcessGroupHeft>(b);
+  TORCH_CHECK(heft, "heft: the process group's CPU backend is ", b ? b->getBackendName() : "none",
+              ", expected heft (init_process_group(backend=\"heft\") or new_group(backend=\"heft\"))");
+  return heft;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit(c10d::OpType type, Issue issue,
                                                         std::function<void()> finish,
                                                         std::vector<at::Tensor> outputs) {
@@ -515,7 +598,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHeft::submit_operation(c10d::OpType t
     }
   }
   if (wake) cv_.notify_one();
-  return c10::make_intrusive<HeftWork>(std::move(op), type, deferred_, completions_);
+  auto work = c10::make_intrusive<HeftWork>(std::move(op), type, deferred_, completions_);
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
 }
 
 void ProcessGroupHeft::issue_async(const std::shared_ptr<Operation>& op) {

@@ -1,8 +1,8 @@
-// heft.torch._c10d's process group: the torch.distributed backend "heft" (torch 1.13's
-// c10d::ProcessGroup) over heft's Communicator. The one place that knows c10d's process
-// group: torch 2.x moves backends to c10d::Backend, and only this pair changes. Its store
-// adapters are in store_adapter.h, the tensor staging in staging.h, the Python module in
-// module.cc.
+// heft.torch._c10d's backend: the torch.distributed backend "heft" (a torch 2 c10d::Backend,
+// which torch's ProcessGroup wraps for the CPU device) over heft's Communicator. The one
+// place that knows c10d's Backend API; backend_of() below is the one place that finds it
+// behind torch's ProcessGroup. Its store adapters are in store_adapter.h, the tensor
+// staging in staging.h, the Python module in module.cc.
 //
 // Each operation stages its tensors (staging.h) and returns a Work over a
 // c10::ivalue::Future; the communicator's call is not issued yet but held as the group's
@@ -32,10 +32,15 @@
 // (staging.h); dtypes: float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64,
 // bool.
 //
-// Deliberately left out: GPU tensors (NCCL's domain), PREMUL_SUM, recv from any source,
-// coalescing managers.
+// Coalescing (torch's _coalescing_manager, the coalesced gathers and reductions): between
+// startCoalescing() and endCoalescing() each operation goes as any other (in issue order);
+// endCoalescing() returns one Work over them all, whose wait() waits for each.
+//
+// Deliberately left out: GPU tensors (NCCL's domain), PREMUL_SUM, recv from any source
+// (each fails naming itself).
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -61,7 +66,7 @@ struct Operation;    // one operation (operation.h)
 struct Completions;  // which completer completed a group's operations
 struct Deferred;     // the operation not issued yet, shared with the group's Works
 
-class ProcessGroupHeft : public c10d::ProcessGroup {
+class ProcessGroupHeft : public c10d::Backend {
  public:
   // Joins the group's ranks through `store` (blocks until all of them did, or `timeout`).
   // The links' token: HEFT_TOKEN under heft run, else one rank 0 publishes in `store`;
@@ -82,6 +87,13 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   static int shut_down_all();
 
   const std::string getBackendName() const override { return "heft"; }
+  // torch's destroy_process_group(): shut_down(). abort() the same (nothing waits on a peer
+  // longer than the group's timeout).
+  void shutdown() override { shut_down(); }
+  void abort() override { shut_down(); }
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
   comm::Communicator& communicator() { return *live_comm(); }
   // Operations issued through this group (for tests: the heft path ran).
@@ -129,6 +141,12 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions&) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
@@ -176,6 +194,15 @@ class ProcessGroupHeft : public c10d::ProcessGroup {
   std::thread thread_;
   std::mutex shut_down_mu_;  // serializes shut_down()
   bool shut_down_ = false;   // guarded by shut_down_mu_
+  // Between startCoalescing() and endCoalescing(): the Works of the held operations (only
+  // the caller's thread touches them, as torch's coalescing manager is per thread and group).
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
+
+// heft's backend behind torch's ProcessGroup `group` (what dist.new_group and the default
+// group are on torch 2): its CPU backend. Throws c10::Error naming the backend found when
+// it is not heft's.
+c10::intrusive_ptr<ProcessGroupHeft> backend_of(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
 
 }  // namespace heft::torch_backend

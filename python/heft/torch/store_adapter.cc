@@ -39,6 +39,11 @@ class ToC10dStore : public c10d::Store {
  public:
   ToC10dStore(std::shared_ptr<comm::Store> s, std::chrono::milliseconds timeout)
       : c10d::Store(timeout), s_(std::move(s)) {}
+  // torch 2 hands clones to its other threads: they share the connection (heft's stores
+  // take calls from any thread).
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<ToC10dStore>(s_, timeout_);
+  }
   void set(const std::string& key, const std::vector<uint8_t>& value) override { s_->set(key, value); }
   std::vector<uint8_t> get(const std::string& key) override { return s_->get(key, timeout_); }
   int64_t add(const std::string& key, int64_t value) override { return s_->add(key, value); }

@@ -42,7 +42,12 @@ namespace heft::cli {
 namespace {
 
 constexpr int kMaxPlanRanks = 1024;  // the search's largest world, as the default comm table's
-constexpr const char* kPython = "/usr/bin/python3";  // Debian's, with torch
+// The Python with torch: the build's (.venv/bin/python, set-up's), else python3 on PATH.
+#ifdef HEFT_PYTHON
+constexpr const char* kPython = HEFT_PYTHON;
+#else
+constexpr const char* kPython = "python3";
+#endif
 
 struct PlanArgs {
   std::string spec_path;

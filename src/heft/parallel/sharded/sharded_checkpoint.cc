@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "heft/error.h"
 
@@ -12,7 +14,11 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// The optimizer keys its per-parameter state by the parameter's TensorImpl (its key type,
+// read from the optimizer, was a string of the address before LibTorch 2.x).
+using StateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+StateKey key_of(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 // The optimizer's state tensors of parameter p by name; empty before its first step.
 std::map<std::string, torch::Tensor> state_of(torch::optim::Optimizer& optimizer,
