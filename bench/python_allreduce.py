@@ -135,11 +135,12 @@ def main():
     if a.paired and a.backend != "heft":
         sys.exit("python_allreduce: --paired needs --backend heft")
     if a.backend == "heft":
-        import heft.torch  # noqa: F401
+        import heft.torch
     torch.set_num_threads(1)
     dist.init_process_group(a.backend, init_method="env://")
     r, n = dist.get_rank(), dist.get_world_size()
-    pg = dist.distributed_c10d._get_default_group()
+    # heft's backend behind the default group (its counters, bench_allreduce); None on Gloo.
+    pg = heft.torch.backend_of() if a.backend == "heft" else None
     heft_path = getattr(pg, "last_allreduce_path", None)
     native = open(a.paired, "w") if a.paired and r == 0 else None
     if r == 0:

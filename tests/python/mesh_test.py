@@ -66,6 +66,7 @@ def worker():
     import torch
     import torch.distributed as dist
     import heft.torch.distributed as hdist
+    import heft.torch
     from heft.torch import ProcessGroupHeft, _c10d
     from heft.torch.parallel import DeviceMesh
     hdist.init_process_group()
@@ -93,16 +94,17 @@ def worker():
             expect(mesh.coordinate(name) == mine.index(rank) == mesh.coords[name],
                    f"{tag}: {name} coordinate {mesh.coordinate(name)}")
             pg = mesh.group(name)
-            expect(isinstance(pg, ProcessGroupHeft), f"{tag}: {name} group is {type(pg)}")
+            backend = heft.torch.backend_of(pg)
+            expect(isinstance(backend, ProcessGroupHeft), f"{tag}: {name} backend is {type(backend)}")
             expect(dist.get_rank(pg) == mine.index(rank), f"{tag}: {name} rank in group")
-            before = pg.operations()
+            before = backend.operations()
             total = torch.tensor([rank], dtype=torch.int64)
             dist.all_reduce(total, group=pg)
             bits = torch.tensor([1 << rank], dtype=torch.int64)
             dist.all_reduce(bits, group=pg)
             expect(total.item() == sum(mine), f"{tag}: {name} sum {total.item()}, want {sum(mine)}")
             expect(bits.item() == sum(1 << q for q in mine), f"{tag}: {name} mask {bits.item()}")
-            expect(pg.operations() >= before + 2, f"{tag}: {name}: heft's counter did not move")
+            expect(backend.operations() >= before + 2, f"{tag}: {name}: heft's counter did not move")
     groups_before = len(dist.distributed_c10d._pg_map)
     for args, message in BAD:
         try:

@@ -45,6 +45,7 @@ FOUR = [
 
 
 def run_case(index, name, mesh_args, kwargs, meshes, refs):
+    import heft.torch
     import torch
     import torch.distributed as dist
     from heft.torch.parallel import DeviceMesh, Pipeline
@@ -77,9 +78,9 @@ def run_case(index, name, mesh_args, kwargs, meshes, refs):
         x, y = M.batch(name, step, d * per, (d + 1) * per)
         if opt:
             opt.zero_grad()
-        before = mesh.group("data").operations() if data > 1 else 0
+        before = heft.torch.backend_of(mesh.group("data")).operations() if data > 1 else 0
         losses.append(pipe.step(x, y, P.loss_fn(name)))
-        data_ops.append(mesh.group("data").operations() - before if data > 1 else 0)
+        data_ops.append(heft.torch.backend_of(mesh.group("data")).operations() - before if data > 1 else 0)
         if opt:
             opt.step()
     m = kwargs["microbatches"]  # forwards of the first layer in the last step: m, or 2m when

@@ -75,8 +75,9 @@ TEST(Hyperparameters, HeftTrainExitsWith2NamingTheUnknownOne) {
   EXPECT_NE(out.find("bf16_compression"), std::string::npos) << out;
 }
 
-// The gradient clip's sum of squares: rows' norms in place, summed in double, within 1e-7 of
-// the float64 sum for a tensor with a tail past the rows, a small one, an empty one and a
+// The gradient clip's sum of squares: rows' norms in place, summed in double, within 3e-7 of
+// the float64 sum (a row's float norm is rounded once, about 6e-8, and squared: 1.2e-7, plus
+// the row's float accumulation; LibTorch 2.11's reduction order came to 1.08e-7 here) for a tensor with a tail past the rows, a small one, an empty one and a
 // non-contiguous one; and the tensor is left as it was.
 TEST(SquaredNorm, MatchesTheFloat64SumWithoutChangingTheGradient) {
   torch::manual_seed(0);
@@ -84,7 +85,7 @@ TEST(SquaredNorm, MatchesTheFloat64SumWithoutChangingTheGradient) {
   for (const torch::Tensor& g : {big, torch::randn({5}), torch::zeros({0}), big.t()}) {
     const torch::Tensor before = g.clone();
     const double want = g.to(torch::kDouble).square().sum().item<double>();
-    EXPECT_NEAR(squared_norm(g), want, 1e-7 * want + 1e-12) << g.sizes();
+    EXPECT_NEAR(squared_norm(g), want, 3e-7 * want + 1e-12) << g.sizes();
     EXPECT_TRUE(torch::equal(g, before));
   }
   EXPECT_EQ(squared_norm(torch::full({8192}, 2.0f)), 4.0 * 8192);

@@ -258,7 +258,7 @@ def check_untouched_work(world, rank):
         return
     store = dist.distributed_c10d._get_default_store()
     x = torch.full((4,), float(rank))
-    group = dist.distributed_c10d._get_default_group()
+    group = heft.torch.backend_of()  # the default group's heft backend: its counters
     if rank == 0:
         work = dist.all_reduce(x, async_op=True)
         store.wait(["untouched_work_done"], datetime.timedelta(seconds=60))
@@ -422,11 +422,12 @@ def main():
     world, rank = dist.get_world_size(), dist.get_rank()
     ranks = list(range(world))
     heft_group = dist.distributed_c10d._get_default_group()
-    if not isinstance(heft_group, heft.torch.ProcessGroupHeft):
-        fail(f"the default group is {type(heft_group).__name__}, not heft's")
+    backend = heft.torch.backend_of(heft_group)  # its heft backend: counters and probes
+    if not isinstance(backend, heft.torch.ProcessGroupHeft):
+        fail(f"the default group's backend is {type(backend).__name__}, not heft's")
     gloo_group = dist.new_group(backend="gloo")
-    before = heft_group.operations()
-    by_waiter_before, _, on_caller_before, _, _ = heft_group.completions()
+    before = backend.operations()
+    by_waiter_before, _, on_caller_before, _, _ = backend.completions()
     check_all_reduce(heft_group, gloo_group, world, rank, ranks)
     # Synchronous calls: the operation waits, not issued, until its caller's wait(), which
     # runs it with the communicator's blocking form on the caller's thread (inline: the
@@ -434,28 +435,28 @@ def main():
     # Gloo's calls in between do not touch heft's group, so every heft all_reduce should
     # take that path; one whose caller was descheduled for over a tick (1-2 ms) between the
     # call and its wait() is issued by the completion thread instead: so most, not all.
-    by_waiter_after, _, on_caller_after, _, _ = heft_group.completions()
+    by_waiter_after, _, on_caller_after, _, _ = backend.completions()
     by_waiter = by_waiter_after - by_waiter_before
     on_caller = on_caller_after - on_caller_before
-    issued = heft_group.operations() - before
+    issued = backend.operations() - before
     if by_waiter == 0 or on_caller * 2 < issued:
         fail(f"of {issued} synchronous all_reduces, {by_waiter} were completed by their waiter "
              f"and only {on_caller} ran on the caller's thread (expected most)")
     if rank == 0:
         print(f"completed by the waiter: {by_waiter} of {issued}, on the caller's thread: "
               f"{on_caller}", flush=True)
-    path = heft_group.last_allreduce_path()
-    check_quiet_comm_thread(heft_group, rank)
-    check_reused_operations(heft_group, rank)
-    check_shm_waits(heft_group, rank)
-    check_shm_placement(heft_group, world, rank)
-    check_bench_allreduce(heft_group, world, rank)
+    path = backend.last_allreduce_path()
+    check_quiet_comm_thread(backend, rank)
+    check_reused_operations(backend, rank)
+    check_shm_waits(backend, rank)
+    check_shm_placement(backend, world, rank)
+    check_bench_allreduce(backend, world, rank)
     check_rooted(heft_group, gloo_group, world, rank, ranks)
     check_gathers(heft_group, gloo_group, world, rank, ranks)
     check_point_to_point(world, rank)
     check_untouched_work(world, rank)
     hdist.barrier()
-    ran = heft_group.operations() - before
+    ran = backend.operations() - before
     if ran < checked // 2:
         fail(f"only {ran} operations went through heft for {checked} checks")
     if world > 1 and not path:
