@@ -35,15 +35,46 @@
 #     stage's CPU milliseconds per step, median of steps 3..STEPS (the process's CPU time:
 #     in Python over the same span, in heft-train its summary's step_cpu_ms, Pipelined::step
 #     from start to end), the work each side does, which waiting for a core on a shared
-#     machine does not change. ROUNDS rounds alternated; then the median and the worst of
+#     machine does not change. --rounds rounds alternated; then the median and the worst of
 #     the rounds' ratios.
 #
-# usage: bench/pipeline_python.sh [BUILD_DIR]   (default build; STEPS=20 ROUNDS=5)
+#  4. torch.distributed.pipelining (torch's PipelineStage built by hand from the layers of the
+#     GPT of 3., torch's schedules, Gloo) beside heft's Pipeline (heft's C++ schedules, heft
+#     backend), the same model, 8 micro-batches, 16 x 128 tokens per step, STEPS steps, 2 ranks:
+#       gpipe        torch ScheduleGPipe            heft schedule="simple"        split after block 1
+#       1f1b         torch Schedule1F1B             heft schedule="interleaved"   split after block 1
+#       interleaved  torch ScheduleInterleaved1F1B  heft schedule="interleaved", virtual_stages=2:
+#                    4 chunks (embeddings + block 0 | block 1 | block 2 | block 3 + head), rank r
+#                    holding chunks r and r + 2 on both sides
+#     A step is zero_grad + the schedule's step + AdamW on rank 0, as in 3., with the loss of
+#     the batch on rank 0 in it on both sides (heft's step returns it; torch's last stage
+#     broadcasts the mean of its micro-batch losses). Each side's defaults otherwise: heft's
+#     1F1B lets stages + 2 micro-batches be in flight, torch's stages - rank. Per round, each
+#     schedule's tokens per second from the median step of steps 3..STEPS on each side and
+#     the ratio heft/torch (above 1: heft faster); the sides alternate which runs first, a
+#     fresh model (seed 0) and the same batches for every schedule; then the median and the
+#     lowest (heft's worst) round's ratio. Round 1 also checks that the two sides give the
+#     same loss on step 1 (the forward) and step 2 (after one AdamW step on the gradients).
+#
+# usage: bench/pipeline_python.sh [--rounds N] [BUILD_DIR]
+#   (default build; STEPS=20 steps per run; --rounds: the rounds of 3. and 4., default 3)
 set -eu
 cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-3}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) [ $# -ge 2 ] || { echo "pipeline_python: --rounds needs a number" >&2; exit 2; }
+              rounds=$2; shift 2 ;;
+    --rounds=*) rounds=${1#--rounds=}; shift ;;
+    -*) echo "pipeline_python: unknown option $1 (usage: [--rounds N] [BUILD_DIR])" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+case $rounds in ''|*[!0-9]*|0) echo "pipeline_python: --rounds $rounds: expected a whole number from 1 to 100" >&2; exit 2 ;; esac
+[ "$rounds" -le 100 ] || { echo "pipeline_python: --rounds $rounds: at most 100" >&2; exit 2; }
 build=${1:-build}
 steps=${STEPS:-20}
-rounds=${ROUNDS:-5}
+case $steps in ''|*[!0-9]*|0|1|2) echo "pipeline_python: STEPS=$steps: expected a whole number of at least 3 (steps 3.. are timed)" >&2; exit 2 ;; esac
 for f in "$build/heft" "$build/heft-train" "$build/python/heft/torch/_pipeline.py"; do
   [ -e "$f" ] || { echo "pipeline_python: $f not found; build first" >&2; exit 2; }
 done
@@ -109,16 +140,12 @@ for variant in ("equal", "plain"):
             for s, v in enumerate(idle):
                 print(f"predicted {variant} {kind} {m} {s} {v:.3f} {1 / (m + 1):.3f}")
 EOF
-cat > "$work/bench.py" <<'EOF'
-import math, statistics, sys, time
-import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
-import heft.torch  # noqa: F401
-from heft.torch.parallel import DeviceMesh, Pipeline
-from sim import simulated_idle
-
-mode, steps = sys.argv[1], int(sys.argv[2])
-dist.init_process_group("heft", init_method="env://")
-mesh = DeviceMesh(pipeline=2)
+cat > "$work/gpt.py" <<'EOF'
+# heft-train's GPT (n_layer 4, n_embd 128, 4 heads, block 128, untied head) in plain PyTorch as
+# a sequence of 6 layers (embeddings, 4 blocks, head), its batches and its loss: one model
+# for the Python step of 3. and both sides of 4.
+import math, torch, torch.nn as nn, torch.nn.functional as F
+VOCAB, CTX, D, BATCH, MICROBATCHES = 256, 128, 128, 16, 8
 
 
 class Emb(nn.Module):
@@ -148,6 +175,36 @@ class Head(nn.Module):
         super().__init__(); s.ln, s.head = nn.LayerNorm(d), nn.Linear(d, 256, bias=False)
     def forward(s, x):
         return s.head(s.ln(x))
+
+
+def gpt():
+    """The model, the same weights on every rank and in every call (seed 0)."""
+    torch.manual_seed(0)
+    return nn.Sequential(Emb(D, CTX), *[Block(D, 4) for _ in range(4)], Head(D))
+
+
+def batches(steps):
+    """(inputs, targets) of every step, (BATCH, CTX) token ids each, the same on every rank."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        data = torch.randint(0, VOCAB, (BATCH, CTX + 1), generator=g)
+        yield data[:, :-1], data[:, 1:]
+
+
+def loss_fn(logits, targets):  # the mean over the micro-batch
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+EOF
+cat > "$work/bench.py" <<'EOF'
+import statistics, sys, time
+import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
+import heft.torch  # noqa: F401
+from heft.torch.parallel import DeviceMesh, Pipeline
+from sim import simulated_idle
+from gpt import batches, gpt, loss_fn
+
+mode, steps = sys.argv[1], int(sys.argv[2])
+dist.init_process_group("heft", init_method="env://")
+mesh = DeviceMesh(pipeline=2)
 
 
 class InputGrad(nn.Module):
@@ -198,18 +255,13 @@ if mode == "bubble":
                           f"{f * 1e3:.2f} {b * 1e3:.2f} {sim[s]:.3f} {theory:.3f} "
                           f"{verdict(idle)} {verdict(fast)}", flush=True)
 else:
-    torch.manual_seed(0)
-    d, t = 128, 128
-    model = nn.Sequential(Emb(d, t), *[Block(d, 4) for _ in range(4)], Head(d))
-    pipe = Pipeline(model, mesh, microbatches=8, schedule="interleaved", partition=[3])
+    pipe = Pipeline(gpt(), mesh, microbatches=8, schedule="interleaved", partition=[3])
     opt = torch.optim.AdamW([p for p in pipe.parameters()], lr=3e-4)
-    g = torch.Generator().manual_seed(1)
     times, cpu = [], []
-    for step in range(steps):
-        data = torch.randint(0, 256, (16, t + 1), generator=g)
+    for x, y in batches(steps):
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
-        pipe.step(data[:, :-1], data[:, 1:], lambda o, y: F.cross_entropy(o.reshape(-1, 256), y.reshape(-1)))
+        pipe.step(x, y, loss_fn)
         opt.step()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
@@ -218,6 +270,89 @@ else:
     if dist.get_rank() == 0:
         print("python_step " + " ".join(f"{s:.4f}" for s in times[2:]), flush=True)
         print("python_cpu_ms " + " ".join(f"{1e3 * c:.2f}" for c in every), flush=True)
+dist.destroy_process_group()
+EOF
+cat > "$work/vs_torch.py" <<'EOF'
+# One side of 4.: vs_torch.py SIDE STEPS, under heft run -n 2. SIDE heft: heft's Pipeline on
+# the heft backend; torch: torch.distributed.pipelining's PipelineStage (built by hand from
+# the same layers) and schedules on Gloo. Every schedule in turn gets a fresh model (seed 0)
+# and the same batches; rank 0 prints its loss on steps 1 and 2 and its step seconds
+# (zero_grad + the schedule's step + AdamW, the batch's loss on rank 0) of steps 3..STEPS.
+import sys, time
+import torch, torch.distributed as dist, torch.nn as nn
+from gpt import MICROBATCHES, batches, gpt, loss_fn
+
+side, steps = sys.argv[1], int(sys.argv[2])
+STAGES = 2
+# name: (heft schedule, chunks per rank, first layer of each chunk after the first)
+SCHEDULES = {"gpipe": ("simple", 1, [3]), "1f1b": ("interleaved", 1, [3]),
+             "interleaved": ("interleaved", 2, [2, 3, 4])}
+
+
+def heft_step(name):
+    from heft.torch.parallel import DeviceMesh, Pipeline
+    kind, v, cut = SCHEDULES[name]
+    pipe = Pipeline(gpt(), DeviceMesh(pipeline=STAGES), microbatches=MICROBATCHES,
+                    schedule=kind, virtual_stages=v, partition=cut)
+    opt = torch.optim.AdamW(pipe.parameters(), lr=3e-4)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = pipe.step(x, y, loss_fn)
+        opt.step()
+        return loss
+    return step
+
+
+def torch_step(name):
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B)
+    _, v, cut = SCHEDULES[name]
+    layers = list(gpt())
+    bounds = list(zip([0] + cut, cut + [len(layers)]))
+    rank, parts = dist.get_rank(), STAGES * v
+    stages = [PipelineStage(nn.Sequential(*layers[slice(*bounds[k])]), k, parts,
+                            torch.device("cpu"))
+              for k in range(rank, parts, STAGES)]  # part c * STAGES + rank, as heft's chunks
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
+            "interleaved": ScheduleInterleaved1F1B}[name]
+    schedule = kind(stages if v > 1 else stages[0], n_microbatches=MICROBATCHES,
+                    loss_fn=loss_fn)
+    opt = torch.optim.AdamW([p for s in stages for p in s.submod.parameters()], lr=3e-4)
+    first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
+
+    def step(x, y):
+        opt.zero_grad()
+        losses = []
+        # x.contiguous(): the stage checks each micro-batch's strides against the first
+        # step's, which it records as contiguous; the slice data[:, :-1] is not
+        schedule.step(*([x.contiguous()] if first else []), target=y if last else None,
+                      losses=losses if last else None, return_outputs=False)
+        opt.step()
+        total = torch.zeros(1, dtype=torch.float64)
+        if last:
+            total += torch.stack([l.detach().double() for l in losses]).mean()
+        dist.broadcast(total, STAGES - 1)
+        return total.item()
+    return step
+
+
+if side == "heft":
+    import heft.torch  # noqa: F401 (registers the "heft" backend)
+dist.init_process_group("heft" if side == "heft" else "gloo", init_method="env://")
+for name in SCHEDULES:
+    step = (heft_step if side == "heft" else torch_step)(name)
+    seconds, loss = [], []
+    for x, y in batches(steps):
+        t0 = time.perf_counter()
+        loss.append(step(x, y))
+        seconds.append(time.perf_counter() - t0)
+    if dist.get_rank() == 0:
+        print(f"vs_torch {side} {name} loss {loss[0]!r} {loss[1]!r}", flush=True)
+        print(f"vs_torch {side} {name} step_s " + " ".join(f"{s:.4f}" for s in seconds[2:]),
+              flush=True)
+    del step
+    dist.barrier()
 dist.destroy_process_group()
 EOF
 export PYTHONPATH="$work:$build/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -237,7 +372,13 @@ stats() {  # "median worst" of the numbers on stdin ("median worst fastest" with
                            printf "%.4f %.4f", m, v[NR]; if (all != "") printf " %.4f", v[1] }'
 }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
-echo "# pipeline_python: $(date -u +%Y-%m-%dT%H:%MZ); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+vs() {  # one side of 4. (heft or torch), every schedule, into $work/vs_SIDE.out
+  OMP_NUM_THREADS=1 "$build/heft" run --hosts 1 -n 2 -- .venv/bin/python -u "$work/vs_torch.py" "$1" "$steps" \
+    > "$work/vs_$1.out" 2>&1 ||
+    { echo "pipeline_python: the $1 side of the torch.distributed.pipelining comparison failed:" >&2
+      tail -n 30 "$work/vs_$1.out" >&2; exit 1; }
+}
+echo "# pipeline_python: $(date -u +%Y-%m-%dT%H:%MZ); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 echo "# memcpy GB/s (build/memory_bandwidth_bench, one core): $("$build/memory_bandwidth_bench" --benchmark_filter='BM_Memcpy/(65536|1048576|4194304)$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{gsub(/"/,"",$1); split($1,a,"/"); printf "%s: %.1f  ", a[2], $6/1e9}')"
 echo "# bubble variant schedule m stage idle idle_fastest_step own_window forward_ms backward_ms simulated theory within_theory+0.05(idle) (fastest)"
 py bubble "$steps" | sed -n 's/.*bubble /bubble /p'
@@ -279,3 +420,43 @@ done
 echo "ratio python/cxx over $rounds rounds, median worst: step $(echo "$ratios" | stats)" \
   "| fastest step $(echo "$fast" | stats)" \
   "| cpu stage0 $(echo "$cpu0" | stats) stage1 $(echo "$cpu1" | stats)"
+schedules="gpipe 1f1b interleaved"
+heft_name() { case $1 in gpipe) echo simple ;; 1f1b) echo interleaved ;; *) echo interleaved,virtual_stages=2 ;; esac; }
+echo "# torch.distributed.pipelining (PipelineStage by hand, Gloo) beside heft's Pipeline (heft backend):" \
+  "the GPT of the step table above, 2 ranks, 8 micro-batches, 16 x 128 tokens per step, $steps steps"
+i=1 order="heft torch"
+: > "$work/vs_ratios"
+while [ "$i" -le "$rounds" ]; do
+  for side in $order; do vs "$side"; done
+  if [ "$i" -eq 1 ]; then
+    echo "# loss_check schedule step heft torch relative_difference within_1e-5 (step 1: the forward; step 2: after one AdamW step)"
+    for name in $schedules; do
+      set -- $(sed -n "s/.*vs_torch heft $name loss //p" "$work/vs_heft.out") \
+             $(sed -n "s/.*vs_torch torch $name loss //p" "$work/vs_torch.out")
+      [ $# -eq 4 ] || { echo "pipeline_python: no step 1 and 2 loss from both sides for $name" >&2; exit 1; }
+      awk -v n="$name" -v h1="$1" -v h2="$2" -v t1="$3" -v t2="$4" 'function row(s, h, t,  d) {
+          d = (h > t ? h - t : t - h) / (t < 0 ? -t : t)
+          printf "loss_check %s %d %.9f %.9f %.2e %s\n", n, s, h, t, d, d <= 1e-5 ? "ok" : "DIFFERENT" }
+        BEGIN { row(1, h1, t1); row(2, h2, t2) }'
+    done
+    echo "# vs_torch round schedule heft_schedule heft_tokens_per_s torch_tokens_per_s heft/torch" \
+      "heft_median_s torch_median_s first_side load1 (tokens/s: 2048 / the median step of steps 3..$steps)"
+  fi
+  for name in $schedules; do
+    h=$(sed -n "s/.*vs_torch heft $name step_s //p" "$work/vs_heft.out" | stats)
+    t=$(sed -n "s/.*vs_torch torch $name step_s //p" "$work/vs_torch.out" | stats)
+    [ -n "$h" ] && [ -n "$t" ] || { echo "pipeline_python: no step times from both sides for $name" >&2; exit 1; }
+    set -- $h $t
+    r=$(awk -v h="$1" -v t="$3" 'BEGIN { printf "%.2f", t / h }')
+    echo "$name $r" >> "$work/vs_ratios"
+    awk -v n="$name" -v k="$(heft_name "$name")" -v i="$i" -v h="$1" -v t="$3" -v r="$r" -v f="${order%% *}" \
+      -v l="$(cut -d' ' -f1 /proc/loadavg)" \
+      'BEGIN { printf "vs_torch %d %s %s %.0f %.0f %s %.4f %.4f %s %s\n", i, n, k, 2048 / h, 2048 / t, r, h, t, f, l }'
+  done
+  [ "$order" = "heft torch" ] && order="torch heft" || order="heft torch"
+  i=$((i + 1))
+done
+echo "# ratio heft/torch (tokens per second) over $rounds rounds: schedule median lowest"
+for name in $schedules; do
+  echo "vs_torch_ratio $name $(sed -n "s/^$name //p" "$work/vs_ratios" | tr '\n' ' ' | stats all | awk '{ print $1, $3 }')"
+done

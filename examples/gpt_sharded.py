@@ -3,15 +3,21 @@
 `fortunes` text with heft.torch.parallel.ShardedDataParallel: parameters, gradients and
 AdamW state sharded over the ranks (ZeRO-3). The heft lines are marked `# heft`.
 
-    build/heft run -n 4 -- /usr/bin/python3 -u examples/gpt_sharded.py
+    build/heft run -n 4 -- .venv/bin/python -u examples/gpt_sharded.py
     build/heft train examples/gpt-sharded-python.yaml          # the same script as a job
     ... examples/gpt_sharded.py --strategy ddp                 # torch's DDP, to compare
+    ... examples/gpt_sharded.py --strategy fsdp2               # torch's FSDP2 on Gloo, likewise
 
 Each rank takes its share of every global batch (random windows of the text, the same on
 every rank for a step), prints `step=N loss=L tokens_per_s=T step_s=S` every log_every
 steps (S: that step's seconds) and a summary line `final: step=N loss=L tokens_per_s=T
 state_bytes=B peak_rss_mb=M strategy=S` (tokens of all ranks per second after the first 2
-steps; state_bytes: this rank's parameters + gradients + optimizer state). Hyperparameters
+steps; state_bytes: this rank's parameters + gradients + optimizer state). `--strategy
+fsdp2` is torch's own peer on its Gloo backend, no heft in the step: `fully_shard` on each
+block, then on the root, after building the whole model on every rank (the GPT initializes
+in its constructor, so torch's meta-device path would draw other numbers); the sharded-only
+flags (--sharded_degree, --mixed_precision, --activation_checkpointing, --units,
+--checkpoint_dir) do not apply to it. Hyperparameters
 come as `--name value` (what heft train passes); see --help. Before building the model,
 rank 0 prints `parameters=N` and every rank runs heft's memory pre-flight on a meta copy:
 when the ranks on this machine cannot hold the training state (DDP of a model too large
@@ -28,6 +34,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 import heft.torch  # noqa: F401  # heft: registers the torch.distributed backend "heft"
 from heft.torch import parallel, profile  # heft
@@ -96,10 +105,12 @@ def batch(text, step, rows, block, lo, hi):
 
 
 def state_bytes(model, opt):
-    n = sum(p.numel() * p.element_size() for p in model.parameters())
-    n += sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
-    return n + sum(v.numel() * v.element_size() for s in opt.state.values()
-                   for v in s.values() if torch.is_tensor(v))
+    def size(t):  # this rank's bytes: an FSDP2 DTensor counts its local shard
+        t = t.to_local() if isinstance(t, DTensor) else t
+        return t.numel() * t.element_size()
+    n = sum(size(p) for p in model.parameters())
+    n += sum(size(p.grad) for p in model.parameters() if p.grad is not None)
+    return n + sum(size(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
 
 
 def main():
@@ -112,7 +123,8 @@ def main():
     ap.add_argument("--n_embd", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log_every", type=int, default=20)
-    ap.add_argument("--strategy", choices=["sharded", "ddp"], default="sharded")
+    ap.add_argument("--strategy", choices=["sharded", "ddp", "fsdp2"], default="sharded",
+                    help="fsdp2: torch's fully_shard on Gloo, to compare")
     ap.add_argument("--sharded_degree", type=int, default=0, help="0: every rank")
     ap.add_argument("--mixed_precision", default="none", choices=["none", "bf16"])
     ap.add_argument("--activation_checkpointing", type=int, default=0)
@@ -122,12 +134,12 @@ def main():
     ap.add_argument("--checkpoint_dir", default=os.environ.get("SM_CHECKPOINT_DIR", ""))
     ap.add_argument("--data", default=os.environ.get("SM_CHANNEL_TRAIN", "/usr/share/games/fortunes"))
     a = ap.parse_args()
-    dist.init_process_group("heft", init_method="env://")
+    dist.init_process_group("gloo" if a.strategy == "fsdp2" else "heft", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.batch_size % world:
         raise SystemExit(f"gpt_sharded: --batch_size {a.batch_size} must divide by {world} ranks")
     text = load_text(a.data)
-    degree = 1 if a.strategy == "ddp" else a.sharded_degree or world
+    degree = {"ddp": 1, "fsdp2": world}.get(a.strategy, a.sharded_degree or world)
     with parallel.deferred_init():  # heft: sized on meta tensors, nothing allocated
         sizing = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
     if rank == 0:
@@ -142,6 +154,11 @@ def main():
     torch.manual_seed(0)
     if a.strategy == "ddp":
         model = parallel.DistributedDataParallel(GPT(a.n_layer, a.n_head, a.n_embd, a.block_size))
+    elif a.strategy == "fsdp2":
+        model = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)  # the root: embeddings, tied head, final LayerNorm
     else:
         with parallel.deferred_init() if a.deferred_init else torch.no_grad():  # heft
             gpt = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)

@@ -79,19 +79,20 @@ def main():
     hdist.init_process_group()
     rank = dist.get_rank()
     heft_group = dist.distributed_c10d._get_default_group()
+    backend = heft.torch.backend_of(heft_group)  # its heft backend: the counters
     gloo = dist.new_group(backend="gloo")
 
     # DDP's gradient buckets: a small cap, so several buckets overlap backward.
     gloo_params = train(nn.parallel.DistributedDataParallel(model(), process_group=gloo,
                                                             bucket_cap_mb=0.01), rank)
-    before = heft_group.operations()
-    direct_before = heft_group.completions()[3]
+    before = backend.operations()
+    direct_before = backend.completions()[3]
     heft_params = train(DistributedDataParallel(model(), bucket_cap_mb=0.01), rank)
-    if heft_group.operations() - before < STEPS:
-        fail(f"{heft_group.operations() - before} operations through heft in {STEPS} steps")
+    if backend.operations() - before < STEPS:
+        fail(f"{backend.operations() - before} operations through heft in {STEPS} steps")
     # DDP's reducer takes its futures in C++ (no GIL) and waits on them, not on the Work:
     # its gradient all_reduces are completed by the communicator's thread as they finish.
-    direct = heft_group.completions()[3] - direct_before
+    direct = backend.completions()[3] - direct_before
     if direct < STEPS:
         fail(f"only {direct} operations completed by the communicator's thread in {STEPS} DDP "
              "steps")
@@ -101,19 +102,19 @@ def main():
     # synchronously, as any caller's broadcast does).
     warm = DistributedDataParallel(model(), bucket_cap_mb=0.01)
     train(warm, rank)
-    on_caller_before = heft_group.completions()[2]
+    on_caller_before = backend.completions()[2]
     train(warm, rank)
-    if heft_group.completions()[2] != on_caller_before:
-        fail(f"{heft_group.completions()[2] - on_caller_before} of DDP's operations ran on the "
+    if backend.completions()[2] != on_caller_before:
+        fail(f"{backend.completions()[2] - on_caller_before} of DDP's operations ran on the "
              "caller's thread (expected all issued at once, completed by the completion thread)")
 
     hooked = DistributedDataParallel(model(), bucket_cap_mb=0.01)
     hooked.register_comm_hook(heft_group, allreduce_divide_hook)
-    by_thread_before, direct_before = heft_group.completions()[1], heft_group.completions()[3]
+    by_thread_before, direct_before = backend.completions()[1], backend.completions()[3]
     d2 = compare(train(hooked, rank), gloo_params, TOLERANCE, "heft DDP with a future hook")
     # A Python hook's future (then() takes the GIL) is completed by the completion thread,
     # never by the communicator's.
-    by_thread, direct = heft_group.completions()[1], heft_group.completions()[3]
+    by_thread, direct = backend.completions()[1], backend.completions()[3]
     if direct != direct_before or by_thread - by_thread_before < STEPS:
         fail(f"with a Python hook, {direct - direct_before} operations were completed by the "
              f"communicator's thread and {by_thread - by_thread_before} by the completion "

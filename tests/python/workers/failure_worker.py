@@ -85,7 +85,8 @@ def case_peer_lost(url):
 def case_bad_input(url):
     rank, world = join(url, 5)
     quantized = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
-    expect_error(lambda: dist.all_reduce(quantized), ["unsupported dtype", "QInt8"], "qint8")
+    # torch 2's dispatcher refuses a quantized tensor before any backend sees it (Gloo alike).
+    expect_error(lambda: dist.all_reduce(quantized), ["QuantizedCPU", "allreduce"], "qint8")
     # complex SUM works: torch hands it over as pairs of floats.
     z = torch.full((3,), 1 + 2j, dtype=torch.complex64)
     dist.all_reduce(z)
