@@ -5,7 +5,7 @@ split over --tensor ranks (Megatron's plan, heft's C++ tensor layers), the layer
 --pipeline stages (heft's C++ schedules and partitioner), the rest of the world replicating
 it (data, torch's DDP). The heft lines are marked `# heft`.
 
-    build/heft run -n 4 -- /usr/bin/python3 -u examples/gpt_3d.py    # tensor 2 x pipeline 2
+    build/heft run -n 4 -- .venv/bin/python -u examples/gpt_3d.py    # tensor 2 x pipeline 2
     build/heft train examples/gpt-3d-python.yaml                     # the same script as a job
     build/heft run -n 1 -- ... examples/gpt_3d.py --tensor 1 --pipeline 1  # one process
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A torchrun-style PyTorch script, unchanged for heft: run it with
-    build/heft run --hosts 2 -n 2 -- /usr/bin/python3 -u examples/hello_allreduce.py
+    build/heft run --hosts 2 -n 2 -- .venv/bin/python -u examples/hello_allreduce.py
 Each worker joins the group through torch's env:// rendezvous (MASTER_ADDR/MASTER_PORT,
 RANK, WORLD_SIZE from heft run) and all-reduces its rank."""
 import os

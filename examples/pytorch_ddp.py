@@ -2,7 +2,7 @@
 """An ordinary PyTorch DDP script on Fashion-MNIST, torchrun-style, whose gradients go
 through heft: the only heft lines are the import and the backend name.
 
-    build/heft run --hosts 2 -n 2 -- /usr/bin/python3 -u examples/pytorch_ddp.py
+    build/heft run --hosts 2 -n 2 -- .venv/bin/python -u examples/pytorch_ddp.py
     build/heft train examples/pytorch-ddp.yaml          # the same script as a job
     ... examples/pytorch_ddp.py --backend gloo          # the same script on Gloo
 

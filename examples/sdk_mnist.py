@@ -5,8 +5,8 @@ Fashion-MNIST, then a Bayesian tuner searches its learning rate and momentum. Wr
 SDK, it changes its imports only (the `was:` comments); the processes on each host come from
 the SDK's `mpi` distribution dict. docs/porting.md walks through it.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/sdk_mnist.py           # about 3 minutes
-    PYTHONPATH=build/python /usr/bin/python3 examples/sdk_mnist.py --quick   # a smoke run
+    .venv/bin/python examples/sdk_mnist.py           # about 3 minutes
+    .venv/bin/python examples/sdk_mnist.py --quick   # a smoke run
 
 Jobs go to $HEFT_HOME (default ~/.heft): `heft jobs`, `heft tunings`, `heft describe NAME`.
 """

@@ -44,7 +44,9 @@ class Install(unittest.TestCase):
     def test_out_of_tree_program_under_installed_heft_run(self):
         src = os.path.join(support.SOURCE_DIR, "tests", "python", "install_consumer")
         build = os.path.join(self.tmp, "consumer")
-        run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={self.prefix}",
+        import torch  # the consumer finds LibTorch where this interpreter's torch has it
+        prefixes = f"{self.prefix};{torch.utils.cmake_prefix_path}"
+        run(["cmake", "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefixes}",
              "-DCMAKE_BUILD_TYPE=Release"])
         run(["cmake", "--build", build])
         heft = os.path.join(self.prefix, "bin", "heft")
