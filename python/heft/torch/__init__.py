@@ -25,7 +25,7 @@ def backend_of(group=None):
     process group on backend ``heft``; ``None``: the default group. A RuntimeError naming
     the backend found when the group is not heft's."""
     if group is None:
-        group = _dist.distributed_c10d._get_default_group()
+        group = _dist.group.WORLD
     return _c10d.backend_of(group)
 
 

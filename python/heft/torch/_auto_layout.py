@@ -71,7 +71,7 @@ def _heft_group(group):
         return None
     if dist.get_backend() != "heft":
         return None
-    return dist.distributed_c10d._get_default_group()
+    return dist.group.WORLD
 
 
 def measured_comm(group=None):
@@ -345,8 +345,7 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
     first, source = 0, True
     if heft_group is not None:
         import torch.distributed as dist
-        c10d = dist.distributed_c10d
-        first = 0 if heft_group is c10d._get_default_group() else c10d._get_global_rank(heft_group, 0)
+        first = 0 if heft_group is dist.group.WORLD else dist.get_global_rank(heft_group, 0)
         source = dist.get_rank() == first
     shared = [None]
     if source:  # the others wait (asleep) while the source rank samples the load and profiles

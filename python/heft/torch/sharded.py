@@ -362,8 +362,7 @@ def _first_rank(group):
     """The world rank of rank 0 of a Group (pg None: the default group)."""
     if group.pg is None or group.pg is dist.group.WORLD:
         return 0
-    from torch.distributed import distributed_c10d as c10d
-    return (getattr(c10d, "get_global_rank", None) or c10d._get_global_rank)(group.pg, 0)
+    return dist.get_global_rank(group.pg, 0)
 
 
 def _checkpointed(sdp, forward, *args, **kwargs):

@@ -99,7 +99,7 @@ def check_all_reduce(heft_group, gloo_group, world, rank, ranks):
                 dist.all_reduce(got, op=op, group=heft_group)
                 same(got, want, what, approx=op_name == "AVG")
                 if n == SIZES[-1] and world > 1:
-                    large_paths.add(heft_group.last_allreduce_path())
+                    large_paths.add(heft.torch.backend_of(heft_group).last_allreduce_path())
 
                 def run_gloo():
                     t = inputs[rank].clone()
