@@ -4,7 +4,7 @@ all_gather_into_tensor and reduce_scatter_tensor (alone, coalesced by torch's co
 manager, and as functional collectives), all_to_all_single with equal and unequal splits,
 all_to_all, gather, scatter, broadcast, all_gather, the object collectives,
 batch_isend_irecv (coalesced point to point), subgroups (new_group, new_subgroups) and
-init_device_mesh("cpu", ...) meshes; every dtype Gloo accepts. World sizes 1, 2, 3 on one host
+init_device_mesh("cpu", ...) meshes; every dtype Gloo accepts. World sizes 1-4 on one host
 and 4 as 2 simulated hosts x 2, started by `heft run`; and the init methods torch users pass
 (env://, tcp://, file://) at world 2 with ranks started by hand.
 
@@ -46,6 +46,9 @@ class Torch2Collectives(unittest.TestCase):
 
     def test_world_3(self):
         self.run_world(1, 3)
+
+    def test_world_4(self):
+        self.run_world(1, 4)
 
     def test_world_4_on_two_hosts(self):
         self.run_world(2, 2)
