@@ -8,7 +8,12 @@ Importing this module registers it::
 Under ``heft run`` or ``heft train``, ``heft.torch.distributed.init_process_group()`` with no
 arguments joins through heft's own authenticated store instead.
 """
+import datetime as _datetime
+import os as _os
+import sys as _sys
+
 import torch.distributed as _dist
+from torch.distributed.constants import default_pg_timeout as _default_pg_timeout
 
 from . import _c10d
 from ._c10d import ProcessGroupHeft
@@ -16,7 +21,24 @@ from ._c10d import ProcessGroupHeft
 BACKEND = "heft"
 
 
+_warned_no_token = False
+
+
 def _create(store, rank, size, timeout):
+    global _warned_no_token
+    # The job's timeout (HEFT_TIMEOUT, from stopping.timeout_s under heft run/train) where the
+    # script left torch's default: a hung peer then fails the job as heft's docs say, not
+    # after torch's 30 minutes. A timeout the script names still wins.
+    job_timeout = _os.environ.get("HEFT_TIMEOUT")
+    if job_timeout and timeout == _default_pg_timeout:
+        timeout = _datetime.timedelta(seconds=float(job_timeout))
+    if not _os.environ.get("HEFT_TOKEN") and not _warned_no_token:
+        _warned_no_token = True
+        print("heft: HEFT_TOKEN is not set (the script was not started by heft run or heft "
+              "train): backend heft authenticates its links with a key published in torch's "
+              "store, which any user of this machine who can reach that store can read or "
+              "change. Start the script with `heft run` for links only the job can join "
+              "(docs/security.md).", file=_sys.stderr, flush=True)
     return ProcessGroupHeft(store, rank, size, timeout.total_seconds())
 
 

@@ -129,6 +129,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   ShmCores cores;
   if (options.shared_memory && topology.local_size() > 1) {
     shm::ContextOptions shm_options;
+    shm_options.token = options.token;
     shm_options.chunk_bytes = options.shm_chunk_bytes;
     shm_options.spin_us = options.shm_spin_us;
     shm_options.contended_spin_us = options.shm_contended_spin_us;

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "heft/comm/auth.h"
+#include "heft/comm/refusal_log.h"
 #include "heft/comm/store/memory_store.h"
 #include "heft/comm/store/store_wire.h"
 #include "heft/comm/transport/tcp/socket.h"
@@ -285,17 +286,15 @@ void TcpStoreServer::Impl::finish_hello(Conn& c) {
   std::memcpy(client_nonce.data(), hello + 5 + kMacBytes, kNonceBytes);
   c.in.clear();
   if (!greeting_ok) {
-    spdlog::warn(
-        "store server: closing connection from {}: not a heft store client of "
-        "protocol version {}",
-        c.peer, kVersion);
+    log_refused("store server", c.peer,
+                "not a heft store client of protocol version " + std::to_string(kVersion));
     c.out.assign(1, kBadRequest);
     c.state = State::kClosing;
     return;
   }
   if (!mac_equal(mac, auth_mac(token_, kClientContext, c.nonce))) {
     ++refused_;
-    spdlog::warn("store server: refused connection from {}: wrong job token", c.peer);
+    log_refused("store server", c.peer, "wrong job token");
     c.out.assign(1, kRefused);
     c.state = State::kClosing;
     return;
@@ -386,8 +385,8 @@ void TcpStoreServer::Impl::wake_parked() {
 void TcpStoreServer::Impl::expire(Deadline now) {
   for (auto& c : conns_) {
     if (c->state == State::kHello && now >= c->hello_deadline) {
-      spdlog::warn("store server: dropping connection from {}: no hello within {} s", c->peer,
-                   kHelloTimeout.count() / 1000);
+      log_refused("store server", c->peer,
+                  "no hello within " + std::to_string(kHelloTimeout.count() / 1000) + " s");
       c->state = State::kDead;
     }
     if (c->state != State::kServing || !c->parked || now < c->parked->deadline) continue;

@@ -17,6 +17,7 @@
 
 #include "heft/check.h"
 #include "heft/comm/cpu.h"
+#include "heft/comm/store/signed_value.h"
 #include "heft/error.h"
 
 namespace heft::comm::shm {
@@ -132,11 +133,12 @@ std::unique_ptr<Context> Context::create(Store& store, const std::string& group,
   }
   // Under Yama's ptrace_scope 1, siblings may read each other only if they allow it.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  store.set(group + "/shm/" + std::to_string(local_rank), own.name());
+  set_signed(store, options.token, group + "/shm/" + std::to_string(local_rank), own.name());
   for (int p = 0; p < n; ++p) {
     if (p == local_rank) continue;
-    ctx->segments_[p] =
-        Segment::open(store.get_string(group + "/shm/" + std::to_string(p), time_left(deadline)), bytes);
+    ctx->segments_[p] = Segment::open(
+        get_signed(store, options.token, group + "/shm/" + std::to_string(p), time_left(deadline)),
+        bytes);
   }
   // Every rank has mapped every segment once all "mapped" keys exist: unlink the names now,
   // so a crash from here on leaves nothing behind in /dev/shm.

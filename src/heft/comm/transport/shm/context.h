@@ -113,6 +113,9 @@ struct ContextOptions {
   // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
   // the byte model in docs/comm.md, never by a measurement, so it cannot flip between runs.
   AllreduceForm allreduce_form = AllreduceForm::kAuto;
+  // The job token: signs the segment names published in the store (store/signed_value.h),
+  // so that a rank maps only segments its peers named, whatever store carries the names.
+  std::string token;
 };
 
 constexpr int kSpinDisjointUs = 500;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "heft/error.h"
 
@@ -54,7 +55,20 @@ Segment Segment::open(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError("shared memory " + name + ": shm_open: " + errno_string(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    throw IoError("shared memory " + name + ": fstat: " + errno_string(err));
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    close(fd);
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    throw IoError("shared memory " + name + ": belongs to uid " + std::to_string(st.st_uid) +
+                  " with mode " + mode + ", not to this job's user alone (uid " +
+                  std::to_string(geteuid()) + ", mode 600): refused (see docs/security.md)");
+  }
+  if (static_cast<size_t>(st.st_size) < bytes) {
     close(fd);
     throw IoError("shared memory " + name + ": smaller than the expected " +
                   std::to_string(bytes) + " bytes");

@@ -17,7 +17,8 @@ class Segment {
   Segment() = default;
   // Creates `name` (fails with heft::IoError if it exists) of `bytes`, zero-filled.
   static Segment create(const std::string& name, size_t bytes);
-  // Maps an existing segment; throws heft::IoError naming it when missing or smaller.
+  // Maps an existing segment; throws heft::IoError naming it when missing, smaller, not this
+  // process's user's, or open to other users (a segment another local user planted).
   static Segment open(const std::string& name, size_t bytes);
   ~Segment();
   Segment(Segment&& o) noexcept;

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "heft/check.h"
+#include "heft/comm/store/signed_value.h"
 
 namespace heft::comm::tcp {
 
@@ -14,49 +15,36 @@ std::string key_of(const std::string& group, int rank) {
   return group + "/tcp/" + std::to_string(rank);
 }
 
-std::vector<Pair> accept_higher(const PairIdentity& self, const Socket& listener, int size,
-                                Deadline deadline) {
-  std::vector<Pair> pairs;
-  int missing = size - 1 - self.rank;
-  while (missing > 0) {
-    Pair p = accept_pair(self, listener, size, deadline);
-    if (!p.connected()) continue;  // refused and logged
-    bool dup = false;
-    for (const Pair& q : pairs) dup = dup || q.peer() == p.peer();
-    if (dup) continue;
-    pairs.push_back(std::move(p));
-    --missing;
-  }
-  return pairs;
-}
-
 }  // namespace
 
 std::unique_ptr<Context> Context::create(Store& store, const std::string& group, int rank,
                                          int size, const std::string& token,
                                          const ContextOptions& options, Deadline deadline) {
   HEFT_CHECK(rank >= 0 && rank < size, "rank ", rank, " of ", size);
-  PairIdentity self{group, token, rank};
   Socket listener = listen_on(options.bind_address, 0);
-  store.set(key_of(group, rank),
-            options.bind_address + ":" + std::to_string(local_port(listener)));
+  const PairIdentity self{group, token, rank,
+                          options.bind_address + ":" + std::to_string(local_port(listener))};
+  // Signed: whatever store carries it, a peer dials only an address this rank published.
+  set_signed(store, token, key_of(group, rank), self.address);
 
   auto accepted = std::async(std::launch::async, [&] {
-    return accept_higher(self, listener, size, deadline);
+    return accept_peers(self, listener, size, deadline);
   });
   std::vector<Pair> pairs(size);
   try {
-    for (int peer = 0; peer < rank; ++peer) {
-      HostPort hp = parse_host_port(store.get_string(key_of(group, peer), time_left(deadline)),
-                                    "peer address");
-      pairs[peer] = connect_pair(self, peer, hp.host, hp.port, deadline);
-    }
+    for (int peer = 0; peer < rank; ++peer)
+      pairs[peer] = connect_pair(
+          self, peer, get_signed(store, token, key_of(group, peer), time_left(deadline)), deadline);
   } catch (...) {
-    listener.shutdown();  // unblocks nothing by itself; the accept thread ends at the deadline
-    accepted.wait();
+    listener.shutdown();  // wakes the accepting thread's poll: it ends at once
+    try {
+      accepted.get();
+    } catch (const Error&) {
+    }
     throw;
   }
-  for (Pair& p : accepted.get()) pairs[p.peer()] = std::move(p);
+  std::vector<Pair> higher = accepted.get();
+  for (int peer = rank + 1; peer < size; ++peer) pairs[peer] = std::move(higher[peer]);
   for (Pair& p : pairs)
     if (p.connected()) set_buffer_sizes(p.fd(), options.socket_buffer_bytes);
   return std::unique_ptr<Context>(new Context(rank, std::move(pairs)));

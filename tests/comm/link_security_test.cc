@@ -1,0 +1,266 @@
+// Who may join a group's links: the handshake's proofs both ways, the addresses and segment
+// names signed whatever store carries them, segments of another user refused, and silent
+// connections that cannot starve a rank. Attackers are real processes; "an unauthenticated
+// store" is modelled by a store whose token the attacker holds but the job's links do not
+// use (as torch's env:// TCPStore, which any local user may write).
+// ctest-labels: multiproc
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "heft/comm/communicator.h"
+#include "heft/comm/refusal_log.h"
+#include "heft/comm/store/signed_value.h"
+#include "heft/comm/transport/shm/segment.h"
+#include "heft/comm/transport/tcp/pair.h"
+#include "heft/error.h"
+#include "support/ranks.h"
+
+namespace heft::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using test::expect;
+using namespace std::chrono_literals;
+
+constexpr const char* kJobToken = "the-job-token";
+constexpr int kNobody = 65534;
+
+// The value a signed store key holds, its 32-byte signature cut off (addresses are no secret).
+std::string unsigned_part(Store& s, const std::string& key) {
+  std::string v = s.get_string(key, 30s);
+  return v.substr(0, v.size() - 32);
+}
+
+// Forwards bytes between `a` and `b` until either closes or `for_how_long` passes.
+void relay(tcp::Socket& a, tcp::Socket& b, std::chrono::seconds for_how_long) {
+  const auto end = Clock::now() + for_how_long;
+  char buf[4096];
+  while (Clock::now() < end) {
+    pollfd fds[2] = {{a.fd(), POLLIN, 0}, {b.fd(), POLLIN, 0}};
+    if (::poll(fds, 2, 100) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (!fds[i].revents) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+      if (n <= 0) return;
+      if (::write(fds[1 - i].fd, buf, static_cast<size_t>(n)) != n) return;
+    }
+  }
+}
+
+// A local user who got rank 1 to dial it and relays every byte to rank 0: rank 0 refuses the
+// proof (it names the address rank 1 dialled, not the one rank 0 published), so no link forms.
+TEST(LinkSecurity, ARelayedHandshakeIsRefused) {
+  test::StoreProcess store;
+  const test::RunResult res = test::run_ranks(3, [&](int role) {
+    auto s = store.connect();
+    if (role == 0) {  // rank 0: listens
+      tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
+      const tcp::PairIdentity self{"g", kJobToken, 0,
+                                   "127.0.0.1:" + std::to_string(tcp::local_port(l))};
+      s->set("addr0", self.address);
+      try {
+        tcp::accept_peers(self, l, 2, Clock::now() + 4s);
+      } catch (const Timeout&) {
+        return;
+      }
+      throw Error("rank 0 accepted a relayed connection");
+    }
+    if (role == 2) {  // the relay, another uid
+      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+             "cannot become nobody");
+      tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
+      s->set("relay", "127.0.0.1:" + std::to_string(tcp::local_port(l)));
+      tcp::Socket from_1 = tcp::accept_until(l, Clock::now() + 10s, "relay");
+      const tcp::HostPort to = tcp::parse_host_port(s->get_string("addr0", 10s), "rank 0");
+      tcp::Socket to_0 = tcp::connect_until(to.host, to.port, Clock::now() + 10s, "relay");
+      relay(from_1, to_0, 6s);
+      return;
+    }
+    const tcp::PairIdentity self{"g", kJobToken, 1, "127.0.0.1:1"};
+    try {
+      tcp::connect_pair(self, 0, s->get_string("relay", 10s), Clock::now() + 4s);
+    } catch (const IoError& e) {
+      expect(std::string(e.what()).find("refused") != std::string::npos, e.what());
+      return;
+    }
+    throw Error("rank 1 formed a link through a relay");
+  }, 30s);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+// A listener that does not know the token answers "accepted" with a made-up proof: the
+// connecting rank refuses it, naming the rank it expected.
+TEST(LinkSecurity, AnImpersonatedRankIsRefusedByTheConnector) {
+  test::StoreProcess store;
+  const test::RunResult res = test::run_ranks(2, [&](int role) {
+    auto s = store.connect();
+    if (role == 0) {  // the impostor, another uid
+      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+             "cannot become nobody");
+      tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
+      s->set("addr0", "127.0.0.1:" + std::to_string(tcp::local_port(l)));
+      tcp::Socket c = tcp::accept_until(l, Clock::now() + 10s, "impostor");
+      std::vector<uint8_t> nonce(32, 7), hello(12);
+      tcp::write_all(c.fd(), nonce.data(), nonce.size(), Clock::now() + 5s, "impostor");
+      tcp::read_exact(c.fd(), hello.data(), 12, Clock::now() + 5s, "impostor");
+      const uint32_t group_len = hello[8] | (hello[9] << 8);
+      std::vector<uint8_t> rest(group_len + 72);
+      tcp::read_exact(c.fd(), rest.data(), rest.size(), Clock::now() + 5s, "impostor");
+      std::vector<uint8_t> reply(33, 0x5a);
+      reply[0] = 1;  // "accepted"
+      tcp::write_all(c.fd(), reply.data(), reply.size(), Clock::now() + 5s, "impostor");
+      std::this_thread::sleep_for(1s);
+      return;
+    }
+    const tcp::PairIdentity self{"g", kJobToken, 1, "127.0.0.1:1"};
+    try {
+      tcp::connect_pair(self, 0, s->get_string("addr0", 10s), Clock::now() + 5s);
+    } catch (const IoError& e) {
+      const std::string m = e.what();
+      expect(m.find("did not prove the job token") != std::string::npos &&
+                 m.find("not rank 0 of this job") != std::string::npos, m);
+      return;
+    }
+    throw Error("rank 1 linked to an impostor");
+  }, 30s);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+// The attacker writes the store the ranks meet in (as any local user can torch's env://
+// TCPStore): a rewritten address, or a signed one copied to another rank's key, is refused
+// by the rank that reads it, naming the key; no communicator forms, nobody computes.
+void rewritten_address(bool copy_signed) {
+  test::StoreProcess store("store-token-the-attacker-has-too");
+  const test::RunResult res = test::run_ranks(4, [&](int role) {
+    auto s = store.connect();
+    if (role == 3) {  // the attacker, another uid
+      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+             "cannot become nobody");
+      const Bytes real = s->get("g/tcp/0", 30s);
+      if (copy_signed) {
+        s->get("g/tcp/1", 30s);  // once rank 1 published its own, before rank 2 reads it
+        s->set("g/tcp/1", real);
+      } else {
+        tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
+        s->set("g/tcp/0", "127.0.0.1:" + std::to_string(tcp::local_port(l)));
+      }
+      s->set("attacked", "1");
+      std::this_thread::sleep_for(3s);
+      return;
+    }
+    CommunicatorOptions o;
+    o.token = kJobToken;
+    o.timeout = 5s;
+    o.shared_memory = false;
+    if (role == 2 || (role == 1 && !copy_signed)) s->get("attacked", 30s);
+    try {
+      auto c = Communicator::create(s, "g", role, 3, o);
+      float x = 1;
+      c->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+      throw Error("rank " + std::to_string(role) + " formed a communicator, computed " +
+                  std::to_string(x));
+    } catch (const IoError& e) {
+      const std::string m = e.what();
+      const std::string key = copy_signed ? "'g/tcp/1'" : "'g/tcp/0'";
+      expect(m.find("store key " + key) != std::string::npos &&
+                 m.find("not signed with the job token") != std::string::npos, m);
+    } catch (const Error& e) {
+      // The ranks that never read the forged key fail when their peers do: lost or late.
+      expect(role == 0 || (copy_signed && role == 1), e.what());
+    }
+  }, 60s);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(LinkSecurity, ARewrittenAddressIsRefusedNamingTheKey) { rewritten_address(false); }
+TEST(LinkSecurity, ASignedAddressCopiedToAnotherKeyIsRefused) { rewritten_address(true); }
+
+// A shared-memory segment another user made, even one open to all, is never mapped.
+TEST(LinkSecurity, ASegmentOfAnotherUserIsRefused) {
+  const std::string name = "/heft-test-planted-" + std::to_string(getpid());
+  const test::RunResult planted = test::run_ranks(1, [&](int) {
+    expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+           "cannot become nobody");
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
+    expect(fd >= 0 && fchmod(fd, 0666) == 0 && ftruncate(fd, 1 << 20) == 0, "cannot plant");
+    close(fd);
+  });
+  ASSERT_TRUE(planted.all_ok()) << planted.summary();
+  try {
+    shm::Segment::open(name, 4096);
+    ADD_FAILURE() << "a segment of uid " << kNobody << " was mapped";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to uid 65534 with mode 666"), std::string::npos)
+        << e.what();
+  }
+  shm_unlink(name.c_str());
+}
+
+// 100 connections that never speak, to every rank's listener, made before the peers dial:
+// handshakes run at once, so the group forms and computes (one at a time, at 10 s each, it
+// took 1000 s and failed the group at its deadline).
+TEST(LinkSecurity, SilentConnectionsDoNotStarveTheRanks) {
+  constexpr int kWorld = 3, kSilent = 100;
+  test::StoreProcess store("store-token-the-attacker-has-too");
+  const test::RunResult res = test::run_ranks(kWorld + 1, [&](int role) {
+    auto s = store.connect();
+    if (role == kWorld) {  // the attacker, another uid
+      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+             "cannot become nobody");
+      std::vector<tcp::Socket> silent;
+      for (int r = 0; r < kWorld - 1; ++r) {  // the last rank only dials
+        const tcp::HostPort hp =
+            tcp::parse_host_port(unsigned_part(*s, "g/tcp/" + std::to_string(r)), "address");
+        for (int i = 0; i < kSilent; ++i)
+          silent.push_back(tcp::connect_until(hp.host, hp.port, Clock::now() + 10s, "silent"));
+        s->set("flooded/" + std::to_string(r), "1");
+      }
+      for (int r = 0; r < kWorld; ++r) s->get("done/" + std::to_string(r), 60s);
+      return;
+    }
+    CommunicatorOptions o;
+    o.token = kJobToken;
+    o.timeout = 20s;  // the probe's --timeout 20: 9 silent connections failed it
+    o.shared_memory = false;
+    if (role > 0) s->get("flooded/" + std::to_string(role - 1), 30s);
+    auto c = Communicator::create(s, "g", role, kWorld, o);
+    float x = static_cast<float>(role);
+    c->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    expect(x == 3.0f, "allreduce gave " + std::to_string(x));
+    s->set("done/" + std::to_string(role), "1");
+  }, 60s);
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+  for (const test::RankExit& r : res.ranks)
+    if (r.rank < kWorld) {
+      EXPECT_LT(r.seconds, 20) << res.summary();
+    }
+}
+
+// Refusals are counted, and reported on stderr at most once a second: never on stdout.
+TEST(LinkSecurity, RefusalsGoToStderrRateLimitedAndCounted) {
+  const uint64_t before = refused_connections();
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 1000; ++i) log_refused("test", "127.0.0.1", "wrong job token");
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(refused_connections() - before, 1000u);
+  EXPECT_EQ(out, "");
+  EXPECT_NE(err.find("test: refused a connection from 127.0.0.1: wrong job token"), std::string::npos)
+      << err;
+  EXPECT_LE(std::count(err.begin(), err.end(), '\n'), 2) << err;
+}
+
+}  // namespace
+}  // namespace heft::comm
