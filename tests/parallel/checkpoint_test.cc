@@ -3,17 +3,23 @@
 // newest checkpoint falls back to the previous one with a warning; half-written ones are
 // ignored; keep bounds how many stay; locate_latest_parts (heft.torch's reader) verifies
 // every part's files streamed and skips a corrupt or single-writer newer checkpoint.
+// A crafted archive (TorchScript that creates a file when LibTorch's loader unpickles it, a
+// pickled os.system, a registered C++ class) with a valid CRC is refused naming the file,
+// and nothing in it runs.
 #include "heft/parallel/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <vector>
 
 #include "heft/error.h"
+#include "heft/parallel/sharded/sharded_checkpoint.h"
 
 namespace {
 
@@ -129,8 +135,9 @@ TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
   a->forward(x).sum().backward();
   opt_a.step();
 
-  heft::parallel::module_from_bytes(*b, heft::parallel::module_to_bytes(*a));
-  heft::parallel::optimizer_from_bytes(opt_b, heft::parallel::optimizer_to_bytes(opt_a));
+  heft::parallel::module_from_bytes(*b, heft::parallel::module_to_bytes(*a), "model.pt");
+  heft::parallel::optimizer_from_bytes(opt_b, heft::parallel::optimizer_to_bytes(opt_a),
+                                       "optimizer.pt");
   EXPECT_TRUE(torch::equal(a->weight, b->weight));
   // The same momentum: one more identical step keeps them equal.
   for (auto* m : {&a, &b}) {
@@ -144,7 +151,7 @@ TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
 
   const std::string rng = heft::parallel::rng_to_bytes();
   const torch::Tensor first = torch::randn({8});
-  heft::parallel::rng_from_bytes(rng);
+  heft::parallel::rng_from_bytes(rng, "rng.pt");
   EXPECT_TRUE(torch::equal(first, torch::randn({8})));
 }
 
@@ -232,6 +239,124 @@ TEST_F(CheckpointTest, LocateLatestPartsChecksEveryPartStreamedAndReturnsPaths) 
   EXPECT_EQ(file_bytes(got->parts[1].at("k.txt")), "11");
   EXPECT_NE(again.str().find("part-00001/big.bin is missing or does not match its size or crc32"),
             std::string::npos) << again.str();
+}
+
+// A torch::serialize archive whose class runs TorchScript when unpickled: its __setstate__
+// creates `marker` (torch.from_file with shared=True opens the path O_CREAT, read-write).
+std::string crafted_archive(const fs::path& marker) {
+  torch::jit::Module m("__torch__.Crafted");
+  m.register_parameter("weight", torch::zeros({3, 4}), /*is_buffer=*/false);
+  m.register_parameter("bias", torch::zeros({3}), /*is_buffer=*/false);
+  m.register_buffer("seen", torch::zeros({4}, torch::kUInt8));
+  m.define("def __getstate__(self) -> Tuple[Tensor, Tensor]:\n"
+           "    return (self.weight, self.bias)\n"
+           "def __setstate__(self, state: Tuple[Tensor, Tensor]) -> None:\n"
+           "    self.seen = torch.from_file(\"" + marker.string() + "\", True, 4, dtype=0)\n"  // 0: uint8
+           "    self.weight = state[0]\n"
+           "    self.bias = state[1]\n");
+  std::ostringstream out;
+  m.save(out);
+  return out.str();
+}
+
+// `archive` with its record `name` replaced by `bytes` (the other records copied).
+std::string with_record(const std::string& archive, const std::string& name, const std::string& bytes) {
+  std::istringstream in(archive);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  for (const std::string& record : reader.getAllRecords()) {
+    if (record == ".data/serialization_id") continue;  // the writer writes its own
+    if (record == name) {
+      writer.writeRecord(name, bytes.data(), bytes.size());
+    } else {
+      auto [data, n] = reader.getRecord(record);
+      writer.writeRecord(record, data.get(), n);
+    }
+  }
+  writer.writeEndOfFile();
+  return out;
+}
+
+// Pickle protocol 2: GLOBAL module.name called with one string (what a Python object's
+// __reduce__ returning (os.system, ("touch ...",)) pickles to).
+std::string pickled_call(const std::string& module, const std::string& name, const std::string& arg) {
+  std::string p = "\x80\x02";
+  p += "c" + module + "\n" + name + "\n";
+  const uint32_t n = static_cast<uint32_t>(arg.size());
+  p += 'X';
+  p.append(reinterpret_cast<const char*>(&n), 4);  // little-endian length (x86, aarch64)
+  p += arg;
+  p += "\x85R.";
+  return p;
+}
+
+void expect_refused(const std::function<void()>& load, const std::string& expected) {
+  try {
+    load();
+    FAIL() << "loaded; expected: " << expected;
+  } catch (const heft::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CheckpointTest, ACraftedArchiveWithAValidCrcIsRefusedNamingTheFileAndRunsNothing) {
+  fs::create_directories(dir_);
+  const fs::path marker = dir_ / "marker";
+  const std::string crafted = crafted_archive(marker);
+  {  // The probe bites: LibTorch's own loader runs the archive's __setstate__.
+    torch::serialize::InputArchive raw;
+    raw.load_from(crafted.data(), crafted.size());
+    ASSERT_TRUE(fs::exists(marker)) << "torch::jit::load did not run __setstate__: no probe";
+    fs::remove(marker);
+  }
+  torch::nn::Linear model(4, 3);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  CheckpointDirectory ckpt((dir_ / "ckpt").string(), 2);
+  CheckpointData d;
+  d.step = 1;
+  d.files = {{"model.pt", crafted}, {"optimizer.pt", crafted}, {"rng.pt", crafted}};
+  ckpt.save(d);  // its manifest lists the crafted files' sizes and CRCs
+  std::ostringstream warnings;
+  const auto loaded = ckpt.load_latest(warnings);
+  ASSERT_TRUE(loaded.has_value()) << warnings.str();  // the CRC check passes
+  const std::string where = "checkpoint step 1 in " + ckpt.dir() + ": ";
+  const std::string refusal = ": holds something other than tensors and plain data "
+                              "(code/__torch__.py defines a TorchScript function); heft "
+                              "refuses to load it";
+  expect_refused([&] { heft::parallel::module_from_bytes(*model, loaded->files.at("model.pt"), where + "model.pt"); },
+                 where + "model.pt" + refusal);
+  expect_refused([&] { heft::parallel::optimizer_from_bytes(opt, loaded->files.at("optimizer.pt"), where + "optimizer.pt"); },
+                 where + "optimizer.pt" + refusal);
+  expect_refused([&] { heft::parallel::rng_from_bytes(loaded->files.at("rng.pt"), where + "rng.pt"); },
+                 where + "rng.pt" + refusal);
+  // heft-train's sharded checkpoints: each part's shard.pt, before any is unpickled.
+  const std::string layout = R"({"format": "heft-sharded", "flats": [], "replicate_rank": 0})";
+  expect_refused([&] { heft::parallel::sharded::read_sharded({{{"layout.json", layout}, {"shard.pt", crafted}}}, "step 1 in D"); },
+                 "checkpoint step 1 in D: part-00000/shard.pt" + refusal);
+  EXPECT_FALSE(fs::exists(marker));
+
+  // A legitimate archive whose data.pkl was replaced: a pickled os.system call (LibTorch's
+  // unpickler has no Python to call; the load fails, naming the file) and a registered C++
+  // class (refused before unpickling).
+  const std::string plain = heft::parallel::module_to_bytes(*model);
+  const std::string touch = "touch " + marker.string();
+  const std::string system_call = with_record(plain, "data.pkl", pickled_call("posix", "system", touch));
+  expect_refused([&] { heft::parallel::module_from_bytes(*model, system_call, where + "model.pt"); },
+                 where + "model.pt: cannot be read as a torch::serialize archive");
+  const std::string custom = with_record(
+      plain, "data.pkl", pickled_call("__torch__.torch.classes.quantized", "LinearPackedParamsBase", touch));
+  expect_refused([&] { heft::parallel::module_from_bytes(*model, custom, where + "model.pt"); },
+                 where + "model.pt: holds something other than tensors and plain data (data.pkl names "
+                 "a registered C++ class (torch.classes)); heft refuses to load it");
+  expect_refused([&] { heft::parallel::module_from_bytes(*model, "not a zip", where + "model.pt"); },
+                 where + "model.pt: not a torch::serialize archive");
+  EXPECT_FALSE(fs::exists(marker));
+  // heft's own archives still load.
+  heft::parallel::module_from_bytes(*model, plain, where + "model.pt");
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ data coordinate, and how each tensor was cut: {key: [dim, parts]}, dim -1 whole)
 ranks of data coordinate 0, state.pt ({key: slice} and each parameter's optimizer state
 sliced alike). Keys are the model's: the layer's index in the sequence, then its own name,
 so the full state is a plain nn.Sequential's state_dict. Slices are joined and re-cut by
-heft's C++ join_slices / take_slice. See docs/pipeline.md, "Checkpoints"."""
+heft's C++ join_slices / take_slice. Parts are read with torch.load(weights_only=True):
+tensors and plain data only (_sharded_ckpt.load_part). See docs/pipeline.md, "Checkpoints"."""
 import io
 import json
 import sys
@@ -16,6 +17,7 @@ import torch.distributed as dist
 
 from . import _c10d
 from . import _checkpoint_dir as ckdir
+from ._sharded_ckpt import load_part
 
 _T = _c10d.parallel.tensor
 FORMAT = "heft-pipeline-layout-1"
@@ -141,7 +143,7 @@ def full_state(directory, who="Pipeline.load_full_state_dict"):
         layout = json.loads(part.read("layout.json"))
         if "state.pt" not in part:
             continue
-        for key, entry in torch.load(io.BytesIO(part.read("state.pt"))).items():
+        for key, entry in load_part(part, "state.pt", who).items():
             pieces.setdefault(key, {})[layout["tensor_rank"]] = entry
             splits[key] = tuple(layout["splits"][key])
     params, optim = {}, {}
@@ -155,8 +157,7 @@ def full_state(directory, who="Pipeline.load_full_state_dict"):
                               if dim >= 0 and torch.is_tensor(v) and v.shape == slices[0].shape
                               else v)
                           for k, v in entries[0]["optimizer"].items()}
-    groups = torch.load(io.BytesIO(parts[0].read("param_groups.pt"))) \
-        if "param_groups.pt" in parts[0] else []
+    groups = load_part(parts[0], "param_groups.pt", who) if "param_groups.pt" in parts[0] else []
     return step, meta, params, optim, groups
 
 

@@ -1,9 +1,12 @@
 """heft.torch.parallel.save_checkpoint / load_checkpoint / load_full_state_dict: a
 ShardedDataParallel model and its optimizer as one multi-writer checkpoint (part K written by
 rank K: its flat shards, their optimizer state and the layout), loadable at any other
-sharded degree, hybrid degree or world size, or as a plain state_dict."""
+sharded degree, hybrid degree or world size, or as a plain state_dict. Every part file is
+read with torch.load(weights_only=True): tensors and plain data only, never a pickled object
+(load_part; the CRC the C++ reader checks finds corruption, not a crafted file)."""
 import io
 import json
+import pickle
 import sys
 
 import torch
@@ -43,6 +46,33 @@ def _bytes(obj):
     return buf.getvalue()
 
 
+def _reason(text, limit=200):
+    """The line of torch's weights-only refusal that names what was refused. It quotes the
+    crafted file (a global's name): characters outside printable ASCII become '?', and it
+    is cut at `limit` characters."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    found = [l for l in lines if "GLOBAL" in l or "nsupported" in l or "TorchScript" in l]
+    line = (found or lines or ["?"])[0]
+    line = line if len(line) <= limit else line[:limit] + "..."
+    return "".join(c if " " <= c <= "~" else "?" for c in line)
+
+
+def load_part(part, name, who):
+    """torch.load of file `name` of a verified Part with weights_only=True, said explicitly:
+    an explicit True is not overridden by TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD, which turns only
+    the default off (torch/serialization.py). A file holding anything but tensors and plain
+    data (a pickled class, function or TorchScript) raises ValueError naming the file;
+    nothing in it runs."""
+    path = part._paths[name]
+    try:
+        return torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "weights_only" not in str(e):
+            raise
+        raise ValueError(f"{who}: {path}: holds something other than tensors and plain data "
+                         f"({_reason(str(e))}); heft refuses to unpickle it") from None
+
+
 def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep=2):
     """Collective: every rank writes its part; rank 0 commits. step: default one past the
     newest checkpoint in directory. Returns the step."""
@@ -78,7 +108,7 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
     return step
 
 
-def _read(directory):
+def _read(directory, who):
     """(step, meta, layout, parts of replica 0 by shard rank, replicated state)."""
     found = ckdir.load_latest(directory, lambda text: print(text, file=sys.stderr))
     if found is None:
@@ -88,15 +118,15 @@ def _read(directory):
     layouts = [json.loads(p.read("layout.json")) for p in parts]
     keep = sorted((k for k, l in enumerate(layouts) if l["replica"] == 0),
                   key=lambda k: layouts[k]["shard_rank"])
-    replicated = torch.load(io.BytesIO(parts[0].read("replicated.pt")))
+    replicated = load_part(parts[0], "replicated.pt", who)
     return step, meta, layouts[keep[0]], [parts[k] for k in keep], replicated
 
 
-def _old_units(layout, parts):
+def _old_units(layout, parts, who):
     """Per old unit, one at a time: (its saved optimizer state of part 0, {name: full
     parameter}, {state key: {name: full state tensor}})."""
     for i, unit in enumerate(layout["units"]):
-        blobs = [torch.load(io.BytesIO(p.read(_unit_file(i)))) for p in parts]
+        blobs = [load_part(p, _unit_file(i), who) for p in parts]
         named = _named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs]))
         states = {}
         for key, v in blobs[0]["optimizer"].items():
@@ -118,9 +148,10 @@ def _named(unit, flat):
 def load_full_state_dict(directory):
     """The newest checkpoint as the unwrapped model's state_dict (full tensors; no process
     group needed)."""
-    _, _, layout, parts, replicated = _read(directory)
+    who = "load_full_state_dict"
+    _, _, layout, parts, replicated = _read(directory, who)
     params = {}
-    for _, named, _ in _old_units(layout, parts):
+    for _, named, _ in _old_units(layout, parts, who):
         params.update({k: v.clone() for k, v in named.items()})
     buffers = replicated["buffers"]
     return {k: (params[k] if k in params else buffers[k]).clone()
@@ -144,7 +175,8 @@ def _copy_into(unit, named, target):
 def load_checkpoint(directory, model, optimizer=None):
     """Loads the newest checkpoint into a ShardedDataParallel model (any degree) and its
     optimizer, one saved unit at a time; returns (step, meta)."""
-    step, meta, layout, parts, replicated = _read(directory)
+    who = "load_checkpoint"
+    step, meta, layout, parts, replicated = _read(directory, who)
     wanted = [places[0].name for u in model.units for places in u.slots]
     saved_names = {n for unit in layout["units"] for m in unit["members"] for n in m["names"]}
     missing = [n for n in wanted if n not in saved_names]
@@ -152,7 +184,7 @@ def load_checkpoint(directory, model, optimizer=None):
         raise KeyError(f"load_checkpoint: dir={directory!r}: the checkpoint has no parameter "
                        f"{', '.join(missing[:5])} of this model")
     new_state = {}
-    for saved, named, states in _old_units(layout, parts):
+    for saved, named, states in _old_units(layout, parts, who):
         for u in model.units:
             _copy_into(u, named, u.shard.data)
             if optimizer is None:

@@ -10,15 +10,32 @@
 
 namespace heft::parallel {
 
-// The load functions throw what torch::serialize throws (c10::Error) on bad bytes.
+// The load functions read archives of tensors and plain values only (what the *_to_bytes
+// functions write; check_plain_archive runs first) and throw heft::IoError naming `what`,
+// the file ("checkpoint step 3 in DIR: model.pt"), for a refused or unreadable archive.
 std::string module_to_bytes(const torch::nn::Module& module);
 // Copies into the module's existing tensors (views and references held elsewhere, such as
 // DDP's buckets or the optimizer, see the loaded values).
-void module_from_bytes(torch::nn::Module& module, const std::string& bytes);
+void module_from_bytes(torch::nn::Module& module, const std::string& bytes, const std::string& what);
 std::string optimizer_to_bytes(const torch::optim::Optimizer& optimizer);
-void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes);
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                          const std::string& what);
 // torch's default CPU generator (torch::manual_seed, dropout, randn, ...).
 std::string rng_to_bytes();
-void rng_from_bytes(const std::string& bytes);
+void rng_from_bytes(const std::string& bytes, const std::string& what);
+
+// A torch::serialize archive is a TorchScript zip: LibTorch's loader (torch::jit::load)
+// compiles the source under code/ and runs a class's __setstate__ while unpickling
+// data.pkl, so a crafted file would run TorchScript, which can create and write files
+// (torch.from_file); a CRC only finds corruption. heft's archives hold classes with
+// attributes and no methods. Throws heft::IoError naming `what` and the record when a
+// source file defines a function (the token def) or a pickle names a registered C++ class
+// (torch.classes, whose __setstate__ heft never needs), or when the bytes are no archive.
+// Compiles and unpickles nothing; reads the source and pickle records, not tensor data.
+void check_plain_archive(const std::string& bytes, const std::string& what);
+// check_plain_archive, then archive.load_from(bytes); a LibTorch error while loading
+// becomes heft::IoError naming `what`.
+void load_plain_archive(torch::serialize::InputArchive& archive, const std::string& bytes,
+                        const std::string& what);
 
 }  // namespace heft::parallel

@@ -80,8 +80,9 @@ class DataParallel : public MeshStrategy {
     const std::map<std::string, std::string>& files = parts.at(0);
     for (const char* name : {"model.pt", "optimizer.pt"})
       if (!files.count(name)) throw IoError("checkpoint " + where + " has no " + name);
-    parallel::module_from_bytes(*model_, files.at("model.pt"));
-    parallel::optimizer_from_bytes(*optimizer_, files.at("optimizer.pt"));
+    parallel::module_from_bytes(*model_, files.at("model.pt"), "checkpoint " + where + ": model.pt");
+    parallel::optimizer_from_bytes(*optimizer_, files.at("optimizer.pt"),
+                                   "checkpoint " + where + ": optimizer.pt");
   }
 
   // Without tensor parallelism the module's own archive (torch::nn::Module::load reads it);

@@ -300,7 +300,7 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
     phases.runoff_s = seconds_since(start);
     phases.runoff_gb = peak_rss_gb(world);
   }
-  parallel::rng_from_bytes(rng);
+  parallel::rng_from_bytes(rng, "the RNG state saved before the trials");
   parallel::tensor::counters() = counters;
   const size_t best = runoff_winner(trials, entrants);
   choice.prediction = trials[best].prediction;

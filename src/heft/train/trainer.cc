@@ -255,7 +255,7 @@ class Training {
     const nlohmann::json meta = nlohmann::json::parse(set->meta_json);
     if (!set->parts.at(0).count("rng.pt")) throw IoError("checkpoint " + where + " has no rng.pt");
     strategy_->load_state(set->parts, where);
-    parallel::rng_from_bytes(set->parts.at(0).at("rng.pt"));
+    parallel::rng_from_bytes(set->parts.at(0).at("rng.pt"), "checkpoint " + where + ": rng.pt");
     step_ = saved_step_ = meta.at("step").get<int64_t>();
     epoch_ = meta.at("epoch").get<int64_t>();
     next_batch_ = meta.at("next_batch").get<int64_t>();

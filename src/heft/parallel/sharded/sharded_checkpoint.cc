@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "heft/error.h"
+#include "heft/parallel/checkpoint_dir.h"
+#include "heft/parallel/torch_state.h"
 
 namespace heft::parallel::sharded {
 
@@ -157,10 +159,9 @@ NamedState read_tensor_rank(const std::map<int, const std::map<std::string, std:
                   std::to_string(shard_size - 1) + " of replicate 0, found " +
                   std::to_string(by_shard.size()));
   std::vector<torch::serialize::InputArchive> archives(static_cast<size_t>(shard_size));
-  for (auto& [k, p] : by_shard) {
-    std::istringstream in(p->at("shard.pt"));
-    archives[static_cast<size_t>(k)].load_from(in);
-  }
+  for (auto& [k, p] : by_shard)
+    load_plain_archive(archives[static_cast<size_t>(k)], p->at("shard.pt"),
+                       "checkpoint " + where + ": shard.pt of shard rank " + std::to_string(k));
   NamedState state;
   state.optimizer_name = layout.value("optimizer", "");
   const json& flats = layout["flats"];
@@ -260,6 +261,8 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
       throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
                     "'s layout.json is not a heft-sharded layout");
     if (l.value("replicate_rank", -1) != 0) continue;
+    check_plain_archive(p.at("shard.pt"), "checkpoint " + where + ": " + part_name(static_cast<int>(i)) +
+                                              "/shard.pt");
     Stage& st = stages[l.value("pipeline_rank", 0)];
     const int t = l.value("tensor_rank", 0);
     st.tensor_size = l.value("tensor_size", 1);
