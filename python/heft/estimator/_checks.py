@@ -1,5 +1,6 @@
 """Checks of the SDK's arguments that heft maps: each error is a ValueError naming the
 argument, what was expected and what was found."""
+import re
 
 _SCALAR = (str, int, float, bool)
 
@@ -61,3 +62,27 @@ def show_logs(owner, logs):
         return False
     raise ValueError(f"{owner}: logs={logs!r}: expected True, False, 'All' or 'None' (heft "
                      "has no rule jobs, so 'Rules' has nothing to show)")
+
+
+# heft's job name (src/heft/job/spec/spec.cc is_job_name): what `heft train` accepts and what
+# every file the SDK keeps is named after, so it is checked before any of them is written.
+MAX_JOB_NAME = 63
+_JOB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
+_SHOWN = 80  # characters of a refused name shown in the message
+
+
+def _found(value):
+    if isinstance(value, str) and len(value) > _SHOWN:
+        return f"{value[:_SHOWN]!r}... ({len(value)} characters)"
+    return repr(value)
+
+
+def job_name(owner, name, value, max_length=MAX_JOB_NAME, why=""):
+    """`value` when it is a job name: 1 to max_length letters, digits and '-', not starting or
+    ending with '-' (so no '/', '.', whitespace or NUL); else a ValueError naming the argument
+    `name`, in heft train's words. `why` follows the limit in the message."""
+    if not (isinstance(value, str) and 0 < len(value) <= max_length
+            and _JOB_NAME.fullmatch(value)):
+        raise ValueError(f"{owner}: {name}: expected letters, digits and '-' (not first or "
+                         f"last), at most {max_length} characters{why}, found {_found(value)}")
+    return value

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 
+from . import _home
 from .exceptions import HeftCommandError
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../heft
@@ -76,7 +77,8 @@ class Running:
     `sys.stdout` line by line when `show` is true (else dropped); its stderr to `sys.stderr`
     when `show`, and always kept (the last 200 lines) for the error message. With `log_path`
     both go to that file instead, and heft runs in its own session, so it outlives this
-    Python (fit(wait=False) from a script that then exits)."""
+    Python (fit(wait=False) from a script that then exits); the file is private (mode 0600)
+    and must lie inside heft's home (_home)."""
 
     def __init__(self, args, heft_home, cwd, show, log_path=None):
         self.args = list(args)
@@ -86,7 +88,7 @@ class Running:
         self._threads = []
         command = [heft_binary()] + self.args
         if log_path:
-            with open(log_path, "w") as log:
+            with _home.open_private(heft_home, log_path) as log:
                 self.proc = subprocess.Popen(command, cwd=cwd, env=environment(heft_home),
                                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                              start_new_session=True)

@@ -3,7 +3,8 @@
 model and checkpoints copied where the estimator's output_path and checkpoint_s3_uri say.
 
 Beside each job the SDK keeps, under $HEFT_HOME/sdk/: <job>.yaml (the spec it wrote) and
-<job>.json (what the spec has no field for: instance_type, role, output_path, ...).
+<job>.json (what the spec has no field for: instance_type, role, output_path, ...), private
+files written through _home (mode 0600, never outside the home).
 """
 import datetime
 import json
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from . import _cli
+from . import _checks, _cli, _home
 from ._uri import file_uri, local_path
 from .exceptions import HeftCommandError, UnexpectedStatusException
 
@@ -67,12 +68,6 @@ def refusal(owner, stderr, spec_path, table=None):
     return ValueError(f"{owner}: heft refused the job (spec {spec_path}):\n" + "\n".join(shown))
 
 
-def _sdk_dir(home):
-    d = os.path.join(home, "sdk")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    return d
-
-
 def _time(t):
     return None if t is None else datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
 
@@ -93,14 +88,11 @@ class TrainingJob:
     def start(cls, session, spec, record, cwd, show, owner, detach=False):
         from .estimator import dump_spec
         home = session.heft_home
-        os.makedirs(home, mode=0o700, exist_ok=True)
-        sdk = _sdk_dir(home)
-        name = spec["name"]
-        spec_path = os.path.join(sdk, name + ".yaml")
-        with open(spec_path, "w") as f:
-            f.write(dump_spec(spec))
-        with open(os.path.join(sdk, name + ".json"), "w") as f:
-            json.dump(record, f, indent=2)
+        name = _checks.job_name(owner, "job_name", spec.get("name"))
+        sdk = _home.sdk_dir(home)
+        spec_path = _home.write_private(home, os.path.join(sdk, name + ".yaml"), dump_spec(spec))
+        _home.write_private(home, os.path.join(sdk, name + ".json"),
+                            json.dumps(record, indent=2))
         running = _cli.Running(["train", spec_path], home, cwd, show,
                                os.path.join(sdk, name + ".out") if detach else None)
         job = cls(session, name, record, running, spec_path, owner)
@@ -271,7 +263,8 @@ def deliver(job, d):
     rec = job.record
     if d["status"] not in ENDED or not (rec.get("output_path") or rec.get("checkpoint_s3_uri")):
         return
-    marker = os.path.join(_sdk_dir(job.sagemaker_session.heft_home), d["name"] + ".delivered")
+    home = job.sagemaker_session.heft_home
+    marker = os.path.join(_home.sdk_dir(home), d["name"] + ".delivered")
     if os.path.exists(marker):
         return
     if rec.get("output_path") and d["status"] == "Completed":
@@ -281,8 +274,7 @@ def deliver(job, d):
     if rec.get("checkpoint_s3_uri"):
         _copy_tree(os.path.join(d["job_dir"], "checkpoints"),
                    local_path("checkpoint_s3_uri", rec["checkpoint_s3_uri"]))
-    with open(marker, "w") as f:
-        f.write(d["status"] + "\n")
+    _home.write_private(home, marker, d["status"] + "\n")
 
 
 def delivered_model(job):

@@ -34,7 +34,8 @@ _FRAMEWORK_PARAMETERS = ("sagemaker_program", "sagemaker_submit_directory",
 
 
 def name_from_base(base, max_length=63):
-    """`base-YYYY-MM-DD-HH-MM-SS-mmm` (UTC), the SDK's job names, cut to max_length."""
+    """`base-YYYY-MM-DD-HH-MM-SS-mmm` (UTC), the SDK's job names, cut to max_length: a job
+    name whenever `base` is one (base is cut and its trailing '-' dropped)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y-%m-%d-%H-%M-%S-") + f"{now.microsecond // 1000:03d}"
     return f"{base[:max_length - len(stamp) - 1].rstrip('-')}-{stamp}"
@@ -93,7 +94,9 @@ class Estimator:
         self.disable_profiler = bool(disable_profiler)
         self.container_log_level = None if container_log_level is None else checks.check_int(
             owner, "container_log_level", container_log_level, 0, 50)
-        self.base_job_name = base_job_name
+        # Checked here and again by fit(): every name made from it is a job name.
+        self.base_job_name = None if base_job_name is None else checks.job_name(
+            owner, "base_job_name", base_job_name)
         self.latest_training_job = None
         self._current_job_name = None
 
@@ -256,16 +259,21 @@ class Estimator:
         """Runs the job with `heft train`. `inputs`: a path, file:// URI, TrainingInput or a dict
         of channel -> one of those (s3:// refused). `wait`: block until it ends (a Failed job
         raises UnexpectedStatusException); else return once it is recorded. `logs`: True/"All"
-        shows the workers' lines as they come; False/"None" shows nothing."""
+        shows the workers' lines as they come; False/"None" shows nothing. `job_name`, or the
+        base_job_name it is made from, is a job name (letters, digits and '-', at most 63),
+        checked before anything is written."""
         owner = f"{type(self).__name__}.fit"
         _refused.check(owner, _refused.FIT, kwargs)
         show = checks.show_logs(owner, logs)
         home = self.sagemaker_session.heft_home
-        if job_name is None:
-            job_name = name_from_base(self._base_name())
+        if job_name is not None:
+            checks.job_name(owner, "job_name", job_name)
+        else:
+            base = checks.job_name(owner, "base_job_name", self._base_name())
+            job_name = name_from_base(base)
             while _cli.job_exists(job_name, home):
                 time.sleep(0.002)
-                job_name = name_from_base(self._base_name())
+                job_name = name_from_base(base)
         spec = self.job_spec(inputs, job_name)
         job = TrainingJob.start(self.sagemaker_session, spec, self._record(), self._cwd,
                                 show and wait, owner, detach=not wait)

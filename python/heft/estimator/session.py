@@ -6,6 +6,7 @@ by name (heft has nothing to hand them to)."""
 import os
 import shutil
 
+from . import _home
 from ._uri import local_path
 
 DEFAULT_BUCKET = "default"
@@ -75,9 +76,9 @@ class Session:
         prefix = key_prefix.strip("/")
         if self.default_bucket_prefix and bucket is None:
             prefix = self.default_bucket_prefix.strip("/") + "/" + prefix
+        # Inside heft's home (private, 0700), even when a link was planted on the way.
         target = os.path.join(self.data_folder(bucket), prefix)
-        os.makedirs(self.heft_home, mode=0o700, exist_ok=True)  # heft's home is private
-        os.makedirs(target, mode=0o700, exist_ok=True)
+        _home.folder(self.heft_home, os.path.relpath(target, self.heft_home))
         if os.path.isdir(path):
             shutil.copytree(path, target, dirs_exist_ok=True)
             return "file://" + target

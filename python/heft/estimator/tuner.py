@@ -14,8 +14,8 @@ import json
 import os
 import time
 
-from . import _cli, _refused
-from ._training_job import TUNING_FIELD_TO_ARGUMENT, refusal, _sdk_dir
+from . import _cli, _home, _refused
+from ._training_job import TUNING_FIELD_TO_ARGUMENT, refusal
 from .analytics import HyperparameterTuningJobAnalytics
 from . import _checks as checks
 from .estimator import Estimator, dump_spec, name_from_base
@@ -113,7 +113,9 @@ class HyperparameterTuner:
             raise ValueError(f"{owner}: strategy_config: expected a StrategyConfig with a "
                              "HyperbandStrategyConfig, with strategy='Hyperband'")
         self.random_seed = random_seed
-        self.base_tuning_job_name = base_tuning_job_name
+        # A tuning's name is a job name with room for its trials' -NNN (fit() checks that).
+        self.base_tuning_job_name = None if base_tuning_job_name is None else checks.job_name(
+            owner, "base_tuning_job_name", base_tuning_job_name)
         self.latest_tuning_job = None
         self._current_job_name = None
         self._running = None
@@ -200,23 +202,31 @@ class HyperparameterTuner:
 
     def fit(self, inputs=None, job_name=None, include_cls_metadata=False, estimator_kwargs=None,
             wait=True, **kwargs):
-        """Runs `heft tune`; with `wait`, until it ends (showing its live table)."""
+        """Runs `heft tune`; with `wait`, until it ends (showing its live table). `job_name`,
+        or the name made from base_tuning_job_name, is a job name short enough for its trials'
+        names (<name>-001, ...), checked before anything is written."""
         owner = "HyperparameterTuner.fit"
         if kwargs:
             raise TypeError(f"{owner}() got an unexpected keyword argument '{next(iter(kwargs))}'")
         _refused.check(owner, _refused.TUNER_FIT, {"include_cls_metadata": include_cls_metadata,
                                                    "estimator_kwargs": estimator_kwargs})
         home = self.sagemaker_session.heft_home
-        base = self.base_tuning_job_name or self.estimator._base_name()
-        name = job_name or name_from_base(base, max_length=59)  # trials add -NNN
-        spec = self.tuning_spec(inputs, name)
-        os.makedirs(home, mode=0o700, exist_ok=True)
-        sdk = _sdk_dir(home)
-        path = os.path.join(sdk, name + ".tuning.yaml")
-        with open(path, "w") as f:
-            f.write(dump_spec(spec))
-        with open(os.path.join(sdk, name + ".tuning.json"), "w") as f:
-            json.dump(self.estimator._record(), f, indent=2)
+        spec = self.tuning_spec(inputs)
+        # Trials are named <name>-001 ... <name>-<max_jobs>: each must be a job name too.
+        digits = max(3, len(str(spec["max_jobs"]))) if _is_int(spec["max_jobs"]) else 3
+        limit, why = checks.MAX_JOB_NAME - 1 - digits, f" (trials add -{'N' * digits})"
+        if job_name is not None:
+            name = checks.job_name(owner, "job_name", job_name, limit, why)
+        else:
+            base = self.base_tuning_job_name or self.estimator._base_name()
+            argument = "base_tuning_job_name" if self.base_tuning_job_name else "base_job_name"
+            name = name_from_base(checks.job_name(owner, argument, base), max_length=limit)
+        spec["name"] = name
+        sdk = _home.sdk_dir(home)
+        path = _home.write_private(home, os.path.join(sdk, name + ".tuning.yaml"),
+                                   dump_spec(spec))
+        _home.write_private(home, os.path.join(sdk, name + ".tuning.json"),
+                            json.dumps(self.estimator._record(), indent=2))
         self._running = _cli.Running(["tune", path], home, self.estimator._cwd, wait,
                                      None if wait else os.path.join(sdk, name + ".tuning.out"))
         self._current_job_name = self.latest_tuning_job = name
@@ -306,6 +316,10 @@ class HyperparameterTuner:
     def stop_tuning_job(self):
         _cli.run(["stop", self._require("stop_tuning_job"), "--wait"],
                  self.sagemaker_session.heft_home, timeout=600)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _grid_size(ranges):
