@@ -2,14 +2,21 @@
 // log is printed as the worker wrote it; all ranks' logs are printed rank after rank with
 // "[rank N] " before each line. --follow keeps printing new lines (of every rank as they
 // come) until the job has ended.
+//
+// A log is read through job/job_file.h, streamed in chunks of kLogChunk bytes (a log of any
+// size costs that much memory, plus a line held back of at most kMaxHeldLine bytes), each
+// read up to the size the log had when that read began (a log that grows while it is printed
+// ends; --follow prints the rest at its next poll). A log that is not a regular file (a
+// worker made it a FIFO, a link, a device) is not read: a line on stderr names it, the other
+// ranks' logs are printed, and heft logs exits 1.
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
 
 #include "heft/cli/commands.h"
 #include "heft/cli/job_lookup.h"
+#include "heft/job/job_file.h"
 #include "heft/job/launch/local_launcher.h"
 #include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
@@ -17,6 +24,11 @@
 namespace heft::cli {
 
 namespace {
+
+constexpr size_t kLogChunk = 1 << 20;
+// A line longer than this is printed in parts (all ranks' lines are otherwise held whole, so
+// that ranks' lines do not interleave mid-line).
+constexpr size_t kMaxHeldLine = 1 << 20;
 
 struct LogsArgs {
   std::string job;
@@ -30,33 +42,63 @@ class LogReader {
   LogReader(std::string path, std::string prefix)
       : path_(std::move(path)), prefix_(std::move(prefix)) {}
 
-  // Prints the complete lines added since the last call; `final` also prints a last line
-  // that has no '\n' yet.
-  void print_new(bool final) {
-    std::ifstream in(path_, std::ios::binary);
-    if (in) {
-      in.seekg(static_cast<std::streamoff>(offset_));
-      std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      offset_ += chunk.size();
-      pending_ += chunk;
+  // Prints the complete lines added since the last call, up to the size the log has now;
+  // `final` also prints a last line that has no '\n' yet. Returns false when the log could
+  // not be read (said on stderr once until it can be again).
+  bool print_new(bool final) {
+    uint64_t end = 0;
+    for (bool first = true; first || offset_ < end; first = false) {
+      job::JobFileRead read = job::read_job_file_range(path_, offset_, kLogChunk);
+      if (!read.ok()) {
+        if (read.status == job::JobFileStatus::kMissing) break;  // nothing written yet
+        if (read.error != refused_) std::cerr << "heft logs: " << read.error << std::endl;
+        refused_ = read.error;
+        return false;
+      }
+      refused_.clear();
+      if (first) {
+        end = read.size;
+        if (read.size < offset_) {  // truncated or replaced: printed again from its start
+          offset_ = 0;
+          continue;
+        }
+      }
+      if (read.bytes.empty()) break;
+      offset_ = read.offset + read.bytes.size();
+      print(read.bytes, false);
     }
+    print("", final);
+    return true;
+  }
+
+ private:
+  void print(const std::string& chunk, bool final) {
+    pending_ += chunk;
     std::string out;
     size_t begin = 0;
-    for (size_t nl; (nl = pending_.find('\n', begin)) != std::string::npos; begin = nl + 1)
-      out += prefix_ + pending_.substr(begin, nl + 1 - begin);
+    for (size_t nl; (nl = pending_.find('\n', begin)) != std::string::npos; begin = nl + 1) {
+      out += (mid_line_ ? "" : prefix_) + pending_.substr(begin, nl + 1 - begin);
+      mid_line_ = false;
+    }
     pending_.erase(0, begin);
-    if (final && !pending_.empty()) {
-      out += prefix_ + pending_ + "\n";
+    if (pending_.size() > kMaxHeldLine || (final && !pending_.empty())) {
+      out += (mid_line_ ? "" : prefix_) + pending_;
       pending_.clear();
+      mid_line_ = true;
+    }
+    if (final && mid_line_) {
+      out += "\n";
+      mid_line_ = false;
     }
     std::cout << out << std::flush;
   }
 
- private:
   std::string path_;
   std::string prefix_;
-  size_t offset_ = 0;
-  std::string pending_;
+  uint64_t offset_ = 0;
+  std::string pending_;    // the start of a line whose '\n' has not come yet
+  bool mid_line_ = false;  // the last thing printed was part of a line
+  std::string refused_;    // why the log was last not read
 };
 
 int show_logs(const LogsArgs& args) {
@@ -75,16 +117,19 @@ int show_logs(const LogsArgs& args) {
     if (args.rank < 0 || rank == args.rank)
       readers.emplace_back(logs + "/rank-" + std::to_string(rank) + ".log",
                            args.rank < 0 ? "[rank " + std::to_string(rank) + "] " : "");
+  bool all_read = true;
   if (!args.follow) {
-    for (LogReader& r : readers) r.print_new(true);
-    return 0;
+    for (LogReader& r : readers) all_read = r.print_new(true) && all_read;
+    return all_read ? 0 : 1;
   }
   for (;;) {
     db->fail_orphaned_jobs();
     const heft::Result<job::JobRecord> now = db->find_job(j.name);  // the job found above
     const bool ended = !now.ok() || now.value().ended();
-    for (LogReader& r : readers) r.print_new(ended);  // after the check: nothing is missed
-    if (ended) return 0;
+    bool read_now = true;
+    for (LogReader& r : readers) read_now = r.print_new(ended) && read_now;  // after the check
+    if (ended) return read_now && all_read ? 0 : 1;
+    all_read = all_read && read_now;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }

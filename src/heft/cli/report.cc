@@ -1,7 +1,11 @@
 // `heft report JOB [-o FILE]`: writes the job's profiler report (profile/report.h), by default
 // to <job>/report.html, and prints where.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
-#include <fstream>
+#include <cstdio>
 #include <iostream>
 
 #include "heft/cli/commands.h"
@@ -39,13 +43,23 @@ Command add_report_command(CLI::App& app) {
     if (d.stuck()) in.diagnosis = d.text();
     const std::string out = args->out.empty() ? paths.root + "/report.html" : args->out;
     const std::string tmp = out + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << profile::report_html(in);
-      if (!f.flush()) {
-        std::cerr << "heft report: cannot write " << out << "\n";
-        return 1;
-      }
+    // A new file: whatever a worker left at the temporary name (a FIFO, a link) is removed,
+    // never opened; rename() then replaces a link at `out` rather than following it.
+    ::unlink(tmp.c_str());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    const std::string html = profile::report_html(in);
+    size_t written = 0;
+    while (fd >= 0 && written < html.size()) {
+      const ssize_t n = ::write(fd, html.data() + written, html.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
+    if (fd >= 0) ::close(fd);
+    if (fd < 0 || written < html.size()) {
+      ::unlink(tmp.c_str());
+      std::cerr << "heft report: cannot write " << out << "\n";
+      return 1;
     }
     if (std::rename(tmp.c_str(), out.c_str()) != 0) {
       std::cerr << "heft report: cannot write " << out << "\n";

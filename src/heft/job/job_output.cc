@@ -3,11 +3,13 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include "heft/error.h"
+#include "heft/job/job_file.h"
 
 namespace heft::job {
 
@@ -36,6 +38,10 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+std::string kind_or(const std::string& kind, const char* otherwise) {
+  return kind.empty() ? otherwise : kind;
+}
+
 int terminal_width() {
   winsize ws{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
@@ -54,10 +60,23 @@ JobOutput::JobOutput(const JobPaths& paths, const JobSpec& spec, bool echo, bool
       progress_line_(std::move(progress_line)) {
   for (int rank = 0; rank < spec.world_size(); ++rank) {
     const std::string path = paths.rank_log(rank);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    // A log a worker left as a link or a FIFO (seen again by heft resume) is refused, never
+    // followed nor waited on.
+    const int fd = ::open(
+        path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    const int err = fd < 0 ? errno : 0;
+    struct stat st {};
+    std::string why;
+    if (err == ELOOP || err == ENXIO ||
+        (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))))
+      why = "it is " + kind_or(special_file_kind(path), "something else") +
+            ", not a regular file: remove it to run the job again";
+    else if (err != 0)
+      why = errno_string(err);
+    if (!why.empty()) {
+      if (fd >= 0) ::close(fd);
       for (int open_fd : log_fds_) ::close(open_fd);
-      throw IoError("cannot open the log " + path + ": " + errno_string(errno));
+      throw IoError("cannot open the log " + path + ": " + why);
     }
     log_fds_.push_back(fd);
   }

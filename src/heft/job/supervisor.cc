@@ -15,9 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "heft/job/job_file.h"
 #include "heft/job/job_output.h"
 #include "heft/job/record/job_report.h"
 #include "heft/job/group_options.h"
@@ -43,14 +43,17 @@ enum class StopReason {
 
 std::string seconds_text(double s) { return number_text(std::round(s * 10) / 10) + " s"; }
 
-// The first kFailureFileBytes of the worker's failure file, if it wrote one.
-std::string failure_file(const JobPaths& paths) {
+// The first kFailureFileBytes of the worker's failure file, if it wrote one; `refused` gets
+// why a failure file that is not a regular file was not read (job_file.h: the supervisor
+// never waits on a file a worker made).
+std::string failure_file(const JobPaths& paths, std::string* refused) {
   for (const std::string& path : {paths.output + "/failure", paths.output_data + "/failure"}) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) continue;
-    std::string text(kFailureFileBytes, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
+    JobFileRead read = read_job_file_range(path, 0, kFailureFileBytes);
+    if (!read.ok()) {
+      if (read.status != JobFileStatus::kMissing && refused->empty()) *refused = read.error;
+      continue;
+    }
+    std::string& text = read.bytes;
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
     if (!text.empty()) return text;
   }
@@ -340,12 +343,13 @@ class Supervisor::Impl {
                            ? "rank " + std::to_string(end.failed_rank) + " " +
                                  describe_wait_status(end.failed_wait_status)
                            : "the group ended with exit code " + std::to_string(end.exit_code);
-    const std::string file = failure_file(paths_);
+    std::string refused;
+    const std::string file = failure_file(paths_, &refused);
     if (!file.empty()) return head + ": " + file;
     const std::string tail = end.failed_rank >= 0 ? output_.tail(end.failed_rank) : "";
-    if (tail.empty()) return head;
-    return head + "; last lines of logs/rank-" + std::to_string(end.failed_rank) + ".log:\n" +
-           tail;
+    if (!tail.empty())
+      head += "; last lines of logs/rank-" + std::to_string(end.failed_rank) + ".log:\n" + tail;
+    return refused.empty() ? head : head + "\n" + refused;
   }
 
   std::string status_text() const {

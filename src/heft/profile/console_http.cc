@@ -167,6 +167,10 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
+void BoundedServer::widen_backlog() {
+  if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, std::max(128, 2 * limits_.workers));
+}
+
 void apply_limits(httplib::Server& server, const ConsoleLimits& limits) {
   server.set_payload_max_length(limits.max_body);
   server.set_read_timeout(limits.io_timeout_s, 0);

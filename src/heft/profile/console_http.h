@@ -16,8 +16,9 @@
 // worker between requests, and `workers` threads serve connections (a queue beyond that).
 //
 // Left out: the same bounds over TLS. console_server.cc serves --tls-cert through httplib's
-// SSLServer, which keeps the payload limit, timeouts and workers but not the header bounds
-// or the request deadline (this stream cannot wrap OpenSSL without linking libssl itself).
+// SSLServer, which keeps the payload limit, timeouts and workers but not the header bounds,
+// the request deadline or the wider backlog (this stream cannot wrap OpenSSL without linking
+// libssl itself).
 #pragma once
 
 #include <httplib.h>
@@ -31,6 +32,10 @@ namespace heft::profile {
 class BoundedServer : public httplib::Server {
  public:
   explicit BoundedServer(const ConsoleLimits& limits);
+  // After a bind: widens the listen backlog from httplib's 5 to twice `workers` (at least
+  // 128), so that a burst of connections (64 page polls at once) is queued rather than
+  // dropped and retried by the clients a second or more later.
+  void widen_backlog();
 
  private:
   bool process_and_close_socket(socket_t sock) override;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "heft/error.h"
+#include "heft/job/job_file.h"
 #include "heft/job/record/job_db.h"
 #include "heft/job/record/job_report.h"
 #include "heft/job/paths.h"
@@ -104,19 +105,27 @@ nlohmann::json metric_series_json(const std::vector<job::MetricPoint>& points, d
 }
 
 // GET /api/jobs/NAME/logs: {text, offset, size} of the log at `path`, at most 64 KiB from
-// `offset` (its last 16 KiB when offset < 0); offset is where the next read starts.
-nlohmann::json log_window(const std::string& path, long long offset) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  const long long size = in ? static_cast<long long>(in.tellg()) : 0;
-  constexpr long long kMax = 64 << 10;
-  long long from = offset < 0 ? std::max(0LL, size - 16384) : std::min(offset, size);
-  const long long n = std::min(kMax, size - from);
-  std::string text(static_cast<size_t>(std::max(0LL, n)), '\0');
-  if (in && n > 0) {
-    in.seekg(from);
-    in.read(text.data(), n);
+// `offset` (its last 16 KiB when offset < 0); offset is where the next read starts. Read
+// through job/job_file.h by `deadline`; a missing log is an empty one.
+job::JobFileRead log_window(const std::string& path, long long offset,
+                            job::JobFileClock::time_point deadline) {
+  constexpr size_t kMax = 64 << 10;
+  constexpr size_t kTail = 16 << 10;
+  job::JobFileRead read = offset < 0 ? job::read_job_file_tail(path, kTail, deadline)
+                                     : job::read_job_file_range(path, static_cast<uint64_t>(offset),
+                                                                kMax, deadline);
+  if (read.status == job::JobFileStatus::kMissing) return job::JobFileRead{};
+  return read;
+}
+
+// The HTTP status of a job file that could not be read: 409 for one that is not a regular
+// file (the job's folder is not as heft left it), 503 for a read past its deadline.
+int unread_status(const job::JobFileRead& read) {
+  switch (read.status) {
+    case job::JobFileStatus::kNotRegular: return 409;
+    case job::JobFileStatus::kTimedOut: return 503;
+    default: return 500;
   }
-  return {{"text", text}, {"offset", from + n}, {"size", size}};
 }
 
 }  // namespace
@@ -145,6 +154,7 @@ class ConsoleServer::Impl {
       throw IoError("heft console: cannot listen on " + options_.host + ":" +
                     std::to_string(options_.port) + " (in use? try --port 0 for any free port)");
     }
+    if (auto* bounded = dynamic_cast<BoundedServer*>(server_.get())) bounded->widen_backlog();
     cookie_ = "heft_console_" + std::to_string(port_);  // cookies are shared across ports
     return port_;
   }
@@ -329,9 +339,13 @@ class ConsoleServer::Impl {
     if (rank < 0 || rank >= j.world_size)
       return send_error(res, 400, "rank " + std::to_string(rank) + " is not in 0.." +
                                       std::to_string(j.world_size - 1));
-    nlohmann::json out = log_window(job::job_paths(options_.home, j.name).rank_log(rank), offset);
-    out["rank"] = rank;
-    send_json(res, out);
+    const auto deadline = job::JobFileClock::now() + std::chrono::milliseconds(std::llround(
+                                                         options_.limits.file_read_s * 1000));
+    const job::JobFileRead read =
+        log_window(job::job_paths(options_.home, j.name).rank_log(rank), offset, deadline);
+    if (!read.ok()) return send_error(res, unread_status(read), read.error);
+    send_json(res, {{"text", read.bytes}, {"offset", read.offset + read.bytes.size()},
+                    {"size", read.size}, {"rank", rank}});
   }
 
   void diagnosis(job::JobDb&, const job::JobRecord& j, const httplib::Request&,
@@ -391,8 +405,9 @@ class ConsoleServer::Impl {
     const job::JobPaths paths = job::job_paths(options_.home, j.name);
     long long longest = 0;
     for (int r = 0; r < j.world_size && r < 1024; ++r) {
-      struct stat st {};
-      if (::stat(paths.rank_log(r).c_str(), &st) == 0 && st.st_size > longest) {
+      struct stat st {};  // lstat: a link is not a log (never followed, never opened)
+      if (::lstat(paths.rank_log(r).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          st.st_size > longest) {
         longest = st.st_size;
         best = r;
       }

@@ -8,7 +8,10 @@
 //                                           "log_rank": the rank the page shows logs of first
 //   GET  /api/jobs/NAME/metrics             {name: {rank: [[seconds, step, value], ...]}},
 //                                           at most 1500 points a series (evenly thinned)
-//   GET  /api/jobs/NAME/logs?rank=R&offset=N   {text, offset, size}; offset -1: the tail
+//   GET  /api/jobs/NAME/logs?rank=R&offset=N   {text, offset, size}; offset -1: the tail;
+//                                           read through job/job_file.h within
+//                                           limits.file_read_s: 409 for a log that is not a
+//                                           regular file (a FIFO, a link), 503 past the deadline
 //   GET  /api/jobs/NAME/diagnosis           profile/diagnosis.h as JSON
 //   GET  /api/tunings/NAME                  the tuning record, each trial with its end time
 //   POST /api/(jobs|tunings)/NAME/stop      stops it (403 under no_auth: read-only)
@@ -51,6 +54,9 @@ struct ConsoleLimits {
   double request_timeout_s = 10;       // from a worker taking the connection to the request's
                                        // last byte (slow clients are cut off)
   int io_timeout_s = 5;                // each read or write wait
+  double file_read_s = 2;              // a request's deadline on reading a job's file (a log):
+                                       // past it, 503 (job/job_file.h never waits on a FIFO;
+                                       // this bounds a slow disk or network filesystem)
   int workers = 64;                    // threads serving connections, one request each
 };
 

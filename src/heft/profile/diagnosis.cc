@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "heft/comm/trace.h"
+#include "heft/job/job_file.h"
 
 namespace heft::profile {
 
@@ -26,6 +26,10 @@ namespace fs = std::filesystem;
 using comm::TraceEntry;
 using comm::TraceFile;
 using comm::TraceState;
+
+// Entries of the trace folder looked at (a worker may fill it with files): 16 a rank of the
+// largest job.
+constexpr size_t kMaxTraceDirEntries = 16 * 1024;
 
 struct RankTrace {
   int rank = 0, world_rank = 0, pid = 0;
@@ -64,14 +68,16 @@ std::map<std::string, GroupLabel> read_labels(const std::string& dir,
                                               const std::set<int>& world_ranks) {
   std::map<std::string, GroupLabel> out;
   std::error_code ec;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  size_t seen = 0;
+  for (auto it = fs::directory_iterator(dir, ec);
+       !ec && it != fs::directory_iterator() && ++seen <= kMaxTraceDirEntries; it.increment(ec)) {
     const std::string file = it->path().filename().string();
     const std::string suffix = ".groups.json";
     if (file.size() <= suffix.size() || file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
-    std::ifstream in(it->path());
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const job::JobFileRead read = job::read_job_file(it->path().string(), job::kMaxJobRecordBytes);
+    if (!read.ok()) continue;
+    const nlohmann::json j = nlohmann::json::parse(read.bytes, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("groups") || !j["groups"].is_array()) continue;
     const nlohmann::json rank = j.value("world_rank", nlohmann::json());
     if (!rank.is_number_integer() || !world_ranks.count(rank.get<int>())) continue;
@@ -273,12 +279,14 @@ Diagnosis diagnose(const std::string& dir, double now) {
   Diagnosis d;
   std::map<std::string, std::map<int, RankTrace>> groups;
   std::error_code ec;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  size_t seen = 0;
+  for (auto it = fs::directory_iterator(dir, ec);
+       !ec && it != fs::directory_iterator() && ++seen <= kMaxTraceDirEntries; it.increment(ec)) {
     if (it->path().extension() != ".trace") continue;
     TraceFile f;
-    std::ifstream in(it->path(), std::ios::binary);
-    if (!in.read(reinterpret_cast<char*>(&f), sizeof(f))) continue;
+    const job::JobFileRead read = job::read_job_file_range(it->path().string(), 0, sizeof(f));
+    if (!read.ok() || read.bytes.size() != sizeof(f)) continue;
+    std::memcpy(&f, read.bytes.data(), sizeof(f));
     if (std::memcmp(f.magic, comm::kTraceMagic, sizeof(f.magic)) != 0) continue;
     f.group[sizeof(f.group) - 1] = '\0';
     RankTrace t;

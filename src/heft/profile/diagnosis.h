@@ -51,7 +51,9 @@ struct Diagnosis {
 };
 
 // Reads every *.trace and *.groups.json file under `dir` (unreadable or foreign files are
-// skipped); `now` in Unix seconds (for ages).
+// skipped; through job/job_file.h: links, FIFOs and devices are skipped unread, a trace is
+// read for its fixed size, a label file up to 1 MiB; at most 16384 entries of `dir` are
+// looked at); `now` in Unix seconds (for ages). Never waits on a worker's file.
 Diagnosis diagnose(const std::string& dir, double now);
 
 // "rank 3", "ranks 0-2", "ranks 0, 2, 5".

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "heft/job/job_file.h"
 #include "heft/job/record/job_db.h"
 #include "heft/profile/diagnosis.h"
 #include "heft/profile/rules.h"
@@ -21,6 +21,12 @@ namespace fs = std::filesystem;
 
 constexpr size_t kStepWindow = 1000;
 constexpr size_t kSampleWindow = 600;
+// Step-file bytes read a collection (split over the ranks, at least kMinStepBytes a rank:
+// at 200 bytes a step line, 80 steps a second a rank of a 1024-rank job), and the longest
+// line kept across reads.
+constexpr size_t kStepBytesPerCollection = 16 << 20;
+constexpr size_t kMinStepBytes = 16 << 10;
+constexpr size_t kMaxStepLine = 64 << 10;
 
 using job::unix_now;
 
@@ -46,6 +52,7 @@ JobProfiler::JobProfiler(job::JobDb& db, int64_t job_id, const job::JobSpec& spe
   for (int r = 0; r < obs_.world; ++r) {
     step_files_.emplace_back(profile_dir(paths_) + "/rank-" + std::to_string(r) + ".steps", 0);
     partial_.emplace_back();
+    refused_.emplace_back();
   }
 }
 
@@ -226,12 +233,22 @@ void JobProfiler::read_remote(int rank, SystemSample* out,
 }
 
 void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {
+  const size_t bound =
+      std::max(kMinStepBytes, kStepBytesPerCollection / std::max<size_t>(1, step_files_.size()));
   for (size_t r = 0; r < step_files_.size(); ++r) {
     auto& [path, offset] = step_files_[r];
-    std::ifstream in(path, std::ios::binary);
-    if (!in) continue;
-    in.seekg(offset);
-    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Never waits on a FIFO a worker left here nor reads a link (job_file.h); at most
+    // `bound` bytes now, the rest at the next collection.
+    job::JobFileRead read = job::read_job_file_range(path, static_cast<uint64_t>(offset), bound);
+    if (!read.ok()) {
+      if (read.status != job::JobFileStatus::kMissing && read.error != refused_[r])
+        std::cerr << log_name_ << ": " << read.error << " (its step records are skipped)"
+                  << std::endl;
+      refused_[r] = read.error;
+      continue;
+    }
+    refused_[r].clear();
+    const std::string& chunk = read.bytes;
     offset += static_cast<int64_t>(chunk.size());
     std::string text = partial_[r] + chunk;
     size_t start = 0;
@@ -255,6 +272,7 @@ void JobProfiler::read_steps(std::vector<job::MetricPoint>* points) {
       add("step:optimizer_ms", s.optimizer_ms);
     }
     partial_[r] = text.substr(start);
+    if (partial_[r].size() > kMaxStepLine) partial_[r].clear();  // no step line: skipped
   }
 }
 

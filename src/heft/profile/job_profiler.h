@@ -1,11 +1,13 @@
 // The profiler of one training job (a job::JobObserver the supervisor drives): every
 // profiler.interval_s it samples the workers from /proc (system_sampler.h), reads the step
-// lines they appended to <job>/profile/rank-N.steps (step_profiler.h), stores both as series
-// in the job database beside the metrics ("system:cpu_percent", "step:total_ms", ...;
-// docs/observability.md), evaluates the spec's rules (rules.h) and records each new finding
-// (rule, rank) once. A finding of a rule with action stop stops the job; one with a notify
-// action is sent to its command or URL (notify.h) and never stops it. Workers write their
-// collective traces into <job>/traces (comm/trace.h), which diagnosis() reads.
+// lines they appended to <job>/profile/rank-N.steps (step_profiler.h; through job/job_file.h,
+// at most 16 MiB over the ranks each time; a step file that is not a regular file is
+// skipped, said once on stderr), stores both as series in the job database beside the
+// metrics ("system:cpu_percent", "step:total_ms", ...; docs/observability.md), evaluates the
+// spec's rules (rules.h) and records each new finding (rule, rank) once. A finding of a rule
+// with action stop stops the job; one with a notify action is sent to its command or URL
+// (notify.h) and never stops it. Workers write their collective traces into <job>/traces
+// (comm/trace.h), which diagnosis() reads.
 //
 // Ranks on other hosts (an engine's group: on_start gets no pids) are sampled by their worker
 // shims, which publish each sample in the start's store (system_sampler.h: rank_sample_key,
@@ -85,6 +87,7 @@ class JobProfiler : public job::JobObserver {
   Observations obs_;
   std::vector<std::pair<std::string, int64_t>> step_files_;  // path, bytes read
   std::vector<std::string> partial_;                          // a torn last line per file
+  std::vector<std::string> refused_;  // why a step file was last not read (said once)
   std::set<std::pair<std::string, int>> recorded_;  // (rule, rank) found; rule@host for a host's
   int64_t metrics_seen_ = 0;  // the last metrics row read for activity
   double last_collect_ = 0;

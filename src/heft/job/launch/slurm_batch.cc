@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "heft/error.h"
+#include "heft/job/job_file.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/launch/worker_env.h"
 
@@ -94,9 +95,6 @@ class BatchFollower {
  public:
   BatchFollower(const BatchOptions& o, std::string id)
       : o_(o), id_(std::move(id)), output_(o.dir + "/slurm-" + id_ + ".out") {}
-  ~BatchFollower() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   BatchFollower(const BatchFollower&) = delete;
   BatchFollower& operator=(const BatchFollower&) = delete;
 
@@ -129,12 +127,23 @@ class BatchFollower {
               << (c.exit_code ? ": scancel: " + trim(c.err) : std::string()) << std::endl;
   }
 
+  // Copies what the output gained up to its size now, kJobFileChunk bytes at a time
+  // (job_file.h: an output a task made a FIFO or a link is refused, said once, not waited on).
   void copy_output() {
-    if (fd_ < 0) fd_ = ::open(output_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) return;
-    char buf[65536];
-    for (ssize_t n; (n = ::pread(fd_, buf, sizeof(buf), offset_)) > 0; offset_ += n)
-      std::cout.write(buf, n);
+    uint64_t end = 0;
+    for (bool first = true; first || offset_ < end; first = false) {
+      const JobFileRead read = read_job_file_range(output_, offset_, kJobFileChunk);
+      if (!read.ok()) {
+        if (read.status != JobFileStatus::kMissing && read.error != refused_)
+          std::cerr << "heft slurm-batch: " << read.error << std::endl;
+        refused_ = read.error;
+        break;
+      }
+      if (first) end = read.size;
+      if (read.bytes.empty()) break;
+      std::cout.write(read.bytes.data(), static_cast<std::streamsize>(read.bytes.size()));
+      offset_ = read.offset + read.bytes.size();
+    }
     std::cout.flush();
   }
 
@@ -179,8 +188,8 @@ class BatchFollower {
   const std::string id_;
   const std::string output_;
   int cancelled_by_ = 0;
-  int fd_ = -1;
-  off_t offset_ = 0;
+  uint64_t offset_ = 0;
+  std::string refused_;  // why the output was last not read
   std::string state_, reason_;
 };
 
