@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <string>
 
 #include "support/command.h"
@@ -317,6 +318,11 @@ TEST(TuneCli, BadSpecsExit2NamingTheField) {
       {with("scaling: Linear}", "scaling: Linear, when: {layers: 3}}"),
        "hyperparameter_ranges.x: when: expected the name of a categorical range, found 'layers'"},
       {good + "diverged_if: {loss_above_first: 0}\n", "diverged_if.loss_above_first: expected a number > 0"},
+      // A tuning name becomes a folder under $HEFT_HOME/tunings: nothing outside it.
+      {with("name: quad\n", "name: ../../x\n"),
+       "name: expected letters, digits and '-' (not first or last), at most 59 characters "
+       "(trials add -NNN), found '../../x'"},
+      {with("name: quad\n", "name: /tmp/abs\n"), "found '/tmp/abs'"},
       {good + "diverged_if: {loss_metric: acc}\n",
        "diverged_if.loss_metric: 'acc' is not one of the training job's metric_definitions (loss), nor none"},
   };
@@ -327,6 +333,7 @@ TEST(TuneCli, BadSpecsExit2NamingTheField) {
     EXPECT_EQ(out.code, 2) << out.text;
     EXPECT_NE(out.text.find(c.expected), std::string::npos) << "expected: " << c.expected << "\nfound: " << out.text;
   }
+  EXPECT_FALSE(std::filesystem::exists(home.path() + "/../x")) << "a tuning folder outside the home";
 }
 
 }  // namespace

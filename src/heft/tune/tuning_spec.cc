@@ -133,7 +133,14 @@ void read_ranges(SpecReader& r, const YAML::Node& list, const std::string& kind,
 // name, or base_name (then name is base_name-<UTC time>).
 void read_name(SpecReader& r, const YAML::Node& root, TuningSpec& spec) {
   if (job::present(root["name"])) {
-    r.get_string(root["name"], "name", &spec.name);
+    // A folder under $HEFT_HOME/tunings, and the prefix of trial names (<name>-NNN).
+    constexpr size_t kMaxName = 63 - 4;
+    if (r.get_string(root["name"], "name", &spec.name) &&
+        (!job::valid_job_name(spec.name) || spec.name.size() > kMaxName))
+      r.error("name", root["name"],
+              "expected letters, digits and '-' (not first or last), at most " +
+                  std::to_string(kMaxName) + " characters (trials add -NNN), found " +
+                  job::found(root["name"]));
     return;
   }
   if (!job::present(root["base_name"])) {

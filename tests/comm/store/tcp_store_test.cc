@@ -355,6 +355,58 @@ TEST(TcpStoreTest, RawWaitFrameIsAnsweredWhenTheKeyAppears) {
   EXPECT_TRUE(body.empty());
 }
 
+// The probe's flood: one authenticated WAIT of far more keys than any job waits on. It is
+// refused as soon as its key count is read (BAD_REQUEST naming the limit), and a parked
+// WAIT of the most keys allowed, whose first key never comes, costs the other clients'
+// sets one lookup each, not a pass over its keys.
+TEST(TcpStoreTest, AFloodOfKeysIsRefusedAndAParkedManyKeyWaitLetsOthersWork) {
+  TcpStoreServer server(options());
+  auto wait_frame = [](uint32_t count, uint32_t declared) {
+    Bytes f = {6};
+    put_u32(f, static_cast<uint32_t>(8 + 4 + count * 5));
+    for (uint64_t ms = 60000, i = 0; i < 8; ++i) f.push_back(static_cast<uint8_t>(ms >> (8 * i)));
+    put_u32(f, declared);
+    for (uint32_t i = 0; i < count; ++i) {
+      put_u32(f, 1);
+      f.push_back(static_cast<uint8_t>('a' + i % 26));
+    }
+    return f;
+  };
+  {
+    RawClient flood(server.port());
+    ASSERT_EQ(flood.hello(kToken), 0);
+    flood.send(wait_frame(1, 13400000));  // declares 13.4 M keys
+    Bytes body;
+    EXPECT_EQ(flood.response(&body), 4);
+    EXPECT_NE(std::string(body.begin(), body.end()).find("exceed the limit of 65536"),
+              std::string::npos);
+    EXPECT_TRUE(flood.closed_by_server());
+  }
+  RawClient parked(server.port());
+  ASSERT_EQ(parked.hello(kToken), 0);
+  Bytes many = {6};
+  const uint32_t n = 65536;  // wire::kMaxKeysPerRequest
+  put_u32(many, 8 + 4 + n * (4 + 8));
+  for (uint64_t ms = 60000, i = 0; i < 8; ++i) many.push_back(static_cast<uint8_t>(ms >> (8 * i)));
+  put_u32(many, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    char k[9];
+    std::snprintf(k, sizeof(k), "w%07u", i);
+    put_u32(many, 8);
+    many.insert(many.end(), k, k + 8);
+  }
+  parked.send(many);
+  TcpStore store("127.0.0.1", server.port(), kToken);
+  EXPECT_THROW(store.wait(std::vector<std::string>(n + 1, "k"), milliseconds(10)), InvalidArgument);
+  // Every key but the first: each set looks at key 0 of the parked request and moves on.
+  for (uint32_t i = 1; i < n; i += 997) {
+    char k[9];
+    std::snprintf(k, sizeof(k), "w%07u", i);
+    store.set(k, std::string("v"));
+  }
+  EXPECT_EQ(store.add("n", 1), 1);
+}
+
 // The exchange printed at the end of docs/store-protocol.md, byte for byte.
 TEST(TcpStoreTest, DocumentedExchangeIsWhatTheServerSpeaks) {
   TcpStoreServer server(options());

@@ -43,6 +43,10 @@ void check_key(const std::string& key, const char* verb) {
 }
 
 void check_keys(const std::vector<std::string>& keys, const char* verb) {
+  if (keys.size() > kMaxKeysPerRequest)
+    throw InvalidArgument(std::string("store ") + verb + ": " + std::to_string(keys.size()) +
+                          " keys in one request, at most " + std::to_string(kMaxKeysPerRequest) +
+                          " allowed");
   for (const auto& k : keys) check_key(k, verb);
 }
 

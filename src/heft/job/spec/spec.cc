@@ -511,6 +511,7 @@ void check_relations(SpecReader& r, const YAML::Node& root, JobSpec& spec) {
 }  // namespace
 
 bool is_base_name(const std::string& s) { return is_job_name(s) && s.size() <= kMaxBaseName; }
+bool valid_job_name(const std::string& s) { return is_job_name(s); }
 
 std::vector<MetricDefinition> builtin_metric_definitions() {
   // The trainer's lines: "step=N epoch=E loss=L lr=X samples_per_s=S [tokens_per_s=T]",

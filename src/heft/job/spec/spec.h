@@ -128,6 +128,8 @@ inline bool is_framework_parameter(const std::string& name) {
 // number still fit a job name.
 inline constexpr size_t kMaxBaseName = 32;
 bool is_base_name(const std::string& s);
+// A job name: letters, digits and '-' (not first or last), at most 63 characters.
+bool valid_job_name(const std::string& s);
 
 // The built-in trainer's metric lines (train:loss, train:throughput, train:tokens_per_s,
 // test:acc, validation:loss).
