@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "heft/error.h"
 #include "heft/job/launch/process.h"
+#include "support/command.h"
 #include "support/files.h"
 
 namespace heft::job {
@@ -62,6 +64,26 @@ TEST(LocalLauncher, ReturnsTheFailingWorkersCodeAndLogsWithItsName) {
   EXPECT_NE(err.find("heft bench: rank 1 exited with code 5; stopping the other 2 workers\n"),
             std::string::npos)
       << err;
+}
+
+// A worker's child that leaves the worker's session (setsid), and a daemon that forks twice
+// to do so, outlived a Completed job: the launcher, their subreaper, ends them once the
+// workers are reaped, and says so: per worker the sleep, the shell and, once the shell is
+// gone, the shell's sleep (6 in all).
+TEST(LocalLauncher, NoDescendantOfAWorkerOutlivesTheJob) {
+  // Sleeps of a length no other test uses, so pgrep finds only these.
+  const std::string id = std::to_string(::getpid());
+  LocalLauncherOptions o = sh("setsid sleep 7" + id + " </dev/null >/dev/null 2>&1 & "
+                              "(setsid sh -c 'sleep 8" + id + "; :' </dev/null >/dev/null 2>&1 &); "
+                              "sleep 0.3; exit 0");
+  o.processes_per_host = 2;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(LocalLauncher(o).run(), 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("ended 6 processes a worker left running outside its process group"),
+            std::string::npos) << err;
+  const std::string left = heft::test::run_command("pgrep -af '^sleep [78]" + id + "$'").text;
+  EXPECT_EQ(left, "") << "still running: " << left;
 }
 
 TEST(LocalLauncher, GraceZeroKillsAtOnce) {

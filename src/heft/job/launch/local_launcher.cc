@@ -15,6 +15,7 @@
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
 #include "heft/job/launch/orphan_guard.h"
+#include "heft/job/launch/subreaper.h"
 #include "heft/job/launch/placement.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/launch/signal_pipe.h"
@@ -120,6 +121,8 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   GroupEnd end = watch_group(options.hooks, WatchOptions{options.grace, options.log_name},
                              workers, signals, *store, group);
   end.restart_count = restart_count;
+  // What the workers left outside their groups (setsid, a daemon) was reparented here.
+  end_adopted(options.grace, options.log_name);
   return end;
 }
 
@@ -152,6 +155,7 @@ int LocalLauncher::run() { return run_group().exit_code; }
 
 GroupEnd LocalLauncher::run_group() {
   SignalPipe signals;  // held across restarts, so no signal falls between two starts
+  become_subreaper();  // a worker's descendants that leave its group come back here
   for (int restart_count = 0;; ++restart_count) {
     GroupEnd end = run_once(options_, signals, restart_count);
     if (end.interrupt_signal != 0 || !options_.hooks.restart || !options_.hooks.restart(end))

@@ -12,6 +12,7 @@
 #include <cerrno>
 
 #include "heft/error.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 
@@ -78,6 +79,7 @@ OrphanGuard::OrphanGuard() {
   }
   pid_ = pid;
   fd_ = fds[1];
+  note_spawned(pid);
 }
 
 OrphanGuard::~OrphanGuard() {
@@ -88,6 +90,7 @@ OrphanGuard::~OrphanGuard() {
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  note_reaped(pid_);
 }
 
 void OrphanGuard::watch(pid_t pgid) {

@@ -18,6 +18,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 namespace heft::job {
 
@@ -166,6 +168,7 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) throw IoError("heft: cannot fork: " + errno_string(fork_errno));
 
+  note_spawned(pid);
   ::setpgid(pid, pid);  // also here, so signal_group() works before the child runs
   close_fd(pipes.out[1]);
   close_fd(pipes.err[1]);
@@ -187,6 +190,7 @@ Process::~Process() {
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  note_reaped(pid_);
 }
 
 void Process::close_stdout() { close_fd(out_fd_); }
@@ -214,9 +218,33 @@ bool Process::try_reap() {
 
 void Process::mark_reaped(int status) {
   reaped_ = true;
+  note_reaped(pid_);
   wait_status_ = status;
   // The group id stays reserved while any member lives, so this reaches only leftovers.
   ::kill(-pid_, SIGKILL);
+}
+
+namespace {
+std::mutex g_spawned_mu;
+std::set<pid_t>& spawned() {
+  static auto* s = new std::set<pid_t>();  // outlives every thread that may reap at exit
+  return *s;
+}
+}  // namespace
+
+bool spawned_by_heft(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_spawned_mu);
+  return spawned().count(pid) != 0;
+}
+
+void note_spawned(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_spawned_mu);
+  spawned().insert(pid);
+}
+
+void note_reaped(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_spawned_mu);
+  spawned().erase(pid);
 }
 
 CommandOutput run_command(SpawnOptions options, std::chrono::milliseconds timeout) {

@@ -113,6 +113,13 @@ std::string describe_wait_status(int wait_status);
 // "SIGINT", "SIGKILL", ...; "signal N" for a number without a name.
 std::string signal_name(int sig);
 
+// Whether heft started `pid` (Process::spawn, the orphan guard) and has not reaped it: what
+// subreaper.h must never end. Thread-safe.
+bool spawned_by_heft(pid_t pid);
+// For the few places that fork outside Process::spawn (orphan_guard.cc).
+void note_spawned(pid_t pid);
+void note_reaped(pid_t pid);
+
 // When process `pid` started, in clock ticks since boot (/proc/PID/stat); -1 when no such
 // process runs (a zombie counts as gone). A pid and its start time name one process even
 // after the pid is reused.
