@@ -8,6 +8,8 @@
 // (training seconds: the time a job sat Stopped or Failed before `heft resume` is not in it).
 #include "heft/job/supervisor.h"
 
+#include <fcntl.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "heft/job/job_file.h"
 #include "heft/job/job_output.h"
 #include "heft/job/record/job_report.h"
+#include "heft/job/record/sqlite.h"
 #include "heft/job/group_options.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/launch/straggler_watch.h"
@@ -38,8 +41,12 @@ constexpr double kProgressWriteSeconds = 0.2;  // each write is one small transa
 constexpr size_t kStragglerTails = 4;  // stragglers whose last log lines the reason carries
 
 enum class StopReason {
-  kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted, kRule, kStragglers
+  kNone, kStopRequested, kMaxRuntime, kMaxWait, kInterrupted, kRule, kStragglers, kNoSpace
 };
+
+// Space the supervisor holds under $HEFT_HOME while a job runs, given back when the disk fills
+// so that the job's end (its status, why, its times) can still be written.
+constexpr off_t kReserveBytes = off_t{4} << 20;
 
 std::string seconds_text(double s) { return number_text(std::round(s * 10) / 10) + " s"; }
 
@@ -103,6 +110,7 @@ class Supervisor::Impl {
               << paths_.logs << std::endl;
     job_start_ = Clock::now();
     remove_failure_files();
+    reserve_space();
     const LauncherHooks hooks = launcher_hooks();
     const GroupSettings group = group_settings();
     // Each rank's shim stops it when this process is gone, after the same grace.
@@ -130,15 +138,32 @@ class Supervisor::Impl {
     };
     hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
       stragglers_.start(spec_.world_size());
-      on_start(restart_count);
+      try {
+        on_start(restart_count);
+      } catch (const NoSpace& e) {
+        out_of_space(e.what());  // the next tick stops the start
+      }
       if (options_.observer) options_.observer->on_start(restart_count, pids);
     };
     hooks.on_exit = [this](int rank, int wait_status) { stragglers_.exited(rank, wait_status); };
     hooks.on_store = [this](StorePeek peek) {
       if (options_.observer) options_.observer->on_store(std::move(peek));
     };
-    hooks.on_tick = [this] { return on_tick(); };
-    hooks.restart = [this](const GroupEnd& end) { return restart(end); };
+    hooks.on_tick = [this] {
+      try {
+        return on_tick();
+      } catch (const NoSpace& e) {
+        return out_of_space(e.what());
+      }
+    };
+    hooks.restart = [this](const GroupEnd& end) {
+      try {
+        return restart(end);
+      } catch (const NoSpace& e) {
+        out_of_space(e.what());
+        return false;
+      }
+    };
     return hooks;
   }
 
@@ -193,6 +218,7 @@ class Supervisor::Impl {
 
   // Asks the launcher to stop the start when one of the limits is reached.
   bool on_tick() {
+    if (stop_reason_ == StopReason::kNoSpace) return true;  // writes nothing more
     output_.tick(db_, job_.id, kMetricFlushSeconds, status_text(), elapsed(job_start_));
     // The times are written as they pass, so they stay true if this process is killed.
     if (elapsed(last_progress_write_) >= kProgressWriteSeconds) {
@@ -268,6 +294,50 @@ class Supervisor::Impl {
 
   bool spot_wait_exceeded() const {
     return spec_.spot.enabled && elapsed(job_start_) >= spec_.spot.max_wait_s;
+  }
+
+  // The disk under $HEFT_HOME is full: the reserve goes, so the job's end can be written, and
+  // the start is stopped as any stop is (SIGTERM, SIGKILL after the grace). Returns true:
+  // stop the start.
+  bool out_of_space(const std::string& what) {
+    if (stop_reason_ == StopReason::kNoSpace) return true;
+    release_space();
+    stop_reason_ = StopReason::kNoSpace;
+    no_space_ = what;
+    output_.clear_progress();
+    std::cerr << options_.log_name << ": no space left on the disk of " << paths_.root << " ("
+              << what << "); stopping the workers" << std::endl;
+    try {
+      db_.transition(job_.id, secondary::kStopping, "Stopping: no space left on device",
+                     status::kStopping);
+    } catch (const IoError&) {
+    }
+    return true;
+  }
+
+  void reserve_space() {
+    reserve_path_ = paths_.root + "/.space-reserve";
+    const int fd = ::open(reserve_path_.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || ::posix_fallocate(fd, 0, kReserveBytes) != 0) release_space();
+    if (fd >= 0) ::close(fd);
+  }
+
+  void release_space() {
+    if (reserve_path_.empty()) return;
+    ::unlink(reserve_path_.c_str());
+    reserve_path_.clear();
+  }
+
+  // What an interrupted checkpoint write left (checkpoint_dir.h: .tmp-ckpt-*): never read,
+  // and on a full disk the space the job's end needs.
+  void remove_temporary_checkpoints() {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(paths_.checkpoints, ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec))
+      if (it->path().filename().string().rfind(".tmp-ckpt-", 0) == 0) {
+        std::error_code ignored;
+        fs::remove_all(it->path(), ignored);
+      }
   }
 
   bool stop(StopReason reason, const char* secondary_status, const std::string& message,
@@ -379,6 +449,13 @@ class Supervisor::Impl {
       result.secondary = secondary::kMaxWaitTimeExceeded;
       result.message = "Stopped: spot max_wait_s (" + number_text(spec_.spot.max_wait_s) +
                        " s) exceeded";
+    } else if (stop_reason_ == StopReason::kNoSpace) {
+      result.status = status::kFailed;
+      result.secondary = secondary::kFailed;
+      result.failure_reason = "no space left on the disk of " + paths_.root + " (" + no_space_ +
+                              "): free space there, then heft resume " + spec_.name;
+      result.message = "Failed: no space left on device";
+      result.exit_code = kExitFailed;
     } else if (stop_reason_ == StopReason::kStragglers || end.exit_code != 0) {
       result.status = status::kFailed;
       result.secondary = secondary::kFailed;
@@ -400,14 +477,28 @@ class Supervisor::Impl {
   }
 
   int finish(const GroupEnd& end) {
-    end_start(end);
-    // Last samples, step records and rule evaluations (a no-op when restart() saw the end).
-    if (options_.observer) options_.observer->on_end(end.exit_code != 0);
-    output_.flush_metrics(db_, job_.id);
+    remove_temporary_checkpoints();
+    JobEnd result;
+    try {
+      end_start(end);
+      // Last samples, step records and rule evaluations (a no-op when restart() saw the end).
+      if (options_.observer) options_.observer->on_end(end.exit_code != 0);
+      output_.flush_metrics(db_, job_.id);
+    } catch (const NoSpace& e) {
+      out_of_space(e.what());
+    }
     output_.clear_progress();
-    JobEnd result = end_result(end);
+    result = end_result(end);
     result.progress = progress();
-    db_.finish(job_.id, result);
+    try {
+      db_.finish(job_.id, result);
+    } catch (const NoSpace& e) {
+      // Even the reserve did not make room: say it here, and let heft jobs find the job's
+      // supervisor gone (its record stays InProgress until then).
+      std::cerr << options_.log_name << ": cannot record the end of job " << spec_.name
+                << ": " << e.what() << std::endl;
+    }
+    release_space();
     std::cerr << options_.log_name << ": job " << spec_.name << " "
               << heft::job::status_text(result.status, result.secondary) << " after "
               << seconds_text(result.progress.training_seconds) << "; billable "
@@ -453,6 +544,8 @@ class Supervisor::Impl {
   int failures_ = 0;
   StopReason stop_reason_ = StopReason::kNone;
   std::string rule_message_;  // why a rule stopped the job, and the diagnosis then
+  std::string no_space_;      // what failed to write when the disk filled
+  std::string reserve_path_;  // the space held back (reserve_space()); "" once given back
   StragglerWatch stragglers_;
   std::string straggler_reason_;  // the failure reason once stragglers were stopped
 };

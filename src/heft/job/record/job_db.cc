@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <iostream>
 
 #include "heft/error.h"
 #include "heft/job/launch/process.h"
@@ -338,25 +339,33 @@ int JobDb::fail_orphaned_jobs() {
   int n = 0;
   for (const auto& [id, pid] : orphans) {
     const double now = unix_now();
-    SqliteTransaction tx(*db_);
-    // Re-checked inside the transaction: the job may have ended meanwhile.
-    {
-      SqliteStatement s = db_->prepare(
-          "SELECT 1 FROM jobs WHERE id = ?1 AND status IN ('InProgress', 'Stopping')");
-      s.bind(1, id);
-      if (!s.step()) continue;
+    try {
+      SqliteTransaction tx(*db_);
+      // Re-checked inside the transaction: the job may have ended meanwhile.
+      {
+        SqliteStatement s = db_->prepare(
+            "SELECT 1 FROM jobs WHERE id = ?1 AND status IN ('InProgress', 'Stopping')");
+        s.bind(1, id);
+        if (!s.step()) continue;
+      }
+      const std::string reason = "the supervisor (heft train, pid " + std::to_string(pid) +
+                                 ") ended without recording how the job ended";
+      transition_locked(id, secondary::kFailed, reason, now);
+      db_->prepare("UPDATE jobs SET status = ?2, failure_reason = ?3, end_time = ?4 WHERE id = ?1")
+          .bind(1, id)
+          .bind(2, status::kFailed)
+          .bind(3, reason)
+          .bind(4, now)
+          .run();
+      tx.commit();
+      ++n;
+    } catch (const NoSpace& e) {
+      // A read (heft jobs, describe, logs) must still answer on a full disk: the job is shown
+      // as recorded, and a later command records its end once there is space.
+      std::cerr << "heft: warning: cannot record that job " << id << "'s supervisor (pid " << pid
+                << ") ended: " << e.what() << std::endl;
+      break;
     }
-    const std::string reason = "the supervisor (heft train, pid " + std::to_string(pid) +
-                               ") ended without recording how the job ended";
-    transition_locked(id, secondary::kFailed, reason, now);
-    db_->prepare("UPDATE jobs SET status = ?2, failure_reason = ?3, end_time = ?4 WHERE id = ?1")
-        .bind(1, id)
-        .bind(2, status::kFailed)
-        .bind(3, reason)
-        .bind(4, now)
-        .run();
-    tx.commit();
-    ++n;
   }
   return n;
 }

@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cmath>
 #include <limits>
 
@@ -29,6 +30,9 @@ SqliteDb::~SqliteDb() { sqlite3_close_v2(db_); }
 void SqliteDb::fail(const std::string& while_doing, int code) const {
   std::string msg = db_ ? sqlite3_errmsg(db_) : "";
   if (msg.empty() || msg == "not an error") msg = sqlite3_errstr(code);
+  const bool full = code == SQLITE_FULL || (db_ && (sqlite3_extended_errcode(db_) == SQLITE_FULL ||
+                                                    sqlite3_system_errno(db_) == ENOSPC));
+  if (full) throw NoSpace("job database " + path_ + ": " + msg + " (" + while_doing + ")");
   throw IoError("job database " + path_ + ": " + msg + " (" + while_doing + ")");
 }
 

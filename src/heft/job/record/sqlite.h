@@ -1,6 +1,7 @@
 // A thin RAII layer over SQLite's C API for the job database (job_db.h): a connection, a
 // prepared statement with typed binds and reads, and an IMMEDIATE transaction. Every
-// failure throws heft::IoError naming the database file and SQLite's message.
+// failure throws heft::IoError naming the database file and SQLite's message (NoSpace when
+// the disk is full).
 //
 // Deliberately left out: an ORM, statement caching, anything job-specific.
 #pragma once
@@ -9,10 +10,19 @@
 #include <optional>
 #include <string>
 
+#include "heft/error.h"
+
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace heft::job {
+
+// A write failed because the file system holding it is full (SQLite's "database or disk is
+// full", ENOSPC). The message names the file.
+class NoSpace : public IoError {
+ public:
+  explicit NoSpace(const std::string& msg) : IoError(msg) {}
+};
 
 class SqliteStatement;
 
