@@ -36,6 +36,12 @@ using namespace std::chrono_literals;
 constexpr const char* kJobToken = "the-job-token";
 constexpr int kNobody = 65534;
 
+// This process (an attacker) drops to uid and gid 65534.
+void become_nobody() {
+  expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
+         "cannot become nobody");
+}
+
 // The value a signed store key holds, its 32-byte signature cut off (addresses are no secret).
 std::string unsigned_part(Store& s, const std::string& key) {
   std::string v = s.get_string(key, 30s);
@@ -77,8 +83,7 @@ TEST(LinkSecurity, ARelayedHandshakeIsRefused) {
       throw Error("rank 0 accepted a relayed connection");
     }
     if (role == 2) {  // the relay, another uid
-      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
-             "cannot become nobody");
+      become_nobody();
       tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
       s->set("relay", "127.0.0.1:" + std::to_string(tcp::local_port(l)));
       tcp::Socket from_1 = tcp::accept_until(l, Clock::now() + 10s, "relay");
@@ -106,8 +111,7 @@ TEST(LinkSecurity, AnImpersonatedRankIsRefusedByTheConnector) {
   const test::RunResult res = test::run_ranks(2, [&](int role) {
     auto s = store.connect();
     if (role == 0) {  // the impostor, another uid
-      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
-             "cannot become nobody");
+      become_nobody();
       tcp::Socket l = tcp::listen_on("127.0.0.1", 0);
       s->set("addr0", "127.0.0.1:" + std::to_string(tcp::local_port(l)));
       tcp::Socket c = tcp::accept_until(l, Clock::now() + 10s, "impostor");
@@ -145,8 +149,7 @@ void rewritten_address(bool copy_signed) {
   const test::RunResult res = test::run_ranks(4, [&](int role) {
     auto s = store.connect();
     if (role == 3) {  // the attacker, another uid
-      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
-             "cannot become nobody");
+      become_nobody();
       const Bytes real = s->get("g/tcp/0", 30s);
       if (copy_signed) {
         s->get("g/tcp/1", 30s);  // once rank 1 published its own, before rank 2 reads it
@@ -190,8 +193,7 @@ TEST(LinkSecurity, ASignedAddressCopiedToAnotherKeyIsRefused) { rewritten_addres
 TEST(LinkSecurity, ASegmentOfAnotherUserIsRefused) {
   const std::string name = "/heft-test-planted-" + std::to_string(getpid());
   const test::RunResult planted = test::run_ranks(1, [&](int) {
-    expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
-           "cannot become nobody");
+    become_nobody();
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
     expect(fd >= 0 && fchmod(fd, 0666) == 0 && ftruncate(fd, 1 << 20) == 0, "cannot plant");
     close(fd);
@@ -216,8 +218,7 @@ TEST(LinkSecurity, SilentConnectionsDoNotStarveTheRanks) {
   const test::RunResult res = test::run_ranks(kWorld + 1, [&](int role) {
     auto s = store.connect();
     if (role == kWorld) {  // the attacker, another uid
-      expect(setresgid(kNobody, kNobody, kNobody) == 0 && setresuid(kNobody, kNobody, kNobody) == 0,
-             "cannot become nobody");
+      become_nobody();
       std::vector<tcp::Socket> silent;
       for (int r = 0; r < kWorld - 1; ++r) {  // the last rank only dials
         const tcp::HostPort hp =
