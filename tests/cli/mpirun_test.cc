@@ -20,6 +20,7 @@
 #include "support/command.h"
 #include "support/files.h"
 #include "support/heft_process.h"
+#include "support/link_attacker.h"
 
 #include <nlohmann/json.hpp>
 
@@ -390,6 +391,30 @@ TEST_F(NetnsHosts, TorchrunStyleScriptRunsUnchangedAcrossHosts) {
 }  // namespace
 
 namespace {
+
+// Someone on the network without the job's token (tests/support/link_attacker.h, dialling from
+// the launching host) claims to be rank 3 to each rank's link listener the moment it opens, and
+// tries the job's store: every handshake is refused, the refusals are in the ranks' logs, and
+// the job completes with every allreduce checked (rank 3 joins 2 s late, so the listeners of
+// ranks 0-2 on both hosts are open that long).
+TEST_F(MpirunJob, StrangersOnTheNetworkAreRefusedAndTheJobComputes) {
+  heft::test::TempDir dir;
+  heft::test::LinkAttacker attacker("--steps 7792", 3);
+  const auto run = heft(dir, {"train", spec(dir, "strangers",
+                                            ", --phase-ms, 0, --steps, 7792, --join-delay-rank, 3")});
+  const auto tally = attacker.stop();
+  std::cout << "attacker: " << tally.summary() << std::endl;
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  EXPECT_EQ(heft(dir, {"describe", "strangers", "--json"}).json()["status"], "Completed");
+  EXPECT_TRUE(tally.accepted.empty()) << tally.summary();
+  EXPECT_GE(tally.refused, 3) << tally.summary();
+  EXPECT_EQ(tally.store_refused, 1) << tally.summary();
+  std::string logs;
+  for (int r = 0; r < 3; ++r)
+    logs += heft::test::read_file(dir.path() + "/home/jobs/strangers/logs/rank-" + std::to_string(r) + ".log");
+  EXPECT_NE(logs.find("refused a connection from 10.78.0.1:"), std::string::npos) << logs.substr(0, 2000);
+  EXPECT_TRUE(no_worker_left(7792));
+}
 
 TEST_F(MpirunJob, LinkDownEndsTheJobWithinTheTimeoutNamingTheHost) {
   heft::test::TempDir dir;

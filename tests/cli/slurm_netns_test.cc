@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "support/command.h"
 #include "support/files.h"
 #include "support/heft_process.h"
+#include "support/link_attacker.h"
 
 namespace {
 
@@ -79,6 +81,33 @@ TEST_F(SlurmNetns, BatchJobReachesTheStoreAcrossTheLinks) {
   const nlohmann::json j = heft({"describe", "netns-batch", "--json"}).json();
   EXPECT_EQ(j["status"], "Completed");
   EXPECT_EQ(heft({"metrics", "netns-batch", "--name", "train:loss", "--format", "json"}).json().size(), 7771u);
+  EXPECT_EQ(queue(), "");
+}
+
+// Someone on the network without the job's token (tests/support/link_attacker.h, dialling from
+// the controller's side of the bridge) claims to be rank 3 to each rank's link listener the
+// moment it opens, and tries the job's store: every handshake is refused, the refusals are in
+// the ranks' logs, and the batch job completes with every allreduce checked (rank 3 joins 2 s
+// late, so the listeners of ranks 0-2 on both nodes are open that long).
+TEST_F(SlurmNetns, StrangersOnTheNetworkAreRefusedAndTheJobComputes) {
+  const std::string path = tmp_.path() + "/strangers.yaml";
+  std::ofstream(path) << "name: strangers\nentry_point: [" << kWorker
+                      << ", --phase-ms, '0', --steps, '7793', --join-delay-rank, '3']\n"
+                      << "cluster: {launcher: slurm, instance_count: 2, processes_per_host: 2, "
+                         "store_address: 10.76.0.1}\n";
+  heft::test::LinkAttacker attacker("--steps 7793", 3);
+  const auto run = heft({"train", path});
+  const auto tally = attacker.stop();
+  std::cout << "attacker: " << tally.summary() << std::endl;
+  ASSERT_EQ(run.exit_code, 0) << heft::test::describe(run);
+  EXPECT_EQ(heft({"describe", "strangers", "--json"}).json()["status"], "Completed");
+  EXPECT_TRUE(tally.accepted.empty()) << tally.summary();
+  EXPECT_GE(tally.refused, 3) << tally.summary();
+  EXPECT_EQ(tally.store_refused, 1) << tally.summary();
+  std::string logs;
+  for (int r = 0; r < 3; ++r)
+    logs += heft::test::read_file(tmp_.path() + "/home/jobs/strangers/logs/rank-" + std::to_string(r) + ".log");
+  EXPECT_NE(logs.find("refused a connection from 10.76.0.1:"), std::string::npos) << logs.substr(0, 2000);
   EXPECT_EQ(queue(), "");
 }
 

@@ -11,6 +11,11 @@
 //   --stall-rank R    this rank stops (sleeps for an hour) before step --stall-step
 //   --stall-step K
 //   --loss-flat       the printed loss stays at 1.0 (else it falls as 1/step)
+//   --join-delay-rank R  this rank sleeps --join-delay-ms (default 2000) before it joins the
+//   --join-delay-ms D    group, so the others' link listeners stay open that long
+// Every step's allreduce is checked (ones summed: the world size); a wrong value ends the rank
+// with exit code 3, naming the step.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +45,9 @@ void spin_ms(double ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 40, slow_rank = -1, slow_every = 4, stall_rank = -1, stall_step = 5, busy_rank = -1;
-  double phase_ms = 5, slow_ms = 200, busy_ms = 40;
+  int steps = 40, slow_rank = -1, slow_every = 4, stall_rank = -1, stall_step = 5, busy_rank = -1,
+      join_delay_rank = -1;
+  double phase_ms = 5, slow_ms = 200, busy_ms = 40, join_delay_ms = 2000;
   bool loss_flat = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -56,8 +62,12 @@ int main(int argc, char** argv) {
     else if (a == "--busy-rank") busy_rank = static_cast<int>(next());
     else if (a == "--busy-ms") busy_ms = next();
     else if (a == "--loss-flat") loss_flat = true;
+    else if (a == "--join-delay-rank") join_delay_rank = static_cast<int>(next());
+    else if (a == "--join-delay-ms") join_delay_ms = next();
     // hyperparameters of the spec arrive as --name value pairs too: ignore the others
   }
+  const char* rank_env = std::getenv("RANK");
+  if (rank_env && std::atoi(rank_env) == join_delay_rank) sleep_ms(join_delay_ms);
   heft::comm::World world = heft::comm::init();
   heft::comm::Communicator& comm = *world.comm;
   const int rank = comm.rank();
@@ -83,9 +93,16 @@ int main(int argc, char** argv) {
     }
     {
       auto p = profiler.phase(heft::profile::Phase::kCommunication);
+      std::fill(grad.begin(), grad.end(), 1.0f);
       comm.allreduce(grad.data(), grad.data(), grad.size(), heft::comm::DataType::f32,
                      heft::comm::ReduceOp::sum);
     }
+    for (float g : grad)
+      if (g != static_cast<float>(comm.size())) {
+        std::fprintf(stderr, "rank %d step %d: allreduce gave %g, expected %d\n", rank, step, g,
+                     comm.size());
+        return 3;
+      }
     profiler.end_step();
     if (rank == 0) {
       std::printf("step=%d loss=%.4f\n", step, loss_flat ? 1.0 : 1.0 / step);
