@@ -408,6 +408,41 @@ TEST(TcpStoreTest, AFloodOfKeysIsRefusedAndAParkedManyKeyWaitLetsOthersWork) {
 }
 
 // The exchange printed at the end of docs/store-protocol.md, byte for byte.
+// The values a client wrote are bounded (a key is charged to its last writer), and so is the
+// whole store: a write over either limit is refused naming it, stores nothing, and the client
+// and the others go on. Rewriting, deleting or another client taking a key over frees its charge.
+TEST(TcpStoreTest, MemoryPerClientAndInAllIsBounded) {
+  TcpStoreServerOptions o = options();
+  o.max_client_bytes = 1 << 20;
+  o.max_total_bytes = 3 << 19;  // 1.5 MiB
+  TcpStoreServer server(o);
+  TcpStore a("127.0.0.1", server.port(), kToken), b("127.0.0.1", server.port(), kToken);
+  const Bytes kib100(100 << 10, 'x');
+  for (int i = 0; i < 10; ++i) a.set("a/" + std::to_string(i), kib100);  // 1000 KiB + keys
+  try {
+    a.set("a/10", kib100);
+    FAIL() << "a client stored more than its limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("over the server's limit of 1 MiB a client"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(a.check({"a/10"}));
+  a.set("a/0", kib100);  // a rewrite is charged once
+  a.add("a/n", 1);       // a counter is small
+  for (int i = 0; i < 5; ++i) b.set("b/" + std::to_string(i), kib100);
+  try {
+    b.set("b/5", kib100);
+    FAIL() << "the store grew past its limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("would take the store to"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(a.delete_key("a/9"));
+  b.set("b/5", kib100);  // the delete freed room
+  b.set("a/8", Bytes(1, 'y'));  // b takes a/8 over: a's charge goes with it
+  a.set("a/10", Bytes(50 << 10, 'z'));
+  EXPECT_EQ(b.get("a/10", std::chrono::seconds(1)).size(), size_t{50} << 10);
+}
+
 TEST(TcpStoreTest, DocumentedExchangeIsWhatTheServerSpeaks) {
   TcpStoreServer server(options());
   TcpStore store("127.0.0.1", server.port(), kToken);

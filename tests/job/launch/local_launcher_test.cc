@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +18,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "heft/error.h"
+#include "heft/job/launch/job_cgroup.h"
 #include "heft/job/launch/process.h"
 #include "support/command.h"
 #include "support/files.h"
@@ -84,6 +88,85 @@ TEST(LocalLauncher, NoDescendantOfAWorkerOutlivesTheJob) {
             std::string::npos) << err;
   const std::string left = heft::test::run_command("pgrep -af '^sleep [78]" + id + "$'").text;
   EXPECT_EQ(left, "") << "still running: " << left;
+}
+
+// Where the machine lets heft make a cgroup (root here; job_cgroup.h), every worker runs in
+// the job's, and a SIGKILLed launcher's orphan guard ends what a worker left outside its
+// group: the subreaper cannot, it died with the launcher. The next launcher removes the
+// dead one's cgroup.
+TEST(LocalLauncher, ASigkilledLauncherLeavesNoDescendantBehind) {
+  std::string why;
+  const std::unique_ptr<JobCgroup> probe = JobCgroup::create(&why);  // where they are made
+  if (!probe) GTEST_SKIP() << "no cgroup here: " << why;
+  TempDir dir;
+  const std::string id = std::to_string(::getpid());
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    LocalLauncherOptions o = sh("setsid sleep 9" + id + " </dev/null >/dev/null 2>&1 & "
+                                "cat /proc/self/cgroup > " + dir.path() + "/cg-$RANK; exec sleep 60");
+    o.processes_per_host = 2;
+    ::_exit(LocalLauncher(o).run());
+  }
+  auto escapees = [&] { return heft::test::run_command("pgrep -f '^sleep 9" + id + "$'").text; };
+  std::string cg;
+  for (int i = 0; i < 400 && (cg.empty() || escapees().empty()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    cg = read_file(dir.path() + "/cg-1");
+  }
+  ASSERT_NE(cg.find("0::"), std::string::npos) << cg;
+  EXPECT_NE(cg.find("/heft-"), std::string::npos) << "the worker ran outside a job cgroup: " << cg;
+  ASSERT_NE(escapees(), "");
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  std::string left = escapees();
+  for (int i = 0; i < 200 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    left = escapees();
+  }
+  EXPECT_EQ(left, "") << "outlived its SIGKILLed launcher";
+  // The dead launcher's cgroup is still there (nobody removed it) until the next launcher.
+  const std::string base = probe->path().substr(0, probe->path().rfind('/'));
+  const std::string name = cg.substr(cg.rfind('/'), cg.find('\n', cg.rfind('/')) - cg.rfind('/'));
+  const std::string folder = base + name;
+  struct stat st {};
+  EXPECT_EQ(::stat(folder.c_str(), &st), 0) << folder;
+  EXPECT_EQ(end_stale_cgroups("test"), 0);  // nothing ran in it any more
+  EXPECT_NE(::stat(folder.c_str(), &st), 0) << folder << " was not removed";
+}
+
+// A heft cgroup whose launcher is gone and whose guard did not end it (killed too): the next
+// launcher ends what runs in it and removes it; a live launcher's cgroup is left alone.
+TEST(LocalLauncher, TheNextLauncherEndsWhatADeadOneLeft) {
+  std::string why;
+  std::unique_ptr<JobCgroup> live = JobCgroup::create(&why);
+  if (!live) GTEST_SKIP() << "no cgroup here: " << why;
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string base = live->path().substr(0, live->path().rfind('/'));
+  const std::string stale = base + "/heft-" + std::to_string(gone) + "-1-0";
+  ASSERT_EQ(::mkdir(stale.c_str(), 0755), 0) << stale;
+  const pid_t sleeper = ::fork();
+  if (sleeper == 0) {
+    std::ofstream(stale + "/cgroup.procs") << "0";
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 200 && read_file(stale + "/cgroup.procs").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_NE(read_file(stale + "/cgroup.procs"), "");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(end_stale_cgroups("heft run"), 1);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "heft run: ended 1 process left by a heft launcher that is gone\n");
+  int status = 0;  // the sweep may have reaped it already (its members that are our children)
+  if (::waitpid(sleeper, &status, 0) == sleeper)
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  else
+    EXPECT_EQ(errno, ECHILD);
+  struct stat st {};
+  EXPECT_NE(::stat(stale.c_str(), &st), 0) << stale << " was not removed";
+  EXPECT_EQ(::stat(live->path().c_str(), &st), 0) << "a live launcher's cgroup was removed";
 }
 
 TEST(LocalLauncher, GraceZeroKillsAtOnce) {

@@ -20,6 +20,11 @@ struct TcpStoreServerOptions {
   int port = 0;
   // The job token every client must prove it knows. Must be non-empty.
   std::string token;
+  // Memory the stored keys and values may take: those one connection wrote and still owns
+  // (a key belongs to its last writer), and all of them together. A SET or ADD that would go
+  // over is refused with heft::InvalidArgument naming the limit; nothing is stored.
+  size_t max_client_bytes = size_t{256} << 20;
+  size_t max_total_bytes = size_t{1} << 30;
 };
 
 // Serves the store on a background thread until destroyed. Thread-safe.

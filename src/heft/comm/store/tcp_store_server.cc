@@ -10,7 +10,9 @@
 // deadline the client sent; every set and add re-checks the parked requests, and the loop
 // answers those whose deadline passed with status TIMEOUT, so the client stays in sync.
 // A connection reads and answers one frame at a time and holds at most one reply, so a
-// client that is slow or stops reading only stalls itself.
+// client that is slow or stops reading only stalls itself. Each stored key is *charged* to
+// the connection that last wrote it (key and value bytes); a write that would take its
+// writer's charge over max_client_bytes, or all charges over max_total_bytes, is refused.
 // Deliberately left out: TLS, request pipelining, a limit on the number of connections.
 
 #include "heft/comm/store/tcp_store.h"
@@ -29,6 +31,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "heft/comm/auth.h"
@@ -69,6 +72,7 @@ class TcpStoreServer::Impl {
     size_t present = 0;
   };
   struct Conn {
+    uint64_t id = 0;  // charges_ and held_ name connections by it
     tcp::Socket sock;
     std::string peer;
     State state = State::kHello;
@@ -101,6 +105,12 @@ class TcpStoreServer::Impl {
     reply(c, status, reinterpret_cast<const uint8_t*>(text.data()), text.size());
   }
   bool has_ready_frame(const Conn& c) const;
+  // Throws InvalidArgument where charging `key` (`bytes` of key and value) to c would pass a
+  // limit; charge() then moves the key's charge to c from its previous writer.
+  void check_charge(const Conn& c, const std::string& key, size_t bytes);
+  void charge(const Conn& c, const std::string& key, size_t bytes);
+  void refund(const std::string& key);
+  void release(uint64_t conn, size_t bytes);  // conn holds `bytes` fewer
 
   const std::string token_;
   tcp::Socket listener_;
@@ -114,13 +124,25 @@ class TcpStoreServer::Impl {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<pollfd> fds_;
   Deadline accept_paused_until_{};
+  const size_t max_client_bytes_;
+  const size_t max_total_bytes_;
+  struct Charge {
+    uint64_t conn = 0;
+    size_t bytes = 0;
+  };
+  std::unordered_map<std::string, Charge> charges_;  // by key
+  std::unordered_map<uint64_t, size_t> held_;        // by connection id: bytes it is charged
+  size_t total_bytes_ = 0;
+  uint64_t next_conn_id_ = 1;
   std::thread thread_;  // last: starts once everything above exists
 };
 
 TcpStoreServer::Impl::Impl(TcpStoreServerOptions options)
     : token_(std::move(options.token)),
       listener_(tcp::listen_on(options.bind_address, options.port)),
-      wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      max_client_bytes_(options.max_client_bytes),
+      max_total_bytes_(options.max_total_bytes) {
   if (!wake_.valid()) throw IoError("store server: eventfd: " + errno_string(errno));
   port_ = tcp::local_port(listener_);
   address_ = tcp::local_host(listener_);
@@ -202,6 +224,7 @@ void TcpStoreServer::Impl::accept_new() {
       return;  // EAGAIN, or nothing useful to do until the pause ends
     }
     auto c = std::make_unique<Conn>();
+    c->id = next_conn_id_++;
     c->sock = tcp::Socket(fd);
     tcp::set_nodelay(fd);
     c->peer = tcp::peer_host(c->sock);
@@ -316,7 +339,9 @@ void TcpStoreServer::Impl::handle_frame(Conn& c, uint8_t op, Decoder& d) {
         std::string key = d.str();
         Bytes value = d.blob();
         d.finish();
+        check_charge(c, key, key.size() + value.size());
         data_.set(key, value);
+        charge(c, key, key.size() + value.size());
         reply(c, kOk, nullptr, 0);
         wake_parked();
         return;
@@ -335,8 +360,11 @@ void TcpStoreServer::Impl::handle_frame(Conn& c, uint8_t op, Decoder& d) {
         std::string key = d.str();
         int64_t delta = static_cast<int64_t>(d.u64());
         d.finish();
+        constexpr size_t kCounterBytes = 20;  // the decimal text of any int64
+        check_charge(c, key, key.size() + kCounterBytes);
         Encoder e;
         e.u64(static_cast<uint64_t>(data_.add(key, delta)));
+        charge(c, key, key.size() + kCounterBytes);
         reply(c, kOk, e.take());
         wake_parked();
         return;
@@ -352,6 +380,7 @@ void TcpStoreServer::Impl::handle_frame(Conn& c, uint8_t op, Decoder& d) {
         std::string key = d.str();
         d.finish();
         uint8_t existed = data_.delete_key(key) ? 1 : 0;
+        if (existed) refund(key);
         reply(c, kOk, &existed, 1);
         return;
       }
@@ -361,6 +390,45 @@ void TcpStoreServer::Impl::handle_frame(Conn& c, uint8_t op, Decoder& d) {
   } catch (const InvalidArgument& e) {
     reply_text(c, kInvalid, e.what());
   }
+}
+
+void TcpStoreServer::Impl::check_charge(const Conn& c, const std::string& key, size_t bytes) {
+  auto it = charges_.find(key);
+  const Charge old = it == charges_.end() ? Charge{} : it->second;
+  auto held = held_.find(c.id);
+  const size_t mine = (held == held_.end() ? 0 : held->second) -
+                      (old.conn == c.id ? old.bytes : 0) + bytes;
+  const size_t total = total_bytes_ - old.bytes + bytes;
+  auto mib = [](size_t b) { return std::to_string(b >> 20) + " MiB"; };
+  if (mine > max_client_bytes_)
+    throw InvalidArgument("store: writing key '" + key + "' would take the values this client wrote to " +
+                          std::to_string(mine) + " bytes, over the server's limit of " +
+                          mib(max_client_bytes_) + " a client (TcpStoreServerOptions::max_client_bytes)");
+  if (total > max_total_bytes_)
+    throw InvalidArgument("store: writing key '" + key + "' would take the store to " +
+                          std::to_string(total) + " bytes, over the server's limit of " +
+                          mib(max_total_bytes_) + " (TcpStoreServerOptions::max_total_bytes)");
+}
+
+void TcpStoreServer::Impl::charge(const Conn& c, const std::string& key, size_t bytes) {
+  Charge& slot = charges_[key];
+  if (slot.conn) release(slot.conn, slot.bytes);
+  total_bytes_ = total_bytes_ - slot.bytes + bytes;
+  held_[c.id] += bytes;
+  slot = Charge{c.id, bytes};
+}
+
+void TcpStoreServer::Impl::release(uint64_t conn, size_t bytes) {
+  auto it = held_.find(conn);
+  if ((it->second -= bytes) == 0) held_.erase(it);  // a connection that holds nothing: no entry
+}
+
+void TcpStoreServer::Impl::refund(const std::string& key) {
+  auto it = charges_.find(key);
+  if (it == charges_.end()) return;
+  release(it->second.conn, it->second.bytes);
+  total_bytes_ -= it->second.bytes;
+  charges_.erase(it);
 }
 
 void TcpStoreServer::Impl::park_or_answer(Conn& c, Parked p) {

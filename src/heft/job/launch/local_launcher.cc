@@ -5,6 +5,7 @@
 // interrupts this thread.
 #include "heft/job/launch/local_launcher.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/socket.h"
 #include "heft/job/launch/orphan_guard.h"
+#include "heft/job/launch/job_cgroup.h"
 #include "heft/job/launch/subreaper.h"
 #include "heft/job/launch/placement.h"
 #include "heft/job/launch/process.h"
@@ -82,9 +84,13 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   // Every simulated host runs on this machine: place all the workers on its CPUs.
   const Bind bind = parse_bind(worker_variable(options, parent, "HEFT_BIND"));
   const std::vector<std::vector<int>> placement = plan_placement(allowed_cpus(), world, bind);
+  // Every worker and all it starts in one cgroup, where the machine allows (job_cgroup.h).
+  std::string no_cgroup;
+  std::unique_ptr<JobCgroup> cgroup = JobCgroup::create(&no_cgroup);
+  if (!cgroup) spdlog::debug("{}: no cgroup for the workers ({}); the subreaper alone", options.log_name, no_cgroup);
   // Should this process die, what the workers started dies with them (declared before the
   // workers: it says goodbye once they are reaped).
-  OrphanGuard orphans;
+  OrphanGuard orphans(cgroup ? cgroup->kill_fd() : -1);
   std::vector<std::unique_ptr<Process>> workers;
   for (int rank = 0; rank < world; ++rank) {
     // Ctrl-C or SIGTERM while workers are still being started: start no more; the ones
@@ -98,7 +104,7 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     }
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
                        options.prefix_output || options.hooks.on_line != nullptr,
-                       placement[rank], options.worker_umask};
+                       placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1};
     if (!placement[rank].empty()) spawn.env["HEFT_CPUS"] = cpu_list(placement[rank]);
     try {
       workers.push_back(Process::spawn(spawn));
@@ -121,8 +127,10 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   GroupEnd end = watch_group(options.hooks, WatchOptions{options.grace, options.log_name},
                              workers, signals, *store, group);
   end.restart_count = restart_count;
-  // What the workers left outside their groups (setsid, a daemon) was reparented here.
+  // What the workers left outside their groups (setsid, a daemon) was reparented here; what
+  // still runs in the job's cgroup (its parent still alive) ends with it.
   end_adopted(options.grace, options.log_name);
+  if (cgroup) cgroup->end(options.grace + std::chrono::seconds(2), options.log_name);
   return end;
 }
 
@@ -156,6 +164,7 @@ int LocalLauncher::run() { return run_group().exit_code; }
 GroupEnd LocalLauncher::run_group() {
   SignalPipe signals;  // held across restarts, so no signal falls between two starts
   become_subreaper();  // a worker's descendants that leave its group come back here
+  end_stale_cgroups(options_.log_name);  // what a SIGKILLed launcher before this one left
   for (int restart_count = 0;; ++restart_count) {
     GroupEnd end = run_once(options_, signals, restart_count);
     if (end.interrupt_signal != 0 || !options_.hooks.restart || !options_.hooks.restart(end))

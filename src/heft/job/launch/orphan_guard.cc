@@ -18,23 +18,24 @@ namespace heft::job {
 
 namespace {
 
-// Closes every descriptor but `keep`, moved to 3 first.
-int close_all_but(int keep) {
-  if (keep != 3) {
-    if (::dup2(keep, 3) < 0) return -1;
-    keep = 3;
-  }
-  if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0)
-    for (int fd = 4; fd < 65536; ++fd) ::close(fd);
+// Closes every descriptor but `keep` (moved to 3) and `also` (moved to 4 when >= 0).
+bool close_all_but(int keep, int also) {
+  // Above 10 first, so that neither move overwrites the other.
+  keep = ::fcntl(keep, F_DUPFD, 10);
+  if (also >= 0) also = ::fcntl(also, F_DUPFD, 10);
+  if (keep < 0 || ::dup2(keep, 3) < 0 || (also >= 0 && ::dup2(also, 4) < 0)) return false;
+  const unsigned first = also >= 0 ? 5u : 4u;
+  if (::syscall(SYS_close_range, first, ~0u, 0u) != 0)
+    for (int fd = static_cast<int>(first); fd < 65536; ++fd) ::close(fd);
   for (int fd = 0; fd < 3; ++fd) ::close(fd);
-  return keep;
+  return true;
 }
 
-[[noreturn]] void guard(int read_fd) {
+[[noreturn]] void guard(int read_fd, int kill_fd) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
     ::signal(sig, SIG_IGN);
-  const int fd = close_all_but(read_fd);
-  if (fd < 0) ::_exit(1);
+  if (!close_all_but(read_fd, kill_fd)) ::_exit(1);
+  const int fd = 3;
   static pid_t groups[OrphanGuard::kMaxGroups];
   int n = 0;
   pid_t value = 0;
@@ -49,13 +50,17 @@ int close_all_but(int keep) {
     if (value == 0) ::_exit(0);  // goodbye
     if (value > 1 && n < OrphanGuard::kMaxGroups) groups[n++] = value;
   }
+  if (kill_fd >= 0) {
+    ssize_t w = ::write(4, "1", 1);  // the job's cgroup: every member, whatever its group
+    (void)w;
+  }
   for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
   ::_exit(0);
 }
 
 }  // namespace
 
-OrphanGuard::OrphanGuard() {
+OrphanGuard::OrphanGuard(int cgroup_kill_fd) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     throw IoError("heft: cannot create the orphan guard's pipe: " + errno_string(errno));
@@ -69,7 +74,7 @@ OrphanGuard::OrphanGuard() {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    guard(fds[0]);
+    guard(fds[0], cgroup_kill_fd);
   }
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(fds[0]);

@@ -6,7 +6,10 @@
 // SIGKILL to every process group it was told of, so whatever still runs in a worker's group
 // is gone within milliseconds of its launcher.
 //
-// Deliberately left out: processes that left their worker's group (setsid, setpgid) and
+// Given the job's cgroup (job_cgroup.h), the guard also writes its cgroup.kill, which ends what
+// left the workers' groups too (setsid, setpgid, daemons).
+//
+// Deliberately left out: without a cgroup, processes that left their worker's group, and
 // workers on other hosts (the worker shim watches those: worker_shim.h).
 #pragma once
 
@@ -16,10 +19,11 @@ namespace heft::job {
 
 class OrphanGuard {
  public:
-  // Forks the guard (it closes every inherited descriptor but its pipe, ignores the
-  // terminal's signals and lives until told goodbye or the launcher is gone). Throws
-  // heft::IoError when the pipe or the fork fails.
-  OrphanGuard();
+  // Forks the guard (it closes every inherited descriptor but its pipe and `cgroup_kill_fd`,
+  // ignores the terminal's signals and lives until told goodbye or the launcher is gone).
+  // `cgroup_kill_fd`: an open cgroup.kill the guard writes "1" to should the launcher die; -1:
+  // none. Throws heft::IoError when the pipe or the fork fails.
+  explicit OrphanGuard(int cgroup_kill_fd = -1);
   // The launcher's goodbye: the guard exits without killing anything, and is reaped.
   ~OrphanGuard();
   OrphanGuard(const OrphanGuard&) = delete;

@@ -92,7 +92,11 @@ struct Pipes {
 // Runs in the forked child: async-signal-safe calls only, never returns.
 [[noreturn]] void exec_child(const Pipes& pipes, pid_t parent, const char* path,
                              char* const* argv, char* const* envp, const cpu_set_t* cpus,
-                             int mask) {
+                             int mask, int cgroup_procs_fd) {
+  if (cgroup_procs_fd >= 0) {  // first, so that nothing this child starts is outside it
+    ssize_t joined = ::write(cgroup_procs_fd, "0", 1);
+    (void)joined;  // best effort: the subreaper still catches what leaves the group
+  }
   if (mask >= 0) ::umask(static_cast<mode_t>(mask));
   if (cpus) ::sched_setaffinity(0, sizeof(*cpus), cpus);  // best effort: a CPU may be offline
   // Every disposition back to its default (an ignored SIGTERM or SIGUSR1 of the launcher's
@@ -164,7 +168,7 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   const int fork_errno = errno;
   if (pid == 0)
     exec_child(pipes, parent, path.c_str(), argv.data(), envp.data(),
-               options.cpus.empty() ? nullptr : &cpus, options.umask);
+               options.cpus.empty() ? nullptr : &cpus, options.umask, options.cgroup_procs_fd);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) throw IoError("heft: cannot fork: " + errno_string(fork_errno));
 

@@ -45,6 +45,9 @@ struct SpawnOptions {
   std::vector<int> cpus;
   // The child's umask (set before execve); -1: this process's.
   int umask = -1;
+  // An open cgroup.procs the child writes "0" to before execve, joining that cgroup with
+  // everything it will start (job_cgroup.h); -1: none.
+  int cgroup_procs_fd = -1;
 };
 
 // One started child. Not thread-safe; owned by the thread that spawned it.

@@ -6,9 +6,8 @@
 //
 // Adopted children are told from heft's own by the registry in process.h (spawned_by_heft).
 // Deliberately left out: a descendant whose parent still runs when the sweep happens is
-// reparented only once that parent dies (the sweep repeats while any arrive); a cgroup per job,
-// which would also catch a descendant that outlives the launcher itself (the orphan guard
-// covers what stayed in a worker's group).
+// reparented only once that parent dies (the sweep repeats while any arrive). The job's cgroup
+// (job_cgroup.h), where the machine allows one, catches those and what outlives the launcher.
 #pragma once
 
 #include <sys/types.h>
