@@ -1,6 +1,7 @@
 #include "support/link_attacker.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "heft/comm/store/tcp_store.h"
 #include "heft/comm/transport/tcp/pair.h"
 #include "heft/error.h"
+#include "support/files.h"
 
 namespace heft::test {
 namespace {
@@ -154,6 +156,18 @@ void LinkAttacker::attack(const std::string& address, const std::string& group, 
   if (refused) ++tally_.refused;
   else if (outcome == "a link formed") tally_.accepted.push_back(address + ": " + outcome);
   else ++tally_.missed;  // closed before the dial (the group had formed), or no answer in 3 s
+}
+
+void expect_all_refused(const LinkAttacker::Tally& tally, int ranks, const std::string& home,
+                        const std::string& job, const std::string& from) {
+  EXPECT_TRUE(tally.accepted.empty()) << tally.summary();
+  EXPECT_GE(tally.refused, ranks) << tally.summary();
+  EXPECT_EQ(tally.store_refused, 1) << tally.summary();
+  std::string logs;
+  for (int r = 0; r < ranks; ++r)
+    logs += read_file(home + "/jobs/" + job + "/logs/rank-" + std::to_string(r) + ".log");
+  EXPECT_NE(logs.find("refused a connection from " + from + ":"), std::string::npos)
+      << logs.substr(0, 2000);
 }
 
 }  // namespace heft::test

@@ -50,4 +50,10 @@ class LinkAttacker {
   std::thread thread_;
 };
 
+// The launcher tests' verdict on an attacked job whose ranks 0..ranks-1 listened, logging under
+// `home`/jobs/`job`/logs: no link formed, each of those ranks' listeners and the store refused
+// the attacker, and the ranks' logs name a refusal from `from` (the attacker's address).
+void expect_all_refused(const LinkAttacker::Tally& tally, int ranks, const std::string& home,
+                        const std::string& job, const std::string& from);
+
 }  // namespace heft::test
