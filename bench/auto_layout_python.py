@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 import heft.torch  # noqa: F401  (registers the backend)
 from heft.torch import parallel
-from heft.torch import _auto_layout
+from heft.torch.parallel import layout as _auto_layout
 
 
 def model(blocks, width):

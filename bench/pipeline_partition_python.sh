@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 steps=${STEPS:-12}
 rounds=${ROUNDS:-3}
-for f in "$build/heft" "$build/python/heft/torch/_pipeline.py"; do
+for f in "$build/heft" "$build/python/heft/torch/parallel/pipeline/__init__.py"; do
   [ -e "$f" ] || { echo "pipeline_partition_python: $f not found; build first" >&2; exit 2; }
 done
 work=$(mktemp -d)

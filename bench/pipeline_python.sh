@@ -75,7 +75,7 @@ case $rounds in ''|*[!0-9]*|0) echo "pipeline_python: --rounds $rounds: expected
 build=${1:-build}
 steps=${STEPS:-20}
 case $steps in ''|*[!0-9]*|0|1|2) echo "pipeline_python: STEPS=$steps: expected a whole number of at least 3 (steps 3.. are timed)" >&2; exit 2 ;; esac
-for f in "$build/heft" "$build/heft-train" "$build/python/heft/torch/_pipeline.py"; do
+for f in "$build/heft" "$build/heft-train" "$build/python/heft/torch/parallel/pipeline/__init__.py"; do
   [ -e "$f" ] || { echo "pipeline_python: $f not found; build first" >&2; exit 2; }
 done
 work=$(mktemp -d)

@@ -35,7 +35,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "$0: --rounds $ROUNDS: expected 1 to 99" >&2; exit 2; }
 HEFT=build/heft PY=.venv/bin/python
-[[ -x $HEFT && -f build/python/heft/torch/sharded.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
+[[ -x $HEFT && -f build/python/heft/torch/parallel/sharded/__init__.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'), $(free -g | awk '/Mem:/{print $2}') GiB; torch $($PY -c 'import torch; print(torch.__version__)')"
 echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)  steps=$STEPS n_layer=$LAYERS n_embd=$WIDTH batch=${BATCH}x$BLOCK rounds=$ROUNDS; load $(cut -d' ' -f1-3 /proc/loadavg)"

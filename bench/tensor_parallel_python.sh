@@ -29,7 +29,7 @@ done
 [[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 3 && $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || {
   echo "$0: --steps must be >= 3 (2 warm-up steps) and --rounds >= 1" >&2; exit 2; }
 HEFT=build/heft PY=.venv/bin/python
-[[ -x $HEFT && -x build/heft-train && -f build/python/heft/torch/_tensor_parallel.py ]] || {
+[[ -x $HEFT && -x build/heft-train && -f build/python/heft/torch/parallel/tensor/__init__.py ]] || {
   echo "$0: build heft, heft-train and heft_python_c10d first" >&2; exit 1; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name'); torch $($PY -c 'import torch; print(torch.__version__)'); load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -18,7 +18,7 @@ def worker():
     import torch
     import torch.distributed as dist
     import heft.torch  # noqa: F401  (registers the backend)
-    from heft.torch import _auto_layout
+    from heft.torch.parallel import layout as _auto_layout
     dist.init_process_group("heft", init_method="env://")
     torch.manual_seed(dist.get_rank())  # different weights: the plan must not depend on them
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(5)],

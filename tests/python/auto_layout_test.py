@@ -21,7 +21,7 @@ sys.path.append(os.path.join(support.BINARY_DIR, "python"))
 
 import torch  # noqa: E402
 
-from heft.torch import _auto_layout  # noqa: E402
+from heft.torch.parallel import layout as _auto_layout  # noqa: E402
 
 
 def model():

@@ -46,7 +46,7 @@ def save_worker(directory):
     import torch.distributed as dist
     import heft.torch  # noqa: F401
     from heft.torch.parallel import DeviceMesh, Pipeline
-    from heft.torch._tensor_parallel import full_state_dict
+    from heft.torch.parallel.tensor import full_state_dict
     import pp_models as P
     dist.init_process_group("heft", init_method="env://")
     pipe = Pipeline(P.tp_gpt(), DeviceMesh(pipeline=2, tensor=2), microbatches=4,

@@ -39,7 +39,7 @@ def run_case(index, mesh_args, kwargs, meshes, ref):
     import torch
     import torch.distributed as dist
     from heft.torch.parallel import DeviceMesh, Pipeline
-    from heft.torch._tensor_parallel import full_state_dict
+    from heft.torch.parallel.tensor import full_state_dict
     import pp_models as P
     key = json.dumps(mesh_args, sort_keys=True)
     if key not in meshes:

@@ -15,7 +15,7 @@ import support
 sys.path.append(os.path.join(support.BINARY_DIR, "python"))
 
 import torch  # noqa: E402
-from heft.torch import _pipeline_plan  # noqa: E402
+from heft.torch.parallel.pipeline import _plan as _pipeline_plan  # noqa: E402
 
 
 class Probe(torch.nn.Module):

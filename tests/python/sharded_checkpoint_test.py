@@ -123,7 +123,8 @@ class Checkpoints:
     def format_is_the_cpp_ones(self, d):
         import contextlib
         import io
-        from heft.torch import _c10d, _checkpoint_dir, parallel
+        from heft.torch import _c10d, parallel
+        from heft.torch.parallel import checkpoint_dir as _checkpoint_dir
         self.assertIs(_checkpoint_dir._cc, _c10d.checkpoint)
         with open(os.path.join(d, "ckpt-000000000001", "manifest.json")) as f:
             self.assertEqual(json.load(f), {"format": "heft-checkpoint", "version": 2, "step": 1,

@@ -43,7 +43,7 @@ def run_case(model_name, plan_name, mesh):
     import tp_models as M
     from heft.torch import _c10d
     from heft.torch.parallel import tensor_parallel, vocab_parallel_cross_entropy
-    from heft.torch._tensor_parallel import full_state_dict
+    from heft.torch.parallel.tensor import full_state_dict
     ref = M.make(model_name)
     tp = tensor_parallel(M.make(model_name), plans()[plan_name], mesh)
     opts = [torch.optim.AdamW(m.parameters(), lr=LR) for m in (ref, tp)]
@@ -88,7 +88,7 @@ def slices(mesh, t):
     import torch
     import tp_models as M
     from heft.torch.parallel import tensor_parallel
-    from heft.torch._tensor_parallel import full_state_dict
+    from heft.torch.parallel.tensor import full_state_dict
     g = tensor_parallel(M.make("gpt", qkv_bias=True), plans()["gpt"], mesh)
     plain, full = M.make("gpt", qkv_bias=True).state_dict(), full_state_dict(g)
     a = g.blocks[0].attn

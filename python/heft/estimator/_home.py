@@ -12,8 +12,15 @@ Not here: what the user names as a destination (output_path, checkpoint_s3_uri,
 download_data's path), which the SDK copies to where it is told.
 """
 import contextlib
+import json
 import os
 import tempfile
+
+
+def dump_spec(spec):
+    """A job's or tuning's spec as the text of its <job>.yaml / <tuning>.tuning.yaml (JSON is
+    YAML; strings stay quoted, so "0.1" stays a string; what JSON cannot hold, as str())."""
+    return json.dumps(spec, indent=2, default=str) + "\n"
 
 
 def sdk_dir(home):

@@ -86,11 +86,11 @@ class TrainingJob:
 
     @classmethod
     def start(cls, session, spec, record, cwd, show, owner, detach=False):
-        from .estimator import dump_spec
         home = session.heft_home
         name = _checks.job_name(owner, "job_name", spec.get("name"))
         sdk = _home.sdk_dir(home)
-        spec_path = _home.write_private(home, os.path.join(sdk, name + ".yaml"), dump_spec(spec))
+        spec_path = _home.write_private(home, os.path.join(sdk, name + ".yaml"),
+                                        _home.dump_spec(spec))
         _home.write_private(home, os.path.join(sdk, name + ".json"),
                             json.dumps(record, indent=2))
         running = _cli.Running(["train", spec_path], home, cwd, show,

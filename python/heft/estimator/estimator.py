@@ -14,7 +14,6 @@ instance_type and role are recorded; the rest of the SDK's arguments are refused
 when given a value that asks for something heft does not do (_refused.py).
 """
 import datetime
-import json
 import os
 import sys
 import time
@@ -358,15 +357,6 @@ class Estimator:
         self.base_job_name = rec.get("base_job_name")
         self.framework_version = rec.get("framework_version")
         self.py_version = rec.get("py_version")
-
-
-def _json_default(o):
-    return str(o)
-
-
-def dump_spec(spec):
-    """The spec as YAML text (JSON is YAML; strings stay quoted, so "0.1" stays a string)."""
-    return json.dumps(spec, indent=2, default=_json_default) + "\n"
 
 
 __all__ = ["Estimator", "name_from_base", "HeftCommandError"]

@@ -18,7 +18,7 @@ from . import _cli, _home, _refused
 from ._training_job import TUNING_FIELD_TO_ARGUMENT, refusal
 from .analytics import HyperparameterTuningJobAnalytics
 from . import _checks as checks
-from .estimator import Estimator, dump_spec, name_from_base
+from .estimator import Estimator, name_from_base
 from .exceptions import UnexpectedStatusException
 from .parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
 
@@ -224,7 +224,7 @@ class HyperparameterTuner:
         spec["name"] = name
         sdk = _home.sdk_dir(home)
         path = _home.write_private(home, os.path.join(sdk, name + ".tuning.yaml"),
-                                   dump_spec(spec))
+                                   _home.dump_spec(spec))
         _home.write_private(home, os.path.join(sdk, name + ".tuning.json"),
                             json.dumps(self.estimator._record(), indent=2))
         self._running = _cli.Running(["tune", path], home, self.estimator._cwd, wait,

@@ -11,8 +11,8 @@
 //     --print-plan` for N ranks on this host;
 //   heft plan --model FILE.py:FACTORY|MODULE:FUNCTION [-n N] [--memory_limit_gb G] [--measure]
 //     [--global_batch B] [--optimizer O]   a PyTorch model: /usr/bin/python3 runs
-//     heft.torch._plan_main, which calls FACTORY() -> (model_or_layers, example_batch[, tensor_plan]) and
-//     heft.torch.parallel.auto_layout.
+//     heft.torch.parallel.layout.plan_main, which calls FACTORY() -> (model_or_layers,
+//     example_batch[, tensor_plan]) and heft.torch.parallel.auto_layout.
 // Without --measure one process profiles and prices the collectives with the defaults, and
 // says so; with it `heft run -n N` starts N ranks on this host that measure the collectives
 // (rank 0 profiles and prints). Exit codes: 0 with the ranked table; 2 when no layout fits the
@@ -138,7 +138,7 @@ int plan_builtin(const PlanArgs& args) {
   return run_planner(args, std::move(command));
 }
 
-// --model FILE.py:FACTORY: heft.torch._plan_main under Debian's Python.
+// --model FILE.py:FACTORY: heft.torch.parallel.layout.plan_main under Debian's Python.
 int plan_python(const PlanArgs& args) {
   if (!args.extra.empty())
     return usage_error(args.extra.front() + ": not an option of heft plan --model FILE.py:FACTORY (a "
@@ -152,8 +152,9 @@ int plan_python(const PlanArgs& args) {
   ::setenv("PYTHONPATH", (python_dir + (old && *old ? ":" + std::string(old) : "")).c_str(), 1);
   std::ostringstream g;
   g << args.memory_limit_gb;
-  return run_planner(args, {kPython, "-u", "-m", "heft.torch._plan_main", args.model, std::to_string(args.ranks),
-                            g.str(), std::to_string(args.global_batch), args.optimizer});
+  return run_planner(args, {kPython, "-u", "-m", "heft.torch.parallel.layout.plan_main", args.model,
+                            std::to_string(args.ranks), g.str(), std::to_string(args.global_batch),
+                            args.optimizer});
 }
 
 int plan_spec(const PlanArgs& args) {

@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _checkpoint_dir as ckdir
+from .. import checkpoint_dir as ckdir
 
 _unflatten = torch._C._nn.unflatten_dense_tensors
 

@@ -6,10 +6,12 @@ loss, and DDP's gradient synchronisation around the backward. See docs/pipeline.
 import torch
 import torch.distributed as dist
 
-from . import _c10d
-from ._mesh import DeviceMesh
-from ._pipeline_plan import check_arguments, layers_of, plan
-from . import _pipeline_tensor as _tp
+from heft.torch import _c10d
+from ..mesh import DeviceMesh
+from ..sharded import ShardedDataParallel
+from . import _checkpoint
+from . import _tensor as _tp
+from ._plan import check_arguments, layers_of, plan
 
 _pp = _c10d.parallel.pipeline
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -103,7 +105,6 @@ class Pipeline(torch.nn.Module):
             return DistributedDataParallel(module, process_group=self.mesh.group("data"),
                                            broadcast_buffers=False)
         if self.data_parallel == "sharded":
-            from .sharded import ShardedDataParallel
             return ShardedDataParallel(module, mesh=self.mesh,
                                        activation_checkpointing=self.activation_checkpointing)
         return module
@@ -303,25 +304,22 @@ class Pipeline(torch.nn.Module):
         raise RuntimeError("Pipeline: call step(inputs, targets, loss_fn) to train and "
                            "evaluate(inputs) for the output, not the module itself")
 
-    # ---- checkpoints (_layout_ckpt.py) -----------------------------------------------------
+    # ---- checkpoints (_checkpoint.py) ------------------------------------------------------
     def save_checkpoint(self, directory, optimizer=None, step=None, meta=None, keep=2):
         """Collective over the world: this model (and optimizer) as one heft multi-writer
         checkpoint carrying its layout (layer -> stage, tensor slices); returns the step."""
-        from . import _layout_ckpt
-        return _layout_ckpt.save(self, directory, optimizer, step, meta, keep)
+        return _checkpoint.save(self, directory, optimizer, step, meta, keep)
 
     def load_checkpoint(self, directory, optimizer=None):
         """Loads the newest Pipeline checkpoint of directory, saved at any pipeline, tensor
         or data degree, into this rank's layers (and optimizer); returns (step, meta)."""
-        from . import _layout_ckpt
-        return _layout_ckpt.load(self, directory, optimizer)
+        return _checkpoint.load(self, directory, optimizer)
 
     @staticmethod
     def load_full_state_dict(directory):
         """The newest Pipeline checkpoint of directory as the whole model's state_dict (the
         nn.Sequential's keys, full tensors), in one process: no process group needed."""
-        from . import _layout_ckpt
-        return _layout_ckpt.full_state(directory)[2]
+        return _checkpoint.full_state(directory)[2]
 
     def print_schedule(self):
         """Prints (and returns) heft's simulated grid of the schedule with its bubble beside

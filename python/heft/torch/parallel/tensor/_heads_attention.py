@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import _c10d
-from ._tensor_parallel import TensorParallelLayer, _slice
+from heft.torch import _c10d
+from ._layers import TensorParallelLayer, slice_parameter
 
 _T = _c10d.parallel.tensor
 
@@ -41,7 +41,7 @@ class HeadsAttention(TensorParallelLayer):
     heads (averaged: one all-reduce; per head: one all-gather)."""
 
     _heft_leaf = True  # reads out_proj's parameters without calling it: ShardedDataParallel
-    # makes no unit of out_proj (_units.py)
+    # makes no unit of out_proj (sharded/_units.py)
 
     def __init__(self, full, group, shared, what):
         check(full, what)
@@ -59,7 +59,7 @@ class HeadsAttention(TensorParallelLayer):
                 owner.register_parameter(attr, None)
                 return
             if id(p) not in shared:
-                shared[id(p)] = _slice(p, dim, parts, group, what)
+                shared[id(p)] = slice_parameter(p, dim, parts, group, what)
             setattr(owner, attr, shared[id(p)])
 
         cut(self, "in_proj_weight", full, 0, 3)

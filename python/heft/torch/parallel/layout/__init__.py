@@ -2,7 +2,7 @@
 micro-batches, virtual stages, checkpointing) heft's C++ search (layout_search.h) predicts
 fastest for a model on `world` ranks within `memory_limit` bytes per rank. The model's terms
 are heft-train's (train/auto_layout.cc layout_inputs), measured here and passed as they are:
-each layer's time by the partitioner's profiler (_pipeline_plan._profile) at the example batch
+each layer's time by the partitioner's profiler (pipeline/_plan.py _profile) at the example batch
 and at twice it (a per-call part and a part per sample), the heap each layer's forward keeps
 (mallinfo2 through the binding), the optimizer's step, the loss's or output gradient's
 transient bytes, the runtime's resident bytes and the host's cores, threads and other load
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _c10d
-from ._pipeline_plan import _profile, layers_of
+from heft.torch import _c10d
+from ..pipeline._plan import _profile, layers_of
+from ..tensor._plan import plan_layers
 
 _layout = _c10d.parallel.layout
 
@@ -119,7 +120,7 @@ def _saved_and_transient(layers, example_batch, loss_fn):
                 x_in = x.detach()
                 if x_in.is_floating_point():  # a copy, not a leaf: a layer that works in place
                     # (nn.ReLU(inplace=True), torchvision's resnets) may write it, as in the
-                    # pipeline's profile (_pipeline_plan._profile)
+                    # pipeline's profile (pipeline/_plan.py _profile)
                     x_in = x_in.requires_grad_(i > 0 or example_batch.requires_grad).clone()
                 else:
                     x_in = x_in.clone()
@@ -294,7 +295,6 @@ def tensor_splits(model, world, heads, tensor_plan):
     A plan that names no module of the model is a ValueError naming its pattern."""
     if tensor_plan is None:
         return 0 if heads > 0 else 1
-    from ._tensor_parallel_plan import plan_layers
     plan_layers(model, tensor_plan, 1)  # a pattern that names nothing: the plan's own error
     best = 1
     for t in range(2, world + 1):

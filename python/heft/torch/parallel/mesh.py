@@ -6,7 +6,7 @@ See docs/parallel.md."""
 import torch
 import torch.distributed as dist
 
-from . import BACKEND, _c10d
+from heft.torch import BACKEND, _c10d
 
 # The Python names, in the order every rank makes their groups, and the C++ names
 # (parallel::name(Dim)) the binding reports them under.

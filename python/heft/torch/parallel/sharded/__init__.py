@@ -17,11 +17,13 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.utils.checkpoint import checkpoint as _checkpoint
+from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
-from . import BACKEND, _deferred, _units
+from heft.torch import BACKEND
+from heft.torch.profile import phase
+from ..mesh import DeviceMesh
+from . import _deferred, _state, _units
 from ._flat import FlatUnit, Group
-from .profile import phase
 
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
           "bf16": (torch.bfloat16, torch.float32), "bf16-reduce": (torch.bfloat16, torch.bfloat16)}
@@ -81,7 +83,6 @@ def _groups(sharded_degree):
 def _mesh_groups(mesh, sharded_degree):
     """(shard Group, replicate Group or None) from a DeviceMesh's "sharded" and
     "replicate" groups: the data dimension of the mesh, whatever else it holds."""
-    from ._mesh import DeviceMesh
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"ShardedDataParallel: mesh must be a heft.torch.parallel.DeviceMesh, "
                         f"found {type(mesh).__name__}")
@@ -354,8 +355,7 @@ class ShardedDataParallel(torch.nn.Module):
     def full_state_dict(self):
         """The wrapped module's state_dict with full parameters (collective: every rank
         calls it; every rank gets it). fp32, on CPU."""
-        from ._sharded_state import full_state_dict
-        return full_state_dict(self)
+        return _state.full_state_dict(self)
 
 
 def _first_rank(group):
@@ -374,8 +374,8 @@ def _checkpointed(sdp, forward, *args, **kwargs):
         return inner(*a, **k)
 
     if kwargs:
-        return _checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=False)
-    return _checkpoint(forward, *args, use_reentrant=False)
+        return _torch_checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=False)
+    return _torch_checkpoint(forward, *args, use_reentrant=False)
 
 
 def _batch_norm_in_fp32(module, inputs):

@@ -8,7 +8,7 @@ them."""
 import torch
 import torch.distributed as dist
 
-from .profile import phase
+from heft.torch.profile import phase
 
 _flatten = torch._C._nn.flatten_dense_tensors
 _unflatten = torch._C._nn.unflatten_dense_tensors

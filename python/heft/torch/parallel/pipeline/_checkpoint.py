@@ -1,13 +1,14 @@
 """Checkpoints of a heft.torch.parallel.Pipeline (with or without a tensor plan) that reshard
 across pipeline and tensor degrees: heft's multi-writer checkpoint directory (the C++
-CheckpointDirectory through _checkpoint_dir.py, the format heft-train and save_checkpoint
+CheckpointDirectory through ../checkpoint_dir.py, the format heft-train and save_checkpoint
 use). Part K is world rank K's: layout.json (its stage, chunks' layers, tensor rank and size,
 data coordinate, and how each tensor was cut: {key: [dim, parts]}, dim -1 whole) and, on the
 ranks of data coordinate 0, state.pt ({key: slice} and each parameter's optimizer state
 sliced alike). Keys are the model's: the layer's index in the sequence, then its own name,
 so the full state is a plain nn.Sequential's state_dict. Slices are joined and re-cut by
 heft's C++ join_slices / take_slice. Parts are read with torch.load(weights_only=True):
-tensors and plain data only (_sharded_ckpt.load_part). See docs/pipeline.md, "Checkpoints"."""
+tensors and plain data only (load_part, ../sharded/_checkpoint.py). See docs/pipeline.md,
+"Checkpoints"."""
 import io
 import json
 import sys
@@ -15,9 +16,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _c10d
-from . import _checkpoint_dir as ckdir
-from ._sharded_ckpt import load_part
+from heft.torch import _c10d
+from .. import checkpoint_dir as ckdir
+from ..sharded._checkpoint import _copy_into, load_part
+from ..sharded._state import gather_flat, named_full_params
 
 _T = _c10d.parallel.tensor
 FORMAT = "heft-pipeline-layout-1"
@@ -44,7 +46,6 @@ def _chunk_state(chunk, optimizer):
                 state[key]["optimizer"] = {k: (v.detach().clone() if torch.is_tensor(v) else v)
                                            for k, v in optimizer.state.get(t, {}).items()}
         return state
-    from ._sharded_state import gather_flat, named_full_params
     state = {k: {"tensor": v} for k, v in chunk.full_state_dict().items()}
     for u in chunk.units:
         names = [s.name for places in u.slots for s in places]
@@ -198,7 +199,6 @@ def load(pipe, directory, optimizer=None):
 def _load_sharded(sdp, params, optim, optimizer, rank, size, who, directory):
     """This rank's shard of each unit (and its optimizer state) from the full tensors, cut
     for its tensor rank first (no collective)."""
-    from ._sharded_ckpt import _copy_into
     cut = _splits(sdp.module)
 
     def mine(key, t):

@@ -1,9 +1,10 @@
 """`heft plan --model FILE.py:FACTORY|MODULE:FUNCTION` (src/heft/cli/plan.cc runs
-`python3 -m heft.torch._plan_main MODEL RANKS MEMORY_LIMIT_GB GLOBAL_BATCH OPTIMIZER`):
-FACTORY() returns (model_or_layers, example_batch[, tensor_plan]) (tensor_plan: the plan
-tensor_parallel would apply; without one the tensor degree is 1); heft.torch.parallel.auto_layout plans it
-for RANKS ranks and this prints what heft-train's --print-plan prints (the inputs, the
-collective costs and whether they were measured, the search's table, the `layout:` line).
+`python3 -m heft.torch.parallel.layout.plan_main MODEL RANKS MEMORY_LIMIT_GB GLOBAL_BATCH
+OPTIMIZER`): FACTORY() returns (model_or_layers, example_batch[, tensor_plan]) (tensor_plan:
+the plan tensor_parallel would apply; without one the tensor degree is 1);
+heft.torch.parallel.auto_layout plans it for RANKS ranks and this prints what heft-train's
+--print-plan prints (the inputs, the collective costs and whether they were measured, the
+search's table, the `layout:` line).
 Alone it uses the default collective costs; under `heft run -n RANKS` (heft plan --measure)
 every rank joins the heft backend, the collectives are measured, rank 0 profiles and prints.
 Exit 2 for bad input (the message names --model) or when no layout fits (naming the smallest
@@ -16,7 +17,7 @@ import traceback
 
 import torch
 
-from . import _auto_layout
+from heft.torch.parallel import layout
 
 
 class BadModel(ValueError):
@@ -66,7 +67,7 @@ def made_model(spec):
 def memory_limit(limit_gb, ranks):
     if limit_gb > 0:
         return int(limit_gb * 1e9), "--memory_limit_gb"
-    available = _auto_layout._layout.available_host_memory()
+    available = layout._layout.available_host_memory()
     return max(1, available // ranks), f"this host's available memory / {ranks} ranks"
 
 
@@ -89,7 +90,7 @@ def describe_inputs(plan, layers, profiled, limit, source, ranks):
     if "host_compute_inflation" in t:
         lines.append(f"auto_layout: host terms measured on {ranks} ranks in {t['host_probe_s']:.2f} s "
                      "(CPU per unit of work, every rank busy over rank 0 alone: "
-                     + _auto_layout._layout.describe_host_terms(
+                     + layout._layout.describe_host_terms(
                          t["host_compute_inflation"], t["host_step_inflation"], t["host_sync"])
                      + "); the gradient collective hides behind the backward only on idle cores")
     if plan.comm_measured:
@@ -131,9 +132,9 @@ def plan(spec, ranks, limit_gb, global_batch, optimizer):
         return 1
     limit, source = memory_limit(limit_gb, ranks)
     try:
-        p = _auto_layout.auto_layout(model, example, world=ranks, memory_limit=limit,
-                                     global_batch=global_batch or None, optimizer=optimizer,
-                                     tensor_plan=tensor_plan)
+        p = layout.auto_layout(model, example, world=ranks, memory_limit=limit,
+                               global_batch=global_batch or None, optimizer=optimizer,
+                               tensor_plan=tensor_plan)
     except (ValueError, TypeError) as e:
         if rank0:
             print("heft plan: " + str(e).removeprefix("auto_layout: ").removeprefix("Pipeline: "),
@@ -143,7 +144,7 @@ def plan(spec, ranks, limit_gb, global_batch, optimizer):
         if joined:
             dist.destroy_process_group()
     if rank0:
-        layers = len(_auto_layout.layers_of(model))
+        layers = len(layout.layers_of(model))
         profiled = int(example.shape[0]) if example.dim() > 0 else 1
         print(describe_inputs(p, layers, profiled, limit, source, ranks))
         print(p.describe, end="" if p.describe.endswith("\n") else "\n")

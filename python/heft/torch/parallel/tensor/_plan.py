@@ -1,13 +1,15 @@
 """How a tensor-parallel plan applies to a module, changing nothing: which modules its
 patterns name, how each is cut and which head counts divide (plan_layers), and which of a
 plan's patterns name a module (names_matching). Shared by tensor_parallel
-(_tensor_parallel.py), which then swaps the modules, and Pipeline's tensor_plan
-(_pipeline_tensor.py), which checks every chunk before anything is freed or split."""
+(__init__.py), which then swaps the modules, Pipeline's tensor_plan (pipeline/_tensor.py),
+which checks every chunk before anything is freed or split, and auto_layout (layout/), which
+asks which tensor degrees a plan can split a model into."""
 import fnmatch
 
 import torch.nn as nn
 
-from . import _c10d
+from heft.torch import _c10d
+from ._heads_attention import check as check_attention
 
 _T = _c10d.parallel.tensor
 STYLES = ("colwise", "rowwise", "vocab", "heads")
@@ -59,8 +61,7 @@ def _attention(modules, name, pattern, style):
         if not isinstance(m, nn.MultiheadAttention):
             raise ValueError(f"tensor_parallel: plan pattern {pattern!r} matches {name!r} "
                              f"({type(m).__name__}): 'heads' applies to nn.MultiheadAttention")
-        from ._heads_attention import check
-        check(m, f"tensor_parallel: plan pattern {pattern!r}: {name!r}")
+        check_attention(m, f"tensor_parallel: plan pattern {pattern!r}: {name!r}")
         return True
     if owner is not None:
         raise ValueError(f"tensor_parallel: plan pattern {pattern!r} matches {name!r}: "

@@ -9,8 +9,9 @@ from collections import OrderedDict
 
 import torch
 
-from . import _c10d
-from ._tensor_parallel_plan import module_names, names_matching, plan_layers
+from heft.torch import _c10d
+from ..tensor import tensor_parallel
+from ..tensor._plan import module_names, names_matching, plan_layers
 
 _T = _c10d.parallel.tensor
 
@@ -64,7 +65,6 @@ def sub_plan(module, plan):
 def split_chunk(module, plan, mesh, layers):
     """tensor_parallel on one chunk with its part of the plan; a whole layer replaced (a
     planned top-level nn.Linear) has its full parameters freed in the user's model too."""
-    from ._tensor_parallel import tensor_parallel
     sub = sub_plan(module, plan)
     if not sub:
         return module

@@ -15,16 +15,17 @@ the ranks on this machine cannot hold before anything is allocated."""
 import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
-from . import BACKEND
-from ._auto_layout import LayoutPlan, auto_layout  # noqa: F401
-from ._deferred import deferred_init  # noqa: F401
-from ._mesh import DeviceMesh  # noqa: F401
-from ._pipeline import Pipeline  # noqa: F401
-from ._tensor_parallel import full_state_dict, tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
-from ._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
-                      require_memory, training_state_bytes)
-from ._sharded_ckpt import load_checkpoint, load_full_state_dict, save_checkpoint  # noqa: F401
+from heft.torch import BACKEND
+from .layout import LayoutPlan, auto_layout  # noqa: F401
+from .layout._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
+                             require_memory, training_state_bytes)
+from .mesh import DeviceMesh  # noqa: F401
+from .pipeline import Pipeline  # noqa: F401
 from .sharded import ShardedDataParallel  # noqa: F401
+from .sharded._checkpoint import (load_checkpoint, load_full_state_dict,  # noqa: F401
+                                  save_checkpoint)
+from .sharded._deferred import deferred_init  # noqa: F401
+from .tensor import full_state_dict, tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
 
 
 class DistributedDataParallel(_TorchDDP):
@@ -46,3 +47,12 @@ class DistributedDataParallel(_TorchDDP):
                     "heft.torch.parallel.DistributedDataParallel: the default process group "
                     f"uses backend {_dist.get_backend()!r}, expected {BACKEND!r}")
         super().__init__(module, *args, **kwargs)
+
+
+# What `from heft.torch.parallel import *` gives, as before the rooms (whose subpackages are
+# attributes of this package too): the public names above, not the rooms.
+__all__ = ["BACKEND", "DeviceMesh", "DistributedDataParallel", "LayoutPlan", "Pipeline",
+           "ShardedDataParallel", "auto_layout", "available_bytes", "deferred_init",
+           "full_state_dict", "load_checkpoint", "load_full_state_dict", "parameter_count",
+           "ranks_on_host", "require_memory", "save_checkpoint", "tensor_parallel",
+           "training_state_bytes", "vocab_parallel_cross_entropy"]

@@ -1,11 +1,11 @@
-"""Pipeline's argument checks and partition (heft.torch.parallel.Pipeline, _pipeline.py): the
+"""Pipeline's argument checks and partition (heft.torch.parallel.Pipeline, __init__.py): the
 model as a list of layers, profiled on one rank by heft's C++ profile_layers (calling back
 here to time each layer) and cut by heft's C++ auto_partition or manual_partition; the plan
 is broadcast from world rank 0, so every rank holds the same one."""
 import torch
 import torch.distributed as dist
 
-from . import _c10d
+from heft.torch import _c10d
 
 _pp = _c10d.parallel.pipeline
 PROFILE_WARMUP, PROFILE_REPEATS = 2, 7
