@@ -5,6 +5,7 @@ python/heft/torch/checkpoint_binding.cc), so Python and heft-train write and che
 with one implementation. Only the reading of a verified file's bytes happens here."""
 import json
 import os
+import sys
 
 from heft.torch._c10d import checkpoint as _cc
 
@@ -42,13 +43,15 @@ class Part:
             return f.read()
 
 
-def load_latest(directory, warn):
-    """(step, meta, [Part K]) of the newest valid multi-writer checkpoint, or None; each
-    skipped one is reported through warn(text), one line each."""
+def load_latest(directory, who=""):
+    """(step, meta, [Part K]) of the newest valid multi-writer checkpoint; each skipped one
+    is reported on stderr, one line each. None valid: FileNotFoundError naming the directory,
+    prefixed by `who: ` when given."""
     found, warnings = _cc.locate_latest(os.fspath(directory))
     for line in warnings.splitlines():
-        warn(line)
+        print(line, file=sys.stderr)
     if found is None:
-        return None
+        raise FileNotFoundError(f"{who + ': ' if who else ''}dir={directory!r} holds no valid "
+                                "heft multi-writer checkpoint")
     step, meta_json, parts = found
     return step, json.loads(meta_json), [Part(p) for p in parts]

@@ -12,8 +12,10 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "heft/error.h"
+#include "heft/job/launch/process.h"
 
 namespace heft::job {
 namespace {
@@ -54,18 +56,8 @@ std::string own_cgroup_folder() {
   return "";
 }
 
-// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot), "" when it
-// does not run.
-std::string start_time(const std::string& pid) {
-  const std::string stat = read_text("/proc/" + pid + "/stat");
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return "";
-  std::istringstream fields(stat.substr(paren + 2));
-  std::string f;
-  for (int i = 3; i <= 22 && fields >> f; ++i) {
-  }
-  return f;
-}
+// The start time of `pid` (clock ticks since boot), "" when it does not run.
+std::string start_time(pid_t pid) { return proc_stat_field(pid, 22); }
 
 std::vector<pid_t> procs_of(const std::string& folder) {
   std::vector<pid_t> pids;
@@ -104,8 +96,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why_not) {
     *why_not = "no cgroup v2 mount";
     return nullptr;
   }
-  const std::string me = std::to_string(::getpid());
-  const std::string path = base + "/heft-" + me + "-" + start_time(me) + "-" +
+  const std::string path = base + "/heft-" + std::to_string(::getpid()) + "-" + start_time(::getpid()) + "-" +
                            std::to_string(next_group++);
   if (::mkdir(path.c_str(), 0755) != 0) {
     *why_not = "cannot make " + path + ": " + errno_string(errno);
@@ -133,8 +124,6 @@ JobCgroup::~JobCgroup() {
   ::close(kill_fd_);
 }
 
-std::vector<pid_t> JobCgroup::members() const { return procs_of(path_); }
-
 int JobCgroup::end(std::chrono::milliseconds wait, const std::string& log_name) {
   const int n = kill_and_remove(path_, kill_fd_, wait);
   if (n > 0)
@@ -154,9 +143,10 @@ int end_stale_cgroups(const std::string& log_name) {
     std::istringstream name(e->d_name);
     std::string prefix, pid, start;
     if (!std::getline(name, prefix, '-') || prefix != "heft" || !std::getline(name, pid, '-') ||
-        !std::getline(name, start, '-') || pid.find_first_not_of("0123456789") != std::string::npos)
+        !std::getline(name, start, '-') || pid.empty() || pid.size() > 9 ||
+        pid.find_first_not_of("0123456789") != std::string::npos)
       continue;
-    if (start_time(pid) != start) stale.push_back(base + "/" + e->d_name);
+    if (start_time(static_cast<pid_t>(std::stol(pid))) != start) stale.push_back(base + "/" + e->d_name);
   }
   ::closedir(d);
   int ended = 0;

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace heft::job {
 
@@ -36,9 +35,6 @@ class JobCgroup {
   // kill_fd() ends every member.
   int procs_fd() const { return procs_fd_; }
   int kill_fd() const { return kill_fd_; }
-
-  // The processes in the group now.
-  std::vector<pid_t> members() const;
 
   // Ends every member (cgroup.kill) and waits up to `wait` until the group is empty; writes
   // one line to stderr, prefixed by `log_name`, when it ended any. Returns how many it found.

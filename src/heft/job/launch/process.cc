@@ -18,8 +18,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 namespace heft::job {
 
@@ -316,6 +318,19 @@ std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   if (abbrev == nullptr) return "signal " + std::to_string(sig);
   return std::string("SIG") + abbrev;
+}
+
+std::string proc_stat_field(pid_t pid, int n) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return "";
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= n; ++i)
+    if (!(rest >> field)) return "";
+  return field;
 }
 
 }  // namespace heft::job

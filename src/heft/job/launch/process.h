@@ -116,6 +116,11 @@ std::string describe_wait_status(int wait_status);
 // "SIGINT", "SIGKILL", ...; "signal N" for a number without a name.
 std::string signal_name(int sig);
 
+// Field `n` of /proc/PID/stat as proc(5) numbers them (4: the parent's pid, 22: the start
+// time in clock ticks since boot), for n >= 3 (the fields after the command's name, which may
+// hold spaces and parentheses); "" when the process is gone or has no such field.
+std::string proc_stat_field(pid_t pid, int n);
+
 // Whether heft started `pid` (Process::spawn, the orphan guard) and has not reaped it: what
 // subreaper.h must never end. Thread-safe.
 bool spawned_by_heft(pid_t pid);

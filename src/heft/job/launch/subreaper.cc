@@ -8,9 +8,7 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include "heft/job/launch/process.h"
@@ -19,19 +17,10 @@ namespace heft::job {
 
 namespace {
 
-// The parent pid from /proc/PID/stat ("pid (comm) state ppid ..."; comm may hold spaces and
-// parentheses, so the fields start after the last ')'); -1 when unreadable.
+// The parent pid; -1 when unreadable.
 pid_t parent_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return -1;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 1));
-  char state = 0;
-  pid_t ppid = -1;
-  rest >> state >> ppid;
-  return ppid;
+  const std::string ppid = proc_stat_field(pid, 4);
+  return ppid.empty() ? -1 : static_cast<pid_t>(std::strtol(ppid.c_str(), nullptr, 10));
 }
 
 // Reaps `pid` if it ended; true once it is gone.

@@ -11,7 +11,6 @@ tensors and plain data only (load_part, ../sharded/_checkpoint.py). See docs/pip
 "Checkpoints"."""
 import io
 import json
-import sys
 
 import torch
 import torch.distributed as dist
@@ -124,11 +123,7 @@ def _layer_stage(pipe):
 
 
 def _read(directory, who):
-    found = ckdir.load_latest(directory, lambda text: print(text, file=sys.stderr))
-    if found is None:
-        raise FileNotFoundError(f"{who}: dir={directory!r} holds no valid heft multi-writer "
-                                "checkpoint")
-    step, meta, parts = found
+    step, meta, parts = ckdir.load_latest(directory, who)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{who}: dir={directory!r}: the checkpoint is not a Pipeline's "
                          f"(format {meta.get('format')!r}, expected {FORMAT!r})")

@@ -7,7 +7,6 @@ read with torch.load(weights_only=True): tensors and plain data only, never a pi
 import io
 import json
 import pickle
-import sys
 
 import torch
 import torch.distributed as dist
@@ -110,11 +109,7 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
 
 def _read(directory, who):
     """(step, meta, layout, parts of replica 0 by shard rank, replicated state)."""
-    found = ckdir.load_latest(directory, lambda text: print(text, file=sys.stderr))
-    if found is None:
-        raise FileNotFoundError(f"dir={directory!r} holds no valid heft multi-writer "
-                                "checkpoint")
-    step, meta, parts = found
+    step, meta, parts = ckdir.load_latest(directory)
     layouts = [json.loads(p.read("layout.json")) for p in parts]
     keep = sorted((k for k, l in enumerate(layouts) if l["replica"] == 0),
                   key=lambda k: layouts[k]["shard_rank"])
