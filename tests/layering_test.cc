@@ -24,6 +24,8 @@ TEST(Layering, EachLayerIncludesOnlyWhatItDependsOn) {
   const std::vector<Rule> rules = {
       {"comm", R"(#include [<"](torch/|heft/(parallel|train|job|cli|tune|profile|config|step_profiler)/))",
        "comm depends on the OS only"},
+      {"contract", R"(#include [<"](torch/|heft/(?!contract/|error\.h)))",
+       "the worker contract depends on nothing (heft/error.h and the standard library)"},
       {"config", R"(#include [<"](torch/|heft/(comm|parallel|train|job|cli|tune|profile|step_profiler)/))",
        "config is plain data, read by job and train"},
       {"step_profiler", R"(#include [<"](torch/|heft/(?!step_profiler/)))",

@@ -9,7 +9,6 @@ Under ``heft run`` or ``heft train``, ``heft.torch.distributed.init_process_grou
 arguments joins through heft's own authenticated store instead.
 """
 import datetime as _datetime
-import os as _os
 import sys as _sys
 
 import torch.distributed as _dist
@@ -29,10 +28,10 @@ def _create(store, rank, size, timeout):
     # The job's timeout (HEFT_TIMEOUT, from stopping.timeout_s under heft run/train) where the
     # script left torch's default: a hung peer then fails the job as heft's docs say, not
     # after torch's 30 minutes. A timeout the script names still wins.
-    job_timeout = _os.environ.get("HEFT_TIMEOUT")
-    if job_timeout and timeout == _default_pg_timeout:
-        timeout = _datetime.timedelta(seconds=float(job_timeout))
-    if not _os.environ.get("HEFT_TOKEN") and not _warned_no_token:
+    job = _c10d.worker_contract()  # the worker contract's reader (docs/worker-contract.md)
+    if job["timeout_s"] is not None and timeout == _default_pg_timeout:
+        timeout = _datetime.timedelta(seconds=job["timeout_s"])
+    if job["token"] is None and not _warned_no_token:
         _warned_no_token = True
         print("heft: HEFT_TOKEN is not set (the script was not started by heft run or heft "
               "train): backend heft authenticates its links with a key published in torch's "

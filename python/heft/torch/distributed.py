@@ -51,7 +51,8 @@ def init_process_group(backend=BACKEND, timeout=None, **kwargs):
     if backend != BACKEND:
         raise ValueError(f"heft.torch.distributed: backend must be {BACKEND!r}, found {backend!r}")
     if timeout is None:
-        timeout = _datetime.timedelta(seconds=float(_os.environ.get("HEFT_TIMEOUT", "300")))
+        job = _c10d.worker_contract()
+        timeout = _datetime.timedelta(seconds=job["timeout_s"] or job["default_timeout_s"])
     elif not isinstance(timeout, _datetime.timedelta):
         timeout = _datetime.timedelta(seconds=float(timeout))
     if kwargs:

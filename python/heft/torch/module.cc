@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "heft/contract/worker.h"
 #include "parallel_group.h"
 #include "process_group.h"
 #include "store_adapter.h"
@@ -116,6 +117,29 @@ PYBIND11_MODULE(_c10d, m) {
   heft::torch_backend::bind_tensor_parallel(parallel);
   heft::torch_backend::bind_pipeline(parallel);
   heft::torch_backend::bind_layout(parallel);
+  m.def(
+      "worker_contract",
+      [] {
+        const heft::contract::HeftVariables v = heft::contract::HeftVariables::from_process();
+        const auto opt = [](const auto& field) -> py::object {
+          return field ? py::cast(*field) : py::none();
+        };
+        py::dict d;
+        d["store"] = opt(v.store);
+        d["token"] = opt(v.token);
+        d["job"] = v.job_name();
+        d["timeout_s"] = opt(v.timeout_s);
+        d["default_timeout_s"] = heft::contract::kDefaultTimeoutS;
+        d["host"] = opt(v.host);
+        d["job_dir"] = opt(v.job_dir);
+        d["distribution"] = opt(v.distribution);
+        d["checkpoint"] = opt(v.checkpoint);
+        d["cpus"] = opt(v.cpus);
+        return d;
+      },
+      "heft's worker variables (HEFT_STORE, HEFT_TOKEN, HEFT_JOB, HEFT_TIMEOUT, ...) read and "
+      "checked by the C++ reader (contract/worker.h; a malformed number raises an error naming "
+      "the variable): None where unset, `job` with its default; docs/worker-contract.md");
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
         "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");

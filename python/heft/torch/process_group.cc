@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "heft/contract/worker.h"
 #include "operation.h"
 #include "staging.h"
 #include "store_adapter.h"
@@ -127,7 +128,7 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   store_->set_timeout(timeout);
   // A name and a token for this group's links, the same on its ranks: the job's token
   // under heft run, else one the group's rank 0 draws and publishes in the group's store.
-  std::string token = std::getenv("HEFT_TOKEN") ? std::getenv("HEFT_TOKEN") : "";
+  std::string token = contract::HeftVariables::from_process().token.value_or("");
   if (rank == 0) {
     std::random_device rd;
     char id[33];

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "heft/comm/store/tcp_store.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 
 namespace heft::torch_backend {
@@ -64,18 +65,17 @@ class ToC10dStore : public c10d::Store {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> job_store(double timeout_s) {
-  const char* address = std::getenv("HEFT_STORE");
-  const char* token = std::getenv("HEFT_TOKEN");
-  if (!address || !*address || !token || !*token)
+  const contract::HeftVariables job = contract::HeftVariables::from_process();
+  if (!job.store || !job.token)
     throw InvalidArgument(
         "heft.torch.distributed.init_process_group(): HEFT_STORE and HEFT_TOKEN are not "
         "set (start the script with `heft run` or `heft train`, or use "
         "torch.distributed.init_process_group(backend=\"heft\", init_method=...))");
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  std::shared_ptr<comm::Store> store = comm::TcpStore::connect(address, token, timeout);
+  std::shared_ptr<comm::Store> store = comm::TcpStore::connect(*job.store, *job.token, timeout);
   store->set_timeout(timeout);
-  const char* job = std::getenv("HEFT_JOB");
-  return c10::make_intrusive<c10d::PrefixStore>(std::string("torch/") + (job ? job : ""),
+  // The job's name as HEFT_JOB gives it, "" outside a job (the prefix torch groups use).
+  return c10::make_intrusive<c10d::PrefixStore>(std::string("torch/") + job.job.value_or(""),
                                                 c10::make_intrusive<ToC10dStore>(store, timeout));
 }
 

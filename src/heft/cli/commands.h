@@ -56,6 +56,8 @@ Command add_tune_command(CLI::App& app);
 Command add_stop_command(CLI::App& app);
 // `heft diagnose JOB [--json]` (diagnose.cc)
 Command add_diagnose_command(CLI::App& app);
+// `heft contract [--json]`: the worker contract's table (contract.cc)
+Command add_contract_command(CLI::App& app);
 // `heft report JOB [-o FILE]` (report.cc)
 Command add_report_command(CLI::App& app);
 // `heft console [--port P] [--host H] [--token-file F] [--allow-host N]... [--no-auth]

@@ -20,8 +20,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "heft/cli/commands.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/launch/slurm_launcher.h"
@@ -37,10 +39,10 @@ namespace {
 // cluster often resolves to loopback: points GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME at the
 // interface this host reaches the store (HEFT_STORE) through, unless set.
 void choose_socket_interface(job::Environment& env) {
-  const auto store = env.find("HEFT_STORE");
-  if (store == env.end()) return;
+  const std::optional<std::string> store = contract::HeftVariables::read(env).store;
+  if (!store) return;
   try {
-    const std::string host = store->second.substr(0, store->second.rfind(':'));
+    const std::string host = store->substr(0, store->rfind(':'));
     const std::string ifname = job::interface_holding(job::local_address_toward(host));
     if (ifname.empty() || ifname == "lo") return;
     env.emplace("GLOO_SOCKET_IFNAME", ifname);
@@ -52,9 +54,8 @@ void choose_socket_interface(job::Environment& env) {
 
 // The host's name for samples: HEFT_HOST (the engine's host list), else gethostname().
 std::string host_name(const job::Environment& env) {
-  const auto it = env.find("HEFT_HOST");
-  if (it != env.end() && !it->second.empty() && it->second.find(' ') == std::string::npos)
-    return it->second;
+  const std::optional<std::string> host = contract::HeftVariables::read(env).host;
+  if (host && host->find(' ') == std::string::npos) return *host;
   char buf[HOST_NAME_MAX + 1] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "unknown";
   return buf;

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_tunings_command);
   add(heft::cli::add_run_command);
   add(heft::cli::add_bench_command);
+  add(heft::cli::add_contract_command);
   // An unknown first word is named (CLI11 would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

@@ -23,7 +23,7 @@ namespace {
 struct RunArgs {
   int hosts = 1;
   int nproc_per_host = 1;
-  int timeout_s = 300;
+  int timeout_s = contract::kDefaultTimeoutS;
   double grace_s = 5.0;
   bool no_prefix = false;
   std::string launcher = "local";

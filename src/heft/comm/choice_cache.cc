@@ -1,7 +1,6 @@
 #include "heft/comm/choice_cache.h"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "heft/comm/options.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 
 namespace heft::comm {
@@ -86,15 +86,7 @@ std::string choice_cache_path() {
   const std::string forced = env_or("HEFT_ALLREDUCE_CACHE", "");
   if (forced == "off") return "";
   if (!forced.empty()) return forced;
-  std::string home = env_or("HEFT_HOME", "");
-  if (home.empty()) {
-    std::string user = env_or("HOME", "");
-    if (user.empty()) {
-      const passwd* pw = ::getpwuid(::getuid());
-      user = pw != nullptr ? pw->pw_dir : "/tmp";
-    }
-    home = user + "/.heft";
-  }
+  const std::string home = contract::heft_home();
   return home + "/comm/allreduce-forms";
 }
 

@@ -6,6 +6,7 @@
 #include <spdlog/cfg/env.h>
 
 #include "heft/comm/store/tcp_store.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 
 namespace heft::comm {
@@ -27,21 +28,20 @@ World init() { return init(CommunicatorOptions::from_env()); }
 
 World init(const CommunicatorOptions& options) {
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows each allreduce's path
-  const char* store_addr = std::getenv("HEFT_STORE");
-  if (!store_addr || !*store_addr)
+  const contract::HeftVariables job = contract::HeftVariables::from_process();
+  if (!job.store)
     throw InvalidArgument("HEFT_STORE is not set: start workers with `heft run` (see docs/run.md)");
   const int rank = env_int("RANK");
   const int size = env_int("WORLD_SIZE");
-  const char* job = std::getenv("HEFT_JOB");
   CommunicatorOptions o = options;
   if (o.token.empty())
     throw InvalidArgument("HEFT_TOKEN is not set: start workers with `heft run` (see docs/run.md)");
-  auto store = std::shared_ptr<TcpStore>(TcpStore::connect(store_addr, o.token, o.timeout));
+  auto store = std::shared_ptr<TcpStore>(TcpStore::connect(*job.store, o.token, o.timeout));
   store->set_timeout(o.timeout);
   if (!std::getenv("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
   World w;
   w.store = store;
-  w.comm = Communicator::create(store, std::string(job && *job ? job : "heft") + "/world", rank,
+  w.comm = Communicator::create(store, job.job_name() + "/world", rank,
                                 size, o);
   return w;
 }

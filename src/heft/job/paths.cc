@@ -3,26 +3,16 @@
 
 #include <cstdio>
 
-#include <pwd.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
+
+#include "heft/contract/worker.h"
 
 namespace heft::job {
 
 namespace fs = std::filesystem;
 
-std::string heft_home() {
-  const char* home = std::getenv("HEFT_HOME");
-  if (home != nullptr && *home != '\0') return home;
-  const char* user_home = std::getenv("HOME");
-  if (user_home == nullptr || *user_home == '\0') {
-    const passwd* pw = ::getpwuid(::getuid());
-    user_home = pw != nullptr ? pw->pw_dir : "/tmp";
-  }
-  return std::string(user_home) + "/.heft";
-}
+std::string heft_home() { return contract::heft_home(); }
 
 std::string database_path(const std::string& home) { return home + "/heft.db"; }
 

@@ -32,6 +32,7 @@
 #include "heft/config/distribution.h"
 #include "heft/comm/init.h"
 #include "heft/comm/store/memory_store.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/train/auto_layout.h"
 #include "heft/train/fashion_mnist.h"
@@ -58,7 +59,7 @@ heft::comm::World alone() {
 
 // The world of a job started by heft run / heft train, or a world of one.
 heft::comm::World join() {
-  if (std::getenv("HEFT_STORE")) return heft::comm::init();
+  if (heft::contract::HeftVariables::from_process().store) return heft::comm::init();
   return alone();
 }
 
@@ -82,13 +83,12 @@ std::string one_line(const std::string& message) {
 // into it as `heft train` did: the one source of those knobs from here on.
 heft::Result<heft::config::Distribution> read_distribution(const heft::train::Hyperparameters& hp) {
   using Distribution = heft::config::Distribution;
-  const char* v = std::getenv("HEFT_DISTRIBUTION");
+  const std::optional<std::string> v = heft::contract::HeftVariables::from_process().distribution;
   nlohmann::json d = nlohmann::json::object();
-  if (v && *v) {
-    d = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  if (v) {
+    d = nlohmann::json::parse(*v, nullptr, /*allow_exceptions=*/false);
     if (d.is_discarded() || !d.is_object())
-      return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION is not a JSON object: " +
-                                                 std::string(v));
+      return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION is not a JSON object: " + *v);
   }
   heft::Result<Distribution> parsed = Distribution::parse(d);
   if (!parsed.ok()) return parsed;
@@ -112,16 +112,16 @@ void install_stop_handler() {
 // ({"every_steps": N, "keep": K}) where the hyperparameters leave them unset.
 heft::Status apply_checkpoint_env(heft::train::Hyperparameters& hp) {
   if (hp.checkpoint_dir.empty()) hp.checkpoint_dir = heft::comm::env_or("SM_CHECKPOINT_DIR", "");
-  const char* v = std::getenv("HEFT_CHECKPOINT");
-  if (!v || !*v) return heft::Status::success();
-  nlohmann::json c = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> v = heft::contract::HeftVariables::from_process().checkpoint;
+  if (!v) return heft::Status::success();
+  nlohmann::json c = nlohmann::json::parse(*v, nullptr, /*allow_exceptions=*/false);
   const auto bad = [&](const char* field) {
     return c.contains(field) && !(c[field].is_number_integer() && c[field].get<int64_t>() >= 0);
   };
   if (c.is_discarded() || !c.is_object() || bad("every_steps") || bad("keep"))
     return heft::Status::failure(
         "HEFT_CHECKPOINT: expected {\"every_steps\": integer >= 0, \"keep\": integer >= 1}, "
-        "found " + std::string(v));
+        "found " + *v);
   if (hp.checkpoint_every == 0) hp.checkpoint_every = c.value("every_steps", int64_t{0});
   if (hp.checkpoint_keep == 0) hp.checkpoint_keep = c.value("keep", int64_t{0});
   return heft::Status::success();

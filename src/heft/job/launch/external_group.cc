@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/job/launch/local_launcher.h"
 
@@ -247,7 +248,9 @@ Environment engine_worker_environment(Environment env, int rank, int size, int l
   env["GROUP_RANK"] = std::to_string(host);
   env["SM_HOSTS"] = nlohmann::json(hosts).dump();
   env["SM_CURRENT_HOST"] = hosts[static_cast<size_t>(host)];
-  env["HEFT_HOST"] = hosts[static_cast<size_t>(host)];
+  contract::HeftVariables heft;
+  heft.host = hosts[static_cast<size_t>(host)];
+  heft.write(env);
   env.emplace("TORCHELASTIC_RESTART_COUNT", "0");
   const int cpus = available_cpus();
   env["SM_NUM_CPUS"] = std::to_string(cpus);
@@ -260,11 +263,13 @@ Environment engine_start_variables(const EngineOptions& o, const std::string& bi
                                    int store_port, const std::string& token,
                                    const std::string& pythonpath) {
   Environment vars;
-  vars["HEFT_STORE"] = bind + ":" + std::to_string(store_port);
-  vars["HEFT_TOKEN"] = token;
-  vars["HEFT_JOB"] = o.job_name;
-  vars["HEFT_TIMEOUT"] = std::to_string(o.timeout_s);
-  vars["HEFT_STOP_GRACE_MS"] = std::to_string(o.worker_grace.count());
+  contract::HeftVariables heft;
+  heft.store = bind + ":" + std::to_string(store_port);
+  heft.token = token;
+  heft.job = o.job_name;
+  heft.timeout_s = o.timeout_s;
+  heft.stop_grace_ms = o.worker_grace.count();
+  heft.write(vars);
   vars["MASTER_PORT"] = std::to_string(free_port(bind));
   if (!o.python_path.empty())
     vars["PYTHONPATH"] = o.python_path + (pythonpath.empty() ? "" : ":" + pythonpath);

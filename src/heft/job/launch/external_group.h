@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "heft/job/launch/group_watch.h"
+#include "heft/contract/defaults.h"
 #include "heft/job/launch/process.h"
 
 namespace heft::job {
@@ -27,7 +28,7 @@ struct EngineOptions {
   std::vector<std::string> command;
   // Where the store listens; "": this machine's address toward the first host.
   std::string store_bind_address;
-  int timeout_s = 300;       // HEFT_TIMEOUT of every rank
+  int timeout_s = contract::kDefaultTimeoutS;     // HEFT_TIMEOUT of every rank
   std::string job_name = "heft";
   std::string python_path;   // first on the workers' PYTHONPATH
   Environment extra_env;     // given to every worker

@@ -14,6 +14,7 @@
 
 #include "heft/comm/auth.h"
 #include "heft/comm/store/tcp_store.h"
+#include "heft/contract/worker.h"
 #include "heft/comm/transport/tcp/socket.h"
 #include "heft/job/launch/orphan_guard.h"
 #include "heft/job/launch/job_cgroup.h"
@@ -105,7 +106,11 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
                        options.prefix_output || options.hooks.on_line != nullptr,
                        placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1};
-    if (!placement[rank].empty()) spawn.env["HEFT_CPUS"] = cpu_list(placement[rank]);
+    if (!placement[rank].empty()) {
+      contract::HeftVariables bound;
+      bound.cpus = cpu_list(placement[rank]);
+      bound.write(spawn.env);
+    }
     try {
       workers.push_back(Process::spawn(spawn));
       orphans.watch(workers.back()->pid());  // each worker leads its own process group
@@ -121,9 +126,9 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     for (const auto& w : workers) pids.push_back(static_cast<int>(w->pid()));
     options.hooks.on_start(restart_count, pids);
   }
-  // comm::init() names the world group after HEFT_JOB ("heft" when unset or empty).
+  // comm::init() names the world group after HEFT_JOB (contract::kDefaultJob when unset).
   const std::string job_name = worker_variable(options, parent, "HEFT_JOB");
-  const std::string group = (job_name.empty() ? "heft" : job_name) + "/world";
+  const std::string group = (job_name.empty() ? contract::kDefaultJob : job_name) + "/world";
   GroupEnd end = watch_group(options.hooks, WatchOptions{options.grace, options.log_name},
                              workers, signals, *store, group);
   end.restart_count = restart_count;

@@ -38,7 +38,7 @@ struct LocalLauncherOptions {
   std::vector<std::string> command;
   // Communication timeout handed to workers as HEFT_TIMEOUT, in seconds (>= 1). Not a limit
   // on the run's length.
-  int timeout_s = 300;
+  int timeout_s = contract::kDefaultTimeoutS;
   // How long stopped workers get between SIGTERM (or a forwarded SIGINT) and SIGKILL.
   // Shorter loses less time on a hung worker; longer lets workers write their last logs or a
   // checkpoint. Zero sends SIGKILL at once. >= 0.

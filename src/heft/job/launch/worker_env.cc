@@ -138,7 +138,7 @@ void add_training_toolkit_environment(Environment& env) {
   bool distributed = false;
   for (const std::string& flag : kDistributedFlags)
     distributed = distributed || framework.value(flag, false);
-  const std::string job_dir = get(env, "HEFT_JOB_DIR");
+  const std::string job_dir = contract::HeftVariables::read(env).job_dir.value_or("");
   const std::string input_dir = job_dir.empty() ? "" : job_dir + "/input/" + current;
   json channels = json::object();
   for (const json& c : get_json(env, "SM_CHANNELS", json::array()))
@@ -250,10 +250,12 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
   env["SM_NUM_CPUS"] = std::to_string(job.num_cpus);
   env["SM_NUM_GPUS"] = "0";
   // heft
-  env["HEFT_STORE"] = job.store_address;
-  env["HEFT_TOKEN"] = job.token;
-  env["HEFT_TIMEOUT"] = std::to_string(job.timeout_s);
-  env["HEFT_HOST"] = host_id;
+  contract::HeftVariables heft;
+  heft.store = job.store_address;
+  heft.token = job.token;
+  heft.timeout_s = job.timeout_s;
+  heft.host = host_id;
+  heft.write(env);
   // A user's own OMP_NUM_THREADS wins; otherwise split the cores between the workers that
   // share them: the simulated hosts of the local launcher all run on this machine, so that
   // is every worker (2 hosts x 1 worker on 2 cores: 1 thread each, not 2).

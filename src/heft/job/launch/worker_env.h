@@ -15,12 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "heft/contract/worker.h"
 #include "heft/result.h"
 
 namespace heft::job {
 
 // Variable name -> value. Ordered, so a built environment prints and compares stably.
-using Environment = std::map<std::string, std::string>;
+using Environment = contract::Environment;
 
 // The network interface that holds IPv4 `address` on this machine ("eth0"), or "" when none
 // does.
@@ -39,7 +40,7 @@ struct JobEnvironment {
   std::string store_address;
   std::string token;
   // Communication timeout in seconds handed to workers (HEFT_TIMEOUT). >= 1.
-  int timeout_s = 300;
+  int timeout_s = contract::kDefaultTimeoutS;
   // How often the group was started again (TORCHELASTIC_RESTART_COUNT). >= 0.
   int restart_count = 0;
   // Cores of this machine (SM_NUM_CPUS; OMP_NUM_THREADS is derived from it). >= 1.

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "heft/comm/store/tcp_store.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/job/launch/process.h"
 #include "heft/job/launch/signal_pipe.h"
@@ -31,7 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr useconds_t kPollMicros = 20000;
-constexpr std::chrono::milliseconds kDefaultGrace{5000};
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 std::atomic<unsigned> g_pending{0};  // bit s: signal s arrived and is not forwarded yet
@@ -159,14 +159,6 @@ class ForwardedSignals {
   struct sigaction old_[std::size(kForwarded)] {};
 };
 
-std::chrono::milliseconds stop_grace(const Environment& env) {
-  const std::string v = variable(env, "HEFT_STOP_GRACE_MS");
-  char* end = nullptr;
-  const long long ms = v.empty() ? -1 : std::strtoll(v.c_str(), &end, 10);
-  if (ms < 0 || (end && *end != '\0')) return kDefaultGrace;
-  return std::chrono::milliseconds(ms);
-}
-
 // Ends this process as the child ended: its signal raised here, else its code.
 int mirror(int wait_status) {
   if (!WIFSIGNALED(wait_status)) return shell_exit_code(wait_status);
@@ -188,9 +180,10 @@ int run_worker_shim(const Environment& env, const std::vector<std::string>& comm
   // The engine that read our stderr may be gone with the supervisor (mpirun is): a write to
   // it must not end the shim before it has stopped the rank. The rank gets SIG_DFL back.
   ::signal(SIGPIPE, SIG_IGN);
-  const std::string address = variable(env, "HEFT_STORE");
-  const std::string token = variable(env, "HEFT_TOKEN");
-  const std::string job = variable(env, "HEFT_JOB").empty() ? "heft" : variable(env, "HEFT_JOB");
+  const contract::HeftVariables heft = contract::HeftVariables::read(env);
+  const std::string address = heft.store.value_or("");
+  const std::string token = heft.token.value_or("");
+  const std::string job = heft.job_name();
   const std::string rank = variable(env, "RANK");
   std::unique_ptr<SupervisorWatch> watch;
   if (!address.empty() && !token.empty())
@@ -204,7 +197,7 @@ int run_worker_shim(const Environment& env, const std::vector<std::string>& comm
     return e.exit_code();
   }
   if (watch && !rank.empty()) watch->set_child(child->pid());
-  const std::chrono::milliseconds grace = stop_grace(env);
+  const std::chrono::milliseconds grace(heft.stop_grace());
   bool stopping = false;
   Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due
   while (!child->try_reap()) {

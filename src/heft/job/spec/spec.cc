@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "heft/config/distribution.h"
+#include "heft/contract/worker.h"
 #include "heft/job/launch/local_launcher.h"
 #include "heft/config/hyperparameters.h"
 #include "heft/job/launch/mpirun_launcher.h"
@@ -48,13 +49,6 @@ const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "tim
 const std::vector<std::string> kRetryKeys = {"max_attempts"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
-
-// Variables heft sets for every worker; a spec may not replace them.
-const std::set<std::string> kReservedVariables = {
-    "RANK",         "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-    "MASTER_ADDR",  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",     "HEFT_STORE",
-    "HEFT_TOKEN",   "HEFT_JOB",    "HEFT_HOST",  "HEFT_DISTRIBUTION", "HEFT_CHECKPOINT",
-    "HEFT_TIMEOUT", "TRAINING_JOB_NAME", "HEFT_JOB_DIR", "HEFT_STOP_GRACE_MS"};
 
 constexpr size_t kMaxHyperparameters = 100;
 constexpr size_t kMaxHyperparameterName = 256;
@@ -467,9 +461,9 @@ class Validator {
                                      shown_key(var) + "'");
         continue;
       }
-      if (kReservedVariables.count(var) || var.rfind("SM_", 0) == 0) {
+      if (contract::reserved(var)) {
         r_.error(path, kv.first, "expected a variable heft does not set itself, found " + var +
-                                     " (heft sets it for every worker; see docs/jobs.md)");
+                                     " (heft sets it for every worker; see docs/worker-contract.md)");
         continue;
       }
       if (!kv.second.IsScalar()) {

@@ -14,6 +14,7 @@
 
 #include "heft/config/distribution.h"
 #include "heft/config/nearest.h"
+#include "heft/contract/defaults.h"
 #include "heft/result.h"
 #include "heft/job/spec/rule_spec.h"
 
@@ -63,7 +64,7 @@ struct StoppingSpec {
   double grace_s = 30;           // between SIGTERM and SIGKILL when stopping the group
   // How long a collective (or the rendezvous) waits for a peer before the ranks give up and
   // name it (HEFT_TIMEOUT); a hung rank ends the job after this long.
-  int timeout_s = 300;
+  int timeout_s = contract::kDefaultTimeoutS;
   // Once some rank exited 0, how long the others may keep running (rank 0 saving a model)
   // before they are stopped and the job ends Failed naming them.
   double straggler_grace_s = 300;

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "heft/contract/worker.h"
+
 namespace heft::job {
 
 namespace {
@@ -136,12 +138,13 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
   env["SM_OUTPUT_INTERMEDIATE_DIR"] = paths.output_intermediate;
   env["SM_CHECKPOINT_DIR"] = paths.checkpoints;
   env["TRAINING_JOB_NAME"] = spec.name;
-  env["HEFT_JOB"] = spec.name;
-  env["HEFT_JOB_DIR"] = paths.root;
-  env["HEFT_DISTRIBUTION"] = spec.distribution_normalized.dump();
-  env["HEFT_CHECKPOINT"] = json{{"every_steps", spec.checkpoint.every_steps},
-                                {"keep", spec.checkpoint.keep}}
-                               .dump();
+  contract::HeftVariables heft;
+  heft.job = spec.name;
+  heft.job_dir = paths.root;
+  heft.distribution = spec.distribution_normalized.dump();
+  heft.checkpoint =
+      json{{"every_steps", spec.checkpoint.every_steps}, {"keep", spec.checkpoint.keep}}.dump();
+  heft.write(env);
   return env;
 }
 

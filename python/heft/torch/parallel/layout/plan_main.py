@@ -17,6 +17,7 @@ import traceback
 
 import torch
 
+from heft.torch import _c10d
 from heft.torch.parallel import layout
 
 
@@ -114,7 +115,8 @@ def layout_line(plan, limit):
 def plan(spec, ranks, limit_gb, global_batch, optimizer):
     """The exit code; prints on world rank 0 only."""
     import torch.distributed as dist
-    joined = "HEFT_STORE" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    joined = (_c10d.worker_contract()["store"] is not None
+              and int(os.environ.get("WORLD_SIZE", "1")) > 1)
     if joined:
         import heft.torch  # noqa: F401  (registers the backend)
         dist.init_process_group("heft", init_method="env://")
