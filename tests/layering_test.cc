@@ -26,6 +26,8 @@ TEST(Layering, EachLayerIncludesOnlyWhatItDependsOn) {
        "comm depends on the OS only"},
       {"contract", R"(#include [<"](torch/|heft/(?!contract/|error\.h)))",
        "the worker contract depends on nothing (heft/error.h and the standard library)"},
+      {"host", R"(#include [<"](torch/|heft/(?!host/|error\.h)))",
+       "host facts depend on nothing (heft/error.h and the OS)"},
       {"config", R"(#include [<"](torch/|heft/(comm|parallel|train|job|cli|tune|profile|step_profiler)/))",
        "config is plain data, read by job and train"},
       {"step_profiler", R"(#include [<"](torch/|heft/(?!step_profiler/)))",

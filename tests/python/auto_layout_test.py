@@ -7,7 +7,8 @@ The model's terms are heft-train's, measured and passed to the C++ search: each 
 bytes match what its forward keeps (a Linear's or ReLU's output: the input is the previous
 layer's) within a tolerance, the per-call parts lie within the profiled times, the optimizer
 step, the runtime's resident bytes and the host's cores are positive, and the predicted
-memory holds the runtime's bytes (the old terms left all of these out); a loss is priced as
+memory holds the runtime's bytes (the old terms left all of these out); the optimizer's figures
+are the C++ table's (heft-train's); a loss is priced as
 transient bytes; a per-layer term of the wrong length is a ValueError naming it; a layer that
 works in place (nn.ReLU(inplace=True)) is profiled; the tensor degree is 1 without a tensor
 plan and one the plan can split the model into with one."""
@@ -153,6 +154,20 @@ class AutoLayoutTest(unittest.TestCase):
         for k, v in m.state_dict().items():
             self.assertTrue(torch.equal(before[k], v), k)
         self.assertTrue(torch.equal(rng, torch.get_rng_state()))
+
+    def test_the_optimizer_figures_are_the_c_plus_plus_tables(self):
+        # One table (parallel/layout/optimizer_memory.h) for heft-train, auto_layout and the
+        # memory pre-flight: plain SGD makes no temporary (this side said one before it).
+        from heft.torch import _c10d
+        from heft.torch.parallel.layout import _memory
+        table = _c10d.parallel.layout.optimizer_memory()
+        self.assertEqual(set(_auto_layout.OPTIMIZERS), set(_auto_layout.STEP_TENSOR_COPIES))
+        for name in _auto_layout.OPTIMIZERS:
+            self.assertEqual(_auto_layout.OPTIMIZER_STATE[name], table[name][0], name)
+            self.assertEqual(_auto_layout.STEP_TENSOR_COPIES[name], table[name][2], name)
+            self.assertEqual(_memory._OPTIMIZER_STATE[name], (table[name][0], table[name][1]), name)
+        self.assertEqual(_auto_layout.STEP_TENSOR_COPIES["sgd"], 0)
+        self.assertEqual(_auto_layout.STEP_TENSOR_COPIES["adamw"], 2)
 
     def test_bad_world(self):
         with self.assertRaisesRegex(ValueError, "world=0"):

@@ -10,10 +10,11 @@
 #include <pybind11/stl.h>
 
 #include "heft/error.h"
+#include "heft/host/host.h"
 #include "heft/parallel/layout/comm_measure.h"
-#include "heft/parallel/layout/host_memory.h"
 #include "heft/parallel/layout/host_probe.h"
 #include "heft/parallel/layout/layout_search.h"
+#include "heft/parallel/layout/optimizer_memory.h"
 #include "parallel_group.h"
 
 namespace heft::torch_backend {
@@ -235,14 +236,26 @@ void bind_layout(py::module_& parallel) {
         return pl::describe_host_terms(compute, step, d);
       },
       py::arg("compute_inflation"), py::arg("step_inflation"), py::arg("sync"));
+  m.def(
+      "optimizer_memory",
+      [] {
+        py::dict d;
+        for (const pl::OptimizerMemory& o : pl::optimizer_memories())
+          d[py::str(o.name)] = py::make_tuple(o.state_per_element, o.state_bytes_per_tensor,
+                                              o.step_tensor_copies);
+        return d;
+      },
+      "{optimizer: (state elements per parameter element, state bytes per parameter tensor, "
+      "step temporaries as copies of the largest parameter tensor)}: the memory model's one "
+      "table (parallel/layout/optimizer_memory.h), heft-train's figures");
   m.def("heap_in_use", &heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
-  m.def("resident_bytes", &pl::resident_bytes, "this process's resident set in bytes (host_memory.h)");
-  m.def("available_host_memory", [] { return pl::available_host_memory(); },
-        "bytes this host can still give: MemAvailable or the cgroup's room, the smaller (host_memory.h)");
-  m.def("runnable_elsewhere", &pl::runnable_elsewhere, py::arg("samples") = 20, py::arg("interval_ms") = 10,
+  m.def("resident_bytes", &heft::host::resident_bytes, "this process's resident set in bytes (host/host.h)");
+  m.def("available_host_memory", [] { return heft::host::available_memory(); },
+        "bytes this host can still give: MemAvailable or the cgroup's room, the smaller (host/host.h)");
+  m.def("runnable_elsewhere", &heft::host::runnable_elsewhere, py::arg("samples") = 20, py::arg("interval_ms") = 10,
         py::call_guard<py::gil_scoped_release>(),
         "the host's runnable threads besides the caller's: /proc/stat's procs_running sampled and "
-        "averaged, less 1 (host_memory.h)");
+        "averaged, less 1 (host/host.h)");
 }
 
 }  // namespace heft::torch_backend

@@ -33,6 +33,7 @@
 
 #include "heft/cli/commands.h"
 #include "heft/config/hyperparameters.h"
+#include "heft/host/host.h"
 #include "heft/job/spec/spec.h"
 #include "heft/job/spec/spec_env.h"
 #include "heft/job/supervisor.h"
@@ -88,8 +89,8 @@ int become(std::vector<std::string> argv) {
 // The threads a worker of `ranks_per_host` would get, unless OMP_NUM_THREADS says.
 void set_worker_threads(int ranks_per_host) {
   if (std::getenv("OMP_NUM_THREADS")) return;
-  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-  ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, cores / ranks_per_host)).c_str(), 1);
+  const int cores = host::online_cpus();
+  ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1, cores / ranks_per_host)).c_str(), 1);
 }
 
 // `command` on args.ranks ranks of this host: itself (one process, WORLD_SIZE = ranks, no

@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 
+#include "heft/host/host.h"
 #include "heft/job/record/job_db.h"
 
 namespace heft::profile {
@@ -69,22 +70,12 @@ void read_io(int pid, double* read_bytes, double* write_bytes) {
 
 }  // namespace
 
-int SystemSampler::cores() {
-  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
+int SystemSampler::cores() { return host::online_cpus(); }
 
 void SystemSampler::memory(double* total_mb, double* available_mb) {
-  // "MemTotal:       16314152 kB"
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  *total_mb = *available_mb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemTotal:") *total_mb = kb / 1024;
-    if (key == "MemAvailable:") *available_mb = kb / 1024;
-    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');  // the unit, if any
-  }
+  const host::MemInfo m = host::meminfo();
+  *total_mb = m.total > 0 ? static_cast<double>(m.total) / (1024 * 1024) : 0;
+  *available_mb = m.available > 0 ? static_cast<double>(m.available) / (1024 * 1024) : 0;
 }
 
 void SystemSampler::set_workers(const std::vector<int>& pids) {

@@ -18,9 +18,10 @@
 
 #include "heft/comm/options.h"
 #include "heft/error.h"
+#include "heft/host/host.h"
 #include "heft/parallel/layout/comm_measure.h"
-#include "heft/parallel/layout/host_memory.h"
 #include "heft/parallel/layout/host_probe.h"
+#include "heft/parallel/layout/optimizer_memory.h"
 #include "heft/train/models.h"
 #include "heft/train/pipeline_strategy.h"
 #include "heft/train/text.h"
@@ -132,9 +133,11 @@ std::vector<LayerProfile> profile_layers_one_by_one(Model& model, int64_t batch,
   return out;
 }
 
-double optimizer_state(const Hyperparameters& hp) {
-  if (hp.optimizer == "adamw") return 2;
-  return hp.momentum != 0 ? 1 : 0;
+// heft-train's optimizer in the memory model's table (parallel/layout/optimizer_memory.h).
+const parallel::layout::OptimizerMemory& optimizer_memory(const Hyperparameters& hp) {
+  return parallel::layout::optimizer_memory(hp.optimizer == "adamw" ? "adamw"
+                                            : hp.momentum != 0      ? "sgd-momentum"
+                                                                    : "sgd");
 }
 
 // Peak RSS beyond what the profile measures, fitted to bench/auto_layout.sh's rows (three GPTs,
@@ -320,7 +323,7 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h,
   } catch (const std::exception&) {
     // the run reports it; the plan goes on without the text's bytes
   }
-  h.fixed_bytes = static_cast<double>(parallel::layout::resident_bytes());
+  h.fixed_bytes = static_cast<double>(host::resident_bytes());
   std::vector<LayerProfile> layers;
   int64_t probe_bytes = 0, all_bytes = 0;
   {
@@ -347,7 +350,7 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h,
   h.profile_peak_bytes = static_cast<double>(peak_resident_bytes());
   ::malloc_trim(0);  // the profile's heap back to the system: the run starts from the runtime's
   h.profile_residue_bytes =
-      std::max(0.0, static_cast<double>(parallel::layout::resident_bytes()) - h.fixed_bytes);
+      std::max(0.0, static_cast<double>(host::resident_bytes()) - h.fixed_bytes);
   std::vector<double> rows;
   for (const LayerProfile& p : layers)
     rows.insert(rows.end(), {p.cost.forward_s, p.cost.backward_s, static_cast<double>(p.cost.param_bytes),
@@ -366,10 +369,10 @@ Header local_header(const config::Distribution& d, double load, std::string* mem
     *memory_source = "memory_limit_gb";
   } else {
     std::string from;
-    h.limit_bytes = static_cast<double>(parallel::layout::available_host_memory(&from)) / local;
+    h.limit_bytes = static_cast<double>(host::available_memory(&from)) / local;
     *memory_source = from + " / " + std::to_string(local) + " ranks on the host";
   }
-  h.cores = static_cast<double>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  h.cores = static_cast<double>(host::online_cpus());
   h.threads = static_cast<double>(local) * torch::get_num_threads();
   h.load = load;
   return h;
@@ -397,7 +400,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
     throw InvalidArgument("auto_layout: expected a model cut into layers (model gpt), found model " + hp.model);
   LayoutInputs in;
   const int64_t batch = std::max<int64_t>(1, hp.batch_size / world_size);
-  const double load = comm.rank() == 0 ? parallel::layout::runnable_elsewhere() : 0;  // the others wait asleep
+  const double load = comm.rank() == 0 ? host::runnable_elsewhere() : 0;  // the others wait asleep
   // The communicator first: its buffers are then part of the runtime's bytes rank 0 reads.
   in.comm_measured = comm.size() > 1;
   in.comm = in.comm_measured ? parallel::layout::measure_comm_table(comm) : parallel::layout::default_comm_table();
@@ -434,7 +437,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   }
   m.profiled_batch = static_cast<int>(batch);
   m.fixed_bytes = static_cast<int64_t>(header[1]);
-  m.optimizer_bytes_per_param_byte = optimizer_state(hp);
+  m.optimizer_bytes_per_param_byte = optimizer_memory(hp).state_per_element;
   m.tensor_allreduces_per_layer = 4;  // a block: attention and MLP, forward and backward
   // The tensor degree must divide the heads and the vocabulary (vocabulary-parallel head).
   m.heads = static_cast<int>(std::gcd(hp.n_head, hp.vocab));
@@ -446,7 +449,7 @@ LayoutInputs layout_inputs(const Hyperparameters& hp, const config::Distribution
   m.replica_gradient_copies = 0;
   m.sharded_gradient_copies = 1;  // the units' full gradients before the reduce-scatters
   m.backward_tensor_copies = 1;
-  m.step_tensor_copies = optimizer_state(hp);  // AdamW: sqrt, quotient
+  m.step_tensor_copies = optimizer_memory(hp).step_tensor_copies;
   m.transient_retention = kTransientRetention;
   m.run_bytes = kRunBytes;
   m.replica_group_bytes = kReplicaGroupBytes;

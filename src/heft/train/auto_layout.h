@@ -18,7 +18,7 @@
 // and the step's gradient norm and optimizer on every rank at once against rank 0 alone, and a
 // synchronisation probe). Memory: the search's model plus the process's resident bytes
 // before the model (LibTorch's own), against memory_limit_gb, else the host's available
-// memory (parallel/layout/host_memory.h) / its ranks (LOCAL_WORLD_SIZE).
+// memory (host/host.h) / its ranks (LOCAL_WORLD_SIZE).
 #pragma once
 
 #include <cstdint>

@@ -124,13 +124,14 @@ TEST(LocalLauncher, ASigkilledLauncherLeavesNoDescendantBehind) {
     left = escapees();
   }
   EXPECT_EQ(left, "") << "outlived its SIGKILLed launcher";
-  // The dead launcher's cgroup is still there (nobody removed it) until the next launcher.
+  // The dead launcher's cgroup stays (empty) until the next launcher removes it: this sweep,
+  // or a launcher of a test running beside this one.
   const std::string base = probe->path().substr(0, probe->path().rfind('/'));
   const std::string name = cg.substr(cg.rfind('/'), cg.find('\n', cg.rfind('/')) - cg.rfind('/'));
   const std::string folder = base + name;
   struct stat st {};
-  EXPECT_EQ(::stat(folder.c_str(), &st), 0) << folder;
-  EXPECT_EQ(end_stale_cgroups("test"), 0);  // nothing ran in it any more
+  EXPECT_EQ(read_file(folder + "/cgroup.procs"), "");  // nothing runs in it any more (or it is gone)
+  end_stale_cgroups("test");
   EXPECT_NE(::stat(folder.c_str(), &st), 0) << folder << " was not removed";
 }
 
@@ -143,7 +144,13 @@ TEST(LocalLauncher, TheNextLauncherEndsWhatADeadOneLeft) {
   const pid_t gone = ::fork();
   if (gone == 0) ::_exit(0);
   ::waitpid(gone, nullptr, 0);
-  const std::string base = live->path().substr(0, live->path().rfind('/'));
+  // The stale group in a folder of this test's own (a sweep of the launchers' folder by a
+  // test running beside this one would end it first), with a live launcher's group beside it.
+  const std::string base = live->path().substr(0, live->path().rfind('/')) + "/test-sweep-" +
+                           std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(base.c_str(), 0755), 0) << base;
+  const std::string mine = base + "/" + live->path().substr(live->path().rfind('/') + 1);
+  ASSERT_EQ(::mkdir(mine.c_str(), 0755), 0) << mine;
   const std::string stale = base + "/heft-" + std::to_string(gone) + "-1-0";
   ASSERT_EQ(::mkdir(stale.c_str(), 0755), 0) << stale;
   const pid_t sleeper = ::fork();
@@ -156,7 +163,7 @@ TEST(LocalLauncher, TheNextLauncherEndsWhatADeadOneLeft) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_NE(read_file(stale + "/cgroup.procs"), "");
   testing::internal::CaptureStderr();
-  EXPECT_EQ(end_stale_cgroups("heft run"), 1);
+  EXPECT_EQ(end_stale_cgroups("heft run", base), 1);
   EXPECT_EQ(testing::internal::GetCapturedStderr(),
             "heft run: ended 1 process left by a heft launcher that is gone\n");
   int status = 0;  // the sweep may have reaped it already (its members that are our children)
@@ -166,7 +173,9 @@ TEST(LocalLauncher, TheNextLauncherEndsWhatADeadOneLeft) {
     EXPECT_EQ(errno, ECHILD);
   struct stat st {};
   EXPECT_NE(::stat(stale.c_str(), &st), 0) << stale << " was not removed";
-  EXPECT_EQ(::stat(live->path().c_str(), &st), 0) << "a live launcher's cgroup was removed";
+  EXPECT_EQ(::stat(mine.c_str(), &st), 0) << "a live launcher's cgroup was removed";
+  ::rmdir(mine.c_str());
+  ::rmdir(base.c_str());
 }
 
 TEST(LocalLauncher, GraceZeroKillsAtOnce) {

@@ -132,8 +132,8 @@ int JobCgroup::end(std::chrono::milliseconds wait, const std::string& log_name) 
   return n;
 }
 
-int end_stale_cgroups(const std::string& log_name) {
-  const std::string base = own_cgroup_folder();
+int end_stale_cgroups(const std::string& log_name, const std::string& folder) {
+  const std::string base = folder.empty() ? own_cgroup_folder() : folder;
   if (base.empty()) return 0;
   DIR* d = ::opendir(base.c_str());
   if (!d) return 0;
@@ -149,10 +149,16 @@ int end_stale_cgroups(const std::string& log_name) {
     if (start_time(static_cast<pid_t>(std::stol(pid))) != start) stale.push_back(base + "/" + e->d_name);
   }
   ::closedir(d);
+  // A guard at work (its launcher SIGKILLed just now, maybe by a test beside us) empties its
+  // group within milliseconds: let it, rather than report its processes as ours to end.
+  const auto settle = Clock::now() + std::chrono::seconds(1);
+  for (const std::string& group : stale)
+    while (!procs_of(group).empty() && Clock::now() < settle)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   int ended = 0;
-  for (const std::string& folder : stale) {
-    const int kill = ::open((folder + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
-    ended += kill_and_remove(folder, kill, std::chrono::seconds(2));
+  for (const std::string& group : stale) {
+    const int kill = ::open((group + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
+    ended += kill_and_remove(group, kill, std::chrono::seconds(2));
     if (kill >= 0) ::close(kill);
   }
   if (ended > 0)

@@ -47,9 +47,11 @@ class JobCgroup {
   int kill_fd_ = -1;
 };
 
-// Ends and removes every heft cgroup beside where this process would make its own whose
-// launcher is no longer running (a launcher that was SIGKILLed). Returns how many processes it
-// ended; a line on stderr, prefixed by `log_name`, when any.
-int end_stale_cgroups(const std::string& log_name);
+// Ends and removes every heft cgroup in `folder` ("": beside where this process would make its
+// own) whose launcher is no longer running (a launcher that was SIGKILLed). The orphan guard of
+// a launcher killed a moment ago is ending its group itself: a stale group still running is
+// given up to a second to empty before it is ended here, so only what no guard ended is.
+// Returns how many processes it ended; a line on stderr, prefixed by `log_name`, when any.
+int end_stale_cgroups(const std::string& log_name, const std::string& folder = "");
 
 }  // namespace heft::job

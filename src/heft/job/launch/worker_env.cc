@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "heft/error.h"
+#include "heft/host/host.h"
 
 extern char** environ;
 
@@ -283,13 +284,7 @@ Environment current_environment() {
   return env;
 }
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? static_cast<int>(online) : 1;
-}
+int available_cpus() { return host::available_cpus(); }
 
 std::vector<std::string> to_envp(const Environment& env) {
   std::vector<std::string> out;

@@ -27,14 +27,17 @@ _layout = _c10d.parallel.layout
 # A loopback guess: 50 us latency, 2 GB/s, for groups of 2 to 1024.
 DEFAULT_COMM = [(c, g, 50e-6, 2e9) for c in ("allreduce", "reduce_scatter", "all_gather", "p2p")
                 for g in (2, 1024)]
-OPTIMIZER_STATE = {"adamw": 2.0, "adam": 2.0, "sgd": 0.0, "sgd-momentum": 1.0}
-# Temporaries of the step, as copies of the largest parameter tensor (ModelCost's
-# step_tensor_copies): AdamW/Adam's sqrt and quotient, SGD's update (heft-train's figures).
-STEP_TENSOR_COPIES = {"adamw": 2.0, "adam": 2.0, "sgd": 1.0, "sgd-momentum": 1.0}
 OPTIMIZERS = {"adamw": lambda p: torch.optim.AdamW(p, lr=1e-6),
               "adam": lambda p: torch.optim.Adam(p, lr=1e-6),
               "sgd": lambda p: torch.optim.SGD(p, lr=1e-6),
               "sgd-momentum": lambda p: torch.optim.SGD(p, lr=1e-6, momentum=0.9)}
+# The memory model's figures for them, heft-train's (the C++ table,
+# parallel/layout/optimizer_memory.h): state elements per parameter element, and the
+# temporaries of a step as copies of the largest parameter tensor (ModelCost's
+# step_tensor_copies).
+_MEMORY = _layout.optimizer_memory()
+OPTIMIZER_STATE = {name: _MEMORY[name][0] for name in OPTIMIZERS}
+STEP_TENSOR_COPIES = {name: _MEMORY[name][2] for name in OPTIMIZERS}
 
 
 @dataclass
@@ -279,7 +282,7 @@ def measured_host_terms(layers, example_batch, rows, optimizer, comm, group):
 def host_terms(world, ranks_per_host=None):
     """The host's contention terms (SearchOptions'): its cores, the ranks on it x their threads
     (ranks_per_host, else LOCAL_WORLD_SIZE, else all `world` ranks) and its other processes'
-    runnable threads weighted by their nice (host_memory.h runnable_elsewhere, sampled over
+    runnable threads weighted by their nice (host/host.h runnable_elsewhere, sampled over
     0.2 s: call it while the other ranks wait)."""
     local = ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
     return dict(host_cores=float(os.cpu_count() or 1),

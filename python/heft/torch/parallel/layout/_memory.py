@@ -14,13 +14,14 @@ import socket
 import torch
 import torch.distributed as dist
 
-# Optimizer -> (state elements per parameter element, state bytes per parameter tensor).
-# Adam and AdamW (torch 1.13) keep exp_avg and exp_avg_sq like the parameter and a float32
-# scalar `step` per parameter tensor; amsgrad adds max_exp_avg_sq.
-_OPTIMIZER_STATE = {
-    "adamw": (2, 4), "adam": (2, 4), "adamw-amsgrad": (3, 4), "adam-amsgrad": (3, 4),
-    "sgd": (0, 0), "sgd-momentum": (1, 0), "none": (0, 0),
-}
+from heft.torch import _c10d
+
+# Optimizer -> (state elements per parameter element, state bytes per parameter tensor), from
+# the memory model's one table (parallel/layout/optimizer_memory.h): Adam and AdamW keep
+# exp_avg and exp_avg_sq like the parameter and a float32 scalar `step` per parameter tensor;
+# amsgrad adds max_exp_avg_sq.
+_OPTIMIZER_STATE = {name: (int(f[0]), int(f[1]))
+                    for name, f in _c10d.parallel.layout.optimizer_memory().items()}
 
 
 def _state_of(optimizer):
@@ -107,43 +108,11 @@ def ranks_on_host():
     return _machines()[0][0]
 
 
-def _read(path):
-    with open(path) as f:
-        return f.read().strip()
-
-
-def _cgroup_headroom():
-    """Bytes this process's memory cgroup still allows (v2 or v1), or None without a limit."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.strip().split(":", 2) for line in f]
-    except OSError:
-        return None
-    for _, controllers, path in (l for l in lines if len(l) == 3):
-        if controllers == "":
-            files = ("/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup" + path + "/memory.current")
-        elif "memory" in controllers.split(","):
-            base = "/sys/fs/cgroup/memory" + path
-            files = (base + "/memory.limit_in_bytes", base + "/memory.usage_in_bytes")
-        else:
-            continue
-        try:
-            limit, used = (_read(name) for name in files)
-        except OSError:
-            continue
-        if limit.isdigit() and int(limit) < 1 << 60:
-            return max(0, int(limit) - int(used))
-    return None
-
-
 def available_bytes():
     """What this machine can still give: /proc/meminfo's MemAvailable, or less when this
-    process's memory cgroup has a lower limit left."""
-    with open("/proc/meminfo") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    available = int(fields["MemAvailable"].split()[0]) * 1024
-    headroom = _cgroup_headroom()
-    return available if headroom is None else min(available, headroom)
+    process's memory cgroup has a lower limit left (the C++ reader, host/host.h, which the
+    auto layout uses too)."""
+    return int(_c10d.parallel.layout.available_host_memory())
 
 
 def _gb(n):

@@ -1,4 +1,6 @@
-#include "heft/parallel/layout/host_memory.h"
+#include "heft/host/host.h"
+
+#include <sched.h>
 
 #include <dirent.h>
 #include <unistd.h>
@@ -11,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-namespace heft::parallel::layout {
+namespace heft::host {
 
 namespace {
 
@@ -46,18 +48,6 @@ int64_t cgroup_room() {
   const int64_t limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
   const int64_t usage = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
   if (limit > 0 && usage >= 0 && limit < (int64_t{1} << 60)) return limit > usage ? limit - usage : 0;
-  return -1;
-}
-
-int64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      std::istringstream fields(line.substr(13));
-      int64_t kib = -1;
-      fields >> kib;
-      return kib >= 0 ? kib * 1024 : -1;
-    }
   return -1;
 }
 
@@ -137,8 +127,36 @@ double stat_runnable_weight(const std::string& line) {
   return 0;
 }
 
-int64_t available_host_memory(std::string* source) {
-  const int64_t avail = mem_available();
+MemInfo meminfo() {
+  // "MemTotal:       16314152 kB"
+  MemInfo m;
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    int64_t* field = line.rfind("MemTotal:", 0) == 0       ? &m.total
+                     : line.rfind("MemAvailable:", 0) == 0 ? &m.available
+                                                           : nullptr;
+    if (!field) continue;
+    std::istringstream fields(line.substr(line.find(':') + 1));
+    int64_t kib = -1;
+    if (fields >> kib && kib >= 0) *field = kib * 1024;
+  }
+  return m;
+}
+
+int online_cpus() {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return online_cpus();
+}
+
+int64_t available_memory(std::string* source) {
+  const int64_t avail = meminfo().available;
   const int64_t room = cgroup_room();
   if (room >= 0 && (avail < 0 || room < avail)) {
     if (source) *source = "cgroup memory limit";
@@ -166,4 +184,4 @@ double runnable_elsewhere(int samples, int interval_ms) {
   return read ? sum / read : 0;
 }
 
-}  // namespace heft::parallel::layout
+}  // namespace heft::host

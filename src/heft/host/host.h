@@ -1,18 +1,34 @@
-// The memory a host can give its ranks, for the layout search's default limit: the smaller
-// of /proc/meminfo's MemAvailable and what the process's cgroup still allows (cgroup v2
-// memory.max - memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes), and a
-// process's resident bytes (/proc/self/statm), and the host's other runnable threads (the
-// contention the search prices). Torch-free; Linux only.
+// Host facts, one module for everything that asks them (the layout search and heft-train's
+// auto layout, the profiler's system sampler, the launchers' core counts, the Python package
+// through the binding): the memory a host can give its ranks, the smaller of /proc/meminfo's
+// MemAvailable and what the process's cgroup still allows (cgroup v2 memory.max -
+// memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes); /proc/meminfo itself;
+// a process's resident bytes (/proc/self/statm); the CPUs; and the host's other runnable
+// threads (the contention the layout search prices). Depends on nothing but the standard
+// library; Linux only.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace heft::parallel::layout {
+namespace heft::host {
 
 // Bytes this host can still give (see above); `source`, when given, receives where the figure
-// came from ("MemAvailable", "cgroup memory.max"). 0 when neither can be read.
-int64_t available_host_memory(std::string* source = nullptr);
+// came from ("MemAvailable", "cgroup memory limit"). 0 when neither can be read.
+int64_t available_memory(std::string* source = nullptr);
+
+// /proc/meminfo's MemTotal and MemAvailable in bytes, the machine's whatever the cgroup (-1
+// for a field it lacks or a file that cannot be read).
+struct MemInfo {
+  int64_t total = -1;
+  int64_t available = -1;
+};
+MemInfo meminfo();
+
+// The CPUs online (sysconf), at least 1.
+int online_cpus();
+// The CPUs this process may run on (its affinity), else online_cpus(); at least 1.
+int available_cpus();
 
 // This process's resident set now, in bytes (0 when /proc/self/statm cannot be read).
 int64_t resident_bytes();
@@ -40,4 +56,4 @@ double autogroup_weight(const std::string& ours, const std::string& theirs);
 // 0 (also for a line that cannot be read).
 double stat_runnable_weight(const std::string& stat_line);
 
-}  // namespace heft::parallel::layout
+}  // namespace heft::host
