@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "heft/config/distribution.h"
 #include "heft/job/launch/worker_env.h"
 
 namespace heft::cli {
@@ -33,6 +34,10 @@ std::string heft_binary_dir();
 // on their PYTHONPATH: `<bin>/python` in a build tree, `<bin>/../HEFT_PYTHON_INSTALL_DIR`
 // in an installed copy; "" when there is none (built without Python) (train.cc).
 std::string heft_python_dir();
+// What workers get first on their PYTHONPATH for a job of distribution `d`: heft_python_dir(),
+// and, when `d` enables the vendor's smdistributed.dataparallel, heft's stand-in for it
+// (python/heft/vendor/smddp: docs/porting.md); "" without a Python package (train.cc).
+std::string worker_python_path(const config::Distribution& d);
 // `heft plan SPEC [--set key.path=value ...]` (plan.cc)
 Command add_plan_command(CLI::App& app);
 // `heft jobs [--status S] [--tuning NAME] [--since WHEN] [--limit N] [--json]` (jobs.cc)

@@ -1,4 +1,5 @@
-// `heft run [--hosts H] [-n P] [--timeout S] [--grace S] [--no-prefix] -- CMD ARGS...`:
+// `heft run [--hosts H] [-n P] [--timeout S] [--grace S] [--no-prefix] [--distribution JSON]
+// -- CMD ARGS...`:
 // the command line over job::LocalLauncher (docs/run.md); with `--launcher mpirun
 // --hostfile F [--mpi-options "..."] [--store-address A]` over job::run_mpirun
 // (docs/clusters.md). Parses and checks the options; everything else (store, workers,
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "heft/cli/commands.h"
+#include "heft/config/distribution.h"
+#include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/job/launch/local_launcher.h"
 #include "heft/job/launch/mpirun_launcher.h"
@@ -31,6 +34,7 @@ struct RunArgs {
   std::string mpi_options;
   std::string srun_options;
   std::string store_address;
+  std::string distribution;  // JSON: a job spec's distribution block, heft's form or the SDK's dicts
   std::vector<std::string> command;
 };
 
@@ -44,6 +48,35 @@ void require_at_least(const std::string& option, double value, double minimum) {
   if (!(value >= minimum))
     throw CLI::ValidationError("heft run: " + option + " must be at least " +
                                number_text(minimum) + ", got " + number_text(value));
+}
+
+// --distribution as a job spec's block (config/distribution.h): the same checks, the errors led
+// by "heft run: --distribution".
+config::Distribution parse_distribution(const RunArgs& args) {
+  const nlohmann::json block = nlohmann::json::parse(args.distribution, nullptr, false);
+  if (block.is_discarded() || !block.is_object())
+    throw CLI::ValidationError("heft run: --distribution: expected a JSON object (a job spec's "
+                               "distribution block), found '" + args.distribution + "'");
+  Result<config::Distribution> d = config::Distribution::parse(block);
+  Status fits = d.ok() ? d.value().check_world(args.hosts * args.nproc_per_host)
+                       : Status::failure(d.error());
+  if (!fits.ok()) throw CLI::ValidationError("heft run: --distribution: " + fits.error());
+  return d.value();
+}
+
+// What --distribution gives every worker: HEFT_DISTRIBUTION (heft's form, as `heft train`
+// passes it) and the training toolkit's framework parameters; and heft's Python path with
+// the stand-ins the distribution asks for (worker_python_path).
+void apply_distribution(const RunArgs& args, job::Environment* env, std::string* python_path) {
+  *python_path = heft_python_dir();
+  if (args.distribution.empty()) return;
+  const config::Distribution d = parse_distribution(args);
+  contract::HeftVariables heft;
+  heft.distribution = d.to_json().dump();
+  heft.write(*env);
+  const nlohmann::json framework = d.launch.framework_parameters(args.nproc_per_host);
+  if (!framework.empty()) (*env)["SM_FRAMEWORK_PARAMS"] = framework.dump();
+  *python_path = worker_python_path(d);
 }
 
 // Runs inside app.parse(), so a CLI::ParseError thrown here is reported by main like any
@@ -67,6 +100,7 @@ void validate(const RunArgs& args) {
     throw CLI::ValidationError("heft run: --hostfile and --mpi-options need --launcher mpirun");
   if (args.launcher != "slurm" && !args.srun_options.empty())
     throw CLI::ValidationError("heft run: --srun-options needs --launcher slurm");
+  if (!args.distribution.empty()) parse_distribution(args);
   if (args.command.empty())
     throw CLI::RequiredError(
         "heft run: no command given; usage: heft run [OPTIONS] -- CMD [ARGS...]",
@@ -82,7 +116,7 @@ job::LocalLauncherOptions launcher_options(const RunArgs& args) {
   options.grace = std::chrono::milliseconds(std::llround(args.grace_s * 1000.0));
   options.prefix_output = !args.no_prefix;
   options.worker_umask = user_umask();
-  options.python_path = heft_python_dir();
+  apply_distribution(args, &options.extra_env, &options.python_path);
   return options;
 }
 
@@ -118,6 +152,12 @@ Command add_run_command(CLI::App& app) {
   run->add_option("--store-address", args->store_address,
                   "mpirun, slurm: the address the store listens on (default: this machine's "
                   "address toward the first host)");
+  run->add_option("--distribution", args->distribution,
+                  "A job spec's distribution block as JSON, heft's form or the cloud SDK's "
+                  "dicts: passed to the workers as heft train does; "
+                  "'{\"smdistributed\": {\"dataparallel\": {\"enabled\": true}}}' puts the "
+                  "vendor's data-parallel modules on their path (docs/porting.md)")
+      ->type_name("JSON");
   run->add_option("command", args->command, "The command to run, after --")
       ->type_name("CMD");
   run->footer(
@@ -131,7 +171,7 @@ Command add_run_command(CLI::App& app) {
       o.command = args->command;
       o.store_bind_address = args->store_address;
       o.timeout_s = args->timeout_s;
-      o.python_path = heft_python_dir();
+      apply_distribution(*args, &o.extra_env, &o.python_path);
       o.heft_binary = heft_binary_dir() + "/heft";
     };
     if (args->launcher == "mpirun") {

@@ -18,7 +18,7 @@ int supervise(job::JobDb& db, job::JobRecord record, const job::JobSpec& spec,
   options.log_name = log_name;
   options.progress = ::isatty(STDOUT_FILENO) == 1;
   options.worker_umask = user_umask();
-  options.python_path = heft_python_dir();
+  options.python_path = worker_python_path(spec.distribution_config);
   options.heft_binary = heft_binary_dir() + "/heft";
   profile::JobProfiler profiler(db, record.id, spec, paths, log_name);
   options.observer = &profiler;

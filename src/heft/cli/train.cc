@@ -146,6 +146,12 @@ std::string heft_python_dir() {
   return "";
 }
 
+std::string worker_python_path(const config::Distribution& d) {
+  const std::string dir = heft_python_dir();
+  if (dir.empty() || !d.launch.given("smdistributed.dataparallel")) return dir;
+  return dir + ":" + dir + "/heft/vendor/smddp";
+}
+
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "Run a training job from a YAML spec");

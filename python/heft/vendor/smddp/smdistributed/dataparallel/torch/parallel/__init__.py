@@ -1,0 +1,1 @@
+"""``smdistributed.dataparallel.torch.parallel`` on heft (docs/porting.md)."""
