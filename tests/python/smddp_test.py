@@ -6,7 +6,8 @@ only the device patch, on MNIST-sized synthetic data in torchvision's on-disk la
   8 ranks on this machine: exit 0, the vendor's test line with a learned accuracy;
 - without the distribution nothing of the vendor's is on the path (the import fails naming it);
 - a bad --distribution is refused naming the option and the field;
-- as an estimator job with that distribution dict, the accuracy parsed as a metric."""
+- as an estimator job with that distribution dict (both scripts), the accuracy parsed as a
+  metric."""
 import os
 import re
 import subprocess
@@ -96,11 +97,16 @@ class VendorDataParallel(unittest.TestCase):
         self.assertIn("--distribution: expected a JSON object", r.stderr)
 
     def test_as_an_estimator_job_with_the_accuracy_as_a_metric(self):
+        for script in ("train_smddp.py", "train_smddp_v1.py"):
+            with self.subTest(script=script):
+                self.estimator_job(script)
+
+    def estimator_job(self, script):
         with tempfile.TemporaryDirectory() as home:
             driver = f"""
 from heft.estimator.pytorch import PyTorch
 estimator = PyTorch(
-    entry_point="train_smddp.py", source_dir={EXAMPLES!r}, role="unused",
+    entry_point={script!r}, source_dir={EXAMPLES!r}, role="unused",
     framework_version="2.11", py_version="py3", instance_count=1, instance_type="ml.p4d.24xlarge",
     processes_per_host=8,
     distribution={{"smdistributed": {{"dataparallel": {{"enabled": True}}}}}},
