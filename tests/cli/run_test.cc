@@ -249,6 +249,32 @@ TEST(HeftRun, WorkersGetTheEnvironmentContract) {
     EXPECT_NE(o.out.find(line), std::string::npos) << "missing: " << line << describe(o);
 }
 
+// --distribution: the block checked as a spec's and given as heft train gives it (heft's form
+// in HEFT_DISTRIBUTION, the toolkit's framework parameters), the vendor's data-parallel
+// stand-in on the path only when the block asks for it; a bad block names the option and field.
+TEST(HeftRun, DistributionReachesTheWorkersAsHeftTrainGivesIt) {
+  const std::string show = "echo \"$HEFT_DISTRIBUTION|$SM_FRAMEWORK_PARAMS|$PYTHONPATH\"";
+  const Outcome o = run_heft({"run", "-n", "2", "--no-prefix", "--distribution",
+                              R"({"smdistributed": {"dataparallel": {"enabled": true}}})", "--",
+                              "/bin/sh", "-c", show});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_NE(o.out.find(R"({"dataparallel":{"enabled":true}}|)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(R"("sagemaker_distributed_dataparallel_enabled":true)"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("/heft/vendor/smddp"), std::string::npos) << o.out;
+  const Outcome plain = run_heft({"run", "--no-prefix", "--distribution",
+                                  R"({"dataparallel": {"enabled": true}})", "--", "/bin/sh", "-c",
+                                  show});
+  ASSERT_EQ(plain.exit_code, 0) << describe(plain);
+  EXPECT_EQ(plain.out.find("vendor"), std::string::npos) << plain.out;
+  const Outcome bad = run_heft({"run", "-n", "2", "--distribution",
+                                R"({"modelparallel": {"enabled": true, "parameters": {"partitions": 3}}})",
+                                "--", "true"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("heft run: --distribution: "), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("partitions"), std::string::npos) << bad.err;
+}
+
 TEST(HeftRun, AllWorkersSucceedingGivesZero) {
   const Outcome o = run_heft({"run", "--hosts", "3", "-n", "1", "--", "true"});
   EXPECT_EQ(o.exit_code, 0) << describe(o);
