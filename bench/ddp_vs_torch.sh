@@ -152,27 +152,33 @@ ceiling() {
   wait
   cat "$out"/ceiling-* | awk '{s += $1} END {print s}'
 }
-echo "# round workload heft gloo ceiling ($ranks one-rank runs at once, summed; samples/s for cnn, tokens/s for gpt)"
+lockstep() {  # the workload's function and its arguments, run with the null-sync DDP
+  HEFT_BENCH_NULL_SYNC=1 PYTHONPATH=bench/null_sync:$PYTHONPATH "$@"
+}
+echo "# round workload heft gloo ceiling lockstep (ceiling: $ranks one-rank runs at once, summed; lockstep: heft with no gradient exchanged; samples/s for cnn, tokens/s for gpt)"
 for r in $(seq "$rounds"); do
   h=$(cnn "$ranks" 64 12800 heft); g=$(cnn "$ranks" 64 12800 gloo)
   c=$(ceiling cnn 1 $((64 / ranks)) $((12800 / ranks)) gloo)
-  echo "$r cnn $h $g $c" | tee -a "$out/cnn"
+  l=$(lockstep cnn "$ranks" 64 12800 heft)
+  echo "$r cnn $h $g $c $l" | tee -a "$out/cnn"
   h=$(gpt "$ranks" 16 heft); g=$(gpt "$ranks" 16 gloo)
   c=$(ceiling gpt 1 $((16 / ranks)) gloo)
-  echo "$r gpt $h $g $c" | tee -a "$out/gpt"
+  l=$(lockstep gpt "$ranks" 16 heft)
+  echo "$r gpt $h $g $c $l" | tee -a "$out/gpt"
 done
 echo
 echo "## PyTorch DDP over heft, $ranks ranks: against Gloo and the perfect-overlap ceiling (median of $rounds rounds; target heft/ceiling >= 0.90)"
-echo "| workload | heft | gloo | heft/gloo | ceiling ($ranks one-rank runs) | heft/ceiling | worst round heft/ceiling |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| workload | heft | gloo | heft/gloo | ceiling ($ranks one-rank runs) | heft/ceiling | worst round heft/ceiling | lockstep (no gradient exchanged) | heft/lockstep | worst round heft/lockstep | lockstep/ceiling |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for w in cnn gpt; do
   unit=$([[ $w == cnn ]] && echo samples/s || echo tokens/s)
   $py - "$out/$w" "$w ($unit)" <<'PY'
 import statistics, sys
-rows = [list(map(float, l.split()[2:5])) for l in open(sys.argv[1]) if len(l.split()) == 5]
-h, g, c = (statistics.median(r[i] for r in rows) for i in range(3))
+rows = [list(map(float, l.split()[2:6])) for l in open(sys.argv[1]) if len(l.split()) == 6]
+h, g, c, l = (statistics.median(r[i] for r in rows) for i in range(4))
 worst = min(r[0] / r[2] for r in rows)
-print(f"| {sys.argv[2]} | {h:.1f} | {g:.1f} | {h / g:.2f} | {c:.1f} | {h / c:.2f} | {worst:.2f} |")
+worst_l = min(r[0] / r[3] for r in rows)
+print(f"| {sys.argv[2]} | {h:.1f} | {g:.1f} | {h / g:.2f} | {c:.1f} | {h / c:.2f} | {worst:.2f} | {l:.1f} | {h / l:.2f} | {worst_l:.2f} | {l / c:.2f} |")
 PY
 done
 
