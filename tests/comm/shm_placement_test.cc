@@ -154,6 +154,12 @@ TEST(ShmPlacement, MeasuredChoiceFollowsTheProbeOnEveryRank) {
         syncs += c.shm_path_counts().syncs - before;
         expect(x[0] == static_cast<float>(1 + 2 * call) && x[count - 1] == x[0],
                "call " + std::to_string(call) + ": " + std::to_string(x[0]));
+        // The plan carries the placement the probe gave.
+        const AllreducePlan plan = c.last_allreduce_plan();
+        expect(plan.algorithm == Algorithm::kShm && plan.shm == ShmStep::kDirect &&
+                   plan.far == (far_ns == 1) && plan.bytes == count * 4,
+               "call " + std::to_string(call) + " planned " + plan.path() +
+                   (plan.far ? " far" : " near"));
       }
       const shm::PathCounts k = c.shm_path_counts();
       const bool far = far_ns == 1;

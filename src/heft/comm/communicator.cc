@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -82,7 +83,6 @@ ShmCores share_cores(Store& store, const std::string& host_group, const Topology
       if (groups[g][i] == topology.local_rank) mine = g, index = i;
   options.single_copy = false;  // the steps are reduce, broadcast and the direct form
   options.probe_every = 0;      // the first ranks probe when cores_far() says
-  options.allreduce_form = shm::AllreduceForm::kDirect;
   if (groups[mine].size() > 1) {
     for (int r : groups[mine]) cores.core_ranks.push_back(topology.local()[r]);
     shm::ContextOptions core_options = options;
@@ -139,12 +139,9 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     shm_options.placement = static_cast<shm::Placement>(options.shm_placement);
     shm_options.far_sync_ns = options.shm_far_sync_ns;
     shm_options.probe_bytes = options.shm_probe_bytes;
-    const CommunicatorOptions::ShmForm form = options.effective_shm_form();
     // Cross-memory attach is probed only where that form may run.
-    shm_options.single_copy = form == CommunicatorOptions::ShmForm::kSingleCopy;
-    static_assert(static_cast<int>(shm::AllreduceForm::kSingleCopy) ==
-                  static_cast<int>(CommunicatorOptions::ShmForm::kSingleCopy));
-    shm_options.allreduce_form = static_cast<shm::AllreduceForm>(form);
+    shm_options.single_copy =
+        options.effective_shm_form() == CommunicatorOptions::ShmForm::kSingleCopy;
     const std::string host_group = group + "/host" + std::to_string(topology.host);
     shm = shm::Context::create(*store, host_group, topology.local_rank, topology.local(),
                                shm_options, deadline);
@@ -181,9 +178,11 @@ bool Communicator::healthy() const {
   return !impl_->broken_;
 }
 
-std::string Communicator::last_allreduce_path() const {
+std::string Communicator::last_allreduce_path() const { return last_allreduce_plan().path(); }
+
+AllreducePlan Communicator::last_allreduce_plan() const {
   std::lock_guard<std::mutex> lock(impl_->mu_);
-  return impl_->last_path_;
+  return impl_->last_plan_;
 }
 
 shm::PathCounts Communicator::shm_path_counts() const {
@@ -272,67 +271,78 @@ bool Communicator::Impl::cores_far(size_t bytes, Deadline deadline, const std::s
   return cores_.far;
 }
 
-void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
-                                       Deadline deadline, const std::string& name) {
-  const size_t bytes = count * element_size(t);
-  const shm::PathCounts before = shm_ ? shm_->path_counts() : shm::PathCounts{};
-  // The shared-memory form that ran, from the counters shm_allreduce bumps.
-  auto shm_form = [&] {
-    const shm::PathCounts& now = shm_->path_counts();
-    if (now.direct != before.direct) return "shm/direct";
-    if (now.single_copy != before.single_copy) return "shm/single_copy";
-    if (now.slots != before.slots) return "shm/slots";
-    if (now.small != before.small) return "shm/small";
-    return "shm/none";
-  };
-  std::string path;
-  Algorithm algorithm = allreduce_algorithm(bytes);
+AllreducePlan Communicator::Impl::plan_allreduce(size_t count, DataType t, ReduceOp op,
+                                                 algo::ShmLinks* local, Deadline deadline,
+                                                 const std::string& name) {
+  AllreducePlan plan;
+  plan.bytes = count * element_size(t);
+  plan.algorithm = allreduce_algorithm(plan.bytes);
   // Not decided yet for this size: rank 0's record decides, else a measurement now, before
   // this call runs, so every call of the size takes one form in this run and the next.
-  if (algorithm == Algorithm::kAuto) algorithm = choose_allreduce(count, t, op, deadline, name);
-  switch (algorithm) {
-    case Algorithm::kShm: {
-      if (cores_.active() && bytes > options_.shm_cores_min_bytes &&
-          cores_far(bytes, deadline, name)) {
+  if (plan.algorithm == Algorithm::kAuto)
+    plan.algorithm = choose_allreduce(count, t, op, deadline, name);
+  switch (plan.algorithm) {
+    case Algorithm::kShm:
+      if (cores_.active() && plan.bytes > options_.shm_cores_min_bytes &&
+          cores_far(plan.bytes, deadline, name)) {
+        plan.shm = ShmStep::kCores;
+        break;
+      }
+      plan.shm = flat_shm_step(plan.bytes, options_.shm_small_bytes,
+                               options_.effective_shm_form(), shm_->cma_available());
+      // The placement decides the direct form's stores (a probe every few calls: the
+      // operation's first sync when it runs, carrying the call's check).
+      if (plan.shm == ShmStep::kDirect) plan.far = local->far(plan.bytes);
+      break;
+    case Algorithm::kHierarchical:
+      // Every host of a uniform topology reduces its slice across hosts from inside the
+      // direct form (the same slices on each); cached stores: its ranks share cores.
+      plan.shm = topology_.uniform() && shm_ ? ShmStep::kDirect : ShmStep::kNone;
+      break;
+    default:
+      break;
+  }
+  return plan;
+}
+
+void Communicator::Impl::run_allreduce(void* recv, size_t count, DataType t, ReduceOp op,
+                                       Deadline deadline, const std::string& name) {
+  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
+  std::optional<algo::ShmLinks> local;
+  if (shm_) local.emplace(algo::ShmLinks{*shm_, deadline, name, call});
+  const AllreducePlan plan = plan_allreduce(count, t, op, local ? &*local : nullptr, deadline, name);
+  switch (plan.algorithm) {
+    case Algorithm::kShm:
+      if (plan.shm == ShmStep::kCores) {
         algo::core_grouped_allreduce(cores_.core.get(), cores_.leaders.get(), recv, count, t, op,
                                      options_.shm_small_bytes, size_, deadline, name);
         ++shm_->path_counts().cores;
-        path = "shm/cores";
-        break;
+      } else {
+        algo::shm_allreduce(*local, recv, count, t, op, plan.shm, plan.far, size_);
       }
-      algo::ShmLinks local{*shm_, deadline, name,
-                           algo::call_signature(algo::Call::allreduce, count, t, op)};
-      algo::shm_allreduce(local, recv, count, t, op, bytes <= options_.shm_small_bytes, size_);
-      path = shm_form();
       break;
-    }
     case Algorithm::kHierarchical:
       algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, recv, count, t, op,
                                    options_.small_message_bytes, deadline, name);
-      path = topology_.uniform() && shm_ ? "hierarchical(" + std::string(shm_form()) + ")"
-                                         : "hierarchical(leaders)";
       break;
     case Algorithm::kRecursiveDoubling: {
-      algo::Links links{*transport_, deadline, name,
-                        algo::call_signature(algo::Call::allreduce, count, t, op)};
+      algo::Links links{*transport_, deadline, name, call};
       algo::recursive_doubling_allreduce(links, recv, count, t, op);
-      path = "recursive_doubling";
       break;
     }
     default: {
-      algo::Links links{*transport_, deadline, name,
-                        algo::call_signature(algo::Call::allreduce, count, t, op)};
+      algo::Links links{*transport_, deadline, name, call};
       algo::ring_allreduce(links, recv, count, t, op);
-      path = "ring";
     }
   }
-  std::string& logged = logged_paths_[size_bucket(bytes)];
+  std::string& logged = logged_paths_[size_bucket(plan.bytes)];
+  std::string path = plan.path();
   if (logged != path) {
     spdlog::debug("rank {}: {} took {}", rank_, name, path);
-    logged = path;
+    logged = std::move(path);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  last_path_ = std::move(path);
+  last_plan_ = plan;
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* send, void* recv,

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "heft/comm/allreduce_plan.h"
 #include "heft/comm/dtype.h"
 #include "heft/comm/options.h"
 #include "heft/comm/store/store.h"
@@ -167,10 +168,12 @@ class Communicator {
   // False once an operation failed (the communicator is then unusable).
   bool healthy() const;
 
-  // What the last allreduce that finished on this rank really ran: "shm/small",
-  // "shm/direct", "shm/slots", "shm/single_copy", "hierarchical(shm/direct)",
-  // "hierarchical(leaders)",
-  // "recursive_doubling" or "ring" (empty before the first). Read it after the call's wait().
+  // The plan the last allreduce that finished on this rank ran (allreduce_plan.h: algorithm,
+  // shared-memory step, placement; a default plan before the first), and its path:
+  // "shm/small", "shm/direct", "shm/slots", "shm/single_copy", "shm/cores",
+  // "hierarchical(shm/direct)", "hierarchical(leaders)", "recursive_doubling" or "ring"
+  // (empty before the first). Read them after the call's wait().
+  AllreducePlan last_allreduce_plan() const;
   std::string last_allreduce_path() const;
   // How this rank's shared-memory allreduces went so far (all zero without shared memory).
   shm::PathCounts shm_path_counts() const;

@@ -24,6 +24,8 @@
 #include <string>
 #include <thread>
 
+#include "heft/comm/algo/shm_links.h"
+#include "heft/comm/allreduce_plan.h"
 #include "heft/comm/communicator.h"
 #include "heft/comm/trace.h"
 #include "heft/comm/transport/shm/context.h"
@@ -76,7 +78,14 @@ struct Communicator::Impl {
   // The algorithm an allreduce / broadcast of `bytes` runs with under options_.
   Algorithm allreduce_algorithm(size_t bytes) const;
   Algorithm broadcast_algorithm(size_t bytes) const;
-  // Runs the allreduce algorithm chosen for this size in place on recv (comm thread).
+  // The whole plan of an allreduce of count elements (allreduce_plan.h): the algorithm (by
+  // options, size and topology; across hosts choose_allreduce), the shared-memory step, the
+  // placement. Collective where it measures or probes: every rank at the same call, as the
+  // allreduce itself (comm thread). `local`: the host's links for the call (null without
+  // shared memory); a placement probe is its first sync.
+  AllreducePlan plan_allreduce(size_t count, DataType t, ReduceOp op, algo::ShmLinks* local,
+                               Deadline deadline, const std::string& name);
+  // Plans the allreduce and carries the plan out in place on recv (comm thread).
   void run_allreduce(void* recv, size_t count, DataType t, ReduceOp op, Deadline deadline,
                      const std::string& name);
   // The form of an allreduce of count elements across hosts under kAuto, the same on every
@@ -145,7 +154,7 @@ struct Communicator::Impl {
   bool busy_ = false;               // an operation runs (either thread); guarded by mu_
   std::atomic<uint64_t> inline_ops_{0};
   std::exception_ptr broken_;       // guarded by mu_
-  std::string last_path_;           // guarded by mu_
+  AllreducePlan last_plan_;         // guarded by mu_
   // This rank's flight recorder (trace.h), when HEFT_TRACE_DIR is set; written under mu_ or
   // by the thread running the operation.
   std::unique_ptr<CollectiveTrace> trace_;

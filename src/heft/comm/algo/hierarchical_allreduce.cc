@@ -28,7 +28,7 @@ void hierarchical_allreduce(Transport& tcp, shm::Context* shm, const Topology& t
   if (topo.uniform() && shm) {
     ShmLinks local{*shm, deadline, name, call};
     Links column(tcp, deadline, name, topo.column(topo.local_rank), call);
-    shm_allreduce(local, buf, count, t, partial, /*small=*/false, 1,
+    shm_allreduce(local, buf, count, t, partial, ShmStep::kDirect, /*far=*/false, 1,
                   [&](uint8_t* slice, size_t n) {
                     cross_host(column, slice, n, t, partial, small_bytes);
                     finish_average(slice, n, t, op, world);
@@ -65,7 +65,11 @@ void core_grouped_allreduce(shm::Context* core, shm::Context* leaders, void* buf
   }
   if (leaders) {
     ShmLinks across{*leaders, deadline, name, call_signature(Call::allreduce, count, t, op)};
-    shm_allreduce(across, buf, count, t, partial, bytes <= small_bytes, 1);
+    // The cores' first ranks: small, else the direct form on the stores their placement
+    // wants (cores_far() probed it for this call).
+    const ShmStep step = bytes <= small_bytes ? ShmStep::kSmall : ShmStep::kDirect;
+    const bool far = step == ShmStep::kDirect && across.far(bytes);
+    shm_allreduce(across, buf, count, t, partial, step, far, 1);
     finish_average(buf, count, t, op, world_size);
   }
   if (core) {

@@ -6,6 +6,7 @@
 #include "heft/comm/algo/links.h"
 #include "heft/comm/copy.h"
 #include "heft/comm/reduce.h"
+#include "heft/error.h"
 
 namespace heft::comm::algo {
 
@@ -322,8 +323,13 @@ class Direct {
 
 }  // namespace
 
-void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceOp op, bool small,
-                   int world_size, const Slice& on_slice) {
+void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceOp op,
+                   ShmStep step, bool far, int world_size, const Slice& on_slice) {
+  if ((on_slice && step != ShmStep::kDirect) ||
+      (step == ShmStep::kSingleCopy && !links.ctx.cma_available()) ||
+      (far && step != ShmStep::kDirect))
+    throw InvalidArgument(std::string("shm_allreduce: no ") + name(step) +
+                          (far ? " far" : "") + " form here (the plan is wrong)");
   if (count == 0) return;
   auto* data = static_cast<uint8_t*>(buf);
   shm::PathCounts& counts = links.ctx.path_counts();
@@ -331,30 +337,28 @@ void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceO
     if (on_slice) on_slice(data, count);
     return finish_average(data, count, t, op, world_size);
   }
-  if (small && !on_slice) {
-    ++counts.small;
-    return slots_allreduce(links, data, count, t, op, true, world_size, nullptr);
+  switch (step) {
+    case ShmStep::kSmall:
+      ++counts.small;
+      return slots_allreduce(links, data, count, t, op, true, world_size, nullptr);
+    case ShmStep::kSingleCopy:
+      ++counts.single_copy;
+      return cma_allreduce(links, data, count, t, op, world_size, nullptr);
+    case ShmStep::kSlots:
+      ++counts.slots;
+      return slots_allreduce(links, data, count, t, op, false, world_size, nullptr);
+    case ShmStep::kDirect: {
+      ++counts.direct;
+      Direct direct(links, data, count, t, op, world_size, far);
+      if (on_slice) direct.run(on_slice);
+      else direct.run();
+      counts.one_pass += direct.one_pass_pieces_;
+      counts.streamed += direct.streamed_pieces_;
+      return;
+    }
+    default:
+      throw InvalidArgument(std::string("shm_allreduce: no ") + name(step) + " form");
   }
-  // Every host of a hierarchical allreduce takes the direct form (the same slices on each).
-  const shm::AllreduceForm form =
-      on_slice ? shm::AllreduceForm::kDirect : links.ctx.allreduce_form();
-  if (form == shm::AllreduceForm::kSingleCopy && links.ctx.cma_available()) {
-    ++counts.single_copy;
-    return cma_allreduce(links, data, count, t, op, world_size, nullptr);
-  }
-  if (form == shm::AllreduceForm::kSlots) {
-    ++counts.slots;
-    return slots_allreduce(links, data, count, t, op, false, world_size, nullptr);
-  }
-  ++counts.direct;
-  // The placement decides the stores (not the form, nor a bit of the result). A
-  // hierarchical call keeps cached stores: its ranks share cores, where none is measured.
-  const bool far = !on_slice && links.far(count * element_size(t));
-  Direct direct(links, data, count, t, op, world_size, far);
-  if (on_slice) direct.run(on_slice);
-  else direct.run();
-  counts.one_pass += direct.one_pass_pieces_;
-  counts.streamed += direct.streamed_pieces_;
 }
 
 }  // namespace heft::comm::algo

@@ -1,6 +1,8 @@
-// Shared-memory allreduce for the ranks of one host, in place on buf. Four forms (bytes per
-// rank for an allreduce of N bytes over n ranks in docs/comm.md):
-//  - small (latency; `small` true): pipelined in chunks of the slot size; each rank copies
+// Shared-memory allreduce for the ranks of one host, in place on buf, in the form the caller's
+// plan names (allreduce_plan.h: Communicator::Impl::plan_allreduce decides; this file only
+// carries it out). Four forms (bytes per rank for an allreduce of N bytes over n ranks in
+// docs/comm.md):
+//  - small (latency; ShmStep::kSmall): pipelined in chunks of the slot size; each rank copies
 //    its chunk into its slot, one sync, then every rank reduces all slots itself;
 //  - direct (the default above small): the buffer is cut into n slices at multiples of 64
 //    bytes; each rank copies only the peers' slices into its slot (never its own), reduces
@@ -8,18 +10,16 @@
 //    time, each copied at once into its buffer, and the peers copy it from there: each byte
 //    of a peer's slice read once, each reduced byte written once for the peers. Pipelined
 //    in pieces of chunk_bytes / (n - 1) per peer, three pieces in flight, one sync per piece;
-//  - slots (kept to compare, ContextOptions::allreduce_form kSlots): each rank copies its
+//  - slots (kept to compare, ShmStep::kSlots): each rank copies its
 //    whole chunk into its slot, sync, reduces its 1/n slice of the chunk into its out area,
 //    sync, copies every rank's slice out;
-//  - single copy (kSingleCopy, where the kernel allows cross-memory attach): no slots; each
+//  - single copy (kSingleCopy, planned only where the kernel allows cross-memory attach): each
 //    rank reads its slice straight from the peers' buffers (process_vm_readv) and then their
 //    finished slices, one copy each, three syncs.
-// The direct form's stores follow the ranks' placement (shm/context.h, Context::far: probed
-// every few calls on 2 ranks with cores of their own): far, it writes both slot areas with
-// streaming stores, so the peer reads them from memory rather than across the host's
-// interconnect from this core's cache; near, cached. Never a bit of the result.
-// Which form runs never depends on a measurement: `small` (the caller's size threshold),
-// else the context's allreduce_form, kAuto meaning direct. Slot data is placed at the user
+// The direct form's stores follow the plan's `far` (the ranks' placement, shm/context.h
+// Context::far, probed by the planner): far, it writes both slot areas with streaming stores,
+// so the peer reads them from memory rather than across the host's interconnect from this
+// core's cache; near, cached. Never a bit of the result. Slot data is placed at the user
 // buffer's offset mod 64 and single-copy scratch at the peer's, so no copy runs misaligned.
 // `world_size` is the divisor for ReduceOp::avg (the host may be part of a larger group;
 // pass the host size otherwise). Identical results on every rank; count 0 returns at once.
@@ -27,7 +27,7 @@
 // reduce.h for every op and dtype, so all give the same bits; where the context has fold
 // groups (ranks that share a core, shm::Context::fold_groups), the direct form folds group
 // by group instead, as core_grouped_allreduce (hierarchical_allreduce.h) does.
-// on_slice, when set, forces the direct form and is called once with this rank's whole
+// on_slice, when set, needs the direct form (step kDirect) and is called once with this rank's whole
 // reduced slice before it is shared: hierarchical_allreduce.h reduces it across hosts there
 // (one cross-host allreduce per call, not one per chunk: fewer synchronisations, which is
 // what keeps the hierarchical form fast when ranks share busy cores; the slices are the
@@ -40,12 +40,15 @@
 #include <functional>
 
 #include "heft/comm/algo/shm_links.h"
+#include "heft/comm/allreduce_plan.h"
 #include "heft/comm/dtype.h"
 
 namespace heft::comm::algo {
 
-void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceOp op, bool small,
-                   int world_size,
+// `step`: kSmall, kDirect, kSlots or kSingleCopy (heft::InvalidArgument otherwise, and for a
+// single copy the context cannot do or an on_slice without kDirect); `far` only for kDirect.
+void shm_allreduce(ShmLinks& links, void* buf, size_t count, DataType t, ReduceOp op,
+                   ShmStep step, bool far, int world_size,
                    const std::function<void(uint8_t* slice, size_t count)>& on_slice = nullptr);
 
 }  // namespace heft::comm::algo

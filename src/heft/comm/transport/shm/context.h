@@ -50,10 +50,6 @@
 
 namespace heft::comm::shm {
 
-// Large shared-memory allreduce forms a caller may force (shm_allreduce.h); kSingleCopy
-// needs cross-memory attach and falls back to kDirect without it.
-enum class AllreduceForm { kAuto, kDirect, kSlots, kSingleCopy };
-
 // Where the ranks' CPUs sit (see the file comment): kMeasure probes; kNear and kFar force
 // the answer (comparisons and tests: a test cannot choose the host's placement).
 enum class Placement { kMeasure, kNear, kFar };
@@ -110,9 +106,6 @@ struct ContextOptions {
   size_t probe_bytes = size_t{8} << 20;
   // Use cross-memory attach (single-copy reads of peers' buffers) where the kernel allows.
   bool single_copy = true;
-  // The large shared-memory allreduce form (shm_allreduce.h): kAuto is kDirect, chosen by
-  // the byte model in docs/comm.md, never by a measurement, so it cannot flip between runs.
-  AllreduceForm allreduce_form = AllreduceForm::kAuto;
   // The job token: signs the segment names published in the store (store/signed_value.h),
   // so that a rank maps only segments its peers named, whatever store carries the names.
   std::string token;
@@ -199,7 +192,6 @@ class Context {
   // available when every rank of the host could read every other at set-up (the kernel
   // may forbid it: Yama, seccomp). The same answer on every rank of the host.
   bool cma_available() const { return cma_; }
-  AllreduceForm allreduce_form() const { return options_.allreduce_form; }
   bool stream_slots() const { return options_.stream_slots; }
   // Publishes the address of this rank's buffer for the current operation (read by peers
   // after the next sync()).

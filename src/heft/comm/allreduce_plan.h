@@ -1,0 +1,49 @@
+// One allreduce's plan: everything that decides how it runs, chosen in one place
+// (Communicator::Impl::plan_allreduce, communicator.cc) before any byte moves, from the size,
+// the topology, the options, the record of earlier runs (choice_cache.h) and the placement
+// probes (shm/context.h). The algorithms (algo/) and transports carry a plan out and decide
+// nothing of their own; what a call reports (Communicator::last_allreduce_plan, its path())
+// is the plan it ran, not a reading of counters.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "heft/comm/options.h"
+
+namespace heft::comm {
+
+// The shared-memory step of a plan (algo/shm_allreduce.h has the forms' costs).
+enum class ShmStep {
+  kNone,        // no shared-memory step (ring, recursive doubling, hierarchical's leaders)
+  kSmall,       // every rank reduces whole chunks through the slots (latency)
+  kDirect,      // peers' slices into the slots, own slice reduced in place (the default)
+  kSlots,       // reduce-scatter + allgather through the slots
+  kSingleCopy,  // reads of the peers' buffers (cross-memory attach)
+  kCores,       // reduced on each core, then across the cores' first ranks
+};
+// "none", "small", "direct", "slots", "single_copy", "cores".
+const char* name(ShmStep s);
+
+struct AllreducePlan {
+  Algorithm algorithm = Algorithm::kAuto;  // kRing, kRecursiveDoubling, kShm or kHierarchical
+  ShmStep shm = ShmStep::kNone;            // the host's step (kShm; kHierarchical's, if any)
+  bool far = false;  // kDirect: the ranks' CPUs sit far apart, its slots written streamed
+  size_t bytes = 0;  // the call's size
+
+  // "shm/direct", "shm/small", "shm/slots", "shm/single_copy", "shm/cores",
+  // "hierarchical(shm/direct)", "hierarchical(leaders)", "recursive_doubling", "ring"
+  // (empty for a default plan: before the first allreduce).
+  std::string path() const;
+  bool operator==(const AllreducePlan& o) const {
+    return algorithm == o.algorithm && shm == o.shm && far == o.far && bytes == o.bytes;
+  }
+};
+
+// The shared-memory step a flat allreduce of `bytes` takes on a host under these options
+// (no measurement: `small_bytes` and the form asked for; single copy only where the kernel
+// allows it, else direct).
+ShmStep flat_shm_step(size_t bytes, size_t small_bytes, CommunicatorOptions::ShmForm form,
+                      bool single_copy_available);
+
+}  // namespace heft::comm
