@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -200,11 +202,19 @@ TEST_F(Reshard, SpotInterruptedShardedJobEndsLikeAnUninterruptedOne) {
          "environment: {OMP_NUM_THREADS: \"1\"}\n";
   const std::string heft = "env -u HEFT_STORE HEFT_HOME=" + home.string() + " " + kBin + "/heft ";
   const std::string spec = (root_ / "spec.yaml").string();
+  const auto started = std::chrono::steady_clock::now();
   const auto plain = run_command(heft + "train " + spec + " --name plain");
   ASSERT_EQ(plain.code, 0) << plain.text;
+  // Each reclaim a third of the uninterrupted job's time after each start, so that training
+  // has begun (and checkpointed on its SIGTERM) however slow the workers' start-up is on this
+  // machine now, and the job cannot finish before the second: a fixed 1 s came before the
+  // first step when three copies of this test ran beside a busy loop.
+  const double plain_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const int every_s = std::max(1, static_cast<int>(plain_s / 3));
   const auto spot = run_command(heft + "train " + spec +
-                                " --name spot --set 'spot={enabled: true, simulate: {every_s: 1, "
-                                "count: 2}}'");
+                                " --name spot --set 'spot={enabled: true, simulate: {every_s: " +
+                                std::to_string(every_s) + ", count: 2}}'");
   ASSERT_EQ(spot.code, 0) << spot.text;
   const auto described = run_command(heft + "describe spot --json");
   const nlohmann::json d = nlohmann::json::parse(described.text, nullptr, false);
@@ -276,6 +286,32 @@ TEST_F(Reshard, ManualPartitionFromTheSpec) {
   EXPECT_EQ(beyond.code, 2) << beyond.text;
   EXPECT_NE(beyond.text.find("partition_boundaries: expected ascending layer indices from 1 to 3, "
                              "found 4"), std::string::npos) << beyond.text;
+}
+
+// HEFT_DISTRIBUTION is the job's resolved distribution (heft train resolves the spec's block
+// with the hyperparameters over it): the worker merges nothing. A flag that agrees with it
+// runs; one that would change a knob is refused, naming the flag, both values and where to
+// set it; heft-train alone (no HEFT_DISTRIBUTION) takes its flags as the distribution.
+TEST_F(Reshard, FlagsBesideTheResolvedDistributionMustAgree) {
+  const auto run = [&](const std::string& distribution, const std::string& flags) {
+    return run_command("env -u HEFT_STORE -u HEFT_DISTRIBUTION OMP_NUM_THREADS=1 " +
+                       (distribution.empty() ? std::string()
+                                             : "HEFT_DISTRIBUTION='" + distribution + "'") +
+                       " " + kBin + "/heft run -n 2 -- " + kBin + "/heft-train --model gpt "
+                       "--n_layer 2 --n_head 4 --n_embd 32 --block_size 16 --batch_size 8 "
+                       "--max_steps 1 --eval false " + flags);
+  };
+  const std::string two = R"({"modelparallel": {"enabled": true, "parameters": {"partitions": 2}}})";
+  const auto agree = run(two, "--partitions 2");
+  EXPECT_EQ(agree.code, 0) << agree.text;
+  const auto differ = run(two, "--partitions 1 --microbatches 2");
+  EXPECT_NE(differ.code, 0) << differ.text;
+  for (const char* part : {"flags beside HEFT_DISTRIBUTION", "hyperparameters.microbatches 2 "
+                           "(HEFT_DISTRIBUTION: 1)", "set these knobs in the job's spec"})
+    EXPECT_NE(differ.text.find(part), std::string::npos) << part << " in:\n" << differ.text;
+  const auto alone = run("", "--partitions 2");
+  EXPECT_EQ(alone.code, 0) << alone.text;
+  EXPECT_NE(alone.text.find("strategy: pipeline (2 stages"), std::string::npos) << alone.text;
 }
 
 TEST_F(Reshard, BadPipelineSettingsExit2NamingTheField) {

@@ -178,7 +178,7 @@ int plan_spec(const PlanArgs& args) {
   }
   for (const auto& [name, value] : s.environment) ::setenv(name.c_str(), value.c_str(), 1);
   ::unsetenv("HEFT_STORE");  // heft-train alone, not joining a job
-  ::setenv("HEFT_DISTRIBUTION", s.distribution_normalized.dump().c_str(), 1);
+  ::setenv("HEFT_DISTRIBUTION", s.distribution_config.to_json().dump().c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(s.world_size()).c_str(), 1);
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(s.cluster.processes_per_host).c_str(), 1);
   if (!s.environment.count("OMP_NUM_THREADS")) set_worker_threads(s.cluster.processes_per_host);

@@ -128,7 +128,9 @@ const std::vector<Variable> kWorkerVariables = {
     {"HEFT_JOB_DIR", kTrain, "path", "", "`~/.heft/jobs/J`", "the job's directory", true},
     {"HEFT_DISTRIBUTION", kTrain, "JSON object", "`{}`: data parallel over every rank",
      "`{\"dataparallel\":{\"enabled\":true}}`",
-     "the spec's `distribution` in heft's form (the SDK's dicts mapped)", true},
+     "the distribution the run uses, resolved: the spec's `distribution` in heft's form (the "
+     "SDK's dicts mapped) with heft-train's hyperparameters over it; the worker merges nothing "
+     "(a heft-train flag that would change a knob is refused)", true},
     {"HEFT_CHECKPOINT", kTrain, "JSON object", "heft-train's hyperparameters",
      "`{\"every_steps\":200,\"keep\":2}`", "the spec's `checkpoint`", true},
     {"HEFT_PROFILE_DIR", "heft train (profiler on)", "path", "no step profile", "`~/.heft/jobs/J/profile`",

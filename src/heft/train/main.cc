@@ -78,21 +78,41 @@ std::string one_line(const std::string& message) {
   return out;
 }
 
-// HEFT_DISTRIBUTION (the job spec's distribution block), read as the same type `heft train`
-// validated (config/distribution.h), with the hyperparameters that name its knobs resolved
-// into it as `heft train` did: the one source of those knobs from here on.
+// The distribution this run uses (config/distribution.h). Under `heft train`, `heft plan` or
+// `heft run --distribution`, HEFT_DISTRIBUTION carries it resolved (the spec's block with the
+// hyperparameters over it, checked there): the worker takes it as it is and merges nothing;
+// a flag naming one of its knobs with another value is refused, naming both. heft-train
+// started alone (no HEFT_DISTRIBUTION): its flags are the distribution.
 heft::Result<heft::config::Distribution> read_distribution(const heft::train::Hyperparameters& hp) {
   using Distribution = heft::config::Distribution;
   const std::optional<std::string> v = heft::contract::HeftVariables::from_process().distribution;
-  nlohmann::json d = nlohmann::json::object();
-  if (v) {
-    d = nlohmann::json::parse(*v, nullptr, /*allow_exceptions=*/false);
-    if (d.is_discarded() || !d.is_object())
-      return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION is not a JSON object: " + *v);
-  }
-  heft::Result<Distribution> parsed = Distribution::parse(d);
-  if (!parsed.ok()) return parsed;
-  return parsed.value().with_overrides(hp);
+  if (!v) return Distribution{}.with_overrides(hp);
+  const nlohmann::json d = nlohmann::json::parse(*v, nullptr, /*allow_exceptions=*/false);
+  if (d.is_discarded() || !d.is_object())
+    return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION is not a JSON object: " + *v);
+  heft::Result<Distribution> given = Distribution::parse(d);
+  if (!given.ok()) return heft::Result<Distribution>::failure("HEFT_DISTRIBUTION: " + given.error());
+  // Resolving with no hyperparameters only fills what a resolved block leaves implicit
+  // (active_microbatches 0: partitions + 2); with this run's flags it must come out the same.
+  heft::Result<Distribution> own = given.value().with_overrides(heft::train::Hyperparameters{});
+  heft::Result<Distribution> flagged = given.value().with_overrides(hp);
+  if (!own.ok() || !flagged.ok()) return own.ok() ? flagged : own;
+  const nlohmann::json a = own.value().to_json(), b = flagged.value().to_json();
+  if (a == b) return own;
+  std::string differ;
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& pa = a.contains("modelparallel") ? a["modelparallel"]["parameters"] : none;
+  const nlohmann::json& pb = b.contains("modelparallel") ? b["modelparallel"]["parameters"] : none;
+  for (const auto& [key, value] : pb.items())
+    if (!pa.contains(key) || pa[key] != value)
+      differ += (differ.empty() ? "" : ", ") + std::string("hyperparameters.") + key + " " +
+                value.dump() + " (HEFT_DISTRIBUTION: " +
+                (pa.contains(key) ? pa[key].dump() : std::string("not set")) + ")";
+  if (differ.empty()) differ = "modelparallel " + b.dump() + " (HEFT_DISTRIBUTION: " + a.dump() + ")";
+  return heft::Result<Distribution>::failure(
+      "flags beside HEFT_DISTRIBUTION, the job's resolved distribution, would change it: " +
+      differ + "; set these knobs in the job's spec (its distribution or hyperparameters), "
+      "which heft train resolves for every worker");
 }
 
 std::atomic<bool> g_stop{false};

@@ -141,7 +141,8 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
   contract::HeftVariables heft;
   heft.job = spec.name;
   heft.job_dir = paths.root;
-  heft.distribution = spec.distribution_normalized.dump();
+  // Resolved (the block with heft-train's hyperparameters over it): the worker merges nothing.
+  heft.distribution = spec.distribution_config.to_json().dump();
   heft.checkpoint =
       json{{"every_steps", spec.checkpoint.every_steps}, {"keep", spec.checkpoint.keep}}.dump();
   heft.write(env);
