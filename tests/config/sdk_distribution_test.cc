@@ -210,6 +210,17 @@ TEST(SdkDistribution, EveryParameterIsUsedOrRefusedByName) {
     } else if (rule.use == ParameterUse::kAlias) {
       const Distribution d = resolved(smp(R"({")" + rule.name + R"(": 2})"));
       EXPECT_EQ(d.to_json()["modelparallel"]["parameters"][rule.detail], 2);
+    } else if (rule.use == ParameterUse::kScript) {
+      // The script's: no knob of heft's, carried as given; heft-train refuses it by name.
+      const Result<Distribution> d = parse(smp(R"({")" + rule.name + R"(": 2})"));
+      ASSERT_TRUE(d.ok()) << d.error();
+      EXPECT_FALSE(d.value().to_json()["modelparallel"]["parameters"].contains(rule.name));
+      EXPECT_EQ(d.value().launch.mp_parameters[rule.name], 2);
+      const std::vector<std::string> refused =
+          script_parameters_for_trainer(d.value().launch.mp_parameters, d.value().parameters_field);
+      ASSERT_EQ(refused.size(), 1u);
+      EXPECT_EQ(refused[0].rfind(field + ": not supported by heft-train: " + rule.detail, 0), 0u)
+          << refused[0];
     } else {
       const Result<Distribution> d = parse(smp(R"({")" + rule.name + R"(": 2})"));
       ASSERT_FALSE(d.ok());

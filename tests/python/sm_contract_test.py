@@ -185,8 +185,7 @@ class SdkContract(unittest.TestCase):
                    "activation_loading_horizon", "delayed_parameter_initialization",
                    "sdp_reduce_bucket_size", "sdp_param_persistence_threshold",
                    "sdp_max_live_parameters", "sdp_hierarchical_allgather",
-                   "sdp_gradient_clipping", "fsdp_cache_flush_warnings", "allow_empty_shards",
-                   "random_seed"]
+                   "sdp_gradient_clipping", "fsdp_cache_flush_warnings", "allow_empty_shards"]
         cases = [(smp % key, "parameters." + key) for key in refused] + [
             ("{smdistributed: {dataparallel: {enabled: true, custom_mpi_options: -v}}}",
              "distribution.smdistributed.dataparallel.custom_mpi_options"),
@@ -209,6 +208,21 @@ class SdkContract(unittest.TestCase):
                     self.assertEqual(r.returncode, 2, r.stderr)
                     self.assertIn(field + ":", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(home, "jobs", "refused")))
+            # random_seed is the script's (heft.torch.sagemaker's tsm.init reads it from
+            # SM_HP_MP_PARAMETERS): accepted for a script, refused by name for heft-train.
+            seeded = smp % "random_seed"
+            for entry, code in (("[%s, %s]" % (support.PYTHON, WORKER), 0), ("heft-train", 2)):
+                with self.subTest(entry):
+                    with open(spec, "w") as f:
+                        f.write("name: seeded\nentry_point: %s\ndistribution: %s\n"
+                                % (entry, seeded))
+                    r = subprocess.run([support.HEFT, "train", spec, "--print-spec"],
+                                       capture_output=True, text=True, timeout=60,
+                                       env=support.clean_env(HEFT_HOME=home))
+                    self.assertEqual(r.returncode, code, r.stderr)
+                    if code:
+                        self.assertIn("parameters.random_seed: not supported by heft-train: use "
+                                      "heft-train's seed hyperparameter", r.stderr)
 
     def test_print_spec_shows_the_normalized_spec(self):
         with tempfile.TemporaryDirectory() as home:

@@ -232,8 +232,7 @@ const std::vector<ParameterRule>& model_parallel_parameter_table() {
                                                  "no allocator cache to warn about"},
       {"allow_empty_shards", U::kRefused, "heft's sharding gives every rank of a shard group "
                                           "a shard of each unit"},
-      {"random_seed", U::kRefused, "use heft-train's seed hyperparameter (a script of your own "
-                                   "seeds itself)"},
+      {"random_seed", U::kScript, "use heft-train's seed hyperparameter"},
   };
   return table;
 }
@@ -246,6 +245,7 @@ void translate_smp_parameters(json& parameters, const std::string& path,
     json value = parameters[rule.name];
     parameters.erase(rule.name);
     const std::string field = path + "." + rule.name;
+    if (rule.use == ParameterUse::kScript) continue;  // SM_HP_MP_PARAMETERS carries it
     if (rule.use == ParameterUse::kRefused) {
       const bool degree = rule.name.size() > 7 && rule.name.substr(rule.name.size() - 7) == "_degree";
       if (!(degree && value == json(1))) errors->push_back(field + ": not supported: " + rule.detail);
@@ -260,6 +260,17 @@ void translate_smp_parameters(json& parameters, const std::string& path,
     if (rule.name == "hybrid_shard_degree" && value == json(0)) value = 1;
     parameters[rule.detail] = value;
   }
+}
+
+std::vector<std::string> script_parameters_for_trainer(const json& mp_parameters,
+                                                       const std::string& path) {
+  std::vector<std::string> errors;
+  if (!mp_parameters.is_object()) return errors;
+  for (const ParameterRule& rule : model_parallel_parameter_table())
+    if (rule.use == ParameterUse::kScript && mp_parameters.contains(rule.name))
+      errors.push_back(path + "." + rule.name + ": not supported by heft-train: " + rule.detail +
+                       " (a script of your own reads it from SM_HP_MP_PARAMETERS)");
+  return errors;
 }
 
 }  // namespace heft::config

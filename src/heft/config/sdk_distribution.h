@@ -66,6 +66,9 @@ enum class ParameterUse {
   kUsed,     // a knob of config::ModelParallel (a test shows each one's effect)
   kAlias,    // another name of a used knob: `detail` is heft's name
   kRefused,  // refused naming it: `detail` says why and what to use instead
+  kScript,   // the script's own (heft.torch.sagemaker's tsm.init honours it): not a knob of
+             // config::ModelParallel, passed on in SM_HP_MP_PARAMETERS; refused for heft-train
+             // (script_parameters_for_trainer), `detail` saying what heft-train takes instead
 };
 struct ParameterRule {
   std::string name;
@@ -80,5 +83,11 @@ const std::vector<ParameterRule>& model_parallel_parameter_table();
 // (context_parallel_degree, expert_parallel_degree) are accepted at 1 only.
 void translate_smp_parameters(nlohmann::json& parameters, const std::string& path,
                               std::vector<std::string>* errors);
+
+// For heft-train (the built-in trainer), which reads no script parameter: one error line per
+// kScript name in the library's parameters as given ("<path>.<name>: not supported by
+// heft-train: <detail>"); empty when none.
+std::vector<std::string> script_parameters_for_trainer(const nlohmann::json& mp_parameters,
+                                                       const std::string& path);
 
 }  // namespace heft::config

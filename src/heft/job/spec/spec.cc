@@ -24,6 +24,7 @@
 #include "heft/contract/worker.h"
 #include "heft/job/launch/local_launcher.h"
 #include "heft/config/hyperparameters.h"
+#include "heft/config/sdk_distribution.h"
 #include "heft/job/launch/mpirun_launcher.h"
 #include "heft/job/spec/spec_monitoring.h"
 #include "heft/job/spec/spec_sdk.h"
@@ -384,6 +385,14 @@ class Validator {
       spec_.distribution_normalized = d.value().to_json();
       apply_sdk_launch(d.value().launch, n, cluster, r_, spec_);
       d = d.value().with_overrides(trainer_hp_);
+    }
+    // The library's parameters a script reads itself (random_seed): heft-train reads none.
+    if (d.ok() && spec_.builtin_trainer()) {
+      std::string refused;
+      for (const std::string& e : config::script_parameters_for_trainer(
+               d.value().launch.mp_parameters, d.value().parameters_field))
+        refused += (refused.empty() ? "" : "\n") + e;
+      if (!refused.empty()) d = Result<config::Distribution>::failure(refused);
     }
     Status fits = d.ok() ? d.value().check_world(spec_.world_size()) : Status::failure(d.error());
     if (d.ok()) spec_.distribution_config = d.value();
