@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +47,15 @@ StepProfiler::StepProfiler(const std::string& path) {
                  std::strerror(errno));
 }
 
+namespace {
+std::atomic<int> g_off{0};  // StepProfiler::Off objects alive
+}  // namespace
+
+StepProfiler::Off::Off() { g_off.fetch_add(1); }
+StepProfiler::Off::~Off() { g_off.fetch_sub(1); }
+
 StepProfiler StepProfiler::from_env() {
+  if (g_off.load() > 0) return StepProfiler();
   const char* dir = std::getenv("HEFT_PROFILE_DIR");
   const char* rank = std::getenv("RANK");
   if (!dir || !*dir) return StepProfiler();

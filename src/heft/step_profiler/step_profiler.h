@@ -52,8 +52,18 @@ class StepProfiler {
   // Writes to `path` (appending); empty: disabled. Throws nothing: a file that cannot be
   // opened disables the profiler with one line on stderr.
   explicit StepProfiler(const std::string& path = "");
-  // From HEFT_PROFILE_DIR and RANK.
+  // From HEFT_PROFILE_DIR and RANK (the one reader of HEFT_PROFILE_DIR); disabled while an
+  // Off lives.
   static StepProfiler from_env();
+  // While one lives in this process, from_env() gives a disabled profiler: steps that are not
+  // the run's (heft-train's layout trials) are not recorded as its steps.
+  class Off {
+   public:
+    Off();
+    ~Off();
+    Off(const Off&) = delete;
+    Off& operator=(const Off&) = delete;
+  };
   ~StepProfiler();
   StepProfiler(StepProfiler&& other) noexcept;
   StepProfiler& operator=(StepProfiler&&) = delete;

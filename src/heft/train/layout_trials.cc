@@ -14,6 +14,7 @@
 #include "heft/error.h"
 #include "heft/parallel/tensor/tensor_parallel.h"
 #include "heft/parallel/torch_state.h"
+#include "heft/step_profiler/step_profiler.h"
 #include "heft/train/trainer.h"
 
 namespace heft::train {
@@ -45,24 +46,6 @@ Hyperparameters trial_hyperparameters(const Hyperparameters& hp, int64_t steps, 
   t.gradient_accumulation = gradient_accumulation;
   return t;
 }
-
-// HEFT_PROFILE_DIR unset for the trials' lifetime (the step profiler would record their steps
-// as the run's), put back after. setenv/unsetenv: no other thread reads the environment here.
-class ProfilerOff {
- public:
-  ProfilerOff() {
-    if (const char* v = std::getenv("HEFT_PROFILE_DIR")) saved_ = v;
-    if (saved_) ::unsetenv("HEFT_PROFILE_DIR");
-  }
-  ~ProfilerOff() {
-    if (saved_) ::setenv("HEFT_PROFILE_DIR", saved_->c_str(), 1);
-  }
-  ProfilerOff(const ProfilerOff&) = delete;
-  ProfilerOff& operator=(const ProfilerOff&) = delete;
-
- private:
-  std::optional<std::string> saved_;
-};
 
 // One trial of `steps` steps: train() on the layout, its output discarded; the median timed
 // step, max over ranks.
@@ -286,7 +269,8 @@ std::vector<LayoutTrial> run_layout_trials(const Hyperparameters& hp, const std:
   std::vector<size_t> entrants;
   Phases phases;
   {
-    ProfilerOff profiler_off;
+    // The trials' steps are not the run's: the step profiler records none of them.
+    const profile::StepProfiler::Off profiler_off;
     auto start = std::chrono::steady_clock::now();
     run_rounds(hp, test_dir, world, choice, trials);
     phases.trials_s = seconds_since(start);
