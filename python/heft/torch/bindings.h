@@ -25,6 +25,10 @@ void bind_tensor_parallel(pybind11::module_& parallel);
 // behind heft.torch.parallel.Pipeline (pipeline_binding.cc).
 void bind_pipeline(pybind11::module_& parallel);
 
+// _c10d.parallel.sharded: the sharded data path (parallel/sharded/flat_engine.h), behind
+// heft.torch.parallel.ShardedDataParallel (sharded_binding.cc).
+void bind_sharded(pybind11::module_& parallel);
+
 // _c10d.parallel.layout: the layout search (layout_binding.cc), behind
 // heft.torch.parallel.auto_layout.
 void bind_layout(pybind11::module_& parallel);

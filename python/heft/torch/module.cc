@@ -116,6 +116,7 @@ PYBIND11_MODULE(_c10d, m) {
   py::module_ parallel = heft::torch_backend::bind_parallel_group(m);
   heft::torch_backend::bind_tensor_parallel(parallel);
   heft::torch_backend::bind_pipeline(parallel);
+  heft::torch_backend::bind_sharded(parallel);
   heft::torch_backend::bind_layout(parallel);
   m.def(
       "worker_contract",

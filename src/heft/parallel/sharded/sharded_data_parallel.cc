@@ -29,19 +29,6 @@ torch::Tensor alias(const torch::Tensor& full, int64_t offset, at::IntArrayRef s
 
 size_t bytes_of(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
-// The storage behind `full`, given memory (allocate) or none (free); every alias follows.
-void allocate(torch::Tensor& full, size_t bytes) {
-  c10::StorageImpl* s = full.storage().unsafeGetStorageImpl();
-  if (s->nbytes() == bytes && s->data() != nullptr) return;
-  s->set_data_ptr_noswap(c10::GetAllocator(c10::DeviceType::CPU)->allocate(bytes));
-  s->set_nbytes(bytes);
-}
-void free_storage(torch::Tensor& full) {
-  c10::StorageImpl* s = full.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, at::Device(at::kCPU)));
-  s->set_nbytes(0);
-}
-
 }  // namespace
 
 ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -52,18 +39,14 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
   if (!module_) throw InvalidArgument("ShardedDataParallel: module is null");
   if (replicate_ && replicate_->size() == 1) replicate_ = nullptr;
   if (!options_.group_of) options_.group_of = [](const std::string&, const torch::Tensor&) { return 0; };
+  EngineOptions engine;
+  engine.compute_dtype = options_.compute_dtype;
+  engine_ = std::make_unique<FlatEngine>(&shard_, replicate_, engine);
   build(units);
 }
 
 ShardedDataParallel::~ShardedDataParallel() {
   for (Slot& s : slots_) s.hook.reset();
-  for (Flat& f : flats_) {
-    try {
-      if (f.gather) f.gather->wait();
-      if (f.reduce) f.reduce->wait();
-    } catch (...) {
-    }
-  }
 }
 
 namespace {
@@ -165,34 +148,32 @@ void ShardedDataParallel::check_same_layout() {
   }
 }
 
-// Full values from rank 0 of the shard and replicate groups; this rank's shard; the
-// module's parameters become aliases of the (then freed) full buffer.
+// Full values from rank 0 of the shard and replicate groups; this rank's shard (the
+// engine's flat of the same index); the module's parameters become aliases of the (then
+// freed) full buffer.
 void ShardedDataParallel::shard_flats() {
-  const int S = shard_.size(), k = shard_.rank();
   torch::NoGradGuard no_grad;
   for (Flat& flat : flats_) {
-    flat.info.shard_numel = (flat.info.numel + S - 1) / S;
-    const int64_t padded = flat.info.shard_numel * S;
-    const torch::ScalarType dtype = flat.params.front().scalar_type();
-    torch::Tensor full = torch::zeros({padded}, torch::TensorOptions().dtype(dtype));
+    std::vector<torch::Tensor> values;
     for (size_t i = 0; i < flat.params.size(); ++i) {
-      const FlatMember& m = flat.info.members[i];
-      if (flat.params[i].scalar_type() != dtype)
-        throw InvalidArgument("ShardedDataParallel: parameters of one unit and group must share "
-                              "a dtype (" + m.name + ")");
-      full.narrow(0, m.offset, m.numel).copy_(flat.params[i].detach().reshape({-1}));
+      if (flat.params[i].scalar_type() != torch::kFloat)
+        throw InvalidArgument("ShardedDataParallel: parameter " + flat.info.members[i].name +
+                              " is " + std::string(c10::toString(flat.params[i].scalar_type())) +
+                              "; the shards are float32 master weights: build the model in float32 "
+                              "(compute_dtype sets what forward computes in)");
+      values.push_back(flat.params[i].detach().reshape({-1}));
     }
-    if (S > 1) shard_.broadcast(full, 0);
-    if (replicate_) replicate_->broadcast(full, 0);
-    torch::Tensor shard = full.narrow(0, k * flat.info.shard_numel, flat.info.shard_numel).clone();
+    torch::Tensor shard = engine_->shard_of_first_rank(torch::cat(values));
     shard.set_requires_grad(true);
+    const int f = engine_->add_flat(shard, flat.info.numel);
+    flat.info.shard_numel = shard.numel();
     shards_.push_back(shard);
-    flat.full = torch::empty({padded}, full.options().dtype(options_.compute_dtype));
+    const torch::Tensor& full = engine_->full(f);
     for (size_t i = 0; i < flat.params.size(); ++i)
-      flat.params[i].set_data(alias(flat.full, flat.info.members[i].offset, flat.info.members[i].shape));
-    free_storage(flat.full);
+      flat.params[i].set_data(alias(full, flat.info.members[i].offset, flat.info.members[i].shape));
     infos_.push_back(flat.info);
   }
+  for (const Unit& u : units_) engine_->add_unit(u.flats);
 }
 
 // One slot per parameter, each with its gradient hook.
@@ -213,51 +194,10 @@ void ShardedDataParallel::hook_slots() {
   }
 }
 
-int ShardedDataParallel::gathered_count() const {
-  int n = 0;
-  for (const Unit& u : units_) n += u.gathered ? 1 : 0;
-  return n;
-}
-
-void ShardedDataParallel::gather(int unit, bool prefetch) {
-  Unit& u = units_[unit];
-  if (u.gathered) return;
-  u.gathered = true;
-  for (int f : u.flats) {
-    Flat& flat = flats_[f];
-    allocate(flat.full, bytes_of(flat.full));
-    const torch::Tensor shard = shards_[f].detach();
-    flat.gather = shard_.allgather_async(
-        shard.scalar_type() == flat.full.scalar_type() ? shard : shard.to(flat.full.scalar_type()),
-        flat.full);
-    ++counters_.allgathers;
-  }
-  if (prefetch) ++counters_.prefetched;
-  counters_.max_gathered = std::max<int64_t>(counters_.max_gathered, gathered_count());
-}
-
-void ShardedDataParallel::wait_gathered(int unit) {
-  for (int f : units_[unit].flats) {
-    Flat& flat = flats_[f];
-    if (flat.gather) {
-      std::shared_ptr<Work> w = std::move(flat.gather);
-      w->wait();
-    }
-  }
-}
-
-void ShardedDataParallel::release(int unit) {
-  Unit& u = units_[unit];
-  if (!u.gathered) return;
-  wait_gathered(unit);
-  for (int f : u.flats) free_storage(flats_[f].full);
-  u.gathered = false;
-}
-
 void ShardedDataParallel::begin_forward() {
   const int root = static_cast<int>(units_.size()) - 1;
-  gather(root, false);
-  wait_gathered(root);
+  engine_->gather(root, false);
+  engine_->wait_gathered(root);
 }
 
 torch::Tensor ShardedDataParallel::run_unit(
@@ -265,9 +205,9 @@ torch::Tensor ShardedDataParallel::run_unit(
   const int unit = static_cast<int>(i);
   const int units = static_cast<int>(units_.size()) - 1;
   HEFT_CHECK(unit < units, "run_unit: unit ", unit, " of ", units);
-  gather(unit, false);
-  wait_gathered(unit);
-  if (options_.prefetch && unit + 1 < units) gather(unit + 1, true);
+  engine_->gather(unit, false);
+  engine_->wait_gathered(unit);
+  if (options_.prefetch && unit + 1 < units) engine_->gather(unit + 1, true);
   const bool grad = torch::GradMode::is_enabled();
   torch::Tensor out;
   if (grad && options_.activation_checkpointing) {
@@ -279,15 +219,15 @@ torch::Tensor ShardedDataParallel::run_unit(
     out = f(x);
   }
   if (!grad) {  // evaluation: nothing comes back for this unit
-    release(unit);
+    engine_->release(unit);
     return out;
   }
-  if (options_.reshard_after_forward) release(unit);
+  if (options_.reshard_after_forward) engine_->release(unit);
   if (out.requires_grad()) {
     out.register_hook([this, unit](const torch::Tensor& g) {
-      gather(unit, false);
-      wait_gathered(unit);
-      if (options_.prefetch && unit > 0) gather(unit - 1, true);
+      engine_->gather(unit, false);
+      engine_->wait_gathered(unit);
+      if (options_.prefetch && unit > 0) engine_->gather(unit - 1, true);
       return g;
     });
   }
@@ -295,7 +235,7 @@ torch::Tensor ShardedDataParallel::run_unit(
 }
 
 void ShardedDataParallel::end_forward_without_backward() {
-  for (size_t u = 0; u < units_.size(); ++u) release(static_cast<int>(u));
+  for (size_t u = 0; u < units_.size(); ++u) engine_->release(static_cast<int>(u));
 }
 
 void ShardedDataParallel::start_pass() {
@@ -321,7 +261,7 @@ void ShardedDataParallel::on_gradient(int slot) {
   {
     torch::NoGradGuard no_grad;
     if (!flat.grad_full.defined())
-      flat.grad_full = torch::zeros({flat.info.shard_numel * shard_.size()}, shards_[s.flat].options());
+      flat.grad_full = torch::zeros({engine_->padded(s.flat)}, torch::kFloat);
     const torch::Tensor& g = param.grad();
     if (g.defined()) flat.grad_full.narrow(0, m.offset, m.numel).add_(g.reshape({-1}));
     param.mutable_grad().reset();
@@ -334,15 +274,13 @@ void ShardedDataParallel::unit_gradients_ready(int unit) {
   u.reduced = true;
   if (sync_) {
     for (int f : u.flats) {
-      Flat& flat = flats_[f];
-      flat.grad_shard = torch::empty({flat.info.shard_numel}, shards_[f].options());
-      flat.reduce = shard_.reduce_scatter_async(flat.grad_full, flat.grad_shard, comm::ReduceOp::avg);
-      ++counters_.reduce_scatters;
+      engine_->reduce(f, flats_[f].grad_full);  // the reduction keeps it until done
+      flats_[f].grad_full = torch::Tensor();
     }
   }
   // Inside no_sync the root stays gathered: other micro-batches' backward passes (a
   // pipeline's) still need it, and it has no hook to gather it again.
-  if (sync_ || unit != static_cast<int>(units_.size()) - 1) release(unit);
+  if (sync_ || unit != static_cast<int>(units_.size()) - 1) engine_->release(unit);
 }
 
 void ShardedDataParallel::finish_backward() {
@@ -354,49 +292,27 @@ void ShardedDataParallel::finish_backward() {
   in_pass_ = false;
   std::exception_ptr error;
   if (sync_) {
-    std::vector<std::shared_ptr<Work>> replicas;
-    for (Flat& flat : flats_) {
-      try {
-        if (flat.reduce) flat.reduce->wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-      flat.reduce.reset();
-      flat.grad_full = torch::Tensor();
-      if (!error && replicate_) {
-        replicas.push_back(replicate_->allreduce_async(flat.grad_shard, comm::ReduceOp::avg));
-        ++counters_.replicate_allreduces;
-      }
+    // This pass's gradient replaces the shards' (heft-train's strategies clear no grads).
+    for (torch::Tensor& shard : shards_) shard.mutable_grad().reset();
+    try {
+      engine_->finish_reductions();
+    } catch (...) {
+      error = std::current_exception();
     }
-    for (auto& w : replicas) {
-      try {
-        w->wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (!error)
-      for (size_t f = 0; f < flats_.size(); ++f) shards_[f].mutable_grad() = flats_[f].grad_shard;
   }
   for (size_t u = 0; u < units_.size(); ++u)
-    if (sync_ || u + 1 < units_.size()) release(static_cast<int>(u));
+    if (sync_ || u + 1 < units_.size()) engine_->release(static_cast<int>(u));
   if (error) std::rethrow_exception(error);
 }
 
-void ShardedDataParallel::scale_grads(double factor) {
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& s : shards_)
-    if (s.grad().defined()) s.mutable_grad().mul_(factor);
-}
+void ShardedDataParallel::scale_grads(double factor) { engine_->scale_grads(factor); }
 
 std::map<std::string, torch::Tensor> ShardedDataParallel::full_parameters() {
   std::map<std::string, torch::Tensor> out;
   torch::NoGradGuard no_grad;
   for (size_t f = 0; f < flats_.size(); ++f) {
-    const Flat& flat = flats_[f];
-    torch::Tensor full = torch::empty({flat.info.shard_numel * shard_.size()}, shards_[f].options());
-    shard_.allgather(shards_[f].detach(), full);
-    for (const FlatMember& m : flat.info.members)
+    const torch::Tensor full = engine_->full_values(static_cast<int>(f));
+    for (const FlatMember& m : flats_[f].info.members)
       out[m.name] = full.narrow(0, m.offset, m.numel).view(m.shape).clone();
   }
   return out;
@@ -405,7 +321,7 @@ std::map<std::string, torch::Tensor> ShardedDataParallel::full_parameters() {
 torch::Tensor ShardedDataParallel::flatten(size_t f,
                                            const std::map<std::string, torch::Tensor>& by_name) const {
   const FlatInfo& info = flats_[f].info;
-  torch::Tensor full = torch::zeros({info.shard_numel * shard_.size()}, shards_[f].options());
+  torch::Tensor full = torch::zeros({engine_->padded(static_cast<int>(f))}, shards_[f].options());
   for (const FlatMember& m : info.members) {
     const auto it = by_name.find(m.name);
     if (it == by_name.end())
@@ -419,8 +335,7 @@ torch::Tensor ShardedDataParallel::flatten(size_t f,
 }
 
 torch::Tensor ShardedDataParallel::my_slice(size_t f, const torch::Tensor& full_flat) const {
-  const int64_t s = flats_[f].info.shard_numel;
-  return full_flat.narrow(0, shard_.rank() * s, s);
+  return engine_->my_slice(static_cast<int>(f), full_flat);
 }
 
 void ShardedDataParallel::load_full_parameters(const std::map<std::string, torch::Tensor>& params) {

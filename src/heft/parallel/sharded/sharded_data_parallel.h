@@ -2,6 +2,10 @@
 // (ZeRO-3 / FSDP FULL_SHARD; ZeRO-2 / SHARD_GRAD_OP as an option), with hybrid sharding
 // (shard inside a group, average across replicas of it: HSDP).
 //
+// The data path (gathers, reduce-scatters, the replicas' average, the shards) is FlatEngine's
+// (flat_engine.h), which heft.torch.parallel's ShardedDataParallel runs too; this class is the
+// C++ modules' surgery and hooks around it.
+//
 // Terms. A unit is a sub-module the model runs as one piece (a GPT block); the module's
 // parameters that are in no unit form the root unit. Each unit's parameters are flattened,
 // per optimizer group (group_of: weight decay or not), into flat parameters: the members'
@@ -52,6 +56,7 @@
 #include <vector>
 
 #include "heft/parallel/grad_buffer.h"
+#include "heft/parallel/sharded/flat_engine.h"
 #include "heft/parallel/process_group.h"
 
 namespace heft::parallel::sharded {
@@ -86,15 +91,6 @@ struct FlatInfo {
   std::vector<FlatMember> members;
   int64_t numel = 0;        // without padding
   int64_t shard_numel = 0;  // padded / shard size
-};
-
-// What the last pass did, for tests: collectives issued, and prefetches that were used.
-struct ShardedCounters {
-  int64_t allgathers = 0;
-  int64_t reduce_scatters = 0;
-  int64_t replicate_allreduces = 0;
-  int64_t prefetched = 0;      // gathers that were started ahead of their unit
-  int64_t max_gathered = 0;    // most units gathered at once (the root included)
 };
 
 class ShardedDataParallel {
@@ -152,24 +148,19 @@ class ShardedDataParallel {
 
   ProcessGroup& shard_group() { return shard_; }
   ProcessGroup* replicate_group() { return replicate_; }
-  const ShardedCounters& counters() const { return counters_; }
-  void reset_counters() { counters_ = {}; }
+  const ShardedCounters& counters() const { return engine_->counters(); }
+  void reset_counters() { engine_->reset_counters(); }
   int64_t shard_bytes() const;
   int64_t grad_bytes() const;
 
  private:
-  struct Flat {
+  struct Flat {  // the engine's flat of the same index, with the module's side of it
     FlatInfo info;
-    std::vector<torch::Tensor> params;  // the module's parameters (aliases into full)
-    torch::Tensor full;                 // (padded,), storage present only while gathered
+    std::vector<torch::Tensor> params;  // the module's parameters (aliases into the full buffer)
     torch::Tensor grad_full;            // (padded,), while gradients are being gathered
-    torch::Tensor grad_shard;           // (shard_numel,), the reduce-scatter's output
-    std::shared_ptr<Work> gather;       // in flight
-    std::shared_ptr<Work> reduce;       // in flight
   };
-  struct Unit {
+  struct Unit {  // the engine's unit of the same index
     std::vector<int> flats;
-    bool gathered = false;
     int pending = 0;   // gradients not yet in this pass
     bool reduced = false;
   };
@@ -185,19 +176,16 @@ class ShardedDataParallel {
   void check_same_layout();  // collective
   void shard_flats();        // collective
   void hook_slots();
-  void gather(int unit, bool prefetch);  // starts the all-gathers (allocating)
-  void wait_gathered(int unit);
-  void release(int unit);                // frees full parameters (waits first)
   void on_gradient(int slot);
   void start_pass();
   void unit_gradients_ready(int unit);
   void finish_backward();
-  int gathered_count() const;
 
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup& shard_;
   ProcessGroup* replicate_;
   ShardedOptions options_;
+  std::unique_ptr<FlatEngine> engine_;
   std::vector<Flat> flats_;
   std::vector<FlatInfo> infos_;
   std::vector<Unit> units_;  // units() then the root
@@ -206,7 +194,6 @@ class ShardedDataParallel {
   std::vector<torch::Tensor> shards_;
   bool sync_ = true;
   bool in_pass_ = false;
-  ShardedCounters counters_;
 };
 
 }  // namespace heft::parallel::sharded

@@ -1,6 +1,7 @@
-"""heft.torch.parallel.ShardedDataParallel: ZeRO-3 / FSDP for any torch.nn.Module on torch
-1.13 (whose own FSDP cannot be imported on Python 3.11), over the heft backend. See
-docs/sharded.md.
+"""heft.torch.parallel.ShardedDataParallel: ZeRO-3 / FSDP for any torch.nn.Module, over the
+heft backend. See docs/sharded.md. The data path (gathers, reduce-scatters, the replicas'
+average, the gradient norm) is heft's C++ engine, heft-train's too (_c10d.parallel.sharded);
+this module does the module surgery and the autograd hooks around it.
 
 One step: the wrapper's forward gathers the root unit and starts the first unit's gather;
 each unit's forward pre-hook waits for its gather, starts the next unit's (prefetch) and
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
-from heft.torch import BACKEND
+from heft.torch import BACKEND, _c10d
 from heft.torch.profile import phase
 from ..mesh import DeviceMesh
 from . import _deferred, _state, _units
@@ -30,6 +31,7 @@ _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.fl
 _COUNTERS = ("recomputed", "allgathers", "prefetched", "gather_overlapped_compute", "reduce_scatters",
              "reduce_scatters_before_backward_end", "replicate_allreduces", "max_gathered",
              "reductions_capped", "max_reductions_in_flight")
+_OWN_COUNTERS = ("recomputed", "gather_overlapped_compute", "reduce_scatters_before_backward_end")
 
 
 _REDUCTIONS_IN_FLIGHT = 2  # reduce-scatters started and not yet waited for, per rank
@@ -67,17 +69,24 @@ def _groups(sharded_degree):
         raise ValueError(f"ShardedDataParallel: sharded_degree={sharded_degree!r} must be a "
                          f"positive integer dividing the world size {world}")
     if degree == world:
-        return Group(None, rank, world), None
+        return _group(None, rank, world), None
     shard = replicate = None
     for g in range(world // degree):
         pg = dist.new_group(list(range(g * degree, (g + 1) * degree)))
         if rank // degree == g:
-            shard = Group(pg, rank % degree, degree) if degree > 1 else Group(None, 0, 1)
+            shard = _group(pg, rank % degree, degree)
     for k in range(degree):
         pg = dist.new_group(list(range(k, world, degree)))
         if rank % degree == k:
-            replicate = Group(pg, rank // degree, world // degree)
+            replicate = _group(pg, rank // degree, world // degree)
     return shard, replicate
+
+
+def _group(pg, rank, size):
+    """A Group with its heft C++ side; pg None: the default group."""
+    if size == 1:
+        return Group(None, 0, 1)
+    return Group(pg, rank, size, _c10d.parallel.Group(pg if pg is not None else dist.group.WORLD))
 
 
 def _mesh_groups(mesh, sharded_degree):
@@ -89,11 +98,9 @@ def _mesh_groups(mesh, sharded_degree):
     if sharded_degree is not None:
         raise ValueError("ShardedDataParallel: give sharded_degree or mesh, not both (the "
                          "mesh's sharded size is the degree)")
-    size = mesh.size("sharded")
-    shard = (Group(mesh.group("sharded"), mesh.coordinate("sharded"), size) if size > 1
-             else Group(None, 0, 1))
+    shard = _group(mesh.group("sharded"), mesh.coordinate("sharded"), mesh.size("sharded"))
     size = mesh.size("replicate")
-    replicate = (Group(mesh.group("replicate"), mesh.coordinate("replicate"), size)
+    replicate = (_group(mesh.group("replicate"), mesh.coordinate("replicate"), size)
                  if size > 1 else None)
     return shard, replicate
 
@@ -135,7 +142,7 @@ class ShardedDataParallel(torch.nn.Module):
         self.compute_dtype, self.reduce_dtype = _MIXED[mixed_precision]
         _fixed_mmap_threshold()
         self.reshard_after_forward = zero_stage == 3
-        self.counters = dict.fromkeys(_COUNTERS, 0)
+        self._counts = dict.fromkeys(_OWN_COUNTERS, 0)
         state_keys = list(module.state_dict().keys())
         specs = _units.assign(module, _units.select_units(module, units))
         specs = specs[:1] + [s for s in specs[1:] if s.params]  # tied away: nothing to shard
@@ -143,6 +150,9 @@ class ShardedDataParallel(torch.nn.Module):
         self.shard_group, self.replicate_group = (
             _groups(sharded_degree) if mesh is None else _mesh_groups(mesh, sharded_degree))
         self.module = module
+        self.engine = _c10d.parallel.sharded.Engine(
+            self.shard_group.heft, self.replicate_group.heft if self.replicate_group else None,
+            self.compute_dtype, self.reduce_dtype, _REDUCTIONS_IN_FLIGHT)
         record = _deferred.find(module)
         if record is not None:  # built under deferred_init(): each rank replays its shard
             shards = _deferred.materialize(record, module, specs, self.shard_group.rank,
@@ -165,7 +175,7 @@ class ShardedDataParallel(torch.nn.Module):
         module._heft_sharded = True
         self._state_keys = state_keys
         self.order, self._order_fixed = [], False
-        self._pending, self._in_backward = [], False
+        self._in_backward = False
         if self.compute_dtype != torch.float32:  # after the units' hooks: runs after theirs
             for m in module.modules():
                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
@@ -187,18 +197,19 @@ class ShardedDataParallel(torch.nn.Module):
     def _shard_from_rank0(self, spec):
         """This rank's part of the unit's parameters back to back in fp32: the values of the
         first rank of this module's data group (sharded x replicate; world rank 0 without
-        a mesh), broadcast over the shard group, then over the replicate group. Only the
-        ranks holding this module take part (a pipeline stage's chunk, a tensor slice)."""
+        a mesh), broadcast over the shard group, then over the replicate group (the
+        engine's). Only the ranks holding this module take part (a pipeline stage's chunk,
+        a tensor slice)."""
         flat = torch._C._nn.flatten_dense_tensors([p.detach().float() for p in spec.params]) \
             if spec.params else torch.zeros(0)
-        for g in (self.shard_group, self.replicate_group):
-            if g is not None and g.size > 1:
-                dist.broadcast(flat, _first_rank(g), group=g.pg)
-        n = flat.numel()
-        g = self.shard_group
-        shard_numel = -(-max(n, 1) // g.size)
-        full = torch.cat([flat, flat.new_zeros(shard_numel * g.size - n)])
-        return full[g.rank * shard_numel:(g.rank + 1) * shard_numel].clone()
+        return self.engine.shard_of_first_rank(flat)
+
+    @property
+    def counters(self):
+        """What the last passes did (tests check the paths ran): the engine's counts of
+        collectives and this wrapper's of recomputations and overlap."""
+        both = dict(self.engine.counters(), **self._counts)
+        return {k: both[k] for k in _COUNTERS}
 
     # ---- forward ------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -208,7 +219,7 @@ class ShardedDataParallel(torch.nn.Module):
         root = self.units[0]
         root.start_gather()
         if self.order:
-            self.order[0].start_gather()
+            self.order[0].start_gather(prefetch=True)
         root.use_views()
         out = self.module(*args, **kwargs)
         if not self._order_fixed:
@@ -225,13 +236,13 @@ class ShardedDataParallel(torch.nn.Module):
         if not self._in_backward and self._order_fixed:
             i = self.order.index(unit)
             if i + 1 < len(self.order):
-                self.order[i + 1].start_gather()
+                self.order[i + 1].start_gather(prefetch=True)
 
     def _post_forward(self, unit, module, inputs, output):
         if self._in_backward:
             return None  # a recompute under activation checkpointing
-        if any(u.work is not None for u in self.units):
-            self.counters["gather_overlapped_compute"] += 1
+        if self.engine.gather_in_flight():
+            self._counts["gather_overlapped_compute"] += 1
         self._after_forward(unit, output)
         return None
 
@@ -254,65 +265,27 @@ class ShardedDataParallel(torch.nn.Module):
             if unit in self.order:
                 i = self.order.index(unit)
                 if i > 0 and self.reshard_after_forward:
-                    self.order[i - 1].start_gather()
+                    self.order[i - 1].start_gather(prefetch=True)
         return grad
 
     def reduce_started(self, unit, flat):
-        """Called by a unit whose backward ended: start its reduce-scatter."""
-        g = self.shard_group
-        out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype)
-        self.counters["reduce_scatters"] += 1
+        """Called by a unit whose backward ended: start its reduce-scatter (the engine's,
+        in the reduce dtype). The engine holds `flat` until the reduce-scatter completes;
+        not kept here, so each unit's full gradient is freed as soon as its reduction is
+        done. At most _REDUCTIONS_IN_FLIGHT are: when backward outruns the communicator
+        (ranks sharing cores), waiting for the oldest keeps the full gradients alive at once
+        to a few units' instead of, in the end, the whole model's."""
         if any(u.views is not None and not u.reduced for u in self.units if u is not unit):
-            self.counters["reduce_scatters_before_backward_end"] += 1
-        if g.size == 1:
-            out.copy_(flat)
-            work = None
-        else:
-            work = dist.reduce_scatter_tensor(out, flat, op=dist.ReduceOp.AVG, group=g.pg,
-                                              async_op=True)
-        # The backend holds `flat` until the reduce-scatter completes; not kept here, so each
-        # unit's full gradient is freed as soon as its reduction is done. At most
-        # _REDUCTIONS_IN_FLIGHT are: when backward outruns the communicator (ranks sharing
-        # cores), waiting for the oldest keeps the full gradients alive at once to a few
-        # units' instead of, in the end, the whole model's.
-        in_flight = [i for i, (_, w, _) in enumerate(self._pending) if w is not None]
-        if len(in_flight) >= _REDUCTIONS_IN_FLIGHT:
-            self.counters["reductions_capped"] += 1
-            oldest = in_flight.pop(0)
-            with phase("communication"):
-                self._pending[oldest][1].wait()
-            self._pending[oldest] = (self._pending[oldest][0], None, self._pending[oldest][2])
-        self._pending.append((unit, work, out))
-        self.counters["max_reductions_in_flight"] = max(
-            self.counters["max_reductions_in_flight"], len(in_flight) + (work is not None))
+            self._counts["reduce_scatters_before_backward_end"] += 1
+        with phase("communication"):
+            self.engine.reduce(unit.index, flat)
 
     def _end_backward(self):
-        """The engine's callback once backward is over: shard gradients in place."""
+        """The engine's callback once backward is over: shard gradients in place (added to
+        what .grad holds: accumulation over backward passes)."""
         with phase("communication"):
-            self._await_reductions()
-        self._pending = []
+            self.engine.finish_reductions()
         self._finish_pass()
-
-    def _await_reductions(self):
-        r = self.replicate_group
-        done = []
-        for unit, work, out in self._pending:
-            if work is not None:
-                work.wait()
-            if r is not None:
-                self.counters["replicate_allreduces"] += 1
-                done.append((unit, out, dist.all_reduce(out, op=dist.ReduceOp.AVG, group=r.pg,
-                                                        async_op=True)))
-            else:
-                done.append((unit, out, None))
-        for unit, out, work in done:
-            if work is not None:
-                work.wait()
-            g = out if out.dtype == torch.float32 else out.float()
-            if unit.shard.grad is None:
-                unit.shard.grad = g
-            else:
-                unit.shard.grad.add_(g)
 
     def _finish_pass(self):
         self._in_backward = False
@@ -325,23 +298,7 @@ class ShardedDataParallel(torch.nn.Module):
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """Scales the shards' gradients so that the global norm (over every rank's shard) is
         at most max_norm; returns the global norm before clipping (as torch's)."""
-        grads = [u.shard.grad for u in self.units if u.shard.grad is not None]
-        norm_type = float(norm_type)
-        if norm_type == float("inf"):
-            local = torch.stack([g.abs().max() for g in grads]).max() if grads else torch.zeros(())
-            op = dist.ReduceOp.MAX
-        else:
-            local = torch.stack([g.norm(norm_type) ** norm_type for g in grads]).sum() \
-                if grads else torch.zeros(())
-            op = dist.ReduceOp.SUM
-        total = local.reshape(1).clone()
-        if self.shard_group.size > 1:
-            dist.all_reduce(total, op=op, group=self.shard_group.pg)
-        total = total[0] if op == dist.ReduceOp.MAX else total[0] ** (1.0 / norm_type)
-        coef = float(max_norm) / (float(total) + 1e-6)
-        if coef < 1.0:
-            torch._foreach_mul_(grads, coef)
-        return total
+        return torch.tensor(self.engine.clip_grad_norm(float(max_norm), float(norm_type)))
 
     @contextlib.contextmanager
     def no_reshard(self):
@@ -358,19 +315,12 @@ class ShardedDataParallel(torch.nn.Module):
         return _state.full_state_dict(self)
 
 
-def _first_rank(group):
-    """The world rank of rank 0 of a Group (pg None: the default group)."""
-    if group.pg is None or group.pg is dist.group.WORLD:
-        return 0
-    return dist.get_global_rank(group.pg, 0)
-
-
 def _checkpointed(sdp, forward, *args, **kwargs):
     inner = forward
 
     def forward(*a, **k):  # counts the recomputations (the tests check they ran)
         if sdp._in_backward:
-            sdp.counters["recomputed"] += 1
+            sdp._counts["recomputed"] += 1
         return inner(*a, **k)
 
     if kwargs:

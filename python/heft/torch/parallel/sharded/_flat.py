@@ -1,12 +1,12 @@
 """One sharding unit at run time: its flat shard, its gathered (full) buffer and the views
-the module computes with (heft.torch.parallel.ShardedDataParallel's data path).
+the module computes with (heft.torch.parallel.ShardedDataParallel's module side).
 
-The collectives are the heft backend's (python/heft/torch/process_group.cc): one
-all_gather_into_tensor / reduce_scatter_tensor per unit on flat contiguous buffers, which
-the backend hands to heft's communicator without a copy. Python only starts and awaits
-them."""
+The data path is heft's C++ engine (src/heft/parallel/sharded/flat_engine.h, bound as
+heft.torch._c10d.parallel.sharded.Engine), the one heft-train's ShardedDataParallel runs:
+it allocates and frees the full buffer, runs the all-gathers and reduce-scatters on heft's
+communicator and averages across replicas. Python starts and awaits them, and hands it each
+unit's gradient as one flat tensor."""
 import torch
-import torch.distributed as dist
 
 from heft.torch.profile import phase
 
@@ -15,10 +15,11 @@ _unflatten = torch._C._nn.unflatten_dense_tensors
 
 
 class Group:
-    """A process group and this rank's place in it; size 1 needs no collective."""
+    """A process group and this rank's place in it; size 1 needs no collective. heft: the
+    group as heft's C++ layers take it (a _c10d.parallel.Group; None for size 1)."""
 
-    def __init__(self, pg, rank, size):
-        self.pg, self.rank, self.size = pg, rank, size
+    def __init__(self, pg, rank, size, heft=None):
+        self.pg, self.rank, self.size, self.heft = pg, rank, size, heft
 
 
 class _Views(torch.autograd.Function):
@@ -38,16 +39,17 @@ class _Views(torch.autograd.Function):
 
 
 class FlatUnit:
-    """spec: a _units.UnitSpec. owner: the ShardedDataParallel (counters, groups, options)."""
+    """spec: a _units.UnitSpec. owner: the ShardedDataParallel (its engine, counters,
+    options). The unit is the engine's flat and unit of index `index`."""
 
     def __init__(self, index, spec, owner, shard_fp32):
         self.index, self.name, self.module, self.owner = index, spec.name, spec.module, owner
         self.slots = spec.slots
-        shard_group = owner.shard_group
+        engine = owner.engine
         n = sum(p.numel() for p in spec.params)
         self.numel = n
-        self.shard_numel = -(-max(n, 1) // shard_group.size)
-        self.padded = self.shard_numel * shard_group.size
+        self.shard_numel = engine.shard_numel_for(n)
+        self.padded = self.shard_numel * engine.shard_size
         dtype = owner.compute_dtype
         self.likes = [torch.empty(p.shape, device="meta") for p in spec.params]
         self.likes.append(torch.empty(self.padded - n, device="meta"))
@@ -61,57 +63,31 @@ class FlatUnit:
                              "choose units that keep them apart")
         requires_grad = trainable != {False}
         self.shard = torch.nn.Parameter(shard_fp32, requires_grad=requires_grad)
-        self.full = torch.empty(self.padded, dtype=dtype)
-        self.full_data = self.full.data  # writes through it leave the views' version alone
+        flat = engine.add_flat(self.shard, n)
+        unit = engine.add_unit([flat])
+        assert flat == index and unit == index, (flat, unit, index)
+        self.full = engine.full(index)  # storage only while gathered (the engine's)
         self.anchor = torch.empty(0, requires_grad=requires_grad)
-        self.work = None       # the all-gather in flight
-        self.gathered = False
         self.views = None      # this pass's views (one autograd node per forward pass)
         self.backward_hooked = False
         self.reduced = False   # this pass's backward has ended
-        self._free()
 
     # ---- gather / free ---------------------------------------------------------------
-    def _free(self):
-        self.full_data.storage().resize_(0)
-        self.gathered = False
+    @property
+    def gathered(self):
+        return self.owner.engine.gathered(self.index)
 
-    def start_gather(self):
-        if self.gathered or self.work is not None:
-            return
-        o = self.owner
-        self.full_data.storage().resize_(self.padded)
-        send = self.shard.detach()
-        if send.dtype != o.compute_dtype:
-            send = send.to(o.compute_dtype)
-        o.counters["allgathers"] += 1
-        if o.shard_group.size == 1:
-            self.full_data.copy_(send)
-            self.gathered = True
-            return
-        self.work = dist.all_gather_into_tensor(self.full_data, send, group=o.shard_group.pg,
-                                                async_op=True)
-        self.send = send
+    def start_gather(self, prefetch=False):
+        self.owner.engine.gather(self.index, prefetch)
 
     def ensure_gathered(self):
-        if self.work is not None:
-            self.owner.counters["prefetched"] += 1
-        self.start_gather()
-        if self.work is not None:
-            with phase("communication"):
-                self.work.wait()
-            self.work, self.send = None, None
-        self.gathered = True
-        o = self.owner
-        o.counters["max_gathered"] = max(o.counters["max_gathered"],
-                                         sum(1 for u in o.units if u.gathered))
+        engine = self.owner.engine
+        engine.gather(self.index, False)
+        with phase("communication"):
+            engine.wait_gathered(self.index)
 
     def free(self):
-        if self.work is not None:
-            self.work.wait()
-            self.work, self.send = None, None
-        if self.gathered:
-            self._free()
+        self.owner.engine.release(self.index)
 
     # ---- views -----------------------------------------------------------------------
     def use_views(self):
@@ -135,7 +111,5 @@ class FlatUnit:
         o = self.owner
         self.reduced = True
         flat = _flatten(list(grads[:-1]) + [self.grad_pad])
-        if flat.dtype != o.reduce_dtype:
-            flat = flat.to(o.reduce_dtype)
         self.free()
         o.reduce_started(self, flat)

@@ -1,19 +1,15 @@
 """Full (unsharded) state of a ShardedDataParallel model: gathering the flat shards back
-into the wrapped module's state_dict names (collective; off the training hot path)."""
+into the wrapped module's state_dict names (collective through the engine; off the
+training hot path)."""
 import torch
-import torch.distributed as dist
 
 _unflatten = torch._C._nn.unflatten_dense_tensors
 
 
-def gather_flat(sdp, unit, shard):
-    """The full flat fp32 tensor of `unit` from every shard-group rank's `shard`."""
-    g = sdp.shard_group
-    if g.size == 1:
-        return shard.detach().float().clone()
-    out = torch.empty(unit.padded, dtype=torch.float32)
-    dist.all_gather_into_tensor(out, shard.detach().float().contiguous(), group=g.pg)
-    return out
+def gather_flat(sdp, unit, part=None):
+    """The full flat fp32 tensor of `unit`: every shard-group rank's shard (or `part`, a
+    vector the shard's size: its optimizer state) joined."""
+    return sdp.engine.full_values(unit.index, part)
 
 
 def named_full_params(sdp, unit, flat):
@@ -30,7 +26,7 @@ def named_full_params(sdp, unit, flat):
 def full_state_dict(sdp):
     params = {}
     for u in sdp.units:
-        params.update(named_full_params(sdp, u, gather_flat(sdp, u, u.shard)))
+        params.update(named_full_params(sdp, u, gather_flat(sdp, u)))
     buffers = dict(sdp.module.named_buffers())
     out = {}
     for k in sdp._state_keys:
