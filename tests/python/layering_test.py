@@ -29,6 +29,12 @@ read with `ast` only: nothing is imported, so it needs neither torch nor a build
    submodule: importing the submodule (from anywhere) sets the package's attribute of that
    name, which replaces the other object under the __init__'s code (torch's checkpoint imported
    as _checkpoint in parallel/sharded/__init__.py became the module sharded/_checkpoint.py).
+5. One sharding engine: the modules of parallel/sharded/ call no torch.distributed collective
+   (all_reduce, all_gather*, reduce_scatter*, broadcast, send, recv, ...): sharding's
+   collectives are the C++ engine's (src/heft/parallel/sharded/flat_engine.h, bound as
+   _c10d.parallel.sharded), heft-train's too. The one exception, SHARDED_COORDINATION: the
+   checkpoint's barrier and the broadcast of its step, until the one checkpoint format moves
+   the writer into C++.
 """
 import ast
 import os
@@ -44,6 +50,11 @@ EXTENSION = "heft.torch._c10d"
 BELOW_PARALLEL = ("heft.torch", EXTENSION, "heft.torch.profile")
 BELOW_ROOMS = BELOW_PARALLEL + (PARALLEL + ".mesh", PARALLEL + ".checkpoint_dir")
 TOP = ("heft.torch", "heft.torch.profile", "heft.torch.distributed")
+COLLECTIVES = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+               "reduce_scatter", "reduce_scatter_tensor", "broadcast", "broadcast_object_list",
+               "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
+               "reduce", "gather", "scatter", "batch_isend_irecv", "monitored_barrier"}
+SHARDED_COORDINATION = {("_checkpoint.py", "barrier"), ("_checkpoint.py", "broadcast")}
 PARALLEL_FILES = {"__init__.py", "mesh.py", "checkpoint_dir.py"}
 
 
@@ -198,6 +209,35 @@ def within(name, prefix):
     return name == prefix or name.startswith(prefix + ".")
 
 
+def collective_calls(path):
+    """[(line, collective)] of the torch.distributed collectives the file calls: through a
+    name bound to torch.distributed, through torch.distributed.X, or imported from it."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    aliases, direct = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update(a.asname for a in node.names if a.name == "torch.distributed" and a.asname)
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if node.module == "torch" and a.name == "distributed":
+                    aliases.add(a.asname or a.name)
+                elif node.module == "torch.distributed" and a.name in COLLECTIVES:
+                    direct[a.asname or a.name] = a.name
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in direct:
+            found.append((node.lineno, direct[f.id]))
+        elif isinstance(f, ast.Attribute) and f.attr in COLLECTIVES:
+            base = ast.unparse(f.value)
+            if base in aliases or base == "torch.distributed":
+                found.append((node.lineno, f.attr))
+    return found
+
+
 class Layering(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -273,6 +313,35 @@ class Layering(unittest.TestCase):
                              "the rooms; put it in the room of its dimension)")
         if stray:
             self.fail(f"\n{root}: " + f"\n{root}: ".join(stray))
+
+    def test_sharded_issues_no_collective_of_its_own(self):
+        room = os.path.join(PYTHON_DIR, *PARALLEL.split("."), "sharded")
+        broken, checked = [], 0
+        for entry in sorted(os.listdir(room)):
+            if not entry.endswith(".py"):
+                continue
+            checked += 1
+            for line, name in collective_calls(os.path.join(room, entry)):
+                if (entry, name) not in SHARDED_COORDINATION:
+                    broken.append(f"{os.path.relpath(os.path.join(room, entry), support.SOURCE_DIR)}"
+                                  f":{line}: torch.distributed.{name}")
+        self.assertGreater(checked, 4, room)
+        if broken:
+            self.fail("\n" + "\n".join(broken) + "\nsharding's collectives are the C++ engine's "
+                      "(_c10d.parallel.sharded.Engine): a second data path in Python is refused")
+
+    def test_the_collective_finder_finds_each_spelling(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write("import torch\nimport torch.distributed as dist\n"
+                    "from torch.distributed import all_reduce as ar\n"
+                    "dist.all_gather_into_tensor(a, b)\ntorch.distributed.barrier()\nar(t)\n"
+                    "engine.reduce(0, g)\n")
+        try:
+            self.assertEqual(sorted(collective_calls(f.name)),
+                             [(4, "all_gather_into_tensor"), (5, "barrier"), (6, "all_reduce")])
+        finally:
+            os.unlink(f.name)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@
 // allreduce per flat parameter; no_sync communicates no gradients. Parameters are freed
 // between steps. Bad units are refused naming what is wrong, and a rank that dies during a
 // sharded step makes the other fail with heft::PeerLost instead of hanging.
+// FlatEngine, the data path under it and under heft.torch.parallel's ShardedDataParallel:
+// rank 0's values, gathers, averaged reduce-scatters added to the shards' grads, the replicas'
+// average, the in-flight cap, full values of a part, the global gradient norm, one rank
+// without a group, and the refusals.
 #include "heft/parallel/sharded/sharded_data_parallel.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +16,10 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
+
 #include "heft/error.h"
+#include "heft/parallel/sharded/flat_engine.h"
 #include "support/ranks.h"
 
 namespace heft::parallel::sharded {
@@ -142,6 +149,87 @@ TEST(ShardedDataParallel, ARankKilledDuringAStepMakesTheOtherRaisePeerLost) {
   EXPECT_EQ(result.ranks[0].exit_code, 0) << result.summary();
   EXPECT_EQ(result.ranks[1].signal, SIGKILL) << result.summary();
   EXPECT_FALSE(result.timed_out);
+}
+
+// 4 ranks as 2 shards x 2 replicas; two flats of 5 and 3 elements (padded to 6 and 4), one
+// unit each. Values are rank-dependent so that "rank 0's values" and every average show.
+TEST(FlatEngine, GathersReducesAveragesAndCapsOnFourRanksAsTwoByTwo) {
+  test::StoreProcess store;
+  auto result = test::run_world(4, store, [](comm::Communicator& c) {
+    torch::set_num_threads(1);
+    auto shard_comm = c.split(c.rank() / 2, c.rank() % 2);
+    auto replicate_comm = c.split(c.rank() % 2, c.rank() / 2);
+    ProcessGroup shard(*shard_comm), replicate(*replicate_comm);
+    EngineOptions o;
+    o.max_reductions_in_flight = 1;
+    FlatEngine e(&shard, &replicate, o);
+    const int k = shard.rank();
+    const double r = c.rank();
+    std::vector<torch::Tensor> values = {torch::arange(5, torch::kFloat) + 10 * r,
+                                         torch::arange(3, torch::kFloat) + 100 * r};
+    for (int f = 0; f < 2; ++f) {
+      torch::Tensor s = e.shard_of_first_rank(values[f]);
+      e.add_unit({e.add_flat(s, values[f].numel())});
+    }
+    expect(e.padded(0) == 6 && e.padded(1) == 4, "padding to a multiple of 2");
+    // Rank 0's values everywhere (padding zero), this rank's part of them.
+    torch::Tensor want0 = torch::cat({torch::arange(5, torch::kFloat), torch::zeros({1})});
+    expect(torch::equal(e.shard(0), want0.narrow(0, 3 * k, 3)), "shard 0 is rank 0's part");
+    e.gather(0, false);
+    e.gather(1, true);
+    expect(e.gathered(0) && e.gathered(1), "gathered");
+    e.wait_gathered(0);
+    e.wait_gathered(1);
+    expect(torch::equal(e.full(0), want0), "the full buffer holds every shard");
+    expect(e.counters().allgathers == 2 && e.counters().prefetched == 1 && e.counters().max_gathered == 2,
+           "gather counters");
+    e.release(0);
+    expect(e.full(0).storage().nbytes() == 0 && !e.gathered(0), "released: no memory");
+    e.release(1);
+    // Gradients: rank r gives (r + 1) everywhere; the average over 4 ranks is 2.5.
+    for (int f = 0; f < 2; ++f) e.reduce(f, torch::full({e.padded(f)}, r + 1));
+    expect(e.counters().reductions_capped == 1, "the second reduction waited for the first");
+    expect(e.counters().max_reductions_in_flight == 1, "at most one in flight");
+    e.shard(1).mutable_grad() = torch::ones({2});  // added to, not replaced
+    e.finish_reductions();
+    expect(e.reductions_pending() == 0, "finished");
+    expect(torch::allclose(e.shard(0).grad(), torch::full({3}, 2.5)), "the mean over shard x replicate");
+    expect(torch::allclose(e.shard(1).grad(), torch::full({2}, 3.5)), "added to the grad it had");
+    expect(e.counters().reduce_scatters == 2 && e.counters().replicate_allreduces == 2, "reduce counters");
+    // A part (an optimizer's state of the shard) joined: rank k's part is k + 1.
+    torch::Tensor joined = e.full_values(0, torch::full({3}, k + 1.0));
+    expect(torch::equal(joined, torch::cat({torch::full({3}, 1.0), torch::full({3}, 2.0)})), "parts joined");
+    // The norm over the whole model: every element of every shard's grad counted once.
+    const double norm = std::sqrt(6 * 2.5 * 2.5 + 4 * 3.5 * 3.5);
+    const double got = e.clip_grad_norm(1.0, 2.0);
+    expect(std::abs(got - norm) < 1e-4, "norm " + std::to_string(got) + " != " + std::to_string(norm));
+    expect(std::abs(e.shard(0).grad()[0].item<double>() - 2.5 / (norm + 1e-6)) < 1e-5, "clipped");
+  });
+  EXPECT_TRUE(result.all_ok()) << result.summary();
+}
+
+TEST(FlatEngine, OneRankCopiesAndRefusesWhatItCannotRun) {
+  EngineOptions o;
+  o.compute_dtype = torch::kBFloat16;
+  FlatEngine e(nullptr, nullptr, o);
+  torch::Tensor s = e.shard_of_first_rank(torch::arange(4, torch::kFloat));
+  const int f = e.add_flat(s, 4);
+  e.add_unit({f});
+  e.gather(0, false);
+  e.wait_gathered(0);
+  EXPECT_EQ(e.full(0).scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(e.full(0).to(torch::kFloat), torch::arange(4, torch::kFloat)));
+  e.reduce(f, torch::full({4}, 2.0));
+  e.finish_reductions();
+  EXPECT_TRUE(torch::equal(e.shard(f).grad(), torch::full({4}, 2.0)));
+  EXPECT_THROW(e.add_flat(torch::zeros({3}), 4), InvalidArgument);                  // wrong size
+  EXPECT_THROW(e.add_flat(torch::zeros({4}, torch::kDouble), 4), InvalidArgument);  // not float32
+  EXPECT_THROW(e.add_unit({f}), InvalidArgument);                                   // in a unit already
+  EXPECT_THROW(e.reduce(f, torch::zeros({5})), InvalidArgument);
+  EXPECT_THROW(e.full_values(f, torch::zeros({2})), InvalidArgument);
+  EngineOptions bad;
+  bad.max_reductions_in_flight = -1;
+  EXPECT_THROW(FlatEngine(nullptr, nullptr, bad), InvalidArgument);
 }
 
 }  // namespace
