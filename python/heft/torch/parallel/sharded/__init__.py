@@ -155,8 +155,7 @@ class ShardedDataParallel(torch.nn.Module):
             self.compute_dtype, self.reduce_dtype, _REDUCTIONS_IN_FLIGHT)
         record = _deferred.find(module)
         if record is not None:  # built under deferred_init(): each rank replays its shard
-            shards = _deferred.materialize(record, module, specs, self.shard_group.rank,
-                                           self.shard_group.size)
+            shards = _deferred.materialize(record, module, specs, self.engine)
             self.materialize_peak_bytes = record.peak_bytes
         else:
             shards = [self._shard_from_rank0(spec) for spec in specs]

@@ -85,13 +85,14 @@ def find(module):
                        "heft.torch.parallel.deferred_init() did not record")
 
 
-def materialize(record, module, specs, rank, size):
-    """Replays `record`; returns one fp32 shard per spec (rank `rank` of `size`) and puts
-    real buffers into `module`."""
+def materialize(record, module, specs, engine):
+    """Replays `record`; returns one fp32 shard per spec (this rank's, of the engine's shard
+    group, padded as the engine pads) and puts real buffers into `module`."""
     shards, wanted = [], {}
+    rank = engine.shard_rank
     for spec in specs:
         n = sum(p.numel() for p in spec.params)
-        shard_numel = -(-max(n, 1) // size)
+        shard_numel = engine.shard_numel_for(n)
         shard = torch.zeros(shard_numel)
         lo, offset = rank * shard_numel, 0
         for p in spec.params:
