@@ -126,6 +126,10 @@ const std::vector<Variable> kWorkerVariables = {
      "the job's name: the store namespace of `heft::comm::init()` and of backend heft's "
      "`init_process_group()`", true},
     {"HEFT_JOB_DIR", kTrain, "path", "", "`~/.heft/jobs/J`", "the job's directory", true},
+    {"HEFT_OPT_ML", kTrain, "0 or 1", "0: no /opt/ml", "`1`",
+     "1: the worker starts in a mount namespace of its own where /opt/ml is the job's folders "
+     "(model, checkpoints, local_checkpoints, output, input), as in the managed container "
+     "([jobs.md](jobs.md#optml)); a spec's `environment` may set 0"},
     {"HEFT_DISTRIBUTION", kTrain, "JSON object", "`{}`: data parallel over every rank",
      "`{\"dataparallel\":{\"enabled\":true}}`",
      "the distribution the run uses, resolved: the spec's `distribution` in heft's form (the "

@@ -105,7 +105,8 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
     }
     SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
                        options.prefix_output || options.hooks.on_line != nullptr,
-                       placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1};
+                       placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1,
+                       /*opt_ml=*/true};
     if (!placement[rank].empty()) {
       contract::HeftVariables bound;
       bound.cpus = cpu_list(placement[rank]);

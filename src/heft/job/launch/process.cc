@@ -3,8 +3,11 @@
 // spawn() prepares everything in the parent (the resolved path, argv and envp as C arrays)
 // because the launcher has other threads (the store server): between fork and execve the
 // child may only make async-signal-safe calls. An exec failure travels back through a
-// close-on-exec "exec pipe": EOF means execve succeeded, 4 bytes are the child's errno.
+// close-on-exec "exec pipe": EOF means execve succeeded, an ExecFailure is the child's errno
+// (and, when the child's /opt/ml could not be made, the step that failed: opt_ml.h).
 #include "heft/job/launch/process.h"
+
+#include "heft/job/launch/opt_ml.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -91,15 +94,31 @@ struct Pipes {
   }
 };
 
+// What the exec pipe carries when the child could not run the command. `step` points at a
+// string literal, at the same address in the parent (a fork's copy of the same program).
+struct ExecFailure {
+  int err = 0;
+  const char* step = nullptr;  // null: execve failed; else the /opt/ml step that failed
+};
+
 // Runs in the forked child: async-signal-safe calls only, never returns.
 [[noreturn]] void exec_child(const Pipes& pipes, pid_t parent, const char* path,
                              char* const* argv, char* const* envp, const cpu_set_t* cpus,
-                             int mask, int cgroup_procs_fd) {
+                             int mask, int cgroup_procs_fd, const OptMlPlan& opt_ml) {
   if (cgroup_procs_fd >= 0) {  // first, so that nothing this child starts is outside it
     ssize_t joined = ::write(cgroup_procs_fd, "0", 1);
     (void)joined;  // best effort: the subreaper still catches what leaves the group
   }
   if (mask >= 0) ::umask(static_cast<mode_t>(mask));
+  if (opt_ml.enabled) {
+    ExecFailure failure;
+    failure.err = enter_opt_ml(opt_ml, &failure.step);
+    if (failure.err != 0) {
+      ssize_t ignored = ::write(pipes.exec[1], &failure, sizeof(failure));
+      (void)ignored;
+      ::_exit(126);
+    }
+  }
   if (cpus) ::sched_setaffinity(0, sizeof(*cpus), cpus);  // best effort: a CPU may be offline
   // Every disposition back to its default (an ignored SIGTERM or SIGUSR1 of the launcher's
   // parent must not reach the worker), then nothing blocked.
@@ -116,20 +135,21 @@ struct Pipes {
   if (pipes.out[1] >= 0) ::dup2(pipes.out[1], 1);
   if (pipes.err[1] >= 0) ::dup2(pipes.err[1], 2);
   ::execve(path, argv, envp);
-  const int err = errno;
-  ssize_t ignored = ::write(pipes.exec[1], &err, sizeof(err));
+  ExecFailure failure;
+  failure.err = errno;
+  ssize_t ignored = ::write(pipes.exec[1], &failure, sizeof(failure));
   (void)ignored;
   ::_exit(127);
 }
 
-// Blocks until the child has exec'd (EOF) or reported its execve errno; returns 0 or it.
-int read_exec_errno(int fd) {
-  int err = 0;
+// Blocks until the child has exec'd (EOF) or reported why not; err 0: it runs.
+ExecFailure read_exec_failure(int fd) {
+  ExecFailure failure;
   ssize_t n;
   do {
-    n = ::read(fd, &err, sizeof(err));
+    n = ::read(fd, &failure, sizeof(failure));
   } while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(sizeof(err)) ? err : 0;
+  return n == static_cast<ssize_t>(sizeof(failure)) ? failure : ExecFailure{};
 }
 
 std::vector<char*> c_strings(std::vector<std::string>& strings) {
@@ -149,6 +169,7 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   std::vector<std::string> env_strings = to_envp(options.env);
   std::vector<char*> argv = c_strings(argv_strings);
   std::vector<char*> envp = c_strings(env_strings);
+  const OptMlPlan opt_ml = options.opt_ml ? opt_ml_plan(options.env) : OptMlPlan{};
 
   Pipes pipes;
   if (options.capture_output) {
@@ -170,7 +191,8 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   const int fork_errno = errno;
   if (pid == 0)
     exec_child(pipes, parent, path.c_str(), argv.data(), envp.data(),
-               options.cpus.empty() ? nullptr : &cpus, options.umask, options.cgroup_procs_fd);
+               options.cpus.empty() ? nullptr : &cpus, options.umask, options.cgroup_procs_fd,
+               opt_ml);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) throw IoError("heft: cannot fork: " + errno_string(fork_errno));
 
@@ -183,8 +205,13 @@ std::unique_ptr<Process> Process::spawn(const SpawnOptions& options) {
   pipes.out[0] = pipes.err[0] = -1;  // owned by child now
   for (int fd : {child->out_fd_, child->err_fd_})
     if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  const int exec_errno = read_exec_errno(pipes.exec[0]);
-  if (exec_errno != 0) throw spawn_error(options.argv[0], exec_errno);  // ~Process reaps
+  const ExecFailure failure = read_exec_failure(pipes.exec[0]);
+  if (failure.step != nullptr)  // ~Process reaps
+    throw SpawnError("cannot give '" + options.argv[0] + "' the job's /opt/ml (" + failure.step +
+                         "): " + errno_string(failure.err) +
+                         "; set HEFT_OPT_ML=0 in the spec's environment to run without it",
+                     126);
+  if (failure.err != 0) throw spawn_error(options.argv[0], failure.err);
   return child;
 }
 

@@ -48,6 +48,9 @@ struct SpawnOptions {
   // An open cgroup.procs the child writes "0" to before execve, joining that cgroup with
   // everything it will start (job_cgroup.h); -1: none.
   int cgroup_procs_fd = -1;
+  // true: the child gets the job's folders as /opt/ml when `env` has HEFT_OPT_ML=1 (opt_ml.h);
+  // a child that cannot is a SpawnError (exit code 126) naming the step that failed.
+  bool opt_ml = false;
 };
 
 // One started child. Not thread-safe; owned by the thread that spawned it.

@@ -191,7 +191,7 @@ int run_worker_shim(const Environment& env, const std::vector<std::string>& comm
                                               job + "/world/system/" + rank, options);
   std::unique_ptr<Process> child;
   try {
-    child = Process::spawn(SpawnOptions{command, env, false, {}, -1});
+    child = Process::spawn(SpawnOptions{command, env, false, {}, -1, -1, /*opt_ml=*/true});
   } catch (const SpawnError& e) {
     std::cerr << options.name << ": " << e.what() << std::endl;
     return e.exit_code();

@@ -138,6 +138,8 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
   env["SM_OUTPUT_INTERMEDIATE_DIR"] = paths.output_intermediate;
   env["SM_CHECKPOINT_DIR"] = paths.checkpoints;
   env["TRAINING_JOB_NAME"] = spec.name;
+  // The job's folders as /opt/ml (launch/opt_ml.h), unless the spec's environment says 0.
+  env.emplace("HEFT_OPT_ML", "1");
   contract::HeftVariables heft;
   heft.job = spec.name;
   heft.job_dir = paths.root;

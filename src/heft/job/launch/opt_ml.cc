@@ -1,0 +1,198 @@
+// /opt/ml in a worker's own mount namespace (opt_ml.h). The child side uses raw system calls
+// and fixed buffers only: it runs between fork and execve in a multi-threaded launcher.
+#include "heft/job/launch/opt_ml.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "heft/error.h"
+
+namespace heft::job {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string value(const Environment& env, const char* name) {
+  const auto it = env.find(name);
+  return it == env.end() ? "" : it->second;
+}
+
+std::string folder(const Environment& env, const char* name) {
+  std::string v = value(env, name);
+  if (v.empty())
+    throw InvalidArgument(std::string("HEFT_OPT_ML=1 needs ") + name +
+                          " (the job folder /opt/ml maps), which is unset");
+  std::error_code ec;
+  fs::create_directories(v, ec);
+  if (ec) throw IoError("cannot create " + v + " for /opt/ml: " + ec.message());
+  return v;
+}
+
+// ---- the child's side: no allocation, no locks ----------------------------------------
+
+// dst = a + b + c (each may be null); false when it would not fit.
+bool join(char* dst, size_t size, const char* a, const char* b = nullptr, const char* c = nullptr) {
+  size_t n = 0;
+  for (const char* part : {a, b, c}) {
+    if (!part) continue;
+    const size_t len = ::strlen(part);
+    if (n + len + 1 > size) return false;
+    ::memcpy(dst + n, part, len);
+    n += len;
+  }
+  dst[n] = '\0';
+  return true;
+}
+
+void decimal(int v, char* out) {  // v >= 0
+  char tmp[16];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (int i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
+  out[n] = '\0';
+}
+
+int write_file(const char* path, const char* text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const ssize_t n = ::write(fd, text, ::strlen(text));
+  const int err = n < 0 ? errno : 0;
+  ::close(fd);
+  return err;
+}
+
+struct LinuxDirent64 {
+  ino64_t d_ino;
+  off64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+// Every entry of the machine's /opt (listed through `list`, reached through `real`) made again
+// in the fresh tmpfs (`fresh`, mounted at `opt`) and bound back in place; "ml" is ours.
+int bind_back(int list, int real, int fresh, const char* opt, const char** step) {
+  char real_dir[32] = "/proc/self/fd/";
+  decimal(real, real_dir + ::strlen(real_dir));
+  alignas(8) char buf[4096];
+  char source[PATH_MAX], target[PATH_MAX], link[PATH_MAX];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, list, buf, sizeof(buf));
+    if (n < 0) return *step = "listing /opt", errno;
+    if (n == 0) return 0;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      const char* name = d->d_name;
+      if (!::strcmp(name, ".") || !::strcmp(name, "..") || !::strcmp(name, "ml")) continue;
+      struct stat st;
+      if (::fstatat(list, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+      if (S_ISLNK(st.st_mode)) {
+        const ssize_t len = ::readlinkat(list, name, link, sizeof(link) - 1);
+        if (len < 0) continue;
+        link[len] = '\0';
+        if (::symlinkat(link, fresh, name) != 0) return *step = "recreating a link of /opt", errno;
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        if (::mkdirat(fresh, name, 0755) != 0) return *step = "recreating a folder of /opt", errno;
+      } else {
+        const int fd = ::openat(fresh, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return *step = "recreating a file of /opt", errno;
+        ::close(fd);
+      }
+      if (!join(source, sizeof(source), real_dir, "/", name) ||
+          !join(target, sizeof(target), opt, "/", name))
+        return *step = "a path under /opt", ENAMETOOLONG;
+      if (::mount(source, target, nullptr, MS_BIND | MS_REC, nullptr) != 0)
+        return *step = "binding an entry of /opt back", errno;
+    }
+  }
+}
+
+}  // namespace
+
+OptMlPlan opt_ml_plan(const Environment& env) {
+  OptMlPlan plan;
+  const std::string on = value(env, "HEFT_OPT_ML");
+  if (on.empty() || on == "0") return plan;
+  if (on != "1")
+    throw InvalidArgument("HEFT_OPT_ML=" + on + ": expected 1 (the job's folders as /opt/ml) or 0");
+  plan.enabled = true;
+  plan.user_namespace = ::geteuid() != 0;
+  plan.uid_map = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1";
+  plan.gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1";
+  const std::string job = folder(env, "HEFT_JOB_DIR");
+  const std::string output = folder(env, "SM_OUTPUT_DIR");
+  std::error_code ec;
+  fs::create_directories(output + "/tensorboard", ec);
+  plan.binds = {{"model", folder(env, "SM_MODEL_DIR")},
+                {"checkpoints", folder(env, "SM_CHECKPOINT_DIR")},
+                {"local_checkpoints", (fs::create_directories(job + "/local_checkpoints", ec), job + "/local_checkpoints")},
+                {"output", output},
+                {"input", folder(env, "SM_INPUT_DIR")}};
+  return plan;
+}
+
+int enter_opt_ml(const OptMlPlan& plan, const char** step) {
+  if (!plan.enabled) return 0;
+  if (plan.user_namespace) {
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return *step = "unshare(user and mount namespaces)", errno;
+    if (int err = write_file("/proc/self/setgroups", "deny")) return *step = "writing setgroups", err;
+    if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
+    if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
+  } else if (::unshare(CLONE_NEWNS) != 0) {
+    return *step = "unshare(mount namespace)", errno;
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return *step = "making the mounts private", errno;
+  const char* opt = plan.opt.c_str();
+  const int list = ::open(opt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (list < 0) return *step = "opening /opt", errno;
+  const int real = ::open(opt, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int err = real < 0 ? errno : 0;
+  if (!err && ::mount("heft-opt", opt, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755") != 0)
+    err = errno, *step = "mounting a tmpfs on /opt";
+  else if (err)
+    *step = "opening /opt";
+  int fresh = -1;
+  if (!err) {
+    fresh = ::open(opt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fresh < 0) err = errno, *step = "opening the fresh /opt";
+  }
+  if (!err) err = bind_back(list, real, fresh, opt, step);
+  if (!err && ::mkdirat(fresh, "ml", 0755) != 0) err = errno, *step = "making /opt/ml";
+  char target[PATH_MAX];
+  for (size_t i = 0; !err && i < plan.binds.size(); ++i) {
+    if (!join(target, sizeof(target), opt, "/ml/", plan.binds[i].first.c_str())) {
+      err = ENAMETOOLONG, *step = "a path under /opt/ml";
+    } else if (::mkdir(target, 0755) != 0) {
+      err = errno, *step = "making a folder of /opt/ml";
+    } else if (::mount(plan.binds[i].second.c_str(), target, nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+      err = errno, *step = "binding a job folder into /opt/ml";
+    }
+  }
+  // The tmpfs itself read-only, as /opt is to a user: only the job's folders take writes.
+  if (!err && ::mount(nullptr, opt, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                      nullptr) != 0)
+    err = errno, *step = "making /opt read-only";
+  for (int fd : {list, real, fresh})
+    if (fd >= 0) ::close(fd);
+  return err;
+}
+
+}  // namespace heft::job
