@@ -10,7 +10,10 @@ toolkit's contract"):
 - every SDK distribution dict starts the job it should: the workers' environment (world,
   processes per host, the toolkit's framework parameters, HEFT_DISTRIBUTION, SM_HP_MP_PARAMETERS)
   and, with heft-train, the strategy that ran;
-- every refused key exits 2 naming it, before anything starts."""
+- every refused key exits 2 naming it, before anything starts;
+- a script that uses /opt/ml's paths themselves (workers/opt_ml_worker.py) runs as written:
+  two jobs at once, each finding its files in its own job folder afterwards, neither seeing
+  the other's, the machine's /opt unchanged."""
 import json
 import os
 import re
@@ -21,6 +24,7 @@ import unittest
 import support
 
 WORKER = support.worker("sm_contract_worker.py")
+OPT_ML_WORKER = support.worker("opt_ml_worker.py")
 HPS = "{epochs: 2, lr: 0.05, model: cnn, amp: true, b: 8, tag: '7'}"
 TYPED = {"epochs": 2, "lr": 0.05, "model": "cnn", "amp": True, "b": 8, "tag": "7"}
 # A tiny GPT: a heft-train job of 2 steps takes seconds.
@@ -104,6 +108,51 @@ class SdkContract(unittest.TestCase):
                 self.assertEqual(s["env"]["SM_LOG_LEVEL"], "20")
                 self.assertTrue(os.path.isdir(s["env"]["SM_OUTPUT_INTERMEDIATE_DIR"]))
                 self.assertEqual(s["env"]["SM_MODULE_DIR"], os.path.dirname(WORKER))
+
+    def test_a_script_using_opt_ml_paths_runs_as_written_two_jobs_at_once(self):
+        if not os.path.isdir("/opt"):
+            self.skipTest("this machine has no /opt")
+        opt_before = sorted(os.listdir("/opt"))
+        with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as train, \
+                tempfile.TemporaryDirectory() as flags:
+            open(os.path.join(train, "part-0.csv"), "w").close()
+            procs = {}
+            for tag in ("a", "b"):
+                spec = os.path.join(home, tag + ".yaml")
+                with open(spec, "w") as f:
+                    f.write("name: optml-%s\nentry_point: [%s, -u, %s]\n"
+                            "hyperparameters: {job_tag: %s, peer_flag: %s}\n"
+                            "cluster: {instance_count: 1, processes_per_host: 2}\n"
+                            "inputs: {train: %s}\n"
+                            % (tag, support.PYTHON, OPT_ML_WORKER, tag,
+                               os.path.join(flags, "flag"), train))
+                procs[tag] = subprocess.Popen([support.HEFT, "train", spec], text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              env=support.clean_env(HEFT_HOME=home))
+            for tag, p in procs.items():
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0, out)
+            for tag in ("a", "b"):
+                root = os.path.join(home, "jobs", "optml-" + tag)
+                with open(os.path.join(root, "model", "model.pt")) as f:
+                    self.assertEqual(f.read(), '"%s"' % tag)  # hyperparameters.json: JSON strings
+                self.assertEqual(sorted(os.listdir(os.path.join(root, "checkpoints"))),
+                                 ["x-%s-0" % tag, "x-%s-1" % tag])
+                for rank in (0, 1):
+                    with open(os.path.join(root, "output", "data", "seen-%d.json" % rank)) as f:
+                        s = json.load(f)
+                    # Its own job's files only (rank 0's model and its partner's checkpoint
+                    # may or may not be there yet), none of the other job's.
+                    self.assertIn("x-%s-%d" % (tag, rank), s["checkpoints"])
+                    self.assertTrue(all(c.startswith("x-%s-" % tag) for c in s["checkpoints"]), s)
+                    self.assertLessEqual(set(s["model"]), {"model.pt"})
+                    self.assertEqual(s["train"], ["part-0.csv"])
+                    self.assertEqual(s["ml"], ["checkpoints", "input", "local_checkpoints",
+                                               "model", "output"])
+                    self.assertEqual(s["opt"], sorted(opt_before + ["ml"]))
+                    self.assertFalse(s["opt_writable"])
+            self.assertEqual(sorted(os.listdir(flags)), ["flag-a", "flag-b"])  # at once
+        self.assertEqual(sorted(os.listdir("/opt")), opt_before)
 
     def test_every_sdk_dict_starts_its_job(self):
         cases = [
