@@ -9,8 +9,10 @@ cluster.processes_per_host; hyperparameters, environment, metric_definitions ({N
 distribution verbatim; max_run -> stopping.max_runtime_s; use_spot_instances/max_wait ->
 spot; max_retry_attempts -> retry.max_attempts; disable_profiler -> profiler.enabled;
 inputs -> inputs (local folders, file:// URIs); model_uri -> a `model` channel; output_path and
-checkpoint_s3_uri -> folders the model and the checkpoints are copied to when the job ends.
-instance_type and role are recorded; the rest of the SDK's arguments are refused naming them
+checkpoint_s3_uri -> folders the model and the checkpoints are copied to when the job ends;
+instance_type -> cluster.instance_type (what the workers are told they run on); the session's
+and the estimator's `cluster` (heft's addition) -> the spec's launcher, hosts and engine
+options. role is recorded; the rest of the SDK's arguments are refused naming them
 when given a value that asks for something heft does not do (_refused.py).
 """
 import datetime
@@ -24,7 +26,7 @@ from ._training_job import TrainingJob, delivered_model
 from ._uri import local_path
 from .exceptions import HeftCommandError
 from .inputs import TrainingInput
-from .session import Session
+from .session import Session, check_cluster
 
 BUILTIN_TRAINER = "heft-train"
 # What the SDK adds to the hyperparameters itself (_spec_hyperparameters).
@@ -55,7 +57,7 @@ class Estimator:
                  use_spot_instances=False, max_run=None, max_wait=None, base_job_name=None,
                  output_path=None, sagemaker_session=None, max_retry_attempts=None,
                  model_uri=None, model_channel_name="model", disable_profiler=False,
-                 container_log_level=None, processes_per_host=None, **kwargs):
+                 container_log_level=None, processes_per_host=None, cluster=None, **kwargs):
         owner = type(self).__name__
         self.builtin = image_uri == BUILTIN_TRAINER
         if not self.builtin:
@@ -72,7 +74,10 @@ class Estimator:
             raise ValueError(f"{owner}: instance_type: expected 'local', 'local_cpu' or an ml.* "
                              f"name, found {instance_type!r} (local_gpu: heft's workers use "
                              "CPUs)")
-        self.instance_type = instance_type  # recorded; workers run where the launcher puts them
+        # What the job says it runs on (SM_CURRENT_INSTANCE_TYPE); the workers run where the
+        # launcher puts them: the session's and this estimator's `cluster` (heft's addition).
+        self.instance_type = instance_type
+        self.cluster = check_cluster(owner, cluster)
         self.entry_point, self.source_dir = entry_point, source_dir
         self._command, self._cwd = self._entry_command(owner, entry_point, source_dir)
         self._hyperparameters = checks.hyperparameters(owner, hyperparameters)
@@ -199,10 +204,7 @@ class Estimator:
         spec["entry_point"] = list(self._command) if not self.builtin else BUILTIN_TRAINER
         spec["hyperparameters"] = self._spec_hyperparameters()
         spec["inputs"] = self._inputs(inputs)
-        cluster = {"instance_count": self.instance_count}
-        if self.processes_per_host is not None:
-            cluster["processes_per_host"] = self.processes_per_host
-        spec["cluster"] = cluster
+        spec["cluster"] = self._spec_cluster()
         if self.distribution:
             spec["distribution"] = self.distribution
         if self._metrics:
@@ -220,6 +222,25 @@ class Estimator:
         if self.disable_profiler:
             spec["profiler"] = {"enabled": False}
         return spec
+
+    def _spec_cluster(self):
+        """The spec's cluster: the session's fields, this estimator's over them, the counts and
+        the instance type. With mpirun's `hosts`, instance_count of them are taken (the service
+        starts instance_count machines); fewer is refused naming both."""
+        cluster = dict(self.sagemaker_session.cluster)
+        cluster.update(self.cluster)
+        hosts = cluster.get("hosts")
+        if hosts is not None:
+            if len(hosts) < self.instance_count:
+                raise ValueError(f"{type(self).__name__}: instance_count={self.instance_count} "
+                                 f"but cluster['hosts'] names {len(hosts)} host(s): "
+                                 f"{', '.join(hosts)}")
+            cluster["hosts"] = hosts[:self.instance_count]
+        cluster["instance_count"] = self.instance_count
+        if self.processes_per_host is not None:
+            cluster["processes_per_host"] = self.processes_per_host
+        cluster["instance_type"] = self.instance_type
+        return cluster
 
     def _spec_hyperparameters(self):
         """The user's hyperparameters and the framework parameters the SDK adds (heft's spec

@@ -10,6 +10,42 @@ from . import _home
 from ._uri import local_path
 
 DEFAULT_BUCKET = "default"
+# The job spec's cluster fields a session or an estimator may choose (docs/jobs.md): where the
+# workers run. instance_count and processes_per_host are the estimator's own arguments.
+CLUSTER_KEYS = {"launcher": str, "hosts": list, "hostfile": str, "custom_mpi_options": str,
+                "srun_options": str, "sbatch_options": str, "store_address": str}
+
+
+def check_cluster(owner, cluster):
+    """A copy of `cluster` (a dict of CLUSTER_KEYS), or ValueError naming the key and what
+    was expected. The spec checks the values themselves when the job starts."""
+    if cluster is None:
+        return {}
+    if not isinstance(cluster, dict):
+        raise ValueError(f"{owner}: cluster: expected a dict of the job spec's cluster fields "
+                         f"({', '.join(sorted(CLUSTER_KEYS))}), found {type(cluster).__name__}")
+    out = {}
+    for key, value in cluster.items():
+        if key not in CLUSTER_KEYS:
+            hint = (" (the estimator's own argument)" if key in ("instance_count",
+                                                                "processes_per_host",
+                                                                "instance_type") else "")
+            raise ValueError(f"{owner}: cluster: unknown key {key!r}{hint}; expected one of "
+                             f"{', '.join(sorted(CLUSTER_KEYS))}")
+        kind = CLUSTER_KEYS[key]
+        if kind is list:
+            if not isinstance(value, (list, tuple)) or not all(isinstance(h, str) and h
+                                                              for h in value):
+                raise ValueError(f"{owner}: cluster['{key}']: expected a list of host names, "
+                                 f"found {value!r}")
+            value = list(value)
+        elif not isinstance(value, str) or not value:
+            raise ValueError(f"{owner}: cluster['{key}']: expected a non-empty string, found "
+                             f"{value!r}")
+        out[key] = value
+    return out
+
+
 _CLIENT_ARGUMENTS = ("boto_session", "sagemaker_client", "sagemaker_runtime_client",
                      "sagemaker_featurestore_runtime_client", "sagemaker_metrics_client",
                      "sagemaker_config", "settings")
@@ -25,14 +61,17 @@ def _check_component(what, value):
 
 
 class Session:
-    """Session(default_bucket=None, default_bucket_prefix=None, heft_home=None).
+    """Session(default_bucket=None, default_bucket_prefix=None, heft_home=None, cluster=None).
 
     `heft_home` (heft's addition) is the job database and data folder to use; default
     $HEFT_HOME, else ~/.heft. Every estimator and tuner given this session runs its jobs
-    there."""
+    there. `cluster` (heft's addition) says where their workers run, as the job spec's
+    cluster fields: {"launcher": "mpirun", "hosts": [...], "custom_mpi_options": ...},
+    {"launcher": "slurm", "srun_options": ...}; default the local launcher (docs/porting.md,
+    "Where the workers run"). An estimator's own `cluster` is laid over it."""
 
     def __init__(self, default_bucket=None, default_bucket_prefix=None, heft_home=None,
-                 **clients):
+                 cluster=None, **clients):
         for name, value in clients.items():
             if name not in _CLIENT_ARGUMENTS:
                 raise TypeError(f"Session() got an unexpected keyword argument '{name}'")
@@ -48,6 +87,7 @@ class Session:
         home = heft_home or os.environ.get("HEFT_HOME") or os.path.join(
             os.path.expanduser("~"), ".heft")
         self.heft_home = os.path.abspath(home)
+        self.cluster = check_cluster("Session", cluster)
         self.local_mode = True
 
     def default_bucket(self):

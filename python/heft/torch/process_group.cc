@@ -11,6 +11,7 @@
 #include <set>
 
 #include "heft/contract/worker.h"
+#include "heft/host/host.h"
 #include "operation.h"
 #include "staging.h"
 #include "store_adapter.h"
@@ -117,6 +118,21 @@ constexpr comm::Compression kNoCompression = comm::Compression::kDefault;
 constexpr std::chrono::microseconds kTick{2000};
 constexpr int kIdleTicks = 50;
 
+// Where this rank's links listen when HEFT_BIND_ADDRESS does not say: this host's address
+// toward the store's host (heft's job store, HEFT_STORE, else torch's, MASTER_ADDR), where the
+// ranks of other hosts reach it, as comm::init() takes its store connection's address; the
+// loopback address when every rank is on this host (the store is local) or neither is known.
+std::string link_address() {
+  std::string host = contract::HeftVariables::from_process().store.value_or("");
+  host = host.substr(0, host.rfind(':'));
+  if (host.empty()) {
+    const char* master = std::getenv("MASTER_ADDR");
+    host = master ? master : "";
+  }
+  const std::string address = host.empty() ? "" : host::address_toward(host);
+  return address.empty() ? "127.0.0.1" : address;
+}
+
 }  // namespace
 
 ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -140,6 +156,7 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   // Tuning variables (HEFT_HOST, HEFT_TRANSPORT, HEFT_ALLREDUCE_ALGO, ...) as for any
   // heft worker; the group's token and timeout are torch's.
   comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
+  if (!std::getenv("HEFT_BIND_ADDRESS")) options.bind_address = link_address();
   options.token = token;
   options.timeout = timeout;
   comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);

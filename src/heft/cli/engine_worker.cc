@@ -11,6 +11,9 @@
 // job::add_training_toolkit_environment, after the interface is chosen, so the toolkit's
 // network_interface_name is the one that reaches the store) and write the host's input
 // config files (job::write_host_input_config; the host's ranks may all write them).
+// MASTER_ADDR (torch's env:// rendezvous, rank 0's host) is the engine's name for the first
+// host; where that name does not resolve on a host (a cluster whose node names are not in DNS),
+// the shim sets it to rank 0's address toward the store, which rank 0's shim publishes there.
 // With HEFT_SYSTEM_SAMPLE_MS (the profiler sets it: job_profiler.h) they also sample their
 // rank's process group and their host's cores and memory that often and publish the samples
 // in the store for the supervisor (profile::encode_rank_sample), naming the host by HEFT_HOST.
@@ -22,7 +25,11 @@
 #include <memory>
 #include <optional>
 
+#include <netdb.h>
+
 #include "heft/cli/commands.h"
+#include "heft/comm/store/tcp_store.h"
+#include "heft/host/host.h"
 #include "heft/contract/worker.h"
 #include "heft/error.h"
 #include "heft/job/launch/mpirun_launcher.h"
@@ -50,6 +57,35 @@ void choose_socket_interface(job::Environment& env) {
   } catch (const Error&) {
     // No route to the store: the worker's own connection attempt will say so.
   }
+}
+
+bool resolves(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  const bool ok = ::getaddrinfo(name.c_str(), nullptr, &hints, &found) == 0 && found;
+  if (found) ::freeaddrinfo(found);
+  return ok;
+}
+
+// Rank 0's shim publishes its address toward the store; a shim whose MASTER_ADDR does not
+// resolve takes it (waiting up to HEFT_TIMEOUT). Without a store, nothing changes.
+void reachable_master_address(job::Environment& env) {
+  const contract::HeftVariables heft = contract::HeftVariables::read(env);
+  const auto master = env.find("MASTER_ADDR");
+  if (!heft.store || !heft.token || master == env.end()) return;
+  const bool rank0 = env["RANK"] == "0";
+  const bool unresolved = !resolves(master->second);
+  if (!rank0 && !unresolved) return;
+  const std::string key = heft.job_name() + "/world/master_addr";
+  const auto timeout = std::chrono::seconds(heft.timeout());
+  std::unique_ptr<comm::TcpStore> store = comm::TcpStore::connect(*heft.store, *heft.token, timeout);
+  if (rank0) {
+    const std::string store_host = heft.store->substr(0, heft.store->rfind(':'));
+    const std::string mine = host::address_toward(store_host);
+    store->set(key, mine.empty() ? master->second : mine);
+  }
+  if (unresolved) master->second = store->get_string(key, timeout);
 }
 
 // The host's name for samples: HEFT_HOST (the engine's host list), else gethostname().
@@ -97,6 +133,14 @@ Command add_engine_worker_command(CLI::App& app, const std::string& name,
   return [command, name, environment]() -> int {
     job::Environment env = environment(job::current_environment());
     choose_socket_interface(env);
+    try {
+      reachable_master_address(env);
+    } catch (const Error& e) {
+      std::cerr << "heft " << name << ": rank " << env["RANK"] << ": MASTER_ADDR " << env["MASTER_ADDR"]
+                << " does not resolve here and rank 0's address did not come through the store: "
+                << e.what() << "\n";
+      return 1;
+    }
     job::add_training_toolkit_environment(env);
     if (const Status written = job::write_host_input_config(env); !written.ok()) {
       std::cerr << "heft " << name << ": rank " << env["RANK"] << ": " << written.error() << "\n";

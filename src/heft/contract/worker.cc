@@ -97,7 +97,9 @@ const std::vector<Variable> kWorkerVariables = {
      "`data/<channel>`, a link to each channel's directory", true},
     {"SM_NETWORK_INTERFACE_NAME", kTrain, "text", "", "`lo`",
      "`GLOO_SOCKET_IFNAME` when set, else the interface holding `MASTER_ADDR`, else `eth0`", true},
-    {"SM_CURRENT_INSTANCE_TYPE", kTrain, "text", "", "`local`", "one group of identical instances", true},
+    {"SM_CURRENT_INSTANCE_TYPE", kTrain, "text", "", "`ml.c5.2xlarge`",
+     "the spec's `cluster.instance_type` (the estimator's `instance_type`), default `local`: "
+     "what the job says it runs on; one group of identical instances", true},
     {"SM_CURRENT_INSTANCE_GROUP", kTrain, "text", "", "`homogeneousCluster`", "that group's name", true},
     {"SM_CURRENT_INSTANCE_GROUP_HOSTS", kTrain, "JSON list", "", "`[\"algo-1\"]`", "as in SM_TRAINING_ENV", true},
     {"SM_INSTANCE_GROUPS", kTrain, "JSON list", "", "`[\"homogeneousCluster\"]`", "as in SM_TRAINING_ENV", true},

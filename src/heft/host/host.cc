@@ -1,8 +1,11 @@
 #include "heft/host/host.h"
 
-#include <sched.h>
-
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -182,6 +185,27 @@ double runnable_elsewhere(int samples, int interval_ms) {
     if (i + 1 < samples) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
   return read ? sum / read : 0;
+}
+
+std::string address_toward(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {  // sends nothing
+    sockaddr_in me{};
+    socklen_t len = sizeof(me);
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+        ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf)))
+      out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace heft::host

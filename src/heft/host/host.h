@@ -13,6 +13,11 @@
 
 namespace heft::host {
 
+// This host's IPv4 address on its route toward `name` (a host name or an address): what a peer
+// there reaches this host at. A UDP socket connected toward it (nothing is sent) and
+// getsockname(). "" when `name` does not resolve to an IPv4 address or no route leads there.
+std::string address_toward(const std::string& name);
+
 // Bytes this host can still give (see above); `source`, when given, receives where the figure
 // came from ("MemAvailable", "cgroup memory limit"). 0 when neither can be read.
 int64_t available_memory(std::string* source = nullptr);

@@ -136,6 +136,8 @@ TEST(JobSpec, BadSpecsNameTheFieldWhatWasExpectedAndWhatWasFound) {
        {"cluster.srun_options", "needs cluster.launcher: slurm"}},
       {"sbatch options without slurm", kBase + "cluster: {launcher: mpirun, hosts: [a], sbatch_options: '-p x'}\n",
        {"cluster.sbatch_options", "needs cluster.launcher: slurm"}},
+      {"instance type with a space", kBase + "cluster: {instance_type: 'ml c5'}\n",
+       {"cluster.instance_type: expected a name of letters, digits", "found 'ml c5'"}},
       {"store address with the local launcher", kBase + "cluster: {store_address: 10.0.0.1}\n",
        {"cluster.store_address", "needs cluster.launcher: mpirun or slurm"}},
       {"negative runtime", kBase + "stopping: {max_runtime_s: -5}\n",

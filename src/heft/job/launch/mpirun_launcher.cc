@@ -1,5 +1,7 @@
 #include "heft/job/launch/mpirun_launcher.h"
 
+#include "heft/host/host.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -71,25 +73,10 @@ Result<std::vector<MpiHost>> read_hostfile(const std::string& path) {
 }
 
 std::string local_address_toward(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found)
-    throw IoError("host '" + host + "' does not resolve to an IPv4 address");
-  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  std::string out;
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {  // sends nothing
-    sockaddr_in me{};
-    socklen_t len = sizeof(me);
-    char buf[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
-        ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf)))
-      out = buf;
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(found);
-  if (out.empty()) throw IoError("no route from this machine to host '" + host + "'");
+  const std::string out = host::address_toward(host);
+  if (out.empty())
+    throw IoError("no route from this machine to host '" + host + "' (or it does not resolve to an "
+                  "IPv4 address)");
   return out;
 }
 

@@ -72,13 +72,14 @@ std::string upper(std::string s) {
 }
 
 // SM_TRAINING_ENV's fields that describe the hosts and their groups.
-void add_host_fields(json& t, const json& hosts, const std::string& current, bool distributed) {
-  const json group = {{"instance_group_name", kGroup}, {"instance_type", kInstanceType},
+void add_host_fields(json& t, const json& hosts, const std::string& current, bool distributed,
+                     const std::string& instance_type) {
+  const json group = {{"instance_group_name", kGroup}, {"instance_type", instance_type},
                       {"hosts", hosts}};
   const json distribution_hosts = distributed ? hosts : json::array();
   t["hosts"] = hosts;
   t["current_host"] = current;
-  t["current_instance_type"] = kInstanceType;
+  t["current_instance_type"] = instance_type;
   t["current_instance_group"] = kGroup;
   t["current_instance_group_hosts"] = hosts;
   t["instance_groups"] = json::array({kGroup});
@@ -107,14 +108,14 @@ std::string interface_holding(const std::string& address) {
 }
 
 json resource_config(const std::vector<std::string>& hosts, const std::string& current_host,
-                     const std::string& network_interface) {
+                     const std::string& network_interface, const std::string& instance_type) {
   return {{"current_host", current_host},
-          {"current_instance_type", kInstanceType},
+          {"current_instance_type", instance_type},
           {"current_group_name", kGroup},
           {"hosts", hosts},
           {"instance_groups",
            json::array({{{"instance_group_name", kGroup},
-                         {"instance_type", kInstanceType},
+                         {"instance_type", instance_type},
                          {"hosts", hosts}}})},
           {"network_interface_name", network_interface}};
 }
@@ -134,7 +135,10 @@ void add_training_toolkit_environment(Environment& env) {
   for (const json& h : hosts) names = names && h.is_string();
   if (!names) hosts = json::array({current});
   const std::string iface = network_interface_name(env);
-  const json resources = resource_config(hosts.get<std::vector<std::string>>(), current, iface);
+  // The spec's cluster.instance_type (heft train sets it), else "local".
+  const std::string instance_type = get(env, "SM_CURRENT_INSTANCE_TYPE", kInstanceType);
+  const json resources =
+      resource_config(hosts.get<std::vector<std::string>>(), current, iface, instance_type);
   const json framework = get_json(env, "SM_FRAMEWORK_PARAMS", json::object());
   bool distributed = false;
   for (const std::string& flag : kDistributedFlags)
@@ -147,7 +151,7 @@ void add_training_toolkit_environment(Environment& env) {
   const std::string mp = get(env, "SM_HP_MP_PARAMETERS");
 
   json t = json::object();
-  add_host_fields(t, hosts, current, distributed);
+  add_host_fields(t, hosts, current, distributed, instance_type);
   t["additional_framework_parameters"] = framework;
   t["channel_input_dirs"] = channels;
   t["framework_module"] = nullptr;
@@ -175,7 +179,7 @@ void add_training_toolkit_environment(Environment& env) {
   env["SM_NETWORK_INTERFACE_NAME"] = iface;
   env["SM_INPUT_DIR"] = t["input_dir"].get<std::string>();
   env["SM_INPUT_CONFIG_DIR"] = t["input_config_dir"].get<std::string>();
-  env["SM_CURRENT_INSTANCE_TYPE"] = kInstanceType;
+  env["SM_CURRENT_INSTANCE_TYPE"] = instance_type;
   env["SM_CURRENT_INSTANCE_GROUP"] = kGroup;
   env["SM_CURRENT_INSTANCE_GROUP_HOSTS"] = t["current_instance_group_hosts"].dump();
   env["SM_INSTANCE_GROUPS"] = t["instance_groups"].dump();

@@ -71,7 +71,7 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
 // SM_OUTPUT_*, SM_MODULE_*, SM_USER_ENTRY_POINT, SM_LOG_LEVEL, SM_HP_MP_PARAMETERS,
 // TRAINING_JOB_NAME, HEFT_JOB_DIR from training_environment): SM_RESOURCE_CONFIG,
 // SM_NETWORK_INTERFACE_NAME, SM_INPUT_DIR and SM_INPUT_CONFIG_DIR (HEFT_JOB_DIR/input/<host>),
-// SM_CURRENT_INSTANCE_TYPE ("local"), SM_CURRENT_INSTANCE_GROUP, SM_INSTANCE_GROUPS,
+// SM_CURRENT_INSTANCE_TYPE (as the environment has it, else "local"), SM_CURRENT_INSTANCE_GROUP, SM_INSTANCE_GROUPS,
 // SM_INSTANCE_GROUPS_DICT, SM_CURRENT_INSTANCE_GROUP_HOSTS, SM_DISTRIBUTION_INSTANCE_GROUPS,
 // SM_IS_HETERO, and SM_TRAINING_ENV, the toolkit's whole environment as one JSON object
 // (docs/jobs.md lists its fields). Values that are not strings are compact JSON with sorted
@@ -90,12 +90,13 @@ void add_training_toolkit_environment(Environment& env);
 // and nothing written when env has no SM_INPUT_CONFIG_DIR.
 Status write_host_input_config(const Environment& env);
 
-// resourceconfig.json and SM_RESOURCE_CONFIG: current_host, current_instance_type ("local"),
-// current_group_name, hosts, instance_groups (one, "homogeneousCluster"),
-// network_interface_name.
+// resourceconfig.json and SM_RESOURCE_CONFIG: current_host, current_instance_type (the spec's
+// cluster.instance_type, default "local"), current_group_name, hosts, instance_groups (one,
+// "homogeneousCluster"), network_interface_name.
 nlohmann::json resource_config(const std::vector<std::string>& hosts,
                                const std::string& current_host,
-                               const std::string& network_interface);
+                               const std::string& network_interface,
+                               const std::string& instance_type = "local");
 
 // SM_NETWORK_INTERFACE_NAME: GLOO_SOCKET_IFNAME when set, else the interface holding
 // MASTER_ADDR on this machine ("lo" for the local launcher's 127.0.0.1), else "eth0" (the

@@ -43,7 +43,8 @@ const std::vector<std::string> kTopKeys = {
 const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_host",
                                                "launcher", "hosts", "hostfile",
                                                "custom_mpi_options", "srun_options",
-                                               "sbatch_options", "store_address"};
+                                               "sbatch_options", "store_address",
+                                               "instance_type"};
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
 const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s",
                                                 "straggler_grace_s"};
@@ -288,6 +289,21 @@ class Validator {
                    "expected local, mpirun or slurm, found " + found(n["launcher"]));
         else
           c.launcher = launcher;
+      }
+    }
+    if (present(n["instance_type"])) {
+      std::string type;
+      if (r_.get_string(n["instance_type"], "cluster.instance_type", &type)) {
+        const bool name = !type.empty() && type.size() <= 64 &&
+                          std::all_of(type.begin(), type.end(), [](unsigned char ch) {
+                            return std::isalnum(ch) || ch == '.' || ch == '_' || ch == '-';
+                          });
+        if (!name)
+          r_.error("cluster.instance_type", n["instance_type"],
+                   "expected a name of letters, digits, '.', '_' and '-' (at most 64), found " +
+                       found(n["instance_type"]));
+        else
+          c.instance_type = type;
       }
     }
     mpirun_fields(n, c);

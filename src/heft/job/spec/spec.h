@@ -39,6 +39,9 @@ struct ClusterSpec {
   int instance_count = 1;      // hosts (simulated ones with the local launcher)
   int processes_per_host = 1;  // workers on each
   std::string launcher = "local";  // local | mpirun | slurm
+  // What the job says it runs on (the estimator's instance_type): SM_CURRENT_INSTANCE_TYPE and
+  // the toolkit's files report it; the workers run where the launcher puts them.
+  std::string instance_type = "local";
   // mpirun only (docs/clusters.md): the hosts, by name or address, from `hosts` or read from
   // `hostfile` (instance_count is their number), and options appended to mpirun's.
   std::vector<std::string> hosts;

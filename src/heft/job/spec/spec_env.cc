@@ -138,6 +138,7 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
   env["SM_OUTPUT_INTERMEDIATE_DIR"] = paths.output_intermediate;
   env["SM_CHECKPOINT_DIR"] = paths.checkpoints;
   env["TRAINING_JOB_NAME"] = spec.name;
+  env["SM_CURRENT_INSTANCE_TYPE"] = spec.cluster.instance_type;
   // The job's folders as /opt/ml (launch/opt_ml.h), unless the spec's environment says 0.
   env.emplace("HEFT_OPT_ML", "1");
   contract::HeftVariables heft;

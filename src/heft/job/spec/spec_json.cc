@@ -66,6 +66,8 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
     j["cluster"]["srun_options"] = spec.cluster.srun_options;
   if (spec.cluster.launcher == "slurm" && !spec.cluster.sbatch_options.empty())
     j["cluster"]["sbatch_options"] = spec.cluster.sbatch_options;
+  if (spec.cluster.instance_type != "local")
+    j["cluster"]["instance_type"] = spec.cluster.instance_type;
   if (!spec.cluster.store_address.empty())
     j["cluster"]["store_address"] = spec.cluster.store_address;
   if (spec.cluster.launcher == "mpirun") {
