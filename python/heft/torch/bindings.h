@@ -4,7 +4,20 @@
 
 #include <pybind11/pybind11.h>
 
+#include "heft/error.h"
+
 namespace heft::torch_backend {
+
+// f(), with C++'s heft::InvalidArgument (a size that does not divide, a bad argument) raised as
+// Python's ValueError carrying the C++ message.
+template <typename F>
+auto value_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const InvalidArgument& e) {
+    throw pybind11::value_error(e.what());
+  }
+}
 
 // _c10d.checkpoint: heft's multi-writer checkpoint directory (checkpoint_binding.cc).
 void bind_checkpoint(pybind11::module_& parent);

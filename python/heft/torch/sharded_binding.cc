@@ -40,16 +40,6 @@ class Engine {
   sh::FlatEngine engine_;
 };
 
-// C++'s InvalidArgument as Python's ValueError.
-template <typename F>
-auto value_errors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InvalidArgument& e) {
-    throw py::value_error(e.what());
-  }
-}
-
 }  // namespace
 
 void bind_sharded(py::module_& parallel) {

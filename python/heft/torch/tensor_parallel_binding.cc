@@ -29,16 +29,6 @@ tp::Split split_of(int dim, int parts) {
   return tp::Split{dim, parts};
 }
 
-// C++'s InvalidArgument (a size T does not divide) as Python's ValueError.
-template <typename F>
-auto value_errors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InvalidArgument& e) {
-    throw py::value_error(e.what());
-  }
-}
-
 }  // namespace
 
 void bind_tensor_parallel(py::module_& parallel) {

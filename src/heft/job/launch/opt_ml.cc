@@ -9,11 +9,14 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <mutex>
 
 #include "heft/error.h"
 
@@ -124,6 +127,47 @@ int bind_back(int list, int real, int fresh, const char* opt, const char** step)
   }
 }
 
+// Whether a child can enter `plan` here (once per process: the kernel and the process's
+// privileges decide, not the job): "" when it can, else what failed. A child is forked, tries,
+// and exits.
+std::string probe(const OptMlPlan& plan) {
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [&plan] {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const char* step = "";
+      const int err = enter_opt_ml(plan, &step);
+      if (err != 0) {
+        ssize_t n = ::write(fds[1], &err, sizeof(err));
+        n = ::write(fds[1], step, ::strlen(step));
+        (void)n;
+      }
+      ::_exit(err == 0 ? 0 : 1);
+    }
+    ::close(fds[1]);
+    if (pid < 0) {
+      ::close(fds[0]);
+      return;
+    }
+    char buf[256] = {0};
+    ssize_t got = 0, n;
+    while ((n = ::read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0) got += n;
+    ::close(fds[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (got >= static_cast<ssize_t>(sizeof(int))) {
+      int err = 0;
+      std::memcpy(&err, buf, sizeof(err));
+      failure = std::string(buf + sizeof(int), got - sizeof(int)) + ": " + std::strerror(err);
+    }
+  });
+  return failure;
+}
+
 }  // namespace
 
 OptMlPlan opt_ml_plan(const Environment& env) {
@@ -145,6 +189,16 @@ OptMlPlan opt_ml_plan(const Environment& env) {
                 {"local_checkpoints", (fs::create_directories(job + "/local_checkpoints", ec), job + "/local_checkpoints")},
                 {"output", output},
                 {"input", folder(env, "SM_INPUT_DIR")}};
+  // Where the kernel or the process's privileges allow no mount namespace, the job runs
+  // without /opt/ml (said once) rather than not at all.
+  if (const std::string failure = probe(plan); !failure.empty()) {
+    static std::once_flag said;
+    std::call_once(said, [&failure] {
+      std::cerr << "heft: the workers get no /opt/ml on this machine (" << failure
+                << "); scripts must use the SM_* variables (docs/jobs.md#optml)" << std::endl;
+    });
+    plan.enabled = false;
+  }
   return plan;
 }
 
@@ -156,7 +210,12 @@ int enter_opt_ml(const OptMlPlan& plan, const char** step) {
     if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
     if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
   } else if (::unshare(CLONE_NEWNS) != 0) {
-    return *step = "unshare(mount namespace)", errno;
+    // Root without CAP_SYS_ADMIN (a container): a user namespace of its own may still be allowed.
+    if (errno != EPERM || ::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return *step = "unshare(mount namespace)", errno;
+    if (int err = write_file("/proc/self/setgroups", "deny")) return *step = "writing setgroups", err;
+    if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
+    if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
   }
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return *step = "making the mounts private", errno;

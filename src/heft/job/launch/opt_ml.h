@@ -16,8 +16,9 @@
 // A worker gets it when its environment has HEFT_OPT_ML=1 (`heft train` and the estimator set
 // it; a spec's `environment` may set HEFT_OPT_ML=0). Limits: a user namespace shows files of
 // other users (root's /usr) as owned by nobody and makes setuid programs run unprivileged;
-// where neither root nor user namespaces are available the worker does not start (the error
-// names the step that failed); /opt/ml/code is not provided (the script runs where it is).
+// where neither a mount namespace nor a user namespace can be made (checked once per process
+// by a child that tries), the workers run without /opt/ml and heft says so once on stderr;
+// /opt/ml/code is not provided (the script runs where it is).
 #pragma once
 
 #include <string>
@@ -37,8 +38,9 @@ struct OptMlPlan {
   std::vector<std::pair<std::string, std::string>> binds;
 };
 
-// The plan for a worker of environment `env`: disabled unless HEFT_OPT_ML=1. Creates the
-// source folders (local_checkpoints, output/tensorboard) when missing. Throws
+// The plan for a worker of environment `env`: disabled unless HEFT_OPT_ML=1, and where this
+// machine allows no namespace (see above). Creates the source folders (local_checkpoints,
+// output/tensorboard) when missing. Throws
 // heft::InvalidArgument naming the variable when HEFT_OPT_ML has another value than 0 or 1, or
 // a folder variable it needs is unset.
 OptMlPlan opt_ml_plan(const Environment& env);
