@@ -31,15 +31,21 @@ std::string value(const Environment& env, const char* name) {
   return it == env.end() ? "" : it->second;
 }
 
+// `path`, created when missing.
+std::string made(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw IoError("cannot create " + path + " for /opt/ml: " + ec.message());
+  return path;
+}
+
+// The folder variable `name` names, created when missing.
 std::string folder(const Environment& env, const char* name) {
-  std::string v = value(env, name);
+  const std::string v = value(env, name);
   if (v.empty())
     throw InvalidArgument(std::string("HEFT_OPT_ML=1 needs ") + name +
                           " (the job folder /opt/ml maps), which is unset");
-  std::error_code ec;
-  fs::create_directories(v, ec);
-  if (ec) throw IoError("cannot create " + v + " for /opt/ml: " + ec.message());
-  return v;
+  return made(v);
 }
 
 // ---- the child's side: no allocation, no locks ----------------------------------------
@@ -127,6 +133,23 @@ int bind_back(int list, int real, int fresh, const char* opt, const char** step)
   }
 }
 
+// Mount (and, with `user`, user) namespaces of the child's own; a user namespace maps only
+// the plan's uid and gid. Root without CAP_SYS_ADMIN (a container) may still be allowed a user
+// namespace: EPERM for the mount namespace alone tries that.
+int unshare_namespaces(const OptMlPlan& plan, const char** step) {
+  bool user = plan.user_namespace;
+  if (!user && ::unshare(CLONE_NEWNS) != 0) {
+    if (errno != EPERM) return *step = "unshare(mount namespace)", errno;
+    user = true;
+  }
+  if (!user) return 0;
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return *step = "unshare(user and mount namespaces)", errno;
+  if (int err = write_file("/proc/self/setgroups", "deny")) return *step = "writing setgroups", err;
+  if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
+  if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
+  return 0;
+}
+
 // Whether a child can enter `plan` here (once per process: the kernel and the process's
 // privileges decide, not the job): "" when it can, else what failed. A child is forked, tries,
 // and exits.
@@ -182,11 +205,10 @@ OptMlPlan opt_ml_plan(const Environment& env) {
   plan.gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1";
   const std::string job = folder(env, "HEFT_JOB_DIR");
   const std::string output = folder(env, "SM_OUTPUT_DIR");
-  std::error_code ec;
-  fs::create_directories(output + "/tensorboard", ec);
+  made(output + "/tensorboard");
   plan.binds = {{"model", folder(env, "SM_MODEL_DIR")},
                 {"checkpoints", folder(env, "SM_CHECKPOINT_DIR")},
-                {"local_checkpoints", (fs::create_directories(job + "/local_checkpoints", ec), job + "/local_checkpoints")},
+                {"local_checkpoints", made(job + "/local_checkpoints")},
                 {"output", output},
                 {"input", folder(env, "SM_INPUT_DIR")}};
   // Where the kernel or the process's privileges allow no mount namespace, the job runs
@@ -204,19 +226,7 @@ OptMlPlan opt_ml_plan(const Environment& env) {
 
 int enter_opt_ml(const OptMlPlan& plan, const char** step) {
   if (!plan.enabled) return 0;
-  if (plan.user_namespace) {
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return *step = "unshare(user and mount namespaces)", errno;
-    if (int err = write_file("/proc/self/setgroups", "deny")) return *step = "writing setgroups", err;
-    if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
-    if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
-  } else if (::unshare(CLONE_NEWNS) != 0) {
-    // Root without CAP_SYS_ADMIN (a container): a user namespace of its own may still be allowed.
-    if (errno != EPERM || ::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
-      return *step = "unshare(mount namespace)", errno;
-    if (int err = write_file("/proc/self/setgroups", "deny")) return *step = "writing setgroups", err;
-    if (int err = write_file("/proc/self/uid_map", plan.uid_map.c_str())) return *step = "writing uid_map", err;
-    if (int err = write_file("/proc/self/gid_map", plan.gid_map.c_str())) return *step = "writing gid_map", err;
-  }
+  if (int err = unshare_namespaces(plan, step)) return err;
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return *step = "making the mounts private", errno;
   const char* opt = plan.opt.c_str();
