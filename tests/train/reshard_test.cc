@@ -83,7 +83,7 @@ TEST_F(Reshard, FourShardedResumesAtOtherLayoutsWithTheUninterruptedLoss) {
   const auto first = train(4, 4, 6, "four");
   ASSERT_EQ(first.code, 0) << first.text;
   ASSERT_EQ(newest_checkpoint(root_ / "four").first, 6);
-  ASSERT_TRUE(fs::exists(root_ / "four" / "ckpt-000000000006" / "part-00003" / "shard.pt"))
+  ASSERT_TRUE(fs::exists(root_ / "four" / "ckpt-000000000006" / "part-00003" / "unit-00000.pt"))
       << "a sharded checkpoint has a part per rank";
 
   struct Layout {

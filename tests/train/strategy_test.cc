@@ -132,7 +132,7 @@ void check_against_one_process(comm::Communicator& world) {
   // The state round-trips (rank 0's part holds the replica): load it into the one-process
   // stack and the parameters agree.
   const auto state = ranks.strategy->state();
-  expect(state.count("shard.pt") && state.count("layout.json"), "state files");
+  expect(state.count("unit-00000.pt") && state.count("layout.json"), "state files");
   Stack fresh(*alone_comm, hp);
   if (world.rank() == 0) {
     fresh.strategy->load_state({state}, "test");

@@ -6,6 +6,7 @@
 // Calls that communicate or wait run without the GIL.
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "bindings.h"
 #include "heft/error.h"
 #include "heft/parallel/sharded/flat_engine.h"
+#include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "parallel_group.h"
 
 namespace heft::torch_backend {
@@ -118,6 +120,73 @@ void bind_sharded(py::module_& parallel) {
         return d;
       })
       .def("reset_counters", [](Engine& e) { e->reset_counters(); });
+
+  // The one sharded checkpoint format (parallel/sharded/sharded_checkpoint.h): Python hands
+  // over tensors and names, C++ writes and reads the files.
+  m.def(
+      "write_part",
+      [](const py::list& flats, const py::dict& header) {
+        std::vector<sh::SavedFlat> saved;
+        for (const py::handle& h : flats) {
+          const py::dict f = h.cast<py::dict>();
+          sh::SavedFlat s;
+          s.param = f["param"].cast<at::Tensor>();
+          s.state = f["state"].cast<std::map<std::string, at::Tensor>>();
+          s.step = f["step"].cast<int64_t>();
+          s.info.unit = f["unit"].cast<int>();
+          s.info.numel = f["numel"].cast<int64_t>();
+          s.info.shard_numel = f["shard_numel"].cast<int64_t>();
+          for (const py::handle& mh : f["members"].cast<py::list>()) {
+            const py::dict m = mh.cast<py::dict>();
+            const auto names = m["names"].cast<std::vector<std::string>>();
+            s.info.members.push_back({names.at(0), m["shape"].cast<std::vector<int64_t>>(),
+                                      m["offset"].cast<int64_t>(), m["numel"].cast<int64_t>()});
+            if (names.size() > 1) s.aliases[names[0]] = {names.begin() + 1, names.end()};
+          }
+          saved.push_back(std::move(s));
+        }
+        sh::PartHeader p;
+        p.optimizer_name = header["optimizer"].cast<std::string>();
+        p.shard_size = header["shard_size"].cast<int>();
+        p.shard_rank = header["shard_rank"].cast<int>();
+        p.replicate_rank = header["replicate_rank"].cast<int>();
+        p.buffers = header["buffers"].cast<std::map<std::string, at::Tensor>>();
+        p.extra_json = header["extra_json"].cast<std::string>();
+        std::map<std::string, std::string> files;
+        {
+          py::gil_scoped_release release;
+          files = value_errors([&] { return sh::write_part(saved, p); });
+        }
+        py::dict out;
+        for (const auto& [name, bytes] : files) out[py::str(name)] = py::bytes(bytes);
+        return out;
+      },
+      py::arg("flats"), py::arg("header"),
+      "a part's files (name -> bytes) from this rank's flats: [{param, state, step, unit, numel, "
+      "shard_numel, members: [{names, shape, offset, numel}]}] and header {optimizer, shard_size, "
+      "shard_rank, replicate_rank, buffers, extra_json}");
+  m.def(
+      "read",
+      [](const std::vector<std::map<std::string, std::string>>& parts, const std::string& who) {
+        sh::NamedState s;
+        {
+          py::gil_scoped_release release;
+          s = sh::read_sharded_files(parts, who);
+        }
+        py::dict out;
+        out["params"] = s.params;
+        out["optimizer"] = s.optimizer;
+        out["step"] = s.adam_step;
+        out["optimizer_name"] = s.optimizer_name;
+        out["aliases"] = s.aliases;
+        out["buffers"] = s.buffers;
+        out["extra_json"] = s.extra_json;
+        return out;
+      },
+      py::arg("parts"), py::arg("who"),
+      "the full state of a verified sharded checkpoint's parts (name -> path each): params, "
+      "optimizer ({name: {state: tensor}}), step, optimizer_name, aliases, buffers, extra_json; "
+      "raises OSError naming `who` and the file");
 }
 
 }  // namespace heft::torch_backend

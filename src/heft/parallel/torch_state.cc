@@ -79,9 +79,10 @@ std::string lower(std::string s) {
   return s;
 }
 
-[[noreturn]] void refuse(const std::string& what, const std::string& why) {
+[[noreturn]] void refuse(const std::string& what, const std::string& why,
+                         const char* verb = "load") {
   throw IoError(what + ": holds something other than tensors and plain data (" + why +
-                "); heft refuses to load it");
+                "); heft refuses to " + verb + " it");
 }
 
 // Like Module::load, but copies into the existing tensors rather than swapping their
@@ -141,6 +142,49 @@ void load_plain_archive(torch::serialize::InputArchive& archive, const std::stri
   } catch (const std::exception& e) {  // c10::Error, the TorchScript importer's ErrorReport
     throw IoError(what + ": cannot be read as a torch::serialize archive (" + first_line(e) + ")");
   }
+}
+
+std::string tensors_to_pickle(const std::map<std::string, torch::Tensor>& tensors) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& [name, t] : tensors) dict.insert(name, t.contiguous());
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  return {bytes.begin(), bytes.end()};
+}
+
+std::map<std::string, torch::Tensor> tensors_from_pickle(const std::string& bytes,
+                                                         const std::string& what) {
+  std::string refused;
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(std::make_shared<BytesReader>(bytes));
+    for (const std::string& name : zip.getAllRecords()) {
+      const std::string key = lower(name);
+      if (ends_with(key, ".py")) refused = printable(name) + " is a source file";
+      if (refused.empty() && ends_with(key, "pkl")) {
+        auto [data, size] = zip.getRecord(name);
+        const std::string_view text(static_cast<const char*>(data.get()), size);
+        if (text.find("torch.classes") != std::string_view::npos)
+          refused = printable(name) + " names a registered C++ class (torch.classes)";
+      }
+      if (!refused.empty()) break;
+    }
+  } catch (const std::exception& e) {
+    refused = "not a zip archive: " + first_line(e);
+  }
+  if (!refused.empty()) refuse(what, refused, "unpickle");
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {  // an unknown global: a class, a function
+    refuse(what, first_line(e), "unpickle");
+  }
+  if (!value.isGenericDict()) refuse(what, "a " + value.tagKind() + ", not a dictionary", "unpickle");
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : value.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor())
+      refuse(what, "a dictionary entry other than name -> tensor", "unpickle");
+    out[item.key().toStringRef()] = item.value().toTensor();
+  }
+  return out;
 }
 
 std::string module_to_bytes(const torch::nn::Module& module) {

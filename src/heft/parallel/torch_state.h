@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 
 namespace heft::parallel {
@@ -37,5 +38,17 @@ void check_plain_archive(const std::string& bytes, const std::string& what);
 // becomes heft::IoError naming `what`.
 void load_plain_archive(torch::serialize::InputArchive& archive, const std::string& bytes,
                         const std::string& what);
+
+// A dictionary of tensors by name as the bytes of a torch.save-compatible file
+// (torch::pickle_save: Python's torch.load(weights_only=True) reads it).
+std::string tensors_to_pickle(const std::map<std::string, torch::Tensor>& tensors);
+// The dictionary back from such a file, whoever wrote it (C++ or Python's torch.save), read
+// by LibTorch's unpickler, which runs no Python: a file that is no zip archive, whose
+// data.pkl names a registered C++ class (torch.classes), that holds a source file, or whose
+// unpickling meets any global other than torch's tensor rebuilders, or whose value is not a
+// dictionary of tensors by string, is refused with heft::IoError "what: holds something
+// other than tensors and plain data (...); heft refuses to unpickle it".
+std::map<std::string, torch::Tensor> tensors_from_pickle(const std::string& bytes,
+                                                         const std::string& what);
 
 }  // namespace heft::parallel

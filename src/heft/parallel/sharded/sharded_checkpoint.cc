@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <fstream>
+#include <functional>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -68,62 +71,95 @@ std::string shape_text(at::IntArrayRef s) {
 
 namespace {
 
-// One flat of a part: its shard tensor, optimizer state and layout entry.
-struct PartFlat {
-  torch::Tensor param;  // this rank's shard (1-D)
-  std::map<std::string, torch::Tensor> state;
-  int64_t step = 0;
-  FlatInfo info;
-};
-
-std::map<std::string, std::string> write_part(const std::vector<PartFlat>& flats,
-                                              const std::string& optimizer_name, int shard_size,
-                                              int shard_rank, int replicate_rank,
-                                              const TensorLayout& tensor, int pipeline_rank = 0) {
-  torch::serialize::OutputArchive archive;
-  json entries = json::array();
-  for (size_t f = 0; f < flats.size(); ++f) {
-    const std::string prefix = "f" + std::to_string(f) + ".";
-    archive.write(prefix + "param", flats[f].param);
-    for (const auto& [name, t] : flats[f].state) archive.write(prefix + name, t.reshape({-1}));
-    archive.write(prefix + "step", torch::tensor({flats[f].step}, torch::kLong));
-    const FlatInfo& info = flats[f].info;
-    json members = json::array();
-    for (const FlatMember& m : info.members) {
-      const tensor::Split s = tensor.split_of(m.name);
-      members.push_back({{"name", m.name}, {"shape", m.shape}, {"offset", m.offset},
-                         {"numel", m.numel}, {"split", {s.dim, s.parts}}});
-    }
-    entries.push_back({{"unit", info.unit}, {"group", info.group}, {"numel", info.numel},
-                       {"shard_numel", info.shard_numel}, {"members", members}});
-  }
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  const json layout = {{"format", "heft-sharded"},  {"version", 1},
-                       {"optimizer", optimizer_name}, {"shard_size", shard_size},
-                       {"shard_rank", shard_rank},  {"replicate_rank", replicate_rank},
-                       {"tensor_size", tensor.size}, {"tensor_rank", tensor.rank},
-                       {"pipeline_rank", pipeline_rank}, {"flats", entries}};
-  return {{"shard.pt", bytes.str()}, {"layout.json", layout.dump()}};
+std::string unit_file(size_t f) {
+  char name[32];
+  std::snprintf(name, sizeof name, "unit-%05zu.pt", f);
+  return name;
 }
 
 }  // namespace
+
+std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flats,
+                                              const PartHeader& header) {
+  const json extra = json::parse(header.extra_json, nullptr, false);
+  if (extra.is_discarded() || !extra.is_object())
+    throw InvalidArgument("checkpoint: extra_json must be a JSON object, got " + header.extra_json);
+  std::map<std::string, std::string> files;
+  json entries = json::array();
+  for (size_t f = 0; f < flats.size(); ++f) {
+    const SavedFlat& flat = flats[f];
+    std::map<std::string, torch::Tensor> tensors{
+        {"param", flat.param.detach().reshape({-1})},
+        {"step", torch::tensor({flat.step}, torch::kLong)}};
+    json state = json::array();
+    for (const auto& [name, t] : flat.state) {
+      if (name == "param" || name == "step")
+        throw InvalidArgument("checkpoint: optimizer state may not be named " + name);
+      if (t.numel() != flat.param.numel())
+        throw InvalidArgument("checkpoint: optimizer state " + name + " of flat " +
+                              std::to_string(f) + " has " + std::to_string(t.numel()) +
+                              " elements, its shard " + std::to_string(flat.param.numel()));
+      tensors[name] = t.detach().reshape({-1});
+      state.push_back(name);
+    }
+    files[unit_file(f)] = tensors_to_pickle(tensors);
+    const FlatInfo& info = flat.info;
+    json members = json::array();
+    for (const FlatMember& m : info.members) {
+      const tensor::Split s = header.tensor.split_of(m.name);
+      json entry = {{"name", m.name}, {"shape", m.shape}, {"offset", m.offset},
+                    {"numel", m.numel}, {"split", {s.dim, s.parts}}};
+      if (const auto it = flat.aliases.find(m.name); it != flat.aliases.end() && !it->second.empty())
+        entry["aliases"] = it->second;
+      members.push_back(std::move(entry));
+    }
+    entries.push_back({{"unit", info.unit}, {"group", info.group}, {"numel", info.numel},
+                       {"shard_numel", info.shard_numel}, {"state", state},
+                       {"members", members}});
+  }
+  json layout = {{"format", "heft-sharded"},
+                 {"version", 2},
+                 {"optimizer", header.optimizer_name},
+                 {"shard_size", header.shard_size},
+                 {"shard_rank", header.shard_rank},
+                 {"replicate_rank", header.replicate_rank},
+                 {"tensor_size", header.tensor.size},
+                 {"tensor_rank", header.tensor.rank},
+                 {"pipeline_rank", header.pipeline_rank},
+                 {"flats", entries},
+                 {"extra", extra}};
+  if (!header.buffers.empty()) {
+    json names = json::array();
+    for (const auto& [name, t] : header.buffers) names.push_back(name);
+    layout["buffers"] = names;
+    files["replicated.pt"] = tensors_to_pickle(header.buffers);
+  }
+  files["layout.json"] = layout.dump();
+  return files;
+}
 
 std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
                                                int replicate_rank, const TensorLayout& tensor,
                                                int pipeline_rank) {
-  std::vector<PartFlat> flats;
+  std::vector<SavedFlat> flats;
   for (size_t f = 0; f < sdp.shards().size(); ++f) {
-    PartFlat p;
+    SavedFlat p;
     p.param = sdp.shards()[f].detach();
-    p.state = state_of(optimizer, sdp.shards()[f], &p.step);
+    for (auto& [name, t] : state_of(optimizer, sdp.shards()[f], &p.step))
+      p.state[name] = t;
     p.info = sdp.flats()[f];
     flats.push_back(std::move(p));
   }
-  return write_part(flats, optimizer_name, sdp.shard_group().size(), sdp.shard_group().rank(),
-                    replicate_rank, tensor, pipeline_rank);
+  PartHeader h;
+  h.optimizer_name = optimizer_name;
+  h.shard_size = sdp.shard_group().size();
+  h.shard_rank = sdp.shard_group().rank();
+  h.replicate_rank = replicate_rank;
+  h.tensor = tensor;
+  h.pipeline_rank = pipeline_rank;
+  return write_part(flats, h);
 }
 
 std::map<std::string, std::string> save_replica(torch::nn::Module& module,
@@ -131,101 +167,152 @@ std::map<std::string, std::string> save_replica(torch::nn::Module& module,
                                                 const std::string& optimizer_name,
                                                 int replicate_rank, const TensorLayout& tensor,
                                                 int pipeline_rank) {
-  std::vector<PartFlat> flats;
+  std::vector<SavedFlat> flats;
   for (const auto& item : module.named_parameters()) {
-    PartFlat p;
+    SavedFlat p;
     p.param = item.value().detach().reshape({-1});
-    p.state = state_of(optimizer, item.value(), &p.step);
+    for (auto& [name, t] : state_of(optimizer, item.value(), &p.step))
+      p.state[name] = t.reshape({-1});
     p.info.numel = p.info.shard_numel = item.value().numel();
     p.info.members.push_back({item.key(), item.value().sizes().vec(), 0, item.value().numel()});
     flats.push_back(std::move(p));
   }
-  return write_part(flats, optimizer_name, 1, 0, replicate_rank, tensor, pipeline_rank);
+  PartHeader h;
+  h.optimizer_name = optimizer_name;
+  h.replicate_rank = replicate_rank;
+  h.tensor = tensor;
+  h.pipeline_rank = pipeline_rank;
+  return write_part(flats, h);
 }
 
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts) {
-  return !parts.empty() && parts[0].count("layout.json") && parts[0].count("shard.pt");
+  return !parts.empty() && parts[0].count("layout.json") &&
+         (parts[0].count("shard.pt") || parts[0].count("unit-00000.pt") ||
+          parts[0].at("layout.json").find("\"heft-sharded\"") != std::string::npos);
 }
 
 namespace {
 
+// One part as the reader sees it: its layout and its files, by name, read on demand.
+struct PartView {
+  json layout;
+  std::function<std::string(const std::string&)> file;   // bytes; throws IoError if absent
+  std::function<std::string(const std::string&)> label;  // a file's name in messages
+  std::function<bool(const std::string&)> has;
+};
+
+// The flats' tensors of one tensor rank's parts (by shard rank), flat by flat.
+class ShardSet {
+ public:
+  ShardSet(std::vector<const PartView*> parts, int version) : parts_(std::move(parts)), version_(version) {
+    if (version_ == 1) {
+      archives_.resize(parts_.size());
+      for (size_t k = 0; k < parts_.size(); ++k)
+        load_plain_archive(archives_[k], parts_[k]->file("shard.pt"), parts_[k]->label("shard.pt"));
+    }
+  }
+  // Flat f's tensors of each shard rank: "param", "step" and the state tensors by name.
+  std::vector<std::map<std::string, torch::Tensor>> flat(size_t f) {
+    std::vector<std::map<std::string, torch::Tensor>> out;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      if (version_ >= 2) {
+        const std::string name = unit_file(f);
+        if (!parts_[k]->has(name)) throw IoError(parts_[k]->label(name) + ": missing");
+        out.push_back(tensors_from_pickle(parts_[k]->file(name), parts_[k]->label(name)));
+        continue;
+      }
+      std::map<std::string, torch::Tensor> m;
+      const std::string prefix = "f" + std::to_string(f) + ".";
+      std::vector<std::string> keys = {"param", "step"};
+      for (const char* s : kStateNames) keys.push_back(s);
+      for (const std::string& key : keys)
+        if (torch::Tensor t; archives_[k].try_read(prefix + key, t)) m[key] = t;
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<const PartView*> parts_;
+  int version_;
+  std::vector<torch::serialize::InputArchive> archives_;
+};
+
 // The named state of one tensor rank from its replicate-0 parts (any shard size).
-NamedState read_tensor_rank(const std::map<int, const std::map<std::string, std::string>*>& by_shard,
-                            const json& layout, int shard_size, const std::string& where,
-                            std::map<std::string, tensor::Split>* splits) {
+NamedState read_tensor_rank(const std::map<int, const PartView*>& by_shard, const json& layout,
+                            int shard_size, std::map<std::string, tensor::Split>* splits) {
+  const PartView& first = *by_shard.begin()->second;
   if (shard_size <= 0 || static_cast<int>(by_shard.size()) != shard_size ||
       by_shard.begin()->first != 0 || by_shard.rbegin()->first != shard_size - 1)
-    throw IoError("checkpoint " + where + ": expected the shards 0.." +
+    throw IoError(first.label("layout.json") + ": expected the shards 0.." +
                   std::to_string(shard_size - 1) + " of replicate 0, found " +
                   std::to_string(by_shard.size()));
-  std::vector<torch::serialize::InputArchive> archives(static_cast<size_t>(shard_size));
-  for (auto& [k, p] : by_shard)
-    load_plain_archive(archives[static_cast<size_t>(k)], p->at("shard.pt"),
-                       "checkpoint " + where + ": shard.pt of shard rank " + std::to_string(k));
+  std::vector<const PartView*> ordered;
+  for (auto& [k, p] : by_shard) ordered.push_back(p);
+  ShardSet shards(ordered, layout.value("version", 1));
   NamedState state;
   state.optimizer_name = layout.value("optimizer", "");
   const json& flats = layout["flats"];
   for (size_t f = 0; f < flats.size(); ++f) {
-    const std::string prefix = "f" + std::to_string(f) + ".";
+    std::vector<std::map<std::string, torch::Tensor>> pieces = shards.flat(f);
     auto concat = [&](const std::string& what) -> torch::Tensor {
-      std::vector<torch::Tensor> pieces;
-      for (auto& a : archives) {
-        torch::Tensor t;
-        if (!a.try_read(prefix + what, t)) return {};
-        pieces.push_back(t);
+      std::vector<torch::Tensor> ts;
+      for (auto& m : pieces) {
+        const auto it = m.find(what);
+        if (it == m.end()) return {};
+        ts.push_back(it->second.reshape({-1}));
       }
-      return torch::cat(pieces);
+      return torch::cat(ts);
     };
-    torch::Tensor step;
-    if (archives[0].try_read(prefix + "step", step))
-      state.adam_step = std::max(state.adam_step, step.item<int64_t>());
+    if (const auto it = pieces[0].find("step"); it != pieces[0].end() && it->second.numel() == 1)
+      state.adam_step = std::max(state.adam_step, it->second.to(torch::kLong).item<int64_t>());
     const torch::Tensor param = concat("param");
     if (!param.defined())
-      throw IoError("checkpoint " + where + ": shard.pt has no " + prefix + "param");
+      throw IoError(first.label(unit_file(f)) + ": flat " + std::to_string(f) + " has no param");
     std::map<std::string, torch::Tensor> states;
-    for (const char* s : kStateNames)
-      if (torch::Tensor t = concat(s); t.defined()) states[s] = t;
+    for (const auto& [key, t] : pieces[0])
+      if (key != "param" && key != "step")
+        if (torch::Tensor joined = concat(key); joined.defined()) states[key] = joined;
     for (const json& m : flats[f]["members"]) {
       const std::string name = m.at("name").get<std::string>();
       const std::vector<int64_t> shape = m.at("shape").get<std::vector<int64_t>>();
       const int64_t offset = m.at("offset").get<int64_t>(), numel = m.at("numel").get<int64_t>();
       if (offset + numel > param.numel())
-        throw IoError("checkpoint " + where + ": parameter " + name + " lies outside its shards");
+        throw IoError(first.label("layout.json") + ": parameter " + name + " lies outside its shards");
       if (m.contains("split") && m["split"].is_array() && m["split"].size() == 2)
         (*splits)[name] = {m["split"][0].get<int>(), m["split"][1].get<int>()};
       state.params[name] = param.narrow(0, offset, numel).view(shape).clone();
       for (const auto& [s, t] : states)
         state.optimizer[name][s] = t.narrow(0, offset, numel).view(shape).clone();
+      if (m.contains("aliases"))
+        for (const json& a : m["aliases"]) state.aliases[a.get<std::string>()] = name;
     }
   }
   return state;
 }
 
-}  // namespace
-
-namespace {
-
 // The full state of one pipeline stage's parts (its tensor ranks joined).
-NamedState read_stage(const std::map<int, std::map<int, const std::map<std::string, std::string>*>>& by_tensor,
+NamedState read_stage(const std::map<int, std::map<int, const PartView*>>& by_tensor,
                       const std::map<int, json>& layouts, const std::map<int, int>& shard_sizes,
                       int tensor_size, const std::string& where) {
   if (static_cast<int>(by_tensor.size()) != tensor_size)
-    throw IoError("checkpoint " + where + ": expected the parts of " + std::to_string(tensor_size) +
+    throw IoError(where + ": expected the parts of " + std::to_string(tensor_size) +
                   " tensor ranks, found " + std::to_string(by_tensor.size()));
   std::map<std::string, tensor::Split> splits;
   std::vector<NamedState> ranks;
   for (auto& [t, shards] : by_tensor)
-    ranks.push_back(read_tensor_rank(shards, layouts.at(t), shard_sizes.at(t), where, &splits));
+    ranks.push_back(read_tensor_rank(shards, layouts.at(t), shard_sizes.at(t), &splits));
   if (ranks.size() == 1) return ranks[0];
   NamedState full;
   full.optimizer_name = ranks[0].optimizer_name;
   full.adam_step = ranks[0].adam_step;
+  full.aliases = ranks[0].aliases;
   for (const auto& [name, t0] : ranks[0].params) {
     const tensor::Split split = splits.count(name) ? splits[name] : tensor::Split{};
     std::vector<torch::Tensor> slices;
     for (const NamedState& r : ranks) {
       if (!r.params.count(name))
-        throw IoError("checkpoint " + where + ": a tensor rank has no parameter " + name);
+        throw IoError(where + ": a tensor rank has no parameter " + name);
       slices.push_back(r.params.at(name));
     }
     full.params[name] = tensor::join_slices(slices, split);
@@ -239,30 +326,20 @@ NamedState read_stage(const std::map<int, std::map<int, const std::map<std::stri
   return full;
 }
 
-}  // namespace
-
-NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
-                        const std::string& where) {
+NamedState read_parts(const std::vector<PartView>& parts, const std::string& where) {
   // Per pipeline stage, per tensor rank: replicate 0's parts by shard rank.
   struct Stage {
-    std::map<int, std::map<int, const std::map<std::string, std::string>*>> by_tensor;
+    std::map<int, std::map<int, const PartView*>> by_tensor;
     std::map<int, json> layouts;
     std::map<int, int> shard_sizes;
     int tensor_size = 1;
   };
   std::map<int, Stage> stages;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const auto& p = parts[i];
-    if (!p.count("layout.json") || !p.count("shard.pt"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    " has no layout.json and shard.pt (not a sharded checkpoint)");
-    const json l = json::parse(p.at("layout.json"), nullptr, false);
-    if (l.is_discarded() || l.value("format", "") != "heft-sharded" || !l.contains("flats"))
-      throw IoError("checkpoint " + where + ": part " + std::to_string(i) +
-                    "'s layout.json is not a heft-sharded layout");
+  const PartView* keeper = nullptr;  // replicate 0's lowest part: buffers and extra
+  for (const PartView& p : parts) {
+    const json& l = p.layout;
     if (l.value("replicate_rank", -1) != 0) continue;
-    check_plain_archive(p.at("shard.pt"), "checkpoint " + where + ": " + part_name(static_cast<int>(i)) +
-                                              "/shard.pt");
+    if (!keeper || (p.has("replicated.pt") && !keeper->has("replicated.pt"))) keeper = &p;
     Stage& st = stages[l.value("pipeline_rank", 0)];
     const int t = l.value("tensor_rank", 0);
     st.tensor_size = l.value("tensor_size", 1);
@@ -277,9 +354,88 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
     all.adam_step = std::max(all.adam_step, piece.adam_step);
     for (auto& [name, t] : piece.params) all.params[name] = t;
     for (auto& [name, m] : piece.optimizer) all.optimizer[name] = m;
+    for (auto& [a, name] : piece.aliases) all.aliases[a] = name;
   }
-  if (all.params.empty()) throw IoError("checkpoint " + where + ": no parts of replicate 0");
+  if (all.params.empty()) throw IoError(where + ": no parts of replicate 0");
+  if (keeper) {
+    if (keeper->layout.contains("extra")) all.extra_json = keeper->layout["extra"].dump();
+    if (keeper->has("replicated.pt"))
+      all.buffers = tensors_from_pickle(keeper->file("replicated.pt"), keeper->label("replicated.pt"));
+  }
   return all;
+}
+
+// A part's layout.json, checked to be a heft-sharded layout.
+json part_layout(const std::string& text, const std::string& label) {
+  const json l = json::parse(text, nullptr, false);
+  if (l.is_discarded() || !l.is_object() || l.value("format", "") != "heft-sharded" ||
+      !l.contains("flats"))
+    throw IoError(label + ": not a heft-sharded layout");
+  if (l.value("version", 1) > 2)
+    throw IoError(label + ": version " + std::to_string(l.value("version", 1)) +
+                  " of the sharded format; this heft reads versions 1 and 2");
+  return l;
+}
+
+}  // namespace
+
+NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
+                        const std::string& where) {
+  const std::string prefix = "checkpoint " + where + ": ";
+  std::vector<PartView> views;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    const std::string part = part_name(static_cast<int>(i));
+    if (!p.count("layout.json") || !(p.count("shard.pt") || p.count("unit-00000.pt") || p.count("replicated.pt") ||
+                                      p.at("layout.json").find("\"heft-sharded\"") != std::string::npos))
+      throw IoError(prefix + "part " + std::to_string(i) +
+                    " has no layout.json and shard files (not a sharded checkpoint)");
+    PartView v;
+    v.layout = part_layout(p.at("layout.json"), prefix + part + "/layout.json");
+    v.label = [prefix, part](const std::string& name) { return prefix + part + "/" + name; };
+    v.has = [&p](const std::string& name) { return p.count(name) > 0; };
+    v.file = [&p, label = v.label](const std::string& name) -> std::string {
+      const auto it = p.find(name);
+      if (it == p.end()) throw IoError(label(name) + ": missing");
+      return it->second;
+    };
+    if (v.layout.value("version", 1) == 1 && v.layout.value("replicate_rank", -1) == 0)
+      check_plain_archive(v.file("shard.pt"), v.label("shard.pt"));
+    views.push_back(std::move(v));
+  }
+  return read_parts(views, "checkpoint " + where);
+}
+
+NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
+                              const std::string& who) {
+  auto read_file = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream os;
+    os << in.rdbuf();
+    if (!in) throw IoError(path + ": cannot be read");
+    return os.str();
+  };
+  std::vector<PartView> views;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const auto& p = paths[i];
+    const auto layout = p.find("layout.json");
+    if (layout == p.end())
+      throw IoError(who + ": part " + std::to_string(i) + " has no layout.json");
+    PartView v;
+    v.label = [who, &p](const std::string& name) {
+      const auto it = p.find(name);
+      return who + ": " + (it == p.end() ? name : it->second);
+    };
+    v.layout = part_layout(read_file(layout->second), v.label("layout.json"));
+    v.has = [&p](const std::string& name) { return p.count(name) > 0; };
+    v.file = [&p, read_file, label = v.label](const std::string& name) -> std::string {
+      const auto it = p.find(name);
+      if (it == p.end()) throw IoError(label(name) + ": missing");
+      return read_file(it->second);
+    };
+    views.push_back(std::move(v));
+  }
+  return read_parts(views, who);
 }
 
 NamedState local_view(const NamedState& full, const TensorLayout& tensor) {

@@ -1,18 +1,29 @@
 // Sharded checkpoints that reshard: every rank writes its own shards and the layout they
 // belong to; any later layout (another world size, shard degree, hybrid, or no sharding at
-// all) reads the parts back as full tensors by parameter name and takes what it holds.
+// all) reads the parts back as full tensors by parameter name and takes what it holds. One
+// format for heft-train's strategies and for heft.torch's ShardedDataParallel (which writes
+// and reads it through the binding): a checkpoint of either loads into the other.
 //
-// A rank's part (multi-writer checkpoint, parallel/checkpoint_dir.h) holds two files:
-//   shard.pt     torch archive: for flat parameter f, "f<f>.param" (this rank's shard of
-//                the flat, padded), and the optimizer's state of that shard:
-//                "f<f>.exp_avg", "f<f>.exp_avg_sq", "f<f>.step" (adamw) or
-//                "f<f>.momentum_buffer" (sgd), when the optimizer has stepped
-//   layout.json  {"format": "heft-sharded", "version": 1, "optimizer": "adamw"|"sgd",
+// A rank's part (multi-writer checkpoint, parallel/checkpoint_dir.h), version 2:
+//   unit-NNNNN.pt  per flat parameter f = NNNNN: a torch.save-compatible file
+//                  (tensors_to_pickle; Python's torch.load reads it) holding a dictionary:
+//                  "param" (this rank's shard of the flat, padded), "step" (int64, the
+//                  optimizer's step count), and each shard-sized optimizer state tensor by
+//                  its name ("exp_avg", "exp_avg_sq" for AdamW, "momentum_buffer" for SGD)
+//                  once the optimizer has stepped
+//   replicated.pt  (only where buffers are given: rank 0's part) the module's buffers by
+//                  name, the same kind of file
+//   layout.json  {"format": "heft-sharded", "version": 2, "optimizer": "adamw"|"sgd"|...,
 //                 "shard_size": S, "shard_rank": k, "replicate_rank": r,
 //                 "tensor_size": T, "tensor_rank": t, "pipeline_rank": s,
-//                 "flats": [{"unit", "group", "numel", "shard_numel",
-//                            "members": [{"name", "shape": [..], "offset", "numel",
-//                                         "split": [dim, parts]}]}]}
+//                 "flats": [{"unit", "group", "numel", "shard_numel", "state": [names],
+//                            "members": [{"name", "aliases": [..], "shape": [..], "offset",
+//                                         "numel", "split": [dim, parts]}]}],
+//                 "extra": {the writer's own JSON: heft.torch keeps the optimizer's
+//                           param_groups and the state_dict's key order there}}
+//   aliases: other names of the same tensor (a weight tied to another module).
+// Version 1 (heft-train before 2026-11-30) kept every flat in one LibTorch archive,
+// shard.pt, under "f<f>.param", "f<f>.<state>", "f<f>.step"; it is still read.
 // Reading takes, for each tensor rank, the parts of replicate 0 (the replicas hold the same
 // shards), orders them by shard rank, concatenates each flat and cuts it into its members
 // (this tensor rank's slices); then joins the tensor ranks' slices of each parameter along
@@ -39,7 +50,10 @@ struct NamedState {
   // the optimizer's first step.
   std::map<std::string, std::map<std::string, torch::Tensor>> optimizer;
   int64_t adam_step = 0;
-  std::string optimizer_name;  // "adamw" | "sgd"
+  std::string optimizer_name;  // "adamw" | "sgd" | another optimizer's name (heft.torch)
+  std::map<std::string, std::string> aliases;   // other name -> the name in params
+  std::map<std::string, torch::Tensor> buffers;  // replicated.pt, when written
+  std::string extra_json = "{}";                 // the layout's "extra" (replicate 0, part 0)
 };
 
 // Where this rank sits in a tensor-parallel group and how each parameter is cut from the
@@ -54,7 +68,30 @@ struct TensorLayout {
   }
 };
 
-// This rank's part: files shard.pt and layout.json.
+// One flat of a part, as a writer gives it.
+struct SavedFlat {
+  torch::Tensor param;                           // this rank's shard (1-D)
+  std::map<std::string, torch::Tensor> state;    // shard-sized optimizer state by name
+  int64_t step = 0;                              // the optimizer's step count
+  FlatInfo info;                                 // unit, group, sizes, members
+  std::map<std::string, std::vector<std::string>> aliases;  // member name -> other names
+};
+
+// Where a part sits and what it carries besides its flats.
+struct PartHeader {
+  std::string optimizer_name;
+  int shard_size = 1, shard_rank = 0, replicate_rank = 0, pipeline_rank = 0;
+  TensorLayout tensor;
+  std::map<std::string, torch::Tensor> buffers;  // written as replicated.pt when not empty
+  std::string extra_json = "{}";                 // a JSON object, stored as given
+};
+
+// A part's files (layout.json, unit-NNNNN.pt, replicated.pt). Throws heft::InvalidArgument
+// for extra_json that is not a JSON object or a state tensor that is not shard-sized.
+std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flats,
+                                              const PartHeader& header);
+
+// This rank's part of a sharded module.
 std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
@@ -72,13 +109,18 @@ std::map<std::string, std::string> save_replica(torch::nn::Module& module,
                                                 const TensorLayout& tensor = {},
                                                 int pipeline_rank = 0);
 
-// Whether `parts` (a checkpoint's parts) were written by save_shards.
+// Whether `parts` (a checkpoint's parts) are a sharded checkpoint (either version).
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts);
 
 // The full state of a sharded checkpoint's parts. Throws heft::IoError naming `where` and
 // what is missing or inconsistent (a part, a shard rank, a file).
 NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
                         const std::string& where);
+// The same over a verified checkpoint's files as paths (CheckpointDirectory::
+// locate_latest_parts): each part's files are read when needed, and errors name
+// "who: PATH" (heft.torch's readers).
+NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
+                              const std::string& who);
 
 // This tensor rank's slices of a full state.
 NamedState local_view(const NamedState& full, const TensorLayout& tensor);

@@ -1,15 +1,21 @@
 """heft.torch.parallel.save_checkpoint / load_checkpoint / load_full_state_dict: a
 ShardedDataParallel model and its optimizer as one multi-writer checkpoint (part K written by
 rank K: its flat shards, their optimizer state and the layout), loadable at any other
-sharded degree, hybrid degree or world size, or as a plain state_dict. Every part file is
-read with torch.load(weights_only=True): tensors and plain data only, never a pickled object
-(load_part; the CRC the C++ reader checks finds corruption, not a crafted file)."""
-import io
+sharded degree, hybrid degree or world size, or as a plain state_dict.
+The format is heft-train's sharded checkpoint (src/heft/parallel/sharded/sharded_checkpoint.h,
+version 2): the C++ code writes the part's files from the tensors handed over here
+(_c10d.parallel.sharded.write_part) and reads a checkpoint back as full tensors by name
+(.read), with LibTorch's unpickler, which runs no Python; so a checkpoint of heft-train's
+sharded GPT loads here and the other way round. Checkpoints written by this module before
+that format (layout.json without "format") are still read, each file with
+torch.load(weights_only=True) (load_part)."""
 import json
 import pickle
 
 import torch
 import torch.distributed as dist
+
+from heft.torch._c10d.parallel import sharded as _engine
 
 from .. import checkpoint_dir as ckdir
 
@@ -20,29 +26,56 @@ def _dist_on():
     return dist.is_available() and dist.is_initialized()
 
 
-def _layout(sdp):
-    g, r = sdp.shard_group, sdp.replicate_group
-    units = []
-    for u in sdp.units:
-        members, offset = [], 0
-        for like, places in zip(u.likes[:-1], u.slots):
-            members.append({"names": [s.name for s in places], "shape": list(like.shape),
-                            "offset": offset, "numel": like.numel()})
-            offset += like.numel()
-        units.append({"name": u.name, "numel": u.numel, "shard_numel": u.shard_numel,
-                      "members": members})
-    return {"shard_rank": g.rank, "shard_size": g.size, "replica": r.rank if r else 0,
-            "units": units, "state_keys": sdp._state_keys}
+def _optimizer_name(optimizer):
+    """The name heft-train gives the optimizer (adamw, sgd), else the class's name in lower
+    case: a checkpoint of another optimizer is refused by heft-train, naming both."""
+    if optimizer is None:
+        return ""
+    return {"AdamW": "adamw", "SGD": "sgd"}.get(type(optimizer).__name__,
+                                                type(optimizer).__name__.lower())
+
+
+def _flats(model, optimizer):
+    """This rank's flats as the C++ writer takes them: the unit's shard, its shard-sized
+    optimizer state, the step count, the members (a tied weight: several names)."""
+    out = []
+    for i, u in enumerate(model.units):
+        state = optimizer.state.get(u.shard, {}) if optimizer is not None else {}
+        tensors, step = {}, 0
+        for key, value in state.items():
+            if key == "step":
+                step = int(value.item() if torch.is_tensor(value) else value)
+            elif torch.is_tensor(value) and value.numel() == u.shard_numel:
+                tensors[key] = value.detach()
+            elif value is not None:
+                raise ValueError(f"save_checkpoint: the optimizer's state {key!r} of unit "
+                                 f"{u.name!r} is not a shard-sized tensor; heft's checkpoint "
+                                 "keeps elementwise state and the step count only")
+        members = [{"names": [s.name for s in places], "shape": list(like.shape),
+                    "offset": off, "numel": like.numel()}
+                   for like, places, off in zip(u.likes[:-1], u.slots, _offsets(u))]
+        out.append({"param": u.shard.detach(), "state": tensors, "step": step, "unit": i,
+                    "numel": u.numel, "shard_numel": u.shard_numel, "members": members})
+    return out
+
+
+def _offsets(unit):
+    off = 0
+    for like in unit.likes[:-1]:
+        yield off
+        off += like.numel()
+
+
+def _extra(model, optimizer):
+    """What heft-train's format leaves to the writer: the optimizer's hyperparameters and
+    the state_dict's key order."""
+    groups = [{k: v for k, v in g.items() if k != "params"}
+              for g in (optimizer.param_groups if optimizer is not None else [])]
+    return {"param_groups": groups, "state_keys": model._state_keys}
 
 
 def _unit_file(i):
     return f"unit-{i:05d}.pt"
-
-
-def _bytes(obj):
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
 
 
 def _reason(text, limit=200):
@@ -84,19 +117,12 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
             t = torch.tensor([step], dtype=torch.int64)
             dist.broadcast(t, 0)
             step = int(t.item())
-    optim = {}
-    if optimizer is not None:
-        for i, u in enumerate(model.units):
-            state = optimizer.state.get(u.shard, {})
-            optim[i] = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
-    files = {"layout.json": json.dumps(_layout(model)).encode()}
-    for i, u in enumerate(model.units):  # a file per unit: a reader loads one unit at a time
-        files[_unit_file(i)] = _bytes({"shard": u.shard.detach(), "optimizer": optim.get(i, {})})
-    if rank == 0:
-        groups = [{k: v for k, v in g.items() if k != "params"}
-                  for g in (optimizer.param_groups if optimizer is not None else [])]
-        files["replicated.pt"] = _bytes({"buffers": dict(model.module.named_buffers()),
-                                         "param_groups": groups})
+    files = _engine.write_part(_flats(model, optimizer), {
+        "optimizer": _optimizer_name(optimizer),
+        "shard_size": model.shard_group.size, "shard_rank": model.shard_group.rank,
+        "replicate_rank": model.replicate_group.rank if model.replicate_group else 0,
+        "buffers": dict(model.module.named_buffers()) if rank == 0 else {},
+        "extra_json": json.dumps(_extra(model, optimizer))})
     ckdir.save_part(directory, step, rank, files)
     if _dist_on():
         dist.barrier()
@@ -107,28 +133,62 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
     return step
 
 
+REFUSAL = "holds something other than tensors and plain data"
+
+
+class _Saved:
+    """A checkpoint read as full tensors by name: params (tied names included), optimizer
+    ({name: {state: tensor}}), step, buffers, param_groups, state_keys."""
+
+    def __init__(self, params, optimizer, step, buffers, extra, aliases=None):
+        self.params = dict(params)
+        for alias, name in (aliases or {}).items():
+            self.params[alias] = self.params[name]
+            if name in optimizer:
+                optimizer[alias] = optimizer[name]
+        self.optimizer, self.step, self.buffers = optimizer, step, buffers
+        self.param_groups = extra.get("param_groups", [])
+        self.state_keys = extra.get("state_keys") or list(self.params) + list(buffers)
+
+
 def _read(directory, who):
-    """(step, meta, layout, parts of replica 0 by shard rank, replicated state)."""
+    """(step, meta, _Saved) of the newest valid checkpoint in directory."""
     step, meta, parts = ckdir.load_latest(directory)
+    first = json.loads(parts[0].read("layout.json"))
+    if first.get("format") != "heft-sharded":
+        return step, meta, _read_legacy(parts, who)
+    try:
+        s = _engine.read([p._paths for p in parts], who)
+    except OSError as e:  # a refused file: the loaders' ValueError, as torch.load's was
+        if REFUSAL in str(e):
+            raise ValueError(str(e)) from None
+        raise
+    return step, meta, _Saved(s["params"], s["optimizer"], s["step"], s["buffers"],
+                              json.loads(s["extra_json"]), s["aliases"])
+
+
+def _read_legacy(parts, who):
+    """A checkpoint of this module before the one format: parts with unit-NNNNN.pt files of
+    torch.save dictionaries {"shard", "optimizer"} and replicated.pt {"buffers",
+    "param_groups"}."""
     layouts = [json.loads(p.read("layout.json")) for p in parts]
     keep = sorted((k for k, l in enumerate(layouts) if l["replica"] == 0),
                   key=lambda k: layouts[k]["shard_rank"])
+    layout, kept = layouts[keep[0]], [parts[k] for k in keep]
     replicated = load_part(parts[0], "replicated.pt", who)
-    return step, meta, layouts[keep[0]], [parts[k] for k in keep], replicated
-
-
-def _old_units(layout, parts, who):
-    """Per old unit, one at a time: (its saved optimizer state of part 0, {name: full
-    parameter}, {state key: {name: full state tensor}})."""
+    params, optim, step = {}, {}, 0
     for i, unit in enumerate(layout["units"]):
-        blobs = [load_part(p, _unit_file(i), who) for p in parts]
-        named = _named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs]))
-        states = {}
+        blobs = [load_part(p, _unit_file(i), who) for p in kept]
+        params.update(_named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs])))
         for key, v in blobs[0]["optimizer"].items():
-            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == unit["shard_numel"]:
-                states[key] = _named(unit, torch.cat([b["optimizer"][key].reshape(-1)
-                                                      for b in blobs]))
-        yield blobs[0]["optimizer"], named, states
+            if key == "step":
+                step = int(v.item() if torch.is_tensor(v) else v)
+            elif torch.is_tensor(v) and v.dim() == 1 and v.numel() == unit["shard_numel"]:
+                joined = _named(unit, torch.cat([b["optimizer"][key].reshape(-1) for b in blobs]))
+                for name, t in joined.items():
+                    optim.setdefault(name, {})[key] = t
+    return _Saved(params, optim, step, replicated["buffers"],
+                  {"param_groups": replicated["param_groups"], "state_keys": layout["state_keys"]})
 
 
 def _named(unit, flat):
@@ -143,14 +203,10 @@ def _named(unit, flat):
 def load_full_state_dict(directory):
     """The newest checkpoint as the unwrapped model's state_dict (full tensors; no process
     group needed)."""
-    who = "load_full_state_dict"
-    _, _, layout, parts, replicated = _read(directory, who)
-    params = {}
-    for _, named, _ in _old_units(layout, parts, who):
-        params.update({k: v.clone() for k, v in named.items()})
-    buffers = replicated["buffers"]
+    _, _, saved = _read(directory, "load_full_state_dict")
+    params, buffers = saved.params, saved.buffers
     return {k: (params[k] if k in params else buffers[k]).clone()
-            for k in layout["state_keys"] if k in params or k in buffers}
+            for k in saved.state_keys if k in params or k in buffers}
 
 
 def _copy_into(unit, named, target):
@@ -166,39 +222,52 @@ def _copy_into(unit, named, target):
         offset += n
 
 
+def _step_tensor(optimizer, step):
+    """The step count as torch's Adam family keeps it, or None for an optimizer without one."""
+    if "betas" not in getattr(optimizer, "defaults", {}):
+        return None
+    return torch.tensor(float(step), dtype=torch.float32)
+
+
+def _as_saved(value, current):
+    """A hyperparameter read back from JSON in the type the optimizer has (betas: a tuple)."""
+    return tuple(value) if isinstance(current, tuple) and isinstance(value, list) else value
+
+
 @torch.no_grad()
 def load_checkpoint(directory, model, optimizer=None):
-    """Loads the newest checkpoint into a ShardedDataParallel model (any degree) and its
-    optimizer, one saved unit at a time; returns (step, meta)."""
+    """Loads the newest checkpoint (heft.torch's or heft-train's) into a ShardedDataParallel
+    model (any degree) and its optimizer; returns (step, meta)."""
     who = "load_checkpoint"
-    step, meta, layout, parts, replicated = _read(directory, who)
+    step, meta, saved = _read(directory, who)
     wanted = [places[0].name for u in model.units for places in u.slots]
-    saved_names = {n for unit in layout["units"] for m in unit["members"] for n in m["names"]}
-    missing = [n for n in wanted if n not in saved_names]
+    missing = [n for n in wanted if n not in saved.params]
     if missing:
         raise KeyError(f"load_checkpoint: dir={directory!r}: the checkpoint has no parameter "
                        f"{', '.join(missing[:5])} of this model")
-    new_state = {}
-    for saved, named, states in _old_units(layout, parts, who):
-        for u in model.units:
-            _copy_into(u, named, u.shard.data)
-            if optimizer is None:
-                continue
-            state = new_state.setdefault(u.shard, {})
-            for key, value in saved.items():
-                if key in states:
-                    if key not in state:
-                        state[key] = torch.zeros(u.shard_numel, dtype=value.dtype)
-                    _copy_into(u, states[key], state[key])
-                elif key not in state:
-                    state[key] = value.clone() if torch.is_tensor(value) else value
+    for u in model.units:
+        _copy_into(u, saved.params, u.shard.data)
+        if optimizer is None:
+            continue
+        names = [places[0].name for places in u.slots]
+        keys = sorted({k for n in names for k in saved.optimizer.get(n, {})})
+        if not keys:
+            continue
+        state = {}
+        for key in keys:
+            like = next(saved.optimizer[n][key] for n in names if key in saved.optimizer.get(n, {}))
+            state[key] = torch.zeros(u.shard_numel, dtype=like.dtype)
+            _copy_into(u, {n: saved.optimizer[n][key] for n in names
+                           if key in saved.optimizer.get(n, {})}, state[key])
+        count = _step_tensor(optimizer, saved.step)
+        if count is not None:
+            state["step"] = count
+        optimizer.state[u.shard] = state
     buffers = dict(model.module.named_buffers())
-    for name, value in replicated["buffers"].items():
+    for name, value in saved.buffers.items():
         if name in buffers:
             buffers[name].copy_(value)
     if optimizer is not None:
-        for g, saved in zip(optimizer.param_groups, replicated["param_groups"]):
-            g.update(saved)
-        for shard, state in new_state.items():
-            optimizer.state[shard] = state
+        for g, groups in zip(optimizer.param_groups, saved.param_groups):
+            g.update({k: _as_saved(v, g.get(k)) for k, v in groups.items()})
     return step, meta
