@@ -22,6 +22,9 @@ auto value_errors(F&& f) -> decltype(f()) {
 // _c10d.checkpoint: heft's multi-writer checkpoint directory (checkpoint_binding.cc).
 void bind_checkpoint(pybind11::module_& parent);
 
+// _c10d.data: heft-train's text corpus and batches (data_binding.cc).
+void bind_data(pybind11::module_& parent);
+
 // _c10d.step_profiler: heft's step profiler, behind heft.torch.profile
 // (step_profiler_binding.cc).
 void bind_step_profiler(pybind11::module_& parent);

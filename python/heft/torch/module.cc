@@ -111,6 +111,7 @@ PYBIND11_MODULE(_c10d, m) {
   m.doc() = "heft's torch.distributed backend (see heft.torch)";
   heft::torch_backend::bind_checkpoint(m);
   heft::torch_backend::bind_step_profiler(m);
+  heft::torch_backend::bind_data(m);
   heft::torch_backend::bind_mesh(m);
   bind_process_group(m);
   py::module_ parallel = heft::torch_backend::bind_parallel_group(m);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "heft/error.h"
+#include "heft/parallel/data/text_windows.h"
 
 namespace heft::train {
 
@@ -76,9 +77,7 @@ DistributedSampler::Batch DistributedSampler::batch(int64_t step) const {
 }
 
 std::pair<int64_t, int64_t> DistributedSampler::share(int64_t n, int rank, int world) {
-  const int64_t base = n / world, extra = n % world;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+  return parallel::data::share(n, rank, world);
 }
 
 }  // namespace heft::train

@@ -24,25 +24,16 @@
 #include <string>
 #include <vector>
 
+#include "heft/parallel/data/text_windows.h"
 #include "heft/train/task.h"
 
 namespace heft::train {
 
-inline constexpr const char* kDefaultFortunesDir = "/usr/share/games/fortunes";
-
-struct TextCorpus {
-  torch::Tensor train;  // (N,) int64 bytes
-  torch::Tensor held_out;
-};
-
-// Throws heft::IoError naming the directory when it cannot be read or holds no text, and
-// heft::InvalidArgument when the text is too short for one window of block_size + 1 bytes
-// in each part.
-TextCorpus load_text_corpus(const std::string& dir, int64_t block_size);
-
-// The offsets of `count` windows of `window` bytes in a text of `size` bytes, from
-// generator seed `seed` (the same on every rank and machine).
-std::vector<int64_t> window_offsets(int64_t size, int64_t window, int64_t count, uint64_t seed);
+// The corpus and its windows live in parallel/data/text_windows.h (heft.torch binds them).
+using parallel::data::kDefaultFortunesDir;
+using parallel::data::load_text_corpus;
+using parallel::data::TextCorpus;
+using parallel::data::window_offsets;
 
 // The "text" task over hp.data (default kDefaultFortunesDir) for data-parallel rank
 // data_rank of data_size.

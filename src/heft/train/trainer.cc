@@ -253,9 +253,14 @@ class Training {
     if (!set) return;
     const std::string where = "step " + std::to_string(set->step) + " in " + hp_.checkpoint_dir;
     const nlohmann::json meta = nlohmann::json::parse(set->meta_json);
-    if (!set->parts.at(0).count("rng.pt")) throw IoError("checkpoint " + where + " has no rng.pt");
     strategy_->load_state(set->parts, where);
-    parallel::rng_from_bytes(set->parts.at(0).at("rng.pt"), "checkpoint " + where + ": rng.pt");
+    // heft.torch's save_checkpoint writes no generator state (heft-train's data order comes
+    // from the seed and the step, not from the generator; only dropout would draw from it).
+    if (set->parts.at(0).count("rng.pt"))
+      parallel::rng_from_bytes(set->parts.at(0).at("rng.pt"), "checkpoint " + where + ": rng.pt");
+    else if (strategy_->reports())
+      print("resume: checkpoint %s has no rng.pt (a heft.torch checkpoint?): the random "
+            "generator stays as seeded", where.c_str());
     step_ = saved_step_ = meta.at("step").get<int64_t>();
     epoch_ = meta.at("epoch").get<int64_t>();
     next_batch_ = meta.at("next_batch").get<int64_t>();
