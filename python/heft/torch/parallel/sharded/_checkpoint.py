@@ -15,7 +15,7 @@ import pickle
 import torch
 import torch.distributed as dist
 
-from heft.torch._c10d.parallel import sharded as _engine
+from heft.torch import _c10d
 
 from .. import checkpoint_dir as ckdir
 
@@ -117,7 +117,7 @@ def save_checkpoint(directory, model, optimizer=None, step=None, meta=None, keep
             t = torch.tensor([step], dtype=torch.int64)
             dist.broadcast(t, 0)
             step = int(t.item())
-    files = _engine.write_part(_flats(model, optimizer), {
+    files = _c10d.parallel.sharded.write_part(_flats(model, optimizer), {
         "optimizer": _optimizer_name(optimizer),
         "shard_size": model.shard_group.size, "shard_rank": model.shard_group.rank,
         "replicate_rank": model.replicate_group.rank if model.replicate_group else 0,
@@ -158,7 +158,7 @@ def _read(directory, who):
     if first.get("format") != "heft-sharded":
         return step, meta, _read_legacy(parts, who)
     try:
-        s = _engine.read([p._paths for p in parts], who)
+        s = _c10d.parallel.sharded.read([p._paths for p in parts], who)
     except OSError as e:  # a refused file: the loaders' ValueError, as torch.load's was
         if REFUSAL in str(e):
             raise ValueError(str(e)) from None
