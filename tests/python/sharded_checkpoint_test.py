@@ -4,8 +4,8 @@ trained 10 AdamW steps at 4 ranks is saved (heft's multi-writer format: one part
 committed by rank 0) and trains 10 more; loaded at 2 ranks, at 4 ranks hybrid 2 x 2 and in
 one process without a process group, the next 10 losses equal the uninterrupted run's
 (relative 1e-5); load_full_state_dict gives a plain model the saved parameters exactly; a
-model the checkpoint does not fit is refused naming a missing parameter. Loading reads one
-saved unit at a time. The directory is written and checked by the C++ CheckpointDirectory
+model the checkpoint does not fit is refused naming a missing parameter.
+The directory is written and checked by the C++ CheckpointDirectory
 through the extension (heft.torch._c10d.checkpoint): its version-2 manifest is on disk, a
 bad file name raises ValueError, and a corrupted unit file makes the C++ reader skip the
 checkpoint with its warning naming the file.
