@@ -6,7 +6,7 @@ by name (heft has nothing to hand them to)."""
 import os
 import shutil
 
-from . import _home
+from . import _cli, _home
 from ._uri import local_path
 
 DEFAULT_BUCKET = "default"
@@ -84,8 +84,9 @@ class Session:
             _check_component("default_bucket_prefix", default_bucket_prefix)
         self._bucket = default_bucket or DEFAULT_BUCKET
         self.default_bucket_prefix = default_bucket_prefix
-        home = heft_home or os.environ.get("HEFT_HOME") or os.path.join(
-            os.path.expanduser("~"), ".heft")
+        # heft's own answer ($HEFT_HOME, else ~/.heft: src/heft/job/paths.h), so the
+        # variable is read in one place.
+        home = heft_home or _cli.run(["home"], None).stdout.strip()
         self.heft_home = os.path.abspath(home)
         self.cluster = check_cluster("Session", cluster)
         self.local_mode = True

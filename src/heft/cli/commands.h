@@ -50,6 +50,8 @@ Command add_describe_command(CLI::App& app);
 Command add_logs_command(CLI::App& app);
 // `heft metrics JOB [--name M] [--format table|csv|json]` (metrics.cc)
 Command add_metrics_command(CLI::App& app);
+// `heft home` (home.cc)
+Command add_home_command(CLI::App& app);
 // `heft tunings [--json]` (tunings.cc)
 Command add_tunings_command(CLI::App& app);
 // The record of the tuning job named `name` when there is one and no training job of that

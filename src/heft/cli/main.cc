@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   add(heft::cli::add_slurm_batch_command);
   add(heft::cli::add_tune_command);
   add(heft::cli::add_tunings_command);
+  add(heft::cli::add_home_command);
   add(heft::cli::add_run_command);
   add(heft::cli::add_bench_command);
   add(heft::cli::add_contract_command);
