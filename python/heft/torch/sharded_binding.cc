@@ -165,28 +165,37 @@ void bind_sharded(py::module_& parallel) {
       "a part's files (name -> bytes) from this rank's flats: [{param, state, step, unit, numel, "
       "shard_numel, members: [{names, shape, offset, numel}]}] and header {optimizer, shard_size, "
       "shard_rank, replicate_rank, buffers, extra_json}");
-  m.def(
-      "read",
-      [](const std::vector<std::map<std::string, std::string>>& parts, const std::string& who) {
-        sh::NamedState s;
-        {
-          py::gil_scoped_release release;
-          s = sh::read_sharded_files(parts, who);
-        }
-        py::dict out;
-        out["params"] = s.params;
-        out["optimizer"] = s.optimizer;
-        out["step"] = s.adam_step;
-        out["optimizer_name"] = s.optimizer_name;
-        out["aliases"] = s.aliases;
-        out["buffers"] = s.buffers;
-        out["extra_json"] = s.extra_json;
-        return out;
-      },
-      py::arg("parts"), py::arg("who"),
-      "the full state of a verified sharded checkpoint's parts (name -> path each): params, "
-      "optimizer ({name: {state: tensor}}), step, optimizer_name, aliases, buffers, extra_json; "
-      "raises OSError naming `who` and the file");
+  py::class_<sh::ShardedReader>(m, "Reader",
+                                 "a verified sharded checkpoint's parts (name -> path each), read "
+                                 "one saved flat at a time; OSError names `who` and the file")
+      .def(py::init([](std::vector<std::map<std::string, std::string>> parts, const std::string& who) {
+             py::gil_scoped_release release;
+             return sh::ShardedReader::from_files(std::move(parts), who);
+           }),
+           py::arg("parts"), py::arg("who"))
+      .def("__len__", &sh::ShardedReader::size)
+      .def("names", &sh::ShardedReader::names, "every saved parameter name, tied names included")
+      .def("buffers", &sh::ShardedReader::buffers)
+      .def("extra_json", &sh::ShardedReader::extra_json)
+      .def("optimizer_name", &sh::ShardedReader::optimizer_name)
+      .def(
+          "read",
+          [](sh::ShardedReader& r, size_t i) {
+            sh::NamedState s;
+            {
+              py::gil_scoped_release release;
+              s = r.read(i);
+            }
+            py::dict out;
+            out["params"] = s.params;
+            out["optimizer"] = s.optimizer;
+            out["step"] = s.adam_step;
+            out["aliases"] = s.aliases;
+            return out;
+          },
+          py::arg("flat"),
+          "flat i as full tensors by name: params, optimizer ({name: {state: tensor}}), step, "
+          "aliases ({other name: name})");
 }
 
 }  // namespace heft::torch_backend

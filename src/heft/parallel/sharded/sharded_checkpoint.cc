@@ -191,15 +191,17 @@ bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>
           parts[0].at("layout.json").find("\"heft-sharded\"") != std::string::npos);
 }
 
-namespace {
-
 // One part as the reader sees it: its layout and its files, by name, read on demand.
-struct PartView {
+struct ShardedReader::PartView {
   json layout;
   std::function<std::string(const std::string&)> file;   // bytes; throws IoError if absent
   std::function<std::string(const std::string&)> label;  // a file's name in messages
   std::function<bool(const std::string&)> has;
 };
+
+namespace {
+
+using PartView = ShardedReader::PartView;
 
 // The flats' tensors of one tensor rank's parts (by shard rank), flat by flat.
 class ShardSet {
@@ -238,138 +240,52 @@ class ShardSet {
   std::vector<torch::serialize::InputArchive> archives_;
 };
 
-// The named state of one tensor rank from its replicate-0 parts (any shard size).
-NamedState read_tensor_rank(const std::map<int, const PartView*>& by_shard, const json& layout,
-                            int shard_size, std::map<std::string, tensor::Split>* splits) {
-  const PartView& first = *by_shard.begin()->second;
-  if (shard_size <= 0 || static_cast<int>(by_shard.size()) != shard_size ||
-      by_shard.begin()->first != 0 || by_shard.rbegin()->first != shard_size - 1)
-    throw IoError(first.label("layout.json") + ": expected the shards 0.." +
-                  std::to_string(shard_size - 1) + " of replicate 0, found " +
-                  std::to_string(by_shard.size()));
-  std::vector<const PartView*> ordered;
-  for (auto& [k, p] : by_shard) ordered.push_back(p);
-  ShardSet shards(ordered, layout.value("version", 1));
-  NamedState state;
-  state.optimizer_name = layout.value("optimizer", "");
-  const json& flats = layout["flats"];
-  for (size_t f = 0; f < flats.size(); ++f) {
-    std::vector<std::map<std::string, torch::Tensor>> pieces = shards.flat(f);
-    auto concat = [&](const std::string& what) -> torch::Tensor {
-      std::vector<torch::Tensor> ts;
-      for (auto& m : pieces) {
-        const auto it = m.find(what);
-        if (it == m.end()) return {};
-        ts.push_back(it->second.reshape({-1}));
-      }
-      return torch::cat(ts);
-    };
-    if (const auto it = pieces[0].find("step"); it != pieces[0].end() && it->second.numel() == 1)
-      state.adam_step = std::max(state.adam_step, it->second.to(torch::kLong).item<int64_t>());
-    const torch::Tensor param = concat("param");
-    if (!param.defined())
-      throw IoError(first.label(unit_file(f)) + ": flat " + std::to_string(f) + " has no param");
-    std::map<std::string, torch::Tensor> states;
-    for (const auto& [key, t] : pieces[0])
-      if (key != "param" && key != "step")
-        if (torch::Tensor joined = concat(key); joined.defined()) states[key] = joined;
-    for (const json& m : flats[f]["members"]) {
-      const std::string name = m.at("name").get<std::string>();
-      const std::vector<int64_t> shape = m.at("shape").get<std::vector<int64_t>>();
-      const int64_t offset = m.at("offset").get<int64_t>(), numel = m.at("numel").get<int64_t>();
-      if (offset + numel > param.numel())
-        throw IoError(first.label("layout.json") + ": parameter " + name + " lies outside its shards");
-      if (m.contains("split") && m["split"].is_array() && m["split"].size() == 2)
-        (*splits)[name] = {m["split"][0].get<int>(), m["split"][1].get<int>()};
-      state.params[name] = param.narrow(0, offset, numel).view(shape).clone();
-      for (const auto& [s, t] : states)
-        state.optimizer[name][s] = t.narrow(0, offset, numel).view(shape).clone();
-      if (m.contains("aliases"))
-        for (const json& a : m["aliases"]) state.aliases[a.get<std::string>()] = name;
+// Flat f of one tensor rank's shards: its members as full tensors (this tensor rank's slices).
+NamedState read_flat(ShardSet& shards, const json& entry, size_t f, const std::string& label,
+                     std::map<std::string, tensor::Split>* splits) {
+  std::vector<std::map<std::string, torch::Tensor>> pieces = shards.flat(f);
+  auto concat = [&](const std::string& what) -> torch::Tensor {
+    std::vector<torch::Tensor> ts;
+    for (auto& m : pieces) {
+      const auto it = m.find(what);
+      if (it == m.end()) return {};
+      ts.push_back(it->second.reshape({-1}));
     }
+    return torch::cat(ts);
+  };
+  NamedState state;
+  if (const auto it = pieces[0].find("step"); it != pieces[0].end() && it->second.numel() == 1)
+    state.adam_step = it->second.to(torch::kLong).item<int64_t>();
+  const torch::Tensor param = concat("param");
+  if (!param.defined())
+    throw IoError(label + ": flat " + std::to_string(f) + " has no param");
+  std::map<std::string, torch::Tensor> states;
+  for (const auto& [key, t] : pieces[0])
+    if (key != "param" && key != "step")
+      if (torch::Tensor joined = concat(key); joined.defined()) states[key] = joined;
+  pieces.clear();
+  for (const json& m : entry["members"]) {
+    const std::string name = m.at("name").get<std::string>();
+    const std::vector<int64_t> shape = m.at("shape").get<std::vector<int64_t>>();
+    const int64_t offset = m.at("offset").get<int64_t>(), numel = m.at("numel").get<int64_t>();
+    if (offset + numel > param.numel())
+      throw IoError(label + ": parameter " + name + " lies outside its shards");
+    if (m.contains("split") && m["split"].is_array() && m["split"].size() == 2)
+      (*splits)[name] = {m["split"][0].get<int>(), m["split"][1].get<int>()};
+    state.params[name] = param.narrow(0, offset, numel).view(shape).clone();
+    for (const auto& [s, t] : states)
+      state.optimizer[name][s] = t.narrow(0, offset, numel).view(shape).clone();
+    if (m.contains("aliases"))
+      for (const json& a : m["aliases"]) state.aliases[a.get<std::string>()] = name;
   }
   return state;
-}
-
-// The full state of one pipeline stage's parts (its tensor ranks joined).
-NamedState read_stage(const std::map<int, std::map<int, const PartView*>>& by_tensor,
-                      const std::map<int, json>& layouts, const std::map<int, int>& shard_sizes,
-                      int tensor_size, const std::string& where) {
-  if (static_cast<int>(by_tensor.size()) != tensor_size)
-    throw IoError(where + ": expected the parts of " + std::to_string(tensor_size) +
-                  " tensor ranks, found " + std::to_string(by_tensor.size()));
-  std::map<std::string, tensor::Split> splits;
-  std::vector<NamedState> ranks;
-  for (auto& [t, shards] : by_tensor)
-    ranks.push_back(read_tensor_rank(shards, layouts.at(t), shard_sizes.at(t), &splits));
-  if (ranks.size() == 1) return ranks[0];
-  NamedState full;
-  full.optimizer_name = ranks[0].optimizer_name;
-  full.adam_step = ranks[0].adam_step;
-  full.aliases = ranks[0].aliases;
-  for (const auto& [name, t0] : ranks[0].params) {
-    const tensor::Split split = splits.count(name) ? splits[name] : tensor::Split{};
-    std::vector<torch::Tensor> slices;
-    for (const NamedState& r : ranks) {
-      if (!r.params.count(name))
-        throw IoError(where + ": a tensor rank has no parameter " + name);
-      slices.push_back(r.params.at(name));
-    }
-    full.params[name] = tensor::join_slices(slices, split);
-    if (!ranks[0].optimizer.count(name)) continue;
-    for (const auto& [s, unused] : ranks[0].optimizer.at(name)) {
-      std::vector<torch::Tensor> pieces;
-      for (const NamedState& r : ranks) pieces.push_back(r.optimizer.at(name).at(s));
-      full.optimizer[name][s] = tensor::join_slices(pieces, split);
-    }
-  }
-  return full;
-}
-
-NamedState read_parts(const std::vector<PartView>& parts, const std::string& where) {
-  // Per pipeline stage, per tensor rank: replicate 0's parts by shard rank.
-  struct Stage {
-    std::map<int, std::map<int, const PartView*>> by_tensor;
-    std::map<int, json> layouts;
-    std::map<int, int> shard_sizes;
-    int tensor_size = 1;
-  };
-  std::map<int, Stage> stages;
-  const PartView* keeper = nullptr;  // replicate 0's lowest part: buffers and extra
-  for (const PartView& p : parts) {
-    const json& l = p.layout;
-    if (l.value("replicate_rank", -1) != 0) continue;
-    if (!keeper || (p.has("replicated.pt") && !keeper->has("replicated.pt"))) keeper = &p;
-    Stage& st = stages[l.value("pipeline_rank", 0)];
-    const int t = l.value("tensor_rank", 0);
-    st.tensor_size = l.value("tensor_size", 1);
-    st.by_tensor[t][l.value("shard_rank", -1)] = &p;
-    st.shard_sizes[t] = l.value("shard_size", 0);
-    if (!st.layouts.count(t)) st.layouts[t] = l;
-  }
-  NamedState all;
-  for (auto& [s, st] : stages) {
-    NamedState piece = read_stage(st.by_tensor, st.layouts, st.shard_sizes, st.tensor_size, where);
-    all.optimizer_name = piece.optimizer_name;
-    all.adam_step = std::max(all.adam_step, piece.adam_step);
-    for (auto& [name, t] : piece.params) all.params[name] = t;
-    for (auto& [name, m] : piece.optimizer) all.optimizer[name] = m;
-    for (auto& [a, name] : piece.aliases) all.aliases[a] = name;
-  }
-  if (all.params.empty()) throw IoError(where + ": no parts of replicate 0");
-  if (keeper) {
-    if (keeper->layout.contains("extra")) all.extra_json = keeper->layout["extra"].dump();
-    if (keeper->has("replicated.pt"))
-      all.buffers = tensors_from_pickle(keeper->file("replicated.pt"), keeper->label("replicated.pt"));
-  }
-  return all;
 }
 
 // A part's layout.json, checked to be a heft-sharded layout.
 json part_layout(const std::string& text, const std::string& label) {
   const json l = json::parse(text, nullptr, false);
   if (l.is_discarded() || !l.is_object() || l.value("format", "") != "heft-sharded" ||
-      !l.contains("flats"))
+      !l.contains("flats") || !l["flats"].is_array())
     throw IoError(label + ": not a heft-sharded layout");
   if (l.value("version", 1) > 2)
     throw IoError(label + ": version " + std::to_string(l.value("version", 1)) +
@@ -379,8 +295,132 @@ json part_layout(const std::string& text, const std::string& label) {
 
 }  // namespace
 
-NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
-                        const std::string& where) {
+// Per pipeline stage: its tensor ranks' replicate-0 parts by shard rank, each tensor rank's
+// shards opened once.
+struct ShardedReader::Stage {
+  std::map<int, std::map<int, const PartView*>> by_tensor;
+  std::map<int, json> layouts;
+  std::map<int, int> shard_sizes;
+  int tensor_size = 1;
+  std::map<int, std::unique_ptr<ShardSet>> open;
+};
+
+ShardedReader::ShardedReader(std::vector<PartView> parts, std::string where)
+    : parts_(std::move(parts)), where_(std::move(where)) {
+  const PartView* keeper = nullptr;  // replicate 0's part with the buffers, else its first
+  for (const PartView& p : parts_) {
+    const json& l = p.layout;
+    if (l.value("replicate_rank", -1) != 0) continue;
+    if (!keeper || (p.has("replicated.pt") && !keeper->has("replicated.pt"))) keeper = &p;
+    auto& st = stages_[l.value("pipeline_rank", 0)];
+    if (!st) st = std::make_shared<Stage>();
+    const int t = l.value("tensor_rank", 0);
+    st->tensor_size = l.value("tensor_size", 1);
+    st->by_tensor[t][l.value("shard_rank", -1)] = &p;
+    st->shard_sizes[t] = l.value("shard_size", 0);
+    if (!st->layouts.count(t)) st->layouts[t] = l;
+  }
+  if (stages_.empty()) throw IoError(where_ + ": no parts of replicate 0");
+  for (auto& [s, st] : stages_) {
+    if (static_cast<int>(st->by_tensor.size()) != st->tensor_size)
+      throw IoError(where_ + ": expected the parts of " + std::to_string(st->tensor_size) +
+                    " tensor ranks, found " + std::to_string(st->by_tensor.size()));
+    for (auto& [t, by_shard] : st->by_tensor) {
+      const int shard_size = st->shard_sizes.at(t);
+      if (shard_size <= 0 || static_cast<int>(by_shard.size()) != shard_size ||
+          by_shard.begin()->first != 0 || by_shard.rbegin()->first != shard_size - 1)
+        throw IoError(by_shard.begin()->second->label("layout.json") + ": expected the shards 0.." +
+                      std::to_string(shard_size - 1) + " of replicate 0, found " +
+                      std::to_string(by_shard.size()));
+    }
+    const size_t n = st->layouts.begin()->second["flats"].size();
+    for (size_t f = 0; f < n; ++f) flats_.push_back({s, f});
+    for (const auto& [t, l] : st->layouts)
+      for (const json& flat : l["flats"])
+        for (const json& m : flat["members"]) {
+          names_.push_back(m.at("name").get<std::string>());
+          if (m.contains("aliases"))
+            for (const json& a : m["aliases"]) names_.push_back(a.get<std::string>());
+        }
+  }
+  std::sort(names_.begin(), names_.end());
+  names_.erase(std::unique(names_.begin(), names_.end()), names_.end());
+  optimizer_name_ = stages_.begin()->second->layouts.begin()->second.value("optimizer", "");
+  if (keeper) {
+    if (keeper->layout.contains("extra")) extra_json_ = keeper->layout["extra"].dump();
+    if (keeper->has("replicated.pt"))
+      buffers_ = tensors_from_pickle(keeper->file("replicated.pt"), keeper->label("replicated.pt"));
+  }
+}
+
+ShardedReader::ShardedReader(ShardedReader&&) noexcept = default;
+ShardedReader::~ShardedReader() = default;
+
+NamedState ShardedReader::read(size_t i) {
+  const auto [s, f] = flats_.at(i);
+  Stage& st = *stages_.at(s);
+  std::map<std::string, tensor::Split> splits;
+  std::vector<NamedState> ranks;
+  for (auto& [t, by_shard] : st.by_tensor) {
+    auto& open = st.open[t];
+    if (!open) {
+      std::vector<const PartView*> ordered;
+      for (auto& [k, p] : by_shard) ordered.push_back(p);
+      open = std::make_unique<ShardSet>(ordered, st.layouts.at(t).value("version", 1));
+    }
+    const json& flats = st.layouts.at(t)["flats"];
+    if (f >= flats.size())
+      throw IoError(by_shard.begin()->second->label("layout.json") + ": tensor rank " +
+                    std::to_string(t) + " has " + std::to_string(flats.size()) + " flats");
+    ranks.push_back(read_flat(*open, flats[f], f, by_shard.begin()->second->label(unit_file(f)), &splits));
+  }
+  NamedState out;
+  out.optimizer_name = optimizer_name_;
+  out.adam_step = ranks[0].adam_step;
+  if (ranks.size() == 1) {
+    out.params = std::move(ranks[0].params);
+    out.optimizer = std::move(ranks[0].optimizer);
+    out.aliases = std::move(ranks[0].aliases);
+    return out;
+  }
+  out.aliases = ranks[0].aliases;
+  for (const auto& [name, t0] : ranks[0].params) {
+    const tensor::Split split = splits.count(name) ? splits[name] : tensor::Split{};
+    std::vector<torch::Tensor> slices;
+    for (const NamedState& r : ranks) {
+      if (!r.params.count(name))
+        throw IoError(where_ + ": a tensor rank has no parameter " + name);
+      slices.push_back(r.params.at(name));
+    }
+    out.params[name] = tensor::join_slices(slices, split);
+    if (!ranks[0].optimizer.count(name)) continue;
+    for (const auto& [k, unused] : ranks[0].optimizer.at(name)) {
+      std::vector<torch::Tensor> pieces;
+      for (const NamedState& r : ranks) pieces.push_back(r.optimizer.at(name).at(k));
+      out.optimizer[name][k] = tensor::join_slices(pieces, split);
+    }
+  }
+  return out;
+}
+
+NamedState ShardedReader::read_all() {
+  NamedState all;
+  all.optimizer_name = optimizer_name_;
+  for (size_t i = 0; i < size(); ++i) {
+    NamedState piece = read(i);
+    all.adam_step = std::max(all.adam_step, piece.adam_step);
+    for (auto& [name, t] : piece.params) all.params[name] = t;
+    for (auto& [name, m] : piece.optimizer) all.optimizer[name] = m;
+    for (auto& [a, name] : piece.aliases) all.aliases[a] = name;
+  }
+  if (all.params.empty()) throw IoError(where_ + ": no parameters");
+  all.buffers = buffers_;
+  all.extra_json = extra_json_;
+  return all;
+}
+
+ShardedReader ShardedReader::from_bytes(const std::vector<std::map<std::string, std::string>>& parts,
+                                        const std::string& where) {
   const std::string prefix = "checkpoint " + where + ": ";
   std::vector<PartView> views;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -403,11 +443,12 @@ NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& p
       check_plain_archive(v.file("shard.pt"), v.label("shard.pt"));
     views.push_back(std::move(v));
   }
-  return read_parts(views, "checkpoint " + where);
+  return ShardedReader(std::move(views), "checkpoint " + where);
 }
 
-NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
-                              const std::string& who) {
+ShardedReader ShardedReader::from_files(std::vector<std::map<std::string, std::string>> paths,
+                                        const std::string& who) {
+  auto held = std::make_shared<std::vector<std::map<std::string, std::string>>>(std::move(paths));
   auto read_file = [](const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::ostringstream os;
@@ -416,26 +457,36 @@ NamedState read_sharded_files(const std::vector<std::map<std::string, std::strin
     return os.str();
   };
   std::vector<PartView> views;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    const auto& p = paths[i];
-    const auto layout = p.find("layout.json");
-    if (layout == p.end())
+  for (size_t i = 0; i < held->size(); ++i) {
+    const std::map<std::string, std::string>* p = &(*held)[i];
+    const auto layout = p->find("layout.json");
+    if (layout == p->end())
       throw IoError(who + ": part " + std::to_string(i) + " has no layout.json");
     PartView v;
-    v.label = [who, &p](const std::string& name) {
-      const auto it = p.find(name);
-      return who + ": " + (it == p.end() ? name : it->second);
+    v.label = [who, p, held](const std::string& name) {
+      const auto it = p->find(name);
+      return who + ": " + (it == p->end() ? name : it->second);
     };
     v.layout = part_layout(read_file(layout->second), v.label("layout.json"));
-    v.has = [&p](const std::string& name) { return p.count(name) > 0; };
-    v.file = [&p, read_file, label = v.label](const std::string& name) -> std::string {
-      const auto it = p.find(name);
-      if (it == p.end()) throw IoError(label(name) + ": missing");
+    v.has = [p](const std::string& name) { return p->count(name) > 0; };
+    v.file = [p, read_file, label = v.label](const std::string& name) -> std::string {
+      const auto it = p->find(name);
+      if (it == p->end()) throw IoError(label(name) + ": missing");
       return read_file(it->second);
     };
     views.push_back(std::move(v));
   }
-  return read_parts(views, who);
+  return ShardedReader(std::move(views), who);
+}
+
+NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
+                        const std::string& where) {
+  return ShardedReader::from_bytes(parts, where).read_all();
+}
+
+NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
+                              const std::string& who) {
+  return ShardedReader::from_files(paths, who).read_all();
 }
 
 NamedState local_view(const NamedState& full, const TensorLayout& tensor) {

@@ -35,6 +35,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,40 @@ bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>
 // what is missing or inconsistent (a part, a shard rank, a file).
 NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
                         const std::string& where);
+// A sharded checkpoint read one saved flat at a time (every tensor rank's slices of it
+// joined): a reader holds one flat's full tensors, not the model's. PartViews hold the parts
+// by reference: from_bytes's `parts` must outlive the reader.
+class ShardedReader {
+ public:
+  struct PartView;
+  static ShardedReader from_bytes(const std::vector<std::map<std::string, std::string>>& parts,
+                                  const std::string& where);
+  // Files as paths (read when needed); errors name "who: PATH".
+  static ShardedReader from_files(std::vector<std::map<std::string, std::string>> paths,
+                                  const std::string& who);
+  ShardedReader(ShardedReader&&) noexcept;
+  ~ShardedReader();
+  size_t size() const { return flats_.size(); }       // saved flats, every stage's
+  NamedState read(size_t i);                            // flat i: params, optimizer, step, aliases
+  NamedState read_all();                                // every flat, buffers, extra
+  const std::vector<std::string>& names() const { return names_; }  // every parameter name, aliases too
+  const std::map<std::string, torch::Tensor>& buffers() const { return buffers_; }
+  const std::string& extra_json() const { return extra_json_; }
+  const std::string& optimizer_name() const { return optimizer_name_; }
+
+ private:
+  struct Stage;
+  ShardedReader(std::vector<PartView> parts, std::string where);
+  std::vector<PartView> parts_;
+  std::string where_;
+  std::map<int, std::shared_ptr<Stage>> stages_;
+  std::vector<std::pair<int, size_t>> flats_;  // (stage, flat)
+  std::vector<std::string> names_;
+  std::map<std::string, torch::Tensor> buffers_;
+  std::string extra_json_ = "{}";
+  std::string optimizer_name_;
+};
+
 // The same over a verified checkpoint's files as paths (CheckpointDirectory::
 // locate_latest_parts): each part's files are read when needed, and errors name
 // "who: PATH" (heft.torch's readers).

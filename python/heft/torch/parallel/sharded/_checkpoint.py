@@ -137,18 +137,23 @@ REFUSAL = "holds something other than tensors and plain data"
 
 
 class _Saved:
-    """A checkpoint read as full tensors by name: params (tied names included), optimizer
-    ({name: {state: tensor}}), step, buffers, param_groups, state_keys."""
+    """A checkpoint as full tensors by name, one saved flat at a time: names (every saved
+    parameter name, tied ones included), flats() yielding (params, optimizer ({name: {state:
+    tensor}}), step) per flat, buffers, param_groups, state_keys."""
 
-    def __init__(self, params, optimizer, step, buffers, extra, aliases=None):
-        self.params = dict(params)
-        for alias, name in (aliases or {}).items():
-            self.params[alias] = self.params[name]
-            if name in optimizer:
-                optimizer[alias] = optimizer[name]
-        self.optimizer, self.step, self.buffers = optimizer, step, buffers
+    def __init__(self, names, flats, buffers, extra):
+        self.names, self.flats, self.buffers = set(names), flats, buffers
         self.param_groups = extra.get("param_groups", [])
-        self.state_keys = extra.get("state_keys") or list(self.params) + list(buffers)
+        self.state_keys = extra.get("state_keys")
+
+
+def _with_aliases(piece):
+    params, optim = dict(piece["params"]), dict(piece["optimizer"])
+    for alias, name in piece["aliases"].items():
+        params[alias] = params[name]
+        if name in optim:
+            optim[alias] = optim[name]
+    return params, optim, piece["step"]
 
 
 def _read(directory, who):
@@ -158,13 +163,25 @@ def _read(directory, who):
     if first.get("format") != "heft-sharded":
         return step, meta, _read_legacy(parts, who)
     try:
-        s = _c10d.parallel.sharded.read([p._paths for p in parts], who)
+        reader = _c10d.parallel.sharded.Reader([p._paths for p in parts], who)
+        buffers = reader.buffers()
     except OSError as e:  # a refused file: the loaders' ValueError, as torch.load's was
-        if REFUSAL in str(e):
-            raise ValueError(str(e)) from None
-        raise
-    return step, meta, _Saved(s["params"], s["optimizer"], s["step"], s["buffers"],
-                              json.loads(s["extra_json"]), s["aliases"])
+        _refused(e)
+
+    def flats():
+        for i in range(len(reader)):
+            try:
+                piece = reader.read(i)
+            except OSError as e:
+                _refused(e)
+            yield _with_aliases(piece)
+    return step, meta, _Saved(reader.names(), flats, buffers, json.loads(reader.extra_json()))
+
+
+def _refused(error):
+    if REFUSAL in str(error):
+        raise ValueError(str(error)) from None
+    raise error
 
 
 def _read_legacy(parts, who):
@@ -176,18 +193,23 @@ def _read_legacy(parts, who):
                   key=lambda k: layouts[k]["shard_rank"])
     layout, kept = layouts[keep[0]], [parts[k] for k in keep]
     replicated = load_part(parts[0], "replicated.pt", who)
-    params, optim, step = {}, {}, 0
-    for i, unit in enumerate(layout["units"]):
-        blobs = [load_part(p, _unit_file(i), who) for p in kept]
-        params.update(_named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs])))
-        for key, v in blobs[0]["optimizer"].items():
-            if key == "step":
-                step = int(v.item() if torch.is_tensor(v) else v)
-            elif torch.is_tensor(v) and v.dim() == 1 and v.numel() == unit["shard_numel"]:
-                joined = _named(unit, torch.cat([b["optimizer"][key].reshape(-1) for b in blobs]))
-                for name, t in joined.items():
-                    optim.setdefault(name, {})[key] = t
-    return _Saved(params, optim, step, replicated["buffers"],
+
+    def flats():
+        for i, unit in enumerate(layout["units"]):
+            blobs = [load_part(p, _unit_file(i), who) for p in kept]
+            params = _named(unit, torch.cat([b["shard"].reshape(-1) for b in blobs]))
+            optim, step = {}, 0
+            for key, v in blobs[0]["optimizer"].items():
+                if key == "step":
+                    step = int(v.item() if torch.is_tensor(v) else v)
+                elif torch.is_tensor(v) and v.dim() == 1 and v.numel() == unit["shard_numel"]:
+                    joined = _named(unit, torch.cat([b["optimizer"][key].reshape(-1)
+                                                     for b in blobs]))
+                    for name, t in joined.items():
+                        optim.setdefault(name, {})[key] = t
+            yield params, optim, step
+    names = [n for unit in layout["units"] for m in unit["members"] for n in m["names"]]
+    return _Saved(names, flats, replicated["buffers"],
                   {"param_groups": replicated["param_groups"], "state_keys": layout["state_keys"]})
 
 
@@ -204,9 +226,13 @@ def load_full_state_dict(directory):
     """The newest checkpoint as the unwrapped model's state_dict (full tensors; no process
     group needed)."""
     _, _, saved = _read(directory, "load_full_state_dict")
-    params, buffers = saved.params, saved.buffers
+    params = {}
+    for named, _, _ in saved.flats():
+        params.update(named)
+    buffers = saved.buffers
+    keys = saved.state_keys or list(params) + list(buffers)
     return {k: (params[k] if k in params else buffers[k]).clone()
-            for k in saved.state_keys if k in params or k in buffers}
+            for k in keys if k in params or k in buffers}
 
 
 def _copy_into(unit, named, target):
@@ -237,32 +263,30 @@ def _as_saved(value, current):
 @torch.no_grad()
 def load_checkpoint(directory, model, optimizer=None):
     """Loads the newest checkpoint (heft.torch's or heft-train's) into a ShardedDataParallel
-    model (any degree) and its optimizer; returns (step, meta)."""
+    model (any degree) and its optimizer, one saved flat at a time; returns (step, meta)."""
     who = "load_checkpoint"
     step, meta, saved = _read(directory, who)
     wanted = [places[0].name for u in model.units for places in u.slots]
-    missing = [n for n in wanted if n not in saved.params]
+    missing = [n for n in wanted if n not in saved.names]
     if missing:
         raise KeyError(f"load_checkpoint: dir={directory!r}: the checkpoint has no parameter "
                        f"{', '.join(missing[:5])} of this model")
-    for u in model.units:
-        _copy_into(u, saved.params, u.shard.data)
-        if optimizer is None:
-            continue
-        names = [places[0].name for places in u.slots]
-        keys = sorted({k for n in names for k in saved.optimizer.get(n, {})})
-        if not keys:
-            continue
-        state = {}
-        for key in keys:
-            like = next(saved.optimizer[n][key] for n in names if key in saved.optimizer.get(n, {}))
-            state[key] = torch.zeros(u.shard_numel, dtype=like.dtype)
-            _copy_into(u, {n: saved.optimizer[n][key] for n in names
-                           if key in saved.optimizer.get(n, {})}, state[key])
-        count = _step_tensor(optimizer, saved.step)
-        if count is not None:
-            state["step"] = count
-        optimizer.state[u.shard] = state
+    new_state = {}
+    for named, optim, count in saved.flats():
+        for u in model.units:
+            _copy_into(u, named, u.shard.data)
+            if optimizer is None:
+                continue
+            names = [places[0].name for places in u.slots]
+            state = new_state.setdefault(u.shard, {})
+            for key in sorted({k for n in names for k in optim.get(n, {})}):
+                part = {n: optim[n][key] for n in names if key in optim.get(n, {})}
+                if key not in state:
+                    state[key] = torch.zeros(u.shard_numel, dtype=next(iter(part.values())).dtype)
+                _copy_into(u, part, state[key])
+                steps = _step_tensor(optimizer, count)
+                if steps is not None:
+                    state["step"] = steps
     buffers = dict(model.module.named_buffers())
     for name, value in saved.buffers.items():
         if name in buffers:
@@ -270,4 +294,7 @@ def load_checkpoint(directory, model, optimizer=None):
     if optimizer is not None:
         for g, groups in zip(optimizer.param_groups, saved.param_groups):
             g.update({k: _as_saved(v, g.get(k)) for k, v in groups.items()})
+        for shard, state in new_state.items():
+            if state:
+                optimizer.state[shard] = state
     return step, meta
