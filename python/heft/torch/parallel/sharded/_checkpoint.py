@@ -4,9 +4,9 @@ rank K: its flat shards, their optimizer state and the layout), loadable at any 
 sharded degree, hybrid degree or world size, or as a plain state_dict.
 The format is heft-train's sharded checkpoint (src/heft/parallel/sharded/sharded_checkpoint.h,
 version 2): the C++ code writes the part's files from the tensors handed over here
-(_c10d.parallel.sharded.write_part) and reads a checkpoint back as full tensors by name
-(.read), with LibTorch's unpickler, which runs no Python; so a checkpoint of heft-train's
-sharded GPT loads here and the other way round. Checkpoints written by this module before
+(_c10d.parallel.sharded.write_part) and reads a checkpoint back as full tensors by name,
+one saved flat at a time (.Reader), with LibTorch's unpickler, which runs no Python; so a
+checkpoint of heft-train's sharded GPT loads here and the other way round. Checkpoints written by this module before
 that format (layout.json without "format") are still read, each file with
 torch.load(weights_only=True) (load_part)."""
 import json
