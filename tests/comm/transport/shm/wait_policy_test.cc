@@ -43,8 +43,10 @@ struct Rank0 {
 // Rank 1 arrives late at the first sync (past the spin budget `spin`), so rank 0's wait
 // spins, yields (every yield counts as slow: slow_yield_us 0) and enters the contended mode
 // for the rest of the test; then both sync kSyncs times (with `late_again`, rank 1 comes
-// late to the first of them too, so rank 0's contended spin fails there). The contended
-// spin is `spin` too: long enough that a loaded machine's scheduler does not fail it.
+// late to the first of them too, so rank 0's contended spin fails there, and 50 ms late to
+// the one in the middle, so rank 0 surely waits again: it failed 1 run in 20 under ctest -j2
+// beside a busy loop when rank 1 happened to be the one waiting at every later sync). The
+// contended spin is `spin` too: long enough that a loaded machine's scheduler does not fail it.
 Rank0 run(int cpu0, int cpu1, std::chrono::milliseconds spin, bool late_again = false) {
   MemoryStore store;
   ContextOptions o;
@@ -62,7 +64,11 @@ Rank0 run(int cpu0, int cpu1, std::chrono::milliseconds spin, bool late_again = 
     ctx->sync(deadline, "sync");
     if (r == 0) out.first = ctx->path_counts();
     if (r == 1 && late_again) std::this_thread::sleep_for(spin + std::chrono::milliseconds(50));
-    for (int i = 0; i < kSyncs; ++i) ctx->sync(deadline, "sync");
+    for (int i = 0; i < kSyncs; ++i) {
+      if (r == 1 && late_again && i == kSyncs / 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ctx->sync(deadline, "sync");
+    }
     if (r == 0) {
       out.last = ctx->path_counts();
       out.disjoint = ctx->placement_disjoint();
@@ -101,7 +107,9 @@ TEST(ShmWaitPolicy, AContendedSpinThatFailedMakesTheNextWaitsSleepAtOnce) {
   // The late peer's core was busy (here: asleep): spinning again would only burn this core.
   EXPECT_EQ(r.last.spun, r.first.spun) << "no contended spin after the one that failed";
   EXPECT_GT(r.last.slept, r.first.slept + 1)
-      << "the failed wait and at least one later wait should have slept";
+      << "the failed wait and the one rank 1 came late to should have slept (slept "
+      << r.first.slept << " -> " << r.last.slept << ", spun " << r.first.spun << " -> "
+      << r.last.spun << ")";
 }
 
 TEST(ShmWaitPolicy, ContendedWaitsOnASharedCoreSleepAtOnce) {
