@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "heft/comm/knobs.h"
 #include "heft/contract/worker.h"
 #include "heft/host/host.h"
 #include "operation.h"
@@ -156,7 +157,7 @@ ProcessGroupHeft::ProcessGroupHeft(const c10::intrusive_ptr<c10d::Store>& store,
   // Tuning variables (HEFT_HOST, HEFT_TRANSPORT, HEFT_ALLREDUCE_ALGO, ...) as for any
   // heft worker; the group's token and timeout are torch's.
   comm::CommunicatorOptions options = comm::CommunicatorOptions::from_env();
-  if (!std::getenv("HEFT_BIND_ADDRESS")) options.bind_address = link_address();
+  if (!comm::knob_value("HEFT_BIND_ADDRESS")) options.bind_address = link_address();
   options.token = token;
   options.timeout = timeout;
   comm_ = comm::Communicator::create(store_, "torch-" + id, rank, size, options);

@@ -5,6 +5,7 @@
 
 #include <spdlog/cfg/env.h>
 
+#include "heft/comm/knobs.h"
 #include "heft/comm/store/tcp_store.h"
 #include "heft/contract/worker.h"
 #include "heft/error.h"
@@ -38,7 +39,7 @@ World init(const CommunicatorOptions& options) {
     throw InvalidArgument("HEFT_TOKEN is not set: start workers with `heft run` (see docs/run.md)");
   auto store = std::shared_ptr<TcpStore>(TcpStore::connect(*job.store, o.token, o.timeout));
   store->set_timeout(o.timeout);
-  if (!std::getenv("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
+  if (!knob_value("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
   World w;
   w.store = store;
   w.comm = Communicator::create(store, job.job_name() + "/world", rank,

@@ -190,6 +190,11 @@ std::string cell(const std::string& s) {
 
 }  // namespace
 
+const char* knob_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
 const std::vector<Knob>& tuning_knobs() {
   static const std::vector<Knob> knobs = make_knobs();
   return knobs;

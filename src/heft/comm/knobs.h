@@ -27,6 +27,11 @@ struct Knob {
 
 const std::vector<Knob>& tuning_knobs();
 
+// The environment's non-empty value of knob variable `name`, else nullptr: the one place the
+// knobs are read (CommunicatorOptions::from_env, and the callers that derive a default
+// where one is absent: HEFT_BIND_ADDRESS from the store's interface).
+const char* knob_value(const char* name);
+
 // The table as Markdown (docs/comm.md's, between its generated markers).
 std::string knobs_markdown();
 

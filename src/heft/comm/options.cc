@@ -48,8 +48,8 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.timeout = std::chrono::seconds(job.timeout());
   o.host = job.host.value_or("");
   for (const Knob& k : tuning_knobs()) {
-    const char* v = k.apply ? std::getenv(k.name) : nullptr;
-    if (v && *v) k.apply(o, v);
+    const char* v = k.apply ? knob_value(k.name) : nullptr;
+    if (v) k.apply(o, v);
   }
   return o;
 }
