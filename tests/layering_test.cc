@@ -22,8 +22,10 @@ struct Rule {
 
 TEST(Layering, EachLayerIncludesOnlyWhatItDependsOn) {
   const std::vector<Rule> rules = {
-      {"comm", R"(#include [<"](torch/|heft/(parallel|train|job|cli|tune|profile|config|step_profiler)/))",
+      {"comm", R"(#include [<"](torch/|heft/(parallel|train|job|cli|tune|profile|config|step_profiler|cuda)/))",
        "comm depends on the OS only"},
+      {"cuda", R"(#include [<"](torch/|heft/(parallel|train|job|cli|tune|profile|config|step_profiler)/))",
+       "the CUDA parts sit on comm and the CUDA toolkit: torch-free, no job or training"},
       {"contract", R"(#include [<"](torch/|heft/(?!contract/|error\.h)))",
        "the worker contract depends on nothing (heft/error.h and the standard library)"},
       {"host", R"(#include [<"](torch/|heft/(?!host/|error\.h)))",
