@@ -75,6 +75,38 @@ TEST(Hyperparameters, HeftTrainExitsWith2NamingTheUnknownOne) {
   EXPECT_NE(out.find("bf16_compression"), std::string::npos) << out;
 }
 
+TEST(Hyperparameters, DeviceIsCpuCudaOrCudaN) {
+  EXPECT_EQ(parse_hyperparameters({}, "").value.device, "cpu");
+  for (const char* d : {"cpu", "cuda", "cuda:0", "cuda:7"}) {
+    const auto p = parse_hyperparameters({"--device", d}, "");
+    ASSERT_TRUE(p.ok()) << d << ": " << p.error;
+    EXPECT_EQ(p.value.device, d);
+  }
+  for (const char* d : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA", "mps"})
+    EXPECT_EQ(parse_hyperparameters({"--device", d}, "").error,
+              std::string("hyperparameter device: '") + d + "': expected cpu, cuda or cuda:N")
+        << d;
+}
+
+// heft-train on a GPU needs LibTorch to see one: without, `device cuda` exits 2 naming why,
+// before anything is built; with one, the GPU test (device_cuda_test.cc) runs instead.
+TEST(Hyperparameters, DeviceCudaWithoutAGpuExits2NamingWhy) {
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  const std::string cmd = std::string(HEFT_BINARY_DIR) +
+                          "/heft-train --model gpt --max_steps 1 --device cuda 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  std::array<char, 512> buf;
+  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
+  const int status = pclose(f);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find("heft-train: device cuda: LibTorch sees no GPU (torch::cuda::device_count() "
+                     "is 0); use device cpu"),
+            std::string::npos)
+      << out;
+}
+
 // The gradient clip's sum of squares: rows' norms in place, summed in double, within 3e-7 of
 // the float64 sum (a row's float norm is rounded once, about 6e-8, and squared: 1.2e-7, plus
 // the row's float accumulation; LibTorch 2.11's reduction order came to 1.08e-7 here) for a tensor with a tail past the rows, a small one, an empty one and a

@@ -181,6 +181,18 @@ const std::vector<Field>& fields() {
                    "clip the global gradient norm to this; 0: off (gpt: 1.0)"),
       int_field("gradient_accumulation", &H::gradient_accumulation, 1,
                 "micro-steps per step; gradients are communicated on the last only"),
+      Field{"device", Kind::kString,
+            "cpu | cuda (the GPU of the rank's LOCAL_RANK) | cuda:N (docs/gpu.md)",
+            [](Hyperparameters& h, const std::string& s) {
+              const bool cuda_n = s.size() > 5 && s.compare(0, 5, "cuda:") == 0 &&
+                                  s.find_first_not_of("0123456789", 5) == std::string::npos &&
+                                  s.size() <= 9;
+              if (s != "cpu" && s != "cuda" && !cuda_n)
+                return "'" + s + "': expected cpu, cuda or cuda:N";
+              h.device = s;
+              return std::string();
+            },
+            [](const Hyperparameters& h) { return h.device; }},
       int_field("n_layer", &H::n_layer, 1, "gpt: transformer blocks"),
       int_field("n_head", &H::n_head, 1, "gpt: attention heads (must divide n_embd)"),
       int_field("n_embd", &H::n_embd, 1, "gpt: model width"),

@@ -50,6 +50,7 @@ struct Hyperparameters {
   double beta2 = 0.999;           // AdamW's second-moment decay (gpt: 0.95)
   double grad_clip = 0.0;         // clip the global gradient norm to this; 0: off (gpt: 1.0)
   int64_t gradient_accumulation = 1;  // micro-steps per step, communicating on the last only
+  std::string device = "cpu";     // cpu | cuda (cuda:LOCAL_RANK) | cuda:N (docs/gpu.md)
   // gpt: its sizes, and evaluation and sampling.
   int64_t n_layer = 4;
   int64_t n_head = 4;

@@ -94,7 +94,13 @@ class DataParallel : public MeshStrategy {
     std::filesystem::create_directories(dir, ec);
     if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
     torch::serialize::OutputArchive archive;
+    // On the CPU, whatever device trained (model.pt loads on any machine); the parameters
+    // keep their identity across to() (the optimizer's hold them).
+    const auto params = model_->parameters();
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    if (!device.is_cpu()) model_->to(torch::kCPU);
     model_->save(archive);
+    if (!device.is_cpu()) model_->to(device);
     archive.save_to(dir + "/model.pt");
   }
 

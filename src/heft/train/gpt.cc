@@ -17,7 +17,8 @@ torch::Tensor causal_attention(const torch::Tensor& qkv_out, int64_t heads) {
   std::vector<torch::Tensor> qkv = qkv_out.split(C, 2);
   for (torch::Tensor& t : qkv) t = t.view({B, T, heads, hd}).transpose(1, 2);
   torch::Tensor att = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(hd));
-  const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
+  const torch::Tensor future =
+      torch::ones({T, T}, torch::TensorOptions(torch::kBool).device(qkv_out.device())).triu(1);
   att = att.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
   return torch::matmul(att, qkv[2]).transpose(1, 2).contiguous().view({B, T, C});
 }
@@ -51,7 +52,8 @@ torch::Tensor gpt_range(G& g, int first, int last, const torch::Tensor& in) {
         throw InvalidArgument("gpt: a sequence of " + std::to_string(T) +
                               " bytes is longer than block_size " +
                               std::to_string(g.config_.block_size));
-      x = g.tok_->forward(x) + g.pos_->forward(torch::arange(T, torch::kLong));
+      x = g.tok_->forward(x) +
+          g.pos_->forward(torch::arange(T, torch::TensorOptions(torch::kLong).device(x.device())));
     } else if (layer <= n) {
       auto* block = g.blocks_[static_cast<size_t>(layer - 1)].get();
       x = g.run_unit(static_cast<size_t>(layer - 1), x,

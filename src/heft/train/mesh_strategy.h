@@ -58,25 +58,27 @@ inline int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
 // at the outermost exit, so the next forward casts the updated parameters.
 class Bf16Autocast {
  public:
-  explicit Bf16Autocast(bool on) : on_(on) {
+  // type: the device the model computes on (CPU autocast, or CUDA's on a GPU).
+  explicit Bf16Autocast(bool on, at::DeviceType type = at::kCPU) : on_(on), type_(type) {
     if (!on_) return;
-    was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
-    was_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    was_enabled_ = at::autocast::is_autocast_enabled(type_);
+    was_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
     at::autocast::increment_nesting();
   }
   ~Bf16Autocast() {
     if (!on_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
-    at::autocast::set_autocast_dtype(at::kCPU, was_dtype_);
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
   }
   Bf16Autocast(const Bf16Autocast&) = delete;
   Bf16Autocast& operator=(const Bf16Autocast&) = delete;
 
  private:
   bool on_;
+  at::DeviceType type_;
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
@@ -141,8 +143,13 @@ class MeshStrategy : public Strategy {
   // Bf16Autocast, so the loss is taken in float32.
   torch::Tensor forward_outputs(const torch::Tensor& inputs) {
     if (!bf16_) return model_->forward(inputs);
-    Bf16Autocast bf16(true);
+    Bf16Autocast bf16(true, device_type());
     return model_->forward(inputs).to(torch::kFloat);
+  }
+  // Where the model computes (hyperparameter device): its first parameter's device.
+  at::DeviceType device_type() {
+    const auto params = model_->parameters();
+    return params.empty() ? at::kCPU : params.front().device().type();
   }
   // Forward and backward of one step over this rank's share, cut into gradient_accumulation
   // micro-batches: forward(inputs) gives a micro-batch's outputs (timed as the forward
@@ -161,7 +168,7 @@ class MeshStrategy : public Strategy {
         auto timed = profile::phase(profile::Phase::kForward);
         return loss_of(forward(micro[m].inputs), micro[m].targets, task);
       }();
-      total += loss_sum.detach().to(torch::kDouble);
+      total += loss_sum.detach().to(torch::kCPU, torch::kDouble);
       auto timed = profile::phase(profile::Phase::kBackward);
       if (m + 1 < micro.size()) {
         auto guard = no_sync();
@@ -208,12 +215,13 @@ class MeshStrategy : public Strategy {
     for (const auto& unit : model_->units())
       params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
     const bool bf16 = bf16_;
-    model_->set_unit_runner([params, bf16](size_t i, const torch::Tensor& x,
-                                           const Model::UnitFn& f) {
+    const at::DeviceType type = device_type();
+    model_->set_unit_runner([params, bf16, type](size_t i, const torch::Tensor& x,
+                                                 const Model::UnitFn& f) {
       Model::UnitFn unit = f;
       if (bf16)
-        unit = [f](const torch::Tensor& in) {
-          Bf16Autocast autocast(true);
+        unit = [f, type](const torch::Tensor& in) {
+          Bf16Autocast autocast(true, type);
           return f(in);
         };
       return parallel::recompute_in_backward(x, unit, params.at(i));

@@ -55,13 +55,43 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMesh& mesh) {
+// The device the hyperparameter `device` names for this process: cpu, or a GPU (cuda: the
+// one of LOCAL_RANK; cuda:N). A GPU needs LibTorch to see one, and, until heft's collectives
+// take CUDA tensors, a run of one rank (docs/gpu.md).
+torch::Device resolve_device(const std::string& device, int world_size) {
+  if (device == "cpu") return torch::kCPU;
+  const int64_t seen = static_cast<int64_t>(torch::cuda::device_count());
+  if (seen == 0)
+    throw InvalidArgument("device " + device + ": LibTorch sees no GPU (torch::cuda::device_count() is 0)"
+                          "; use device cpu");
+  if (world_size > 1)
+    throw InvalidArgument("device " + device + " with " + std::to_string(world_size) +
+                          " ranks: heft's collectives do not take CUDA tensors yet (docs/gpu.md); "
+                          "run one rank on the GPU, or device cpu");
+  int64_t index = 0;
+  if (device.size() > 5) {
+    index = std::stoll(device.substr(5));
+  } else if (const char* local = std::getenv("LOCAL_RANK")) {
+    index = std::atoll(local);
+  }
+  if (index < 0 || index >= seen)
+    throw InvalidArgument("device " + device + ": GPU " + std::to_string(index) + ", LibTorch sees " +
+                          std::to_string(seen));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMesh& mesh,
+                                   const torch::Device& device) {
   // Seeded first, so every rank builds the same model (DDP broadcasts rank 0's anyway).
   torch::manual_seed(static_cast<uint64_t>(hp.seed));
   ModelContext context;
   context.hp = hp;
   context.mesh = &mesh;
-  return make_model(hp.model, context);
+  std::shared_ptr<Model> model = make_model(hp.model, context);
+  // Built on the CPU from the seed (the same values on every device), then moved: the
+  // optimizer the strategy makes next holds the moved parameters.
+  if (!device.is_cpu()) model->to(device);
+  return model;
 }
 
 // One run of train(): the mesh, the task, the strategy and what the loop counts. The rank
@@ -81,7 +111,8 @@ class Training {
                         mesh_.size(parallel::Dim::kData))),
         optimizer_config_(optimizer_config(hp, mesh_.size(parallel::Dim::kData),
                                            task_->steps_per_epoch())),
-        strategy_(make_strategy(distribution, hp, mesh_, build_model(hp, mesh_),
+        device_(resolve_device(hp.device, world.size())),
+        strategy_(make_strategy(distribution, hp, mesh_, build_model(hp, mesh_, device_),
                                 optimizer_config_)),
         sharded_degree_(distribution.modelparallel.sharded_data_parallel_degree) {
     for (const std::string& name : task_->metric_names())
@@ -129,7 +160,12 @@ class Training {
         const Clock::time_point step_start = Clock::now();
         const Batch batch = [&] {
           auto data = profiler_.phase(profile::Phase::kData);
-          return task_->batch(i);
+          Batch b = task_->batch(i);
+          if (!device_.is_cpu()) {
+            b.inputs = b.inputs.to(device_, /*non_blocking=*/true);
+            b.targets = b.targets.to(device_, /*non_blocking=*/true);
+          }
+          return b;
         }();
         const double lr = learning_rate(optimizer_config_, step_);
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
@@ -193,7 +229,7 @@ class Training {
     if (!hp_.model_dir.empty()) strategy_->save_model(hp_.model_dir);
     if (hp_.generate > 0) {
       const std::string text = generate_bytes(
-          [this](const torch::Tensor& x) { return strategy_->evaluate(x); }, hp_.block_size,
+          [this](const torch::Tensor& x) { return evaluate_on_device(x); }, hp_.block_size,
           hp_.generate, static_cast<uint64_t>(hp_.seed));
       if (strategy_->reports()) out_ << "generated (" << hp_.generate << " bytes):\n" << text << std::endl;
     }
@@ -309,10 +345,17 @@ class Training {
           static_cast<long long>(b.optimizer));
   }
 
+  // The strategy's evaluation of CPU inputs on the run's device, the outputs on the CPU (the
+  // tasks' metrics and sampling work there).
+  torch::Tensor evaluate_on_device(const torch::Tensor& x) {
+    if (device_.is_cpu()) return strategy_->evaluate(x);
+    return strategy_->evaluate(x.to(device_)).to(torch::kCPU);
+  }
+
   // "epoch=E test_loss=..." or "step=N val_loss=...".
   void log_evaluation(const char* unit, int64_t at) {
     const Metrics m = task_->evaluate(
-        [this](const torch::Tensor& x) { return strategy_->evaluate(x); },
+        [this](const torch::Tensor& x) { return evaluate_on_device(x); },
         strategy_->data_group());
     evaluated_step_ = step_;
     std::string line = format("%s=%lld", unit, static_cast<long long>(at));
@@ -342,6 +385,7 @@ class Training {
   parallel::DeviceMesh mesh_;
   std::unique_ptr<Task> task_;
   const OptimizerConfig optimizer_config_;
+  const torch::Device device_;  // the model's and the batches'
   std::unique_ptr<Strategy> strategy_;
   const int sharded_degree_;
   TrainResult result_;

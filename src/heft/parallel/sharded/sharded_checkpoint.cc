@@ -49,12 +49,12 @@ void set_state(torch::optim::Optimizer& optimizer, const std::string& name,
   if (name == "adamw") {
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(adam_step);
-    s->exp_avg(tensors.at("exp_avg").clone());
-    s->exp_avg_sq(tensors.at("exp_avg_sq").clone());
+    s->exp_avg(tensors.at("exp_avg").to(p.device(), /*non_blocking=*/false, /*copy=*/true));
+    s->exp_avg_sq(tensors.at("exp_avg_sq").to(p.device(), false, true));
     optimizer.state()[key_of(p)] = std::move(s);
   } else {
     auto s = std::make_unique<torch::optim::SGDParamState>();
-    s->momentum_buffer(tensors.at("momentum_buffer").clone());
+    s->momentum_buffer(tensors.at("momentum_buffer").to(p.device(), false, true));
     optimizer.state()[key_of(p)] = std::move(s);
   }
 }
@@ -88,8 +88,9 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
   json entries = json::array();
   for (size_t f = 0; f < flats.size(); ++f) {
     const SavedFlat& flat = flats[f];
+    // On the CPU, whatever device trained (a checkpoint loads on any machine).
     std::map<std::string, torch::Tensor> tensors{
-        {"param", flat.param.detach().reshape({-1})},
+        {"param", flat.param.detach().reshape({-1}).to(torch::kCPU)},
         {"step", torch::tensor({flat.step}, torch::kLong)}};
     json state = json::array();
     for (const auto& [name, t] : flat.state) {
@@ -99,7 +100,7 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
         throw InvalidArgument("checkpoint: optimizer state " + name + " of flat " +
                               std::to_string(f) + " has " + std::to_string(t.numel()) +
                               " elements, its shard " + std::to_string(flat.param.numel()));
-      tensors[name] = t.detach().reshape({-1});
+      tensors[name] = t.detach().reshape({-1}).to(torch::kCPU);
       state.push_back(name);
     }
     files[unit_file(f)] = tensors_to_pickle(tensors);
