@@ -16,6 +16,18 @@
 namespace heft::train {
 namespace {
 
+// heft-train ARGS: its exit status and its output (stdout and stderr).
+std::pair<int, std::string> heft_train(const std::string& args) {
+  const std::string cmd = std::string(HEFT_BINARY_DIR) + "/heft-train " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 512> buf;
+  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
+  const int status = pclose(f);
+  return {WEXITSTATUS(status), out};
+}
+
 TEST(Hyperparameters, DefaultsArgumentsAndSmHps) {
   auto p = parse_hyperparameters({}, "");
   ASSERT_TRUE(p.ok()) << p.error;
@@ -62,14 +74,8 @@ TEST(Hyperparameters, ErrorsNameTheHyperparameter) {
 }
 
 TEST(Hyperparameters, HeftTrainExitsWith2NamingTheUnknownOne) {
-  const std::string cmd = std::string(HEFT_BINARY_DIR) + "/heft-train --epochs 1 --colour red 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  std::array<char, 512> buf;
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int status = pclose(f);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  const auto [status, out] = heft_train("--epochs 1 --colour red");
+  EXPECT_EQ(status, 2) << out;
   EXPECT_EQ(out.rfind("heft-train: unknown hyperparameter 'colour'; known: model, epochs,", 0), 0u)
       << out;
   EXPECT_NE(out.find("bf16_compression"), std::string::npos) << out;
@@ -92,15 +98,8 @@ TEST(Hyperparameters, DeviceIsCpuCudaOrCudaN) {
 // before anything is built; with one, the GPU test (device_cuda_test.cc) runs instead.
 TEST(Hyperparameters, DeviceCudaWithoutAGpuExits2NamingWhy) {
   if (torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
-  const std::string cmd = std::string(HEFT_BINARY_DIR) +
-                          "/heft-train --model gpt --max_steps 1 --device cuda 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  std::array<char, 512> buf;
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int status = pclose(f);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  const auto [status, out] = heft_train("--model gpt --max_steps 1 --device cuda");
+  EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("heft-train: device cuda: LibTorch sees no GPU (torch::cuda::device_count() "
                      "is 0); use device cpu"),
             std::string::npos)
