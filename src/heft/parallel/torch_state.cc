@@ -109,25 +109,36 @@ void copy_from_archive(torch::nn::Module& module, torch::serialize::InputArchive
 
 }  // namespace
 
+namespace {
+
+// The first record of the zip archive `bytes` that makes it more than tensors and plain data,
+// named with why ("" when there is none): a pickle naming a registered C++ class
+// (torch.classes), and a source file (any, or with `any_source` false only one that defines a
+// function: TorchScript's). Reads the source and pickle records, not tensor data; throws what
+// LibTorch's zip reader throws for bytes that are no zip archive.
+std::string refused_record(const std::string& bytes, bool any_source) {
+  caffe2::serialize::PyTorchStreamReader zip(std::make_shared<BytesReader>(bytes));
+  for (const std::string& name : zip.getAllRecords()) {
+    // LibTorch finds records by name ignoring case (miniz), so the suffixes are too.
+    const std::string key = lower(name);
+    const bool source = ends_with(key, ".py");
+    if (source && any_source) return printable(name) + " is a source file";
+    if (!source && !ends_with(key, "pkl")) continue;  // tensor data, version, extra files
+    auto [data, size] = zip.getRecord(name);
+    const std::string_view text(static_cast<const char*>(data.get()), size);
+    if (source && has_token(text, "def")) return printable(name) + " defines a TorchScript function";
+    if (!source && text.find("torch.classes") != std::string_view::npos)
+      return printable(name) + " names a registered C++ class (torch.classes)";
+  }
+  return "";
+}
+
+}  // namespace
+
 void check_plain_archive(const std::string& bytes, const std::string& what) {
   std::string refused;  // the record and why, set inside the try, thrown outside it
   try {
-    caffe2::serialize::PyTorchStreamReader zip(std::make_shared<BytesReader>(bytes));
-    for (const std::string& name : zip.getAllRecords()) {
-      // LibTorch finds records by name ignoring case (miniz), so the suffixes are too.
-      const std::string key = lower(name);
-      const bool source = ends_with(key, ".py");
-      if (!source && !ends_with(key, "pkl")) continue;  // tensor data, version, extra files
-      auto [data, size] = zip.getRecord(name);
-      const std::string_view text(static_cast<const char*>(data.get()), size);
-      if (source && has_token(text, "def")) refused = " defines a TorchScript function";
-      if (!source && text.find("torch.classes") != std::string_view::npos)
-        refused = " names a registered C++ class (torch.classes)";
-      if (!refused.empty()) {
-        refused = printable(name) + refused;
-        break;
-      }
-    }
+    refused = refused_record(bytes, /*any_source=*/false);
   } catch (const std::exception& e) {
     throw IoError(what + ": not a torch::serialize archive (" + first_line(e) + ")");
   }
@@ -155,18 +166,7 @@ std::map<std::string, torch::Tensor> tensors_from_pickle(const std::string& byte
                                                          const std::string& what) {
   std::string refused;
   try {
-    caffe2::serialize::PyTorchStreamReader zip(std::make_shared<BytesReader>(bytes));
-    for (const std::string& name : zip.getAllRecords()) {
-      const std::string key = lower(name);
-      if (ends_with(key, ".py")) refused = printable(name) + " is a source file";
-      if (refused.empty() && ends_with(key, "pkl")) {
-        auto [data, size] = zip.getRecord(name);
-        const std::string_view text(static_cast<const char*>(data.get()), size);
-        if (text.find("torch.classes") != std::string_view::npos)
-          refused = printable(name) + " names a registered C++ class (torch.classes)";
-      }
-      if (!refused.empty()) break;
-    }
+    refused = refused_record(bytes, /*any_source=*/true);
   } catch (const std::exception& e) {
     refused = "not a zip archive: " + first_line(e);
   }

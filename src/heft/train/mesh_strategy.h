@@ -120,6 +120,9 @@ class MeshStrategy : public Strategy {
     tensor_.rank = tensor_group_.rank();
     tensor_.size = tensor_group_.size();
     tensor_.splits = model_->tensor_splits();
+    // The trainer moves the model to its device before the strategy is made.
+    const auto params = model_->parameters();
+    if (!params.empty()) device_type_ = params.front().device().type();
   }
 
  public:
@@ -143,13 +146,8 @@ class MeshStrategy : public Strategy {
   // Bf16Autocast, so the loss is taken in float32.
   torch::Tensor forward_outputs(const torch::Tensor& inputs) {
     if (!bf16_) return model_->forward(inputs);
-    Bf16Autocast bf16(true, device_type());
+    Bf16Autocast bf16(true, device_type_);
     return model_->forward(inputs).to(torch::kFloat);
-  }
-  // Where the model computes (hyperparameter device): its first parameter's device.
-  at::DeviceType device_type() {
-    const auto params = model_->parameters();
-    return params.empty() ? at::kCPU : params.front().device().type();
   }
   // Forward and backward of one step over this rank's share, cut into gradient_accumulation
   // micro-batches: forward(inputs) gives a micro-batch's outputs (timed as the forward
@@ -215,7 +213,7 @@ class MeshStrategy : public Strategy {
     for (const auto& unit : model_->units())
       params.push_back(unit ? unit->parameters() : std::vector<torch::Tensor>{});
     const bool bf16 = bf16_;
-    const at::DeviceType type = device_type();
+    const at::DeviceType type = device_type_;
     model_->set_unit_runner([params, bf16, type](size_t i, const torch::Tensor& x,
                                                  const Model::UnitFn& f) {
       Model::UnitFn unit = f;
@@ -324,6 +322,7 @@ class MeshStrategy : public Strategy {
   const int data_rank_;
   const bool reports_;
   std::shared_ptr<Model> model_;
+  at::DeviceType device_type_ = at::kCPU;  // where the model computes (hyperparameter device)
   parallel::sharded::TensorLayout tensor_;
 };
 

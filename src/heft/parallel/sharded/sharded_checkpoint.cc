@@ -186,10 +186,20 @@ std::map<std::string, std::string> save_replica(torch::nn::Module& module,
   return write_part(flats, h);
 }
 
+namespace {
+
+// A part of a sharded checkpoint (either version): its layout.json names the format (a flat-less
+// part has no unit files; version 1's always carried shard.pt).
+bool is_sharded_part(const std::map<std::string, std::string>& part) {
+  const auto layout = part.find("layout.json");
+  return layout != part.end() &&
+         (part.count("shard.pt") || layout->second.find("\"heft-sharded\"") != std::string::npos);
+}
+
+}  // namespace
+
 bool is_sharded_checkpoint(const std::vector<std::map<std::string, std::string>>& parts) {
-  return !parts.empty() && parts[0].count("layout.json") &&
-         (parts[0].count("shard.pt") || parts[0].count("unit-00000.pt") ||
-          parts[0].at("layout.json").find("\"heft-sharded\"") != std::string::npos);
+  return !parts.empty() && is_sharded_part(parts[0]);
 }
 
 // One part as the reader sees it: its layout and its files, by name, read on demand.
@@ -427,8 +437,7 @@ ShardedReader ShardedReader::from_bytes(const std::vector<std::map<std::string, 
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto& p = parts[i];
     const std::string part = part_name(static_cast<int>(i));
-    if (!p.count("layout.json") || !(p.count("shard.pt") || p.count("unit-00000.pt") || p.count("replicated.pt") ||
-                                      p.at("layout.json").find("\"heft-sharded\"") != std::string::npos))
+    if (!is_sharded_part(p))
       throw IoError(prefix + "part " + std::to_string(i) +
                     " has no layout.json and shard files (not a sharded checkpoint)");
     PartView v;
@@ -483,11 +492,6 @@ ShardedReader ShardedReader::from_files(std::vector<std::map<std::string, std::s
 NamedState read_sharded(const std::vector<std::map<std::string, std::string>>& parts,
                         const std::string& where) {
   return ShardedReader::from_bytes(parts, where).read_all();
-}
-
-NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
-                              const std::string& who) {
-  return ShardedReader::from_files(paths, who).read_all();
 }
 
 NamedState local_view(const NamedState& full, const TensorLayout& tensor) {

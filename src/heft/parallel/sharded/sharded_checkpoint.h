@@ -151,12 +151,6 @@ class ShardedReader {
   std::string optimizer_name_;
 };
 
-// The same over a verified checkpoint's files as paths (CheckpointDirectory::
-// locate_latest_parts): each part's files are read when needed, and errors name
-// "who: PATH" (heft.torch's readers).
-NamedState read_sharded_files(const std::vector<std::map<std::string, std::string>>& paths,
-                              const std::string& who);
-
 // This tensor rank's slices of a full state.
 NamedState local_view(const NamedState& full, const TensorLayout& tensor);
 
