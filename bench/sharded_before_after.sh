@@ -13,25 +13,9 @@
 #     DIR: a build folder with heft, heft-train, memory_bandwidth_bench and python/heft
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=5 before="" after=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --before) before=$2; shift 2 ;;
-    --after) after=$2; shift 2 ;;
-    *) echo "usage: $0 --before DIR --after DIR [--rounds R]" >&2; exit 2 ;;
-  esac
-done
+source bench/before_after.sh 5 "$@"
 py=${PYTHON:-.venv/bin/python}
-for b in "$before" "$after"; do
-  [[ -n $b && -x $b/heft && -x $b/heft-train && -f $b/python/heft/torch/__init__.py ]] ||
-    { echo "sharded_before_after: '$b' is not a build with heft, heft-train and python/heft" >&2; exit 2; }
-done
-export OMP_NUM_THREADS=1
-cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
-echo "# machine: $(getconf _NPROCESSORS_ONLN) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')); torch $($py -c 'import torch; print(torch.__version__)')"
-echo "# memcpy 1 MiB GB/s: $("$after/memory_bandwidth_bench" --benchmark_filter='BM_Memcpy/1048576$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{printf "%.1f", $6/1e9}')"
-echo "# date: $(date -u +%Y-%m-%dT%H:%MZ); before $before, after $after; $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+before_after_header
 echo "# round build workload tokens_per_s peak_rss_mib"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -35,6 +35,11 @@ read with `ast` only: nothing is imported, so it needs neither torch nor a build
    _c10d.parallel.sharded), heft-train's too. The one exception, SHARDED_COORDINATION: the
    checkpoint's barrier and the broadcast of its step, until the one checkpoint format moves
    the writer into C++.
+6. One model measurement: the modules of parallel/layout/ read no clock or heap counter of their
+   own (time.process_time, time.perf_counter, time.thread_time, heap_in_use, getrusage):
+   timing a user's layers, the heap their forwards keep and the optimizer's step is
+   src/heft/parallel/layout/model_measure.h's (bound as _c10d.parallel.layout.measure_layers),
+   heft-train's too. time.monotonic (how long a probe took, for the report) is not a measurement.
 """
 import ast
 import os
@@ -56,6 +61,7 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "reduce", "gather", "scatter", "batch_isend_irecv", "monitored_barrier"}
 SHARDED_COORDINATION = {("_checkpoint.py", "barrier"), ("_checkpoint.py", "broadcast")}
 PARALLEL_FILES = {"__init__.py", "mesh.py", "checkpoint_dir.py"}
+MEASURING = {"process_time", "perf_counter", "thread_time", "heap_in_use", "getrusage"}
 
 
 def modules():
@@ -238,6 +244,21 @@ def collective_calls(path):
     return found
 
 
+def measuring_calls(path):
+    """[(line, name)] of the calls in the file to a function named in MEASURING (however it is
+    reached: time.process_time(), _layout.heap_in_use(), a bare perf_counter())."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name in MEASURING:
+                found.append((node.lineno, name))
+    return found
+
+
 class Layering(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -329,6 +350,30 @@ class Layering(unittest.TestCase):
         if broken:
             self.fail("\n" + "\n".join(broken) + "\nsharding's collectives are the C++ engine's "
                       "(_c10d.parallel.sharded.Engine): a second data path in Python is refused")
+
+    def test_layout_measures_nothing_of_its_own(self):
+        room = os.path.join(PYTHON_DIR, *PARALLEL.split("."), "layout")
+        broken, checked = [], 0
+        for entry in sorted(os.listdir(room)):
+            if entry.endswith(".py"):
+                checked += 1
+                broken += [f"{os.path.relpath(os.path.join(room, entry), support.SOURCE_DIR)}:{line}: {name}()"
+                           for line, name in measuring_calls(os.path.join(room, entry))]
+        self.assertGreater(checked, 1, room)
+        if broken:
+            self.fail("\n" + "\n".join(broken) + "\nthe model measurement is model_measure.h's "
+                      "(_c10d.parallel.layout.measure_layers): a second one in Python is refused")
+
+    def test_the_measuring_finder_finds_each_spelling(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write("import time\nfrom time import perf_counter\nt = time.process_time()\n"
+                    "u = perf_counter()\nh = _layout.heap_in_use()\nm = time.monotonic()\n")
+        try:
+            self.assertEqual(sorted(measuring_calls(f.name)),
+                             [(3, "process_time"), (4, "perf_counter"), (5, "heap_in_use")])
+        finally:
+            os.unlink(f.name)
 
     def test_the_collective_finder_finds_each_spelling(self):
         import tempfile

@@ -3,17 +3,20 @@
 // and the model's measured terms (ModelCost's saved bytes, per-call times, optimizer step,
 // transient and runtime bytes, largest tensors and their copies, the profile's peak and
 // residue; SearchOptions' host contention) go to search() as they are;
-// heap_in_use, resident_bytes and runnable_elsewhere are the measurements heft-train's
-// profile takes (train/auto_layout.cc), for Python's. heft::InvalidArgument becomes ValueError.
-#include <malloc.h>
+// measure_layers is the model measurement heft-train's profile runs (model_measure.h), over
+// the user's layers given as Python callables; heap_in_use, resident_bytes and
+// runnable_elsewhere are the host facts Python's side reads. heft::InvalidArgument becomes
+// ValueError.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "heft/error.h"
 #include "heft/host/host.h"
 #include "heft/parallel/layout/comm_measure.h"
 #include "heft/parallel/layout/host_probe.h"
 #include "heft/parallel/layout/layout_search.h"
+#include "heft/parallel/layout/model_measure.h"
 #include "heft/parallel/layout/optimizer_memory.h"
 #include "parallel_group.h"
 
@@ -204,11 +207,68 @@ std::vector<std::pair<int, double>> sync_delay(ParallelGroup& group, const py::f
   return out;
 }
 
-// Bytes malloc has handed out and not taken back (heap and mmap'd blocks): what a forward
-// keeps is the difference across it (heft-train's saved-bytes measurement).
-int64_t heap_in_use() {
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+// model_measure.h's measure_layers and measure_step over Python callables (the GIL held: they
+// run the user's layers); a dict of ModelCost's names.
+py::dict measure_layers(const py::function& forward, const py::function& parameters, int layers,
+                        const std::vector<std::string>& names, const at::Tensor& batch, int64_t batch_samples,
+                        const std::optional<at::Tensor>& larger, int64_t larger_samples, const py::object& loss,
+                        bool input_requires_grad, const py::function& make_step, int warmup, int repeats) {
+  if (static_cast<int>(names.size()) != layers)
+    throw py::value_error("measure_layers: names: expected " + std::to_string(layers) + ", found " +
+                          std::to_string(names.size()));
+  // The measurement runs without the GIL (autograd's engine refuses to run holding it); each
+  // call into the user's Python takes it back.
+  pl::MeasuredModel model;
+  model.layers = layers;
+  model.forward = [&](int i, const at::Tensor& x) {
+    py::gil_scoped_acquire gil;
+    return forward(i, x).cast<at::Tensor>();
+  };
+  model.parameters = [&](int i) {
+    py::gil_scoped_acquire gil;
+    return parameters(i).cast<std::vector<at::Tensor>>();
+  };
+  if (!loss.is_none())
+    model.loss = [&](const at::Tensor& y) {
+      py::gil_scoped_acquire gil;
+      return loss(y).cast<at::Tensor>();
+    };
+  model.input_requires_grad = input_requires_grad;
+  pl::LayerMeasureOptions options;
+  options.profile = {warmup, repeats};
+  options.trim = false;  // the user's process: its allocator is left as it is
+  pl::LayerMeasurement m;
+  double optimizer_s = 0;
+  py::object step;  // the optimizer's step, released here with the GIL held
+  try {
+    py::gil_scoped_release no_gil;
+    m = pl::measure_layers(model, batch, batch_samples, larger.value_or(at::Tensor()), larger_samples, options);
+    optimizer_s = pl::measure_step(m, [&](std::vector<at::Tensor>& params) {
+      py::gil_scoped_acquire gil;
+      step = make_step(params);
+      return std::function<void()>([&step] {
+        py::gil_scoped_acquire gil;
+        step();
+      });
+    });
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("auto_layout: ") + e.what());
+  }
+  py::list rows;
+  for (size_t i = 0; i < m.costs.size(); ++i) {
+    const auto& c = m.costs[i];
+    rows.append(py::make_tuple(names[i], c.forward_s, c.backward_s, c.param_bytes, c.activation_bytes));
+  }
+  py::dict d;
+  d["rows"] = rows;
+  d["saved_bytes"] = m.saved_bytes;
+  d["forward_fixed_s"] = m.forward_fixed_s;
+  d["backward_fixed_s"] = m.backward_fixed_s;
+  d["largest_tensor_bytes"] = m.largest_tensor_bytes;
+  d["transient_bytes"] = m.transient_bytes;
+  d["loss_s"] = m.loss_s;
+  d["optimizer_s"] = optimizer_s;
+  return d;
 }
 
 }  // namespace
@@ -248,8 +308,18 @@ void bind_layout(py::module_& parallel) {
       "{optimizer: (state elements per parameter element, state bytes per parameter tensor, "
       "step temporaries as copies of the largest parameter tensor)}: the memory model's one "
       "table (parallel/layout/optimizer_memory.h), heft-train's figures");
-  m.def("heap_in_use", &heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
+  m.def("measure_layers", &measure_layers, py::arg("forward"), py::arg("parameters"), py::arg("layers"),
+        py::arg("names"), py::arg("batch"), py::arg("batch_samples"), py::arg("larger"), py::arg("larger_samples"),
+        py::arg("loss"), py::arg("input_requires_grad"), py::arg("make_step"), py::arg("warmup"),
+        py::arg("repeats"),
+        "the model's measured terms (model_measure.h, heft-train's profile) over forward(i, x) -> y, "
+        "parameters(i) -> [tensors], loss(y) -> loss or None and make_step([params]) -> step(): a dict "
+        "of rows (name, forward_s, backward_s, param_bytes, activation_bytes), saved_bytes, "
+        "forward_fixed_s, backward_fixed_s, largest_tensor_bytes, transient_bytes, loss_s, optimizer_s");
+  m.def("heap_in_use", &pl::heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
+  m.def("peak_resident_bytes", &pl::peak_resident_bytes, "this process's peak resident bytes (ru_maxrss)");
   m.def("resident_bytes", &heft::host::resident_bytes, "this process's resident set in bytes (host/host.h)");
+  m.def("online_cpus", &heft::host::online_cpus, "the CPUs online (sysconf; host/host.h)");
   m.def("available_host_memory", [] { return heft::host::available_memory(); },
         "bytes this host can still give: MemAvailable or the cgroup's room, the smaller (host/host.h)");
   m.def("runnable_elsewhere", &heft::host::runnable_elsewhere, py::arg("samples") = 20, py::arg("interval_ms") = 10,

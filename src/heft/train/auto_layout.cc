@@ -1,7 +1,6 @@
 #include "heft/train/auto_layout.h"
 
 #include <malloc.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -11,7 +10,6 @@
 #include <cmath>
 #include <functional>
 #include <cstdio>
-#include <ctime>
 #include <optional>
 #include <numeric>
 #include <sstream>
@@ -21,6 +19,7 @@
 #include "heft/host/host.h"
 #include "heft/parallel/layout/comm_measure.h"
 #include "heft/parallel/layout/host_probe.h"
+#include "heft/parallel/layout/model_measure.h"
 #include "heft/parallel/layout/optimizer_memory.h"
 #include "heft/train/models.h"
 #include "heft/train/pipeline_strategy.h"
@@ -33,105 +32,6 @@ namespace {
 using parallel::layout::CommTable;
 using parallel::layout::ModelCost;
 using parallel::layout::Prediction;
-
-// Bytes malloc has handed out and not taken back (heap and mmap'd blocks).
-int64_t heap_in_use() {
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<int64_t>(m.uordblks + m.hblkhd);
-}
-
-double cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-// One layer's profile on x (its input): the forward's and backward's CPU seconds (warm-up
-// rounds, then the median; the gradients accumulate over the rounds as over a step's
-// micro-batches) and its output's bytes, as the partitioner's profile_pipeline_layers times
-// each layer.
-parallel::pipeline::LayerCost profile_layer(Model& model, int i, const torch::Tensor& x,
-                                            const parallel::pipeline::ProfileOptions& options) {
-  std::vector<parallel::pipeline::LayerCost> one(1);
-  int64_t output_bytes = 0;
-  parallel::pipeline::profile_layers(one, options, [&](int, double* forward_s, double* backward_s) {
-    const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-    const double t0 = cpu_seconds();
-    const torch::Tensor y = model.forward_range(i, i, in);
-    const double t1 = cpu_seconds();
-    y.backward(torch::ones_like(y));
-    *forward_s = t1 - t0;
-    *backward_s = cpu_seconds() - t1;
-    output_bytes = y.numel() * static_cast<int64_t>(y.element_size());
-  });
-  one[0].activation_bytes = output_bytes;
-  return one[0];
-}
-
-// What profile() finds per layer.
-struct LayerProfile {
-  parallel::pipeline::LayerCost cost;  // at the profiled batch
-  double forward_fixed_s = 0, backward_fixed_s = 0;
-  int64_t saved_bytes = 0, largest_tensor_bytes = 0;
-  std::vector<std::vector<int64_t>> shapes;  // its parameters'
-};
-
-// Every layer of the model, one at a time, its gradients dropped before the next (profiling
-// never holds more than one layer's gradients): times at `batch` samples and at `larger`
-// (a layer's time = a per-call part + a part per sample, fitted through the two), the heap its
-// forward keeps alive until its backward (its output included, on `batch` samples), its
-// parameter bytes and largest tensor. Each layer reads the previous one's output; the last
-// one's input goes into last_input. Every layer but the last (the loss needs the head) has its
-// parameters emptied once profiled, so the profile holds the model's parameters only while
-// it has not reached them, and the heap is given back after each layer.
-std::vector<LayerProfile> profile_layers_one_by_one(Model& model, int64_t batch, int64_t larger,
-                                                    torch::Tensor* last_input) {
-  parallel::pipeline::ProfileOptions options;
-  options.warmup = 1;
-  options.repeats = 5;
-  const size_t n = model.layer_names().size();
-  std::vector<LayerProfile> out(n);
-  torch::Tensor x = model.sample_input(batch);
-  torch::Tensor big = larger > batch ? model.sample_input(larger) : torch::Tensor();
-  for (size_t i = 0; i < n; ++i) {
-    const int layer = static_cast<int>(i);
-    LayerProfile& p = out[i];
-    p.cost = profile_layer(model, layer, x, options);
-    if (big.defined()) {
-      ::malloc_trim(0);
-      const parallel::pipeline::LayerCost b = profile_layer(model, layer, big, options);
-      const double k = static_cast<double>(larger) / static_cast<double>(batch);
-      // t(b) = fixed + per_sample b: fixed = (k t(b) - t(kb)) / (k - 1), within [0, t(b)].
-      p.forward_fixed_s = std::clamp((k * p.cost.forward_s - b.forward_s) / (k - 1), 0.0, p.cost.forward_s);
-      p.backward_fixed_s = std::clamp((k * p.cost.backward_s - b.backward_s) / (k - 1), 0.0, p.cost.backward_s);
-    }
-    for (torch::Tensor& t : model.layer_parameters(layer)) {
-      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-      p.cost.param_bytes += bytes;
-      p.largest_tensor_bytes = std::max(p.largest_tensor_bytes, bytes);
-      p.shapes.push_back(t.sizes().vec());
-      t.mutable_grad().reset();
-    }
-    if (i + 1 == n) {
-      *last_input = x;
-    }
-    const torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-    const int64_t before = heap_in_use();
-    torch::Tensor y = model.forward_range(layer, layer, in);
-    p.saved_bytes = std::max<int64_t>(0, heap_in_use() - before);
-    x = y.detach();
-    y = torch::Tensor();
-    if (i + 1 < n) {
-      torch::NoGradGuard no_grad;
-      if (big.defined()) big = model.forward_range(layer, layer, big);
-      for (torch::Tensor& t : model.layer_parameters(layer)) t.set_data(torch::empty({0}, t.options()));
-    }
-    // The freed blocks back to the system (malloc keeps them otherwise, and the next layer's
-    // differently sized ones land beside them): the profile's peak is its largest layer's.
-    ::malloc_trim(0);
-  }
-  return out;
-}
 
 // heft-train's optimizer in the memory model's table (parallel/layout/optimizer_memory.h).
 const parallel::layout::OptimizerMemory& optimizer_memory(const Hyperparameters& hp) {
@@ -157,64 +57,6 @@ struct Header {
   double profile_peak_bytes = 0, profile_residue_bytes = 0;
   static constexpr size_t kCount = 10;
 };
-
-
-
-// The head (the last layer) with the loss on `batch` samples, twice: the loss's CPU seconds
-// (its forward, twice for its backward) and the heap the loss holds at its peak beyond the
-// head's own saved bytes (the loss's buffers, and the logits' gradient the backward makes),
-// into h. The gradients are left undefined.
-void loss_profile(Model& model, const Hyperparameters& hp, int64_t batch, const torch::Tensor& head_input,
-                  int64_t head_saved, Header& h, double* loss_s) {
-  const int last = static_cast<int>(model.layer_names().size()) - 1;
-  const torch::Tensor targets = torch::randint(0, hp.vocab, {batch, hp.block_size}, torch::kLong);
-  for (int round = 0; round < 2; ++round) {
-    const torch::Tensor in = head_input.detach().requires_grad_(true);
-    const int64_t before = heap_in_use();
-    const torch::Tensor y = model.forward_range(last, last, in);  // (B, T, V)
-    const double t0 = cpu_seconds();
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
-    const double t1 = cpu_seconds();
-    const int64_t held = heap_in_use() - before;
-    loss.backward();
-    *loss_s = 2 * (t1 - t0);
-    h.transient_bytes = std::max<double>(0, static_cast<double>(held - head_saved + y.numel() * static_cast<int64_t>(y.element_size())));
-  }
-  for (torch::Tensor& p : model.parameters()) p.mutable_grad().reset();
-}
-
-// The optimizer's probe: at most this many bytes of parameters (its time per byte is what
-// counts; a larger probe only raises the profile's peak by its gradients, state and
-// temporaries, 5 copies for AdamW).
-constexpr int64_t kOptimizerProbeBytes = int64_t{8} << 20;
-
-// Tensors shaped as the largest layer's parameters (when that layer is larger than
-// kOptimizerProbeBytes, its first tensors within that size: the step's work per byte depends
-// on the tensors' sizes, a large tensor's temporaries are fresh pages), or one float tensor of
-// kOptimizerProbeBytes when its first tensor alone is larger; *probe_bytes their bytes,
-// *all_bytes every layer's.
-std::vector<torch::Tensor> optimizer_probe(const std::vector<LayerProfile>& layers, int64_t* probe_bytes,
-                                           int64_t* all_bytes) {
-  const LayerProfile* largest = &layers.front();
-  *all_bytes = 0;
-  for (const LayerProfile& p : layers) {
-    *all_bytes += p.cost.param_bytes;
-    if (p.cost.param_bytes > largest->cost.param_bytes) largest = &p;
-  }
-  std::vector<torch::Tensor> probe;
-  *probe_bytes = 0;
-  for (const std::vector<int64_t>& shape : largest->shapes) {
-    torch::Tensor t = torch::randn(shape, torch::kFloat);
-    if (*probe_bytes + t.numel() * 4 > kOptimizerProbeBytes) break;
-    *probe_bytes += t.numel() * 4;
-    probe.push_back(std::move(t));
-  }
-  if (probe.empty()) {
-    probe.push_back(torch::randn({kOptimizerProbeBytes / 4}, torch::kFloat));
-    *probe_bytes = kOptimizerProbeBytes;
-  }
-  return probe;
-}
 
 // A step's work after the backward on `params` (their gradients set): heft's gradient norm
 // when hp clips (each gradient's squared norm summed, then scaled: mesh_strategy.h's
@@ -248,22 +90,6 @@ class StepProbe {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-// The step's probe (StepProbe) 5 times: the median CPU seconds of the last 3 x all parameter
-// bytes / the probe's, into h. The first runs pay what a run's first steps do (the state's
-// first touch, the temporaries' fresh pages until malloc's mmap threshold has grown to them).
-void optimizer_profile(const Hyperparameters& hp, std::vector<torch::Tensor> params, int64_t probe_bytes,
-                       int64_t all_bytes, Header& h) {
-  StepProbe probe(hp, std::move(params));
-  std::vector<double> t;
-  for (int round = 0; round < 5; ++round) {
-    const double t0 = cpu_seconds();
-    probe.run();
-    if (round >= 2) t.push_back(cpu_seconds() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  h.optimizer_s = t[1] * static_cast<double>(all_bytes) / static_cast<double>(std::max<int64_t>(1, probe_bytes));
-}
-
 // The host terms (parallel/layout/host_probe.h) on every rank of `comm`: the compute probe is
 // a GPT block's MLP (C -> 4C -> C, GELU) forward and backward on one rank's micro-batch of
 // `batch` sequences (the profile's), the step probe StepProbe on one flat tensor of the
@@ -296,13 +122,6 @@ void measure_host_terms(const Hyperparameters& hp, int64_t batch, const std::vec
   o.host_sync = parallel::layout::measure_sync_delay(comm, forward, table, options);
 }
 
-// Peak resident bytes of this process so far (getrusage's ru_maxrss).
-int64_t peak_resident_bytes() {
-  struct rusage u {};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // KiB on Linux
-}
-
 // Profiles hp's model on this process (the global generator's state put back): the header's
 // memory and step figures (the optimizer's on a probe, after the model is freed), and rows of (forward_s, backward_s, param_bytes,
 // activation_bytes, saved_bytes, forward_fixed_s, backward_fixed_s, largest_tensor_bytes).
@@ -324,8 +143,7 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h,
     // the run reports it; the plan goes on without the text's bytes
   }
   h.fixed_bytes = static_cast<double>(host::resident_bytes());
-  std::vector<LayerProfile> layers;
-  int64_t probe_bytes = 0, all_bytes = 0;
+  parallel::layout::LayerMeasurement layers;
   {
     torch::manual_seed(static_cast<uint64_t>(hp.seed));
     ModelContext context;
@@ -333,29 +151,49 @@ std::vector<double> profile(const Hyperparameters& hp, int64_t batch, Header& h,
     const std::shared_ptr<Model> model = make_model(hp.model, context);
     // Again at twice the samples (at most the global batch) for the per-call part.
     const int64_t larger = std::min<int64_t>(2 * batch, std::max<int64_t>(batch, hp.batch_size));
-    torch::Tensor head_input;
-    layers = profile_layers_one_by_one(*model, batch, larger, &head_input);
-    double loss_s = 0;
-    ::malloc_trim(0);
-    loss_profile(*model, hp, batch, head_input, layers.back().saved_bytes, h, &loss_s);
-    layers.back().cost.forward_s += loss_s;  // the loss runs after the head
+    const torch::Tensor targets = torch::randint(0, hp.vocab, {batch, hp.block_size}, torch::kLong);
+    parallel::layout::MeasuredModel measured;
+    measured.layers = static_cast<int>(model->layer_names().size());
+    measured.forward = [&](int i, const torch::Tensor& x) { return model->forward_range(i, i, x); };
+    measured.parameters = [&](int i) { return model->layer_parameters(i); };
+    measured.loss = [&](const torch::Tensor& y) {
+      return torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
+    };
+    // Every layer but the head emptied once measured: the profile holds the model's parameters
+    // only while it has not reached them.
+    measured.measured = [&](int i) {
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor& t : model->layer_parameters(i)) t.set_data(torch::empty({0}, t.options()));
+    };
+    layers = parallel::layout::measure_layers(measured, model->sample_input(batch), batch,
+                                              larger > batch ? model->sample_input(larger) : torch::Tensor(), larger);
   }  // the model's parameters freed before the optimizer's state exists
-  std::vector<torch::Tensor> probe = optimizer_probe(layers, &probe_bytes, &all_bytes);
-  for (const torch::Tensor& t : probe) probe_numels->push_back(static_cast<double>(t.numel()));
-  optimizer_profile(hp, std::move(probe), probe_bytes, all_bytes, h);
+  int64_t probe_bytes = 0, all_bytes = 0;
+  for (const std::vector<int64_t>& shape : parallel::layout::step_probe_shapes(layers, &probe_bytes, &all_bytes))
+    probe_numels->push_back(static_cast<double>(c10::multiply_integers(shape)));
+  std::unique_ptr<StepProbe> step;
+  h.optimizer_s = parallel::layout::measure_step(layers, [&](std::vector<torch::Tensor>& params) {
+    step = std::make_unique<StepProbe>(hp, params);
+    return std::function<void()>([&] { step->run(); });
+  });
+  step.reset();  // the probe's state freed before the profile's residue is read
+  h.transient_bytes = static_cast<double>(layers.transient_bytes);
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
   }
-  h.profile_peak_bytes = static_cast<double>(peak_resident_bytes());
+  h.profile_peak_bytes = static_cast<double>(parallel::layout::peak_resident_bytes());
   ::malloc_trim(0);  // the profile's heap back to the system: the run starts from the runtime's
   h.profile_residue_bytes =
       std::max(0.0, static_cast<double>(host::resident_bytes()) - h.fixed_bytes);
   std::vector<double> rows;
-  for (const LayerProfile& p : layers)
-    rows.insert(rows.end(), {p.cost.forward_s, p.cost.backward_s, static_cast<double>(p.cost.param_bytes),
-                             static_cast<double>(p.cost.activation_bytes), static_cast<double>(p.saved_bytes),
-                             p.forward_fixed_s, p.backward_fixed_s, static_cast<double>(p.largest_tensor_bytes)});
+  for (size_t i = 0; i < layers.costs.size(); ++i) {
+    const parallel::pipeline::LayerCost& c = layers.costs[i];
+    rows.insert(rows.end(), {c.forward_s, c.backward_s, static_cast<double>(c.param_bytes),
+                             static_cast<double>(c.activation_bytes), static_cast<double>(layers.saved_bytes[i]),
+                             layers.forward_fixed_s[i], layers.backward_fixed_s[i],
+                             static_cast<double>(layers.largest_tensor_bytes[i])});
+  }
   return rows;
 }
 

@@ -1,12 +1,12 @@
 """heft.torch.parallel.auto_layout: the layout (data, sharded, tensor and pipeline degrees,
 micro-batches, virtual stages, checkpointing) heft's C++ search (layout_search.h) predicts
 fastest for a model on `world` ranks within `memory_limit` bytes per rank. The model's terms
-are heft-train's (train/auto_layout.cc layout_inputs), measured here and passed as they are:
-each layer's time by the partitioner's profiler (pipeline/_plan.py _profile) at the example batch
-and at twice it (a per-call part and a part per sample), the heap each layer's forward keeps
-(mallinfo2 through the binding), the optimizer's step, the loss's or output gradient's
-transient bytes, the runtime's resident bytes and the host's cores, threads and other load
-(contention). The communicator's costs are
+are heft-train's (train/auto_layout.cc layout_inputs), measured by heft-train's own C++
+measurement (parallel/layout/model_measure.h, over the layers as callables) and passed as they
+are: each layer's time at the example batch and at twice it (a per-call part and a part per
+sample), the heap each layer's forward keeps, the optimizer's step, the loss's or output
+gradient's transient bytes, the runtime's resident bytes and the host's cores, threads and
+other load (contention). The communicator's costs are
 (collective, group, alpha_s, beta_bytes_per_s) rows: given, else measured on the heft group
 (`group`, else the default group when torch.distributed runs on heft with several ranks:
 comm_measure.h through _c10d.parallel.layout.measure), else DEFAULT_COMM (a guess, one
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from heft.torch import _c10d
-from ..pipeline._plan import _profile, layers_of
+from ..pipeline._plan import PROFILE_REPEATS, PROFILE_WARMUP, layers_of
 from ..tensor._plan import plan_layers
 
 _layout = _c10d.parallel.layout
@@ -93,117 +93,55 @@ def _nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _per_call(layers, example_batch, rows, larger):
-    """Per layer, the per-call part of the forward and backward seconds: the layers profiled
-    again at `larger` samples, t(b) = fixed + per_sample b fitted through the two, the fixed
-    part within [0, t(b)] (heft-train's profile)."""
-    profiled = int(example_batch.shape[0])
-    n = len(rows)
-    if larger <= profiled:
-        return [0.0] * n, [0.0] * n
-    repeats = -(-larger // profiled)
-    big = _profile(layers, torch.cat([example_batch] * repeats)[:larger], time.process_time)
-    k = larger / profiled
-    fixed = [[min(max((k * r[j] - b[j]) / (k - 1), 0.0), r[j]) for r, b in zip(rows, big)]
-             for j in (1, 2)]
-    return fixed[0], fixed[1]
-
-
-def _saved_and_transient(layers, example_batch, loss_fn):
-    """Per layer, the heap its forward (with autograd) keeps until its backward, its output
-    included, each layer reading the previous one's output; then the head's transient bytes
-    (what a step holds beyond its saved bytes: loss_fn's buffers and the output's gradient)
-    and loss_fn's seconds (its forward, twice for its backward). The heap is malloc's
-    (heap_in_use), as heft-train measures it."""
-    saved, x = [], example_batch.detach()
-    rng = torch.get_rng_state()
-    try:
-        with torch.enable_grad():
-            for i, layer in enumerate(layers):
-                x_in = x.detach()
-                if x_in.is_floating_point():  # a copy, not a leaf: a layer that works in place
-                    # (nn.ReLU(inplace=True), torchvision's resnets) may write it, as in the
-                    # pipeline's profile (pipeline/_plan.py _profile)
-                    x_in = x_in.requires_grad_(i > 0 or example_batch.requires_grad).clone()
-                else:
-                    x_in = x_in.clone()
-                if i + 1 == len(layers):
-                    head_input = x_in
-                before = _layout.heap_in_use()
-                y = layer(x_in)
-                saved.append(max(0, _layout.heap_in_use() - before))
-                x = y.detach()
-                del y
-            output = x.numel() * x.element_size()
-            loss_s, transient = 0.0, output  # the output's gradient, as large as the output
-            if loss_fn is not None:
-                for _ in range(2):
-                    before = _layout.heap_in_use()
-                    y = layers[-1](head_input.detach().requires_grad_(head_input.requires_grad).clone())
-                    t0 = time.process_time()
-                    loss = loss_fn(y)
-                    loss_s = 2 * (time.process_time() - t0)
-                    held = _layout.heap_in_use() - before
-                    transient = max(0, held - saved[-1] + output)
-                    del y, loss
-    finally:
-        torch.set_rng_state(rng)
-    return saved, transient, loss_s
-
-
-def _optimizer_s(layers, optimizer):
-    """One optimizer step's seconds over every layer's parameters: a steady step on copies
-    of the largest layer's parameters x all parameter bytes / that layer's (the model's own
-    parameters and state untouched; one layer's state at a time, as heft-train)."""
-    sizes = [_nbytes(l.parameters()) for l in layers]
-    largest = max(range(len(layers)), key=lambda i: sizes[i])
-    if sizes[largest] == 0:
-        return 0.0
-    params = [torch.nn.Parameter(p.detach().clone()) for p in layers[largest].parameters()]
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    step = OPTIMIZERS[optimizer](params)
-    seconds = []
-    for _ in range(5):  # the median of steps 3-5: the first pay the state's first touch
-        t0 = time.process_time()
-        step.step()
-        seconds.append(time.process_time() - t0)
-    return sorted(seconds[2:])[1] * sum(sizes) / sizes[largest]
-
-
 def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None):
     """(rows, terms): the layers' (name, forward_s, backward_s, param_bytes, output_bytes) rows
     and the model's measured terms for the search (ModelCost's names: saved_bytes,
     forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes,
     largest_tensor_bytes, backward_tensor_copies, step_tensor_copies, profile_peak_bytes,
-    profile_residue_bytes), on this process; loss_fn's seconds are the last layer's forward's.
-    The runtime's bytes are this process's resident set before profiling less the model's
-    parameters and buffers (the layout places those); the profile's peak is the process's
-    (ru_maxrss) and its residue the resident bytes profiling added. transient_retention,
-    run_bytes and replica_group_bytes stay 0: heft-train's are fitted to its own runs (its
-    allocator settings, its kernels), not measured."""
+    profile_residue_bytes), on this process. The measurement is heft-train's, in C++
+    (parallel/layout/model_measure.h through _c10d.parallel.layout.measure_layers): each layer
+    timed at the example batch and again at twice it (a per-call part and a part per sample),
+    the heap each layer's forward keeps, the loss's seconds and transient bytes (loss_fn's on
+    the last layer's output; without one the output's gradient), the optimizer's step on copies
+    shaped as the largest layer's parameters. The runtime's bytes are this process's resident
+    set before profiling less the model's parameters and buffers (the layout places those);
+    the profile's peak is the process's (ru_maxrss) and its residue the resident bytes
+    profiling added. transient_retention, run_bytes and replica_group_bytes stay 0:
+    heft-train's are fitted to its own runs (its allocator settings, its kernels), not
+    measured. torch's generator is put back; the layers' gradients are left None."""
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
     before = _layout.resident_bytes()
     fixed = max(0, before - model_bytes)
-    profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
-    rows = [tuple(r) for r in _profile(layers, example_batch, time.process_time)]
-    larger = min(2 * profiled, max(profiled, global_batch)) if example_batch.dim() > 0 else 1
-    ffixed, bfixed = _per_call(layers, example_batch, rows, larger)
-    saved, transient, loss_s = _saved_and_transient(layers, example_batch, loss_fn)
-    if loss_s:
-        name, f, b, p, a = rows[-1]
-        rows[-1] = (name, f + loss_s, b, p, a)
-    optimizer_s = _optimizer_s(layers, optimizer)
-    import resource
-    terms = dict(saved_bytes=saved, forward_fixed_s=ffixed, backward_fixed_s=bfixed,
-                 optimizer_s=optimizer_s, transient_bytes=transient, fixed_bytes=fixed,
-                 largest_tensor_bytes=[max((p.numel() * p.element_size() for p in l.parameters()),
-                                           default=0) for l in layers],
+    batched = example_batch.dim() > 0
+    profiled = int(example_batch.shape[0]) if batched else 1
+    larger = min(2 * profiled, max(profiled, global_batch)) if batched else 1
+    big = None
+    if larger > profiled:
+        big = torch.cat([example_batch] * -(-larger // profiled))[:larger]
+    rng = torch.get_rng_state()
+    try:
+        m = _layout.measure_layers(
+            forward=lambda i, x: layers[i](x),
+            parameters=lambda i: list(layers[i].parameters()),
+            layers=len(layers), names=[f"{i}:{type(l).__name__}" for i, l in enumerate(layers)],
+            batch=example_batch.detach(), batch_samples=profiled, larger=big, larger_samples=larger,
+            loss=loss_fn, input_requires_grad=example_batch.requires_grad,
+            make_step=lambda params: OPTIMIZERS[optimizer](params).step,
+            warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS)
+    finally:
+        torch.set_rng_state(rng)
+    for l in layers:
+        for p in l.parameters():
+            p.grad = None
+    terms = dict(saved_bytes=m["saved_bytes"], forward_fixed_s=m["forward_fixed_s"],
+                 backward_fixed_s=m["backward_fixed_s"], optimizer_s=m["optimizer_s"],
+                 transient_bytes=m["transient_bytes"], fixed_bytes=fixed,
+                 largest_tensor_bytes=m["largest_tensor_bytes"],
                  backward_tensor_copies=1.0, step_tensor_copies=STEP_TENSOR_COPIES[optimizer],
-                 # the process's peak so far (ru_maxrss, KiB) and what profiling left resident
-                 profile_peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                 # the process's peak so far and what profiling left resident
+                 profile_peak_bytes=_layout.peak_resident_bytes(),
                  profile_residue_bytes=max(0, _layout.resident_bytes() - before))
-    return rows, terms
+    return [tuple(r) for r in m["rows"]], terms
 
 
 class _Untouched:
@@ -285,7 +223,7 @@ def host_terms(world, ranks_per_host=None):
     runnable threads weighted by their nice (host/host.h runnable_elsewhere, sampled over
     0.2 s: call it while the other ranks wait)."""
     local = ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return dict(host_cores=float(os.cpu_count() or 1),
+    return dict(host_cores=float(_layout.online_cpus()),
                 host_threads=float(min(local, world) * torch.get_num_threads()),
                 host_load=_layout.runnable_elsewhere())
 

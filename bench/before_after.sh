@@ -1,0 +1,30 @@
+# Sourced by bench/*_before_after.sh: the arguments every before/after benchmark takes and the
+# machine header it prints. Sets `before`, `after` (build folders with heft, heft-train,
+# memory_bandwidth_bench and python/heft) and `rounds` (default: $1), exits 2 naming what is
+# wrong, exports OMP_NUM_THREADS=1; before_after_header prints the machine (cores, CPU model,
+# torch), memcpy GB/s at 1 MiB, the date, the builds, the rounds and the load.
+#   source bench/before_after.sh DEFAULT_ROUNDS "$@"
+rounds=$1
+shift
+before="" after=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
+    --after) after=$2; shift 2 ;;
+    *) echo "usage: $0 --before DIR --after DIR [--rounds R]" >&2; exit 2 ;;
+  esac
+done
+for b in "$before" "$after"; do
+  [[ -n $b && -x $b/heft && -x $b/heft-train && -f $b/python/heft/torch/__init__.py ]] ||
+    { echo "$(basename "$0" .sh): '$b' is not a build with heft, heft-train and python/heft" >&2; exit 2; }
+done
+export OMP_NUM_THREADS=1
+
+before_after_header() {
+  local py=${PYTHON:-.venv/bin/python}
+  cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
+  echo "# machine: $(getconf _NPROCESSORS_ONLN) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model[[:space:]]')); torch $($py -c 'import torch; print(torch.__version__)')"
+  echo "# memcpy 1 MiB GB/s: $("$after/memory_bandwidth_bench" --benchmark_filter='BM_Memcpy/1048576$' --benchmark_min_time=0.1 --benchmark_format=csv 2>/dev/null | awk -F, '/^"?BM_Memcpy/{printf "%.1f", $6/1e9}')"
+  echo "# date: $(date -u +%Y-%m-%dT%H:%MZ); before $before, after $after; $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
