@@ -1,18 +1,19 @@
 # Sourced by bench/*_before_after.sh: the arguments every before/after benchmark takes and the
 # machine header it prints. Sets `before`, `after` (build folders with heft, heft-train,
-# memory_bandwidth_bench and python/heft) and `rounds` (default: $1), exits 2 naming what is
-# wrong, exports OMP_NUM_THREADS=1; before_after_header prints the machine (cores, CPU model,
+# memory_bandwidth_bench and python/heft), `rounds` (default: $1) and `workloads` (--workloads
+# a,b: empty unless given, the script's own default then), exits 2 naming what is wrong, exports OMP_NUM_THREADS=1; before_after_header prints the machine (cores, CPU model,
 # torch), memcpy GB/s at 1 MiB, the date, the builds, the rounds and the load.
 #   source bench/before_after.sh DEFAULT_ROUNDS "$@"
 rounds=$1
 shift
-before="" after=""
+before="" after="" workloads=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
     --after) after=$2; shift 2 ;;
-    *) echo "usage: $0 --before DIR --after DIR [--rounds R]" >&2; exit 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
+    *) echo "usage: $0 --before DIR --after DIR [--rounds R] [--workloads a,b]" >&2; exit 2 ;;
   esac
 done
 for b in "$before" "$after"; do

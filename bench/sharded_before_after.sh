@@ -5,15 +5,20 @@
 #                2 ranks (ZeRO-3), under `heft run`
 #   python       heft.torch.parallel.ShardedDataParallel on examples/gpt_sharded.py (the
 #                same shape, 30 steps) at 2 ranks, under `heft run`
+# and with --workloads (default heft-train,python) the pipeline's too:
+#   heft-train-pipeline  the same GPT cut into 2 stages, 8 micro-batches, interleaved
+#   python-pipeline      examples/gpt_3d.py --tensor 1 --pipeline 2 (heft.torch.parallel.Pipeline,
+#                        8 micro-batches, interleaved), the same shape (no peak RSS: nan)
 # Each build runs its own binaries and its own Python package ($BUILD/python). Prints every
 # run (tokens/s of all ranks, rank 0's peak RSS), then per workload the median and the worst
 # round of each build and after/before.
 #
-#   bench/sharded_before_after.sh --before DIR --after DIR [--rounds 5]
+#   bench/sharded_before_after.sh --before DIR --after DIR [--rounds 5] [--workloads a,b]
 #     DIR: a build folder with heft, heft-train, memory_bandwidth_bench and python/heft
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/before_after.sh 5 "$@"
+workloads=${workloads:-heft-train,python}
 py=${PYTHON:-.venv/bin/python}
 before_after_header
 echo "# round build workload tokens_per_s peak_rss_mib"
@@ -30,6 +35,19 @@ run() {  # build workload -> "tokens_per_s peak_rss_mib"
       awk '/\[rank 0\] final:/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "tokens_per_s") t = kv[2] } }
            /\[rank 0\] memory: rank=0 peak_rss_mb/ { split($0, kv, "peak_rss_mb="); m = kv[2] }
            END { if (t != "") printf "%s %s", t, m }' "$log" ;;
+    heft-train-pipeline)
+      "$b/heft" run --hosts 1 -n 2 -- "$b/heft-train" --model gpt --n_layer 4 --n_embd 128 \
+        --n_head 4 --batch_size 16 --max_steps 30 --eval false --log_every 100000 \
+        --partitions 2 --microbatches 8 >"$log" 2>&1 || true
+      awk '/\[rank 0\] final:/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "tokens_per_s") t = kv[2] } }
+           /\[rank 0\] memory: rank=0 peak_rss_mb/ { split($0, kv, "peak_rss_mb="); m = kv[2] }
+           END { if (t != "") printf "%s %s", t, (m == "" ? "nan" : m) }' "$log" ;;
+    python-pipeline)
+      "$b/heft" run -n 2 -- $py -u examples/gpt_3d.py --tensor 1 --pipeline 2 --microbatches 8 \
+        --steps 30 --n_layer 4 --n_embd 128 --n_head 4 --batch_size 16 --block_size 128 \
+        --log_every 100000 >"$log" 2>&1 || true
+      awk '/^\[rank 0\] final: rank=0 / { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "tokens_per_s") t = kv[2] } }
+           END { if (t != "") printf "%s nan", t }' "$log" ;;
     python)
       "$b/heft" run -n 2 -- $py -u examples/gpt_sharded.py --strategy sharded --steps 30 \
         --n_layer 4 --n_embd 128 --n_head 4 --batch_size 16 --block_size 128 \
@@ -41,7 +59,7 @@ run() {  # build workload -> "tokens_per_s peak_rss_mib"
 
 rows=""
 for r in $(seq "$rounds"); do
-  for w in heft-train python; do
+  for w in ${workloads//,/ }; do
     if (( r % 2 )); then order="before after"; else order="after before"; fi
     for side in $order; do
       if [[ $side == before ]]; then b=$before; else b=$after; fi
@@ -53,7 +71,7 @@ for r in $(seq "$rounds"); do
   done
 done
 
-ROWS="$rows" python3 - <<'PY'
+ROWS="$rows" WORKLOADS="$workloads" python3 - <<'PY'
 import collections, os, statistics
 tok, rss = collections.defaultdict(dict), collections.defaultdict(dict)
 for line in os.environ["ROWS"].strip().split("\n"):
@@ -61,7 +79,7 @@ for line in os.environ["ROWS"].strip().split("\n"):
     tok[(w, side)][int(r)], rss[(w, side)][int(r)] = float(t), float(m)
 print("\n| workload | before tokens/s median (worst) | after median (worst) | after/before median | worst round's after/before | peak RSS MiB before / after (median) |")
 print("| --- | ---: | ---: | ---: | ---: | ---: |")
-for w in ("heft-train", "python"):
+for w in os.environ["WORKLOADS"].split(","):
     b, a = tok[(w, "before")], tok[(w, "after")]
     per_round = [a[r] / b[r] for r in a]
     print(f"| {w} | {statistics.median(b.values()):.0f} ({min(b.values()):.0f}) | "

@@ -3,7 +3,8 @@
 // order (which form runs never changes a bit), and across hosts the measured
 // choice between the hierarchical form and the flat ring is recorded by rank 0 and taken
 // again by the next communicator on the same topology, before its first call, so two runs
-// sum in the same order. Real forked ranks.
+// sum in the same order; so is, on one host, a small allreduce's shared-memory step (small or
+// direct) where the options measure it. Real forked ranks.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -217,6 +218,93 @@ TEST(AllreduceChoice, OffMeasuresEachTime) {
     expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
            "cache off: measurements " + std::to_string(c.allreduce_measurements()));
   });
+}
+
+// The shared-memory step of a small allreduce on one host (measure_shm_small: HEFT_SHM_SMALL_BYTES
+// auto): 2 ranks, sizes inside the measured range (4 KiB, 32 KiB) and outside it (256 B: small,
+// 256 KiB: direct, by the rule). The first lifetime measures each inside size once before its
+// first call and rank 0 records it; the second takes the record (no measurement); a record
+// edited by hand decides; the measurement's own runs are not counted as calls.
+const size_t kShmCounts[] = {64, 1 << 10, 8 << 10, 64 << 10};  // floats: 256 B, 4, 32, 256 KiB
+
+void shm_lifetime(const std::string& cache, const Check& check) {
+  test::StoreProcess store;
+  static int worlds = 0;
+  const std::string group = "shm-step/world" + std::to_string(worlds++);
+  auto res = test::run_ranks(2, [&](int rank) {
+    setenv("HEFT_ALLREDUCE_CACHE", rank == 0 ? cache.c_str() : "off", 1);
+    CommunicatorOptions o;
+    o.token = store.token();
+    o.host = "h0";
+    o.timeout = std::chrono::seconds(60);
+    o.measure_shm_small = true;
+    auto c = Communicator::create(store.connect(), group, rank, 2, o);
+    std::vector<std::string> paths;
+    for (size_t count : kShmCounts)
+      for (int call = 0; call < 3; ++call) {
+        std::vector<float> x(count, static_cast<float>(rank + 1));
+        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        expect(x[0] == 3.0f && x[count - 1] == 3.0f, "wrong sum at " + std::to_string(count) + " floats");
+        paths.push_back(c->last_allreduce_path());
+      }
+    const shm::PathCounts k = c->shm_path_counts();
+    expect(k.small + k.direct == 12, "calls counted: small " + std::to_string(k.small) + " direct " +
+                                         std::to_string(k.direct) + ", want 12 in all");
+    check(*c, paths);
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(AllreduceChoice, SmallShmStepMeasuredOnceRecordedAndTakenFromTheRecord) {
+  const fs::path dir = fs::temp_directory_path() / ("heft-shm-step-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string cache = (dir / "comm" / "allreduce-forms").string();
+  const auto outside = [](const std::vector<std::string>& paths) {
+    expect_form(paths, 0, "shm/small");   // 256 B: below the measured range
+    expect_form(paths, 9, "shm/direct");  // 256 KiB: above it
+  };
+  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
+    outside(paths);
+    for (size_t first : {3, 6})
+      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
+                 (paths[first] == "shm/small" || paths[first] == "shm/direct"),
+             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
+  });
+  auto first = recorded(cache);
+  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
+  std::map<int, std::string> want(first.begin(), first.end());
+  ASSERT_EQ(want.count(12) + want.count(15), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
+  {
+    std::ifstream in(cache);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line.rfind("shm-step v1 world=2 ", 0), 0u) << line;
+  }
+  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
+           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
+               std::to_string(c.recorded_allreduce_choices()));
+    outside(paths);
+    expect_form(paths, 3, "shm/" + want[12]);
+    expect_form(paths, 6, "shm/" + want[15]);
+  });
+  // The record decides: 4 KiB direct, 32 KiB small, whatever was measured.
+  {
+    std::ifstream in(cache);
+    std::string fingerprint;
+    std::getline(in, fingerprint, '\t');
+    in.close();
+    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t12\tdirect\n" << fingerprint << "\t15\tsmall\n";
+  }
+  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0, "measured despite a record");
+    outside(paths);
+    expect_form(paths, 3, "shm/direct");
+    expect_form(paths, 6, "shm/small");
+  });
+  fs::remove_all(dir);
 }
 
 }  // namespace

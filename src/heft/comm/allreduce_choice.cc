@@ -1,6 +1,8 @@
-// Which allreduce form runs (communicator_impl.h): by options, size and topology, and across
-// hosts under kAuto (choose_allreduce) rank 0's record of earlier runs (choice_cache.h), else
-// a measurement before the first call of a size, recorded for the next runs.
+// Which allreduce form runs (communicator_impl.h): by options, size and topology, and where a
+// machine decides by measurement (across hosts under kAuto: hierarchical or the flat ring,
+// choose_allreduce; on one host, a small allreduce's shared-memory step: small or direct,
+// choose_shm_step) rank 0's record of earlier runs (choice_cache.h), else a measurement before
+// the first call of a size, recorded for the next runs.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "heft/comm/algo/hierarchical_allreduce.h"
 #include "heft/comm/algo/recursive_doubling_allreduce.h"
 #include "heft/comm/algo/ring_allreduce.h"
+#include "heft/comm/algo/shm_allreduce.h"
 #include "heft/comm/choice_cache.h"
 #include "heft/comm/communicator_impl.h"
 #include "heft/error.h"
@@ -70,16 +73,17 @@ int Communicator::Impl::agree_on_rank0(int value, Deadline deadline,
   return v;
 }
 
-void Communicator::Impl::load_choices(Deadline deadline, const std::string& name) {
+std::array<int32_t, kSizeBuckets> Communicator::Impl::recorded_choices(const std::string& fingerprint,
+                                                                      const FormNames& names,
+                                                                      const std::function<bool(int)>& accept,
+                                                                      Deadline deadline, const std::string& name) {
   std::array<int32_t, kSizeBuckets> known;
   known.fill(-1);
   if (rank_ == 0 && !choice_cache_.empty()) {
     try {
-      const auto recorded = read_choices(choice_cache_, choice_fingerprint());
-      for (int b = 0; b < kSizeBuckets; ++b)  // only the two forms measured (a hand edit?)
-        if (recorded[b] == static_cast<int>(Algorithm::kRing) ||
-            recorded[b] == static_cast<int>(Algorithm::kHierarchical))
-          known[b] = recorded[b];
+      const auto recorded = read_choices(choice_cache_, fingerprint, names);
+      for (int b = 0; b < kSizeBuckets; ++b)  // only the forms measured (a hand edit?)
+        if (recorded[b] >= 0 && accept(recorded[b])) known[b] = recorded[b];
     } catch (const Error& e) {
       spdlog::warn("rank 0: {} (measuring again)", e.what());
     }
@@ -90,13 +94,23 @@ void Communicator::Impl::load_choices(Deadline deadline, const std::string& name
                                          ReduceOp::max)};
   algo::recursive_doubling_allreduce(links, known.data(), kSizeBuckets, DataType::i32,
                                      ReduceOp::max);
+  return known;
+}
+
+void Communicator::Impl::load_choices(Deadline deadline, const std::string& name) {
+  const std::array<int32_t, kSizeBuckets> known = recorded_choices(
+      choice_fingerprint(), {},
+      [](int v) {
+        return v == static_cast<int>(Algorithm::kRing) || v == static_cast<int>(Algorithm::kHierarchical);
+      },
+      deadline, name);
   int found = 0;
   for (int b = 0; b < kSizeBuckets; ++b) {
     if (known[b] < 0) continue;
     measured_[b].store(known[b], std::memory_order_release);
     ++found;
   }
-  cached_choices_.store(found, std::memory_order_release);
+  cached_choices_.fetch_add(found, std::memory_order_acq_rel);
   spdlog::debug("rank {}: {} allreduce size(s) across hosts decided by rank 0's record{}",
                 rank_, found, rank_ != 0              ? ""
                               : choice_cache_.empty() ? " (none: HEFT_ALLREDUCE_CACHE=off)"
@@ -113,47 +127,62 @@ Algorithm Communicator::Impl::choose_allreduce(size_t count, DataType t, ReduceO
   return known != Algorithm::kAuto ? known : measure_allreduce(count, t, op, deadline, name);
 }
 
-Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, ReduceOp op,
-                                                Deadline deadline, const std::string& name) {
-  const size_t bytes = count * element_size(t);
-  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
-  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
-  double best[2] = {1e300, 1e300};  // seconds: hierarchical, ring
+std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(int)>& run, Deadline deadline,
+                                                      const std::string& name) {
+  std::array<double, 2> best = {1e300, 1e300};  // seconds, per form
   algo::Links sync{*transport_, deadline, name, algo::call_signature(algo::Call::barrier, 0)};
   // Round 0 warms both forms up (buffers, pages, links) untimed.
   for (int round = 0; round <= kMeasureRounds; ++round) {
     for (int form = 0; form < 2; ++form) {
       algo::dissemination_barrier(sync);  // start together: a rank's time is not its wait
       const auto start = std::chrono::steady_clock::now();
-      if (form == 0) {
-        algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count,
-                                     t, op, options_.small_message_bytes, deadline, name);
-      } else {
-        algo::Links links{*transport_, deadline, name, call};
-        algo::ring_allreduce(links, scratch.data(), count, t, op);
-      }
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (round > 0) best[form] = std::min(best[form], s);
+      run(form);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (round > 0) best[static_cast<size_t>(form)] = std::min(best[static_cast<size_t>(form)], s);
     }
   }
   // Every rank must choose the same: decide on the slowest rank's times.
   algo::Links links{*transport_, deadline, name,
                     algo::call_signature(algo::Call::allreduce, 2, DataType::f64, ReduceOp::max)};
-  algo::recursive_doubling_allreduce(links, best, 2, DataType::f64, ReduceOp::max);
-  const Algorithm measured = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
+  algo::recursive_doubling_allreduce(links, best.data(), 2, DataType::f64, ReduceOp::max);
+  return best;
+}
+
+int Communicator::Impl::record_decision(const std::string& fingerprint, int bucket, int measured,
+                                        const FormNames& names, Deadline deadline, const std::string& name) {
   // Rank 0 records it; a decision another run recorded meanwhile wins, on every rank.
-  int recorded = static_cast<int>(measured);
+  int recorded = measured;
   if (rank_ == 0 && !choice_cache_.empty()) {
     try {
-      recorded = record_choice(choice_cache_, choice_fingerprint(), size_bucket(bytes), recorded);
+      recorded = record_choice(choice_cache_, fingerprint, bucket, recorded, names);
     } catch (const Error& e) {
       spdlog::warn("rank 0: {} (the next run measures again)", e.what());
     }
   }
-  const Algorithm choice = static_cast<Algorithm>(agree_on_rank0(recorded, deadline, name));
-  measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
   measurements_.fetch_add(1, std::memory_order_release);
+  return agree_on_rank0(recorded, deadline, name);
+}
+
+Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, ReduceOp op,
+                                                Deadline deadline, const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
+  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
+  const std::array<double, 2> best = timed_forms(  // hierarchical, ring
+      [&](int form) {
+        if (form == 0) {
+          algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count, t, op,
+                                       options_.small_message_bytes, deadline, name);
+        } else {
+          algo::Links links{*transport_, deadline, name, call};
+          algo::ring_allreduce(links, scratch.data(), count, t, op);
+        }
+      },
+      deadline, name);
+  const Algorithm measured = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
+  const Algorithm choice = static_cast<Algorithm>(
+      record_decision(choice_fingerprint(), size_bucket(bytes), static_cast<int>(measured), {}, deadline, name));
+  measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
   const auto busbw = [&](double s) {  // nccl-tests' bus bandwidth, GB/s
     return s > 0 ? 2.0 * (size_ - 1) / size_ * static_cast<double>(bytes) / s / 1e9 : 0.0;
   };
@@ -163,6 +192,83 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
       bytes, topology_.hosts(), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
       comm::name(choice), choice == measured ? "" : " (recorded by another run meanwhile)");
   spdlog::debug("rank {}: {}", rank_, line);  // as the single-copy measurement
+  return choice;
+}
+
+namespace {
+// The shared-memory steps a record may hold, by value (choice_cache.h FormNames).
+const FormNames& shm_step_names() {
+  static const FormNames names = [] {
+    FormNames n;
+    for (ShmStep s : {ShmStep::kNone, ShmStep::kSmall, ShmStep::kDirect, ShmStep::kSlots, ShmStep::kSingleCopy,
+                      ShmStep::kCores})
+      n.push_back(name(s));
+    return n;
+  }();
+  return names;
+}
+}  // namespace
+
+std::string Communicator::Impl::shm_step_fingerprint() const {
+  const char* placement[] = {"measure", "near", "far"};
+  std::string key = fmt::format(
+      "shm-step v1 world={} machine={} chunk={} spin={} contended_spin={} stream={} placement={}", size_,
+      machine_description(), options_.shm_chunk_bytes, options_.shm_spin_us, options_.shm_contended_spin_us,
+      options_.shm_stream_slots ? 1 : 0, placement[static_cast<int>(options_.shm_placement)]);
+  for (char& c : key)
+    if (c == '\t' || c == '\n') c = ' ';
+  return key;
+}
+
+ShmStep Communicator::Impl::choose_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                            const std::string& name) {
+  if (!shm_steps_loaded_) {
+    shm_steps_ = recorded_choices(
+        shm_step_fingerprint(), shm_step_names(),
+        [](int v) { return v == static_cast<int>(ShmStep::kSmall) || v == static_cast<int>(ShmStep::kDirect); },
+        deadline, name);
+    int found = 0;
+    for (int32_t v : shm_steps_) found += v >= 0;
+    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
+    shm_steps_loaded_ = true;
+  }
+  const int bucket = size_bucket(count * element_size(t));
+  if (shm_steps_[static_cast<size_t>(bucket)] < 0)
+    shm_steps_[static_cast<size_t>(bucket)] = static_cast<int32_t>(measure_shm_step(count, t, op, deadline, name));
+  return static_cast<ShmStep>(shm_steps_[static_cast<size_t>(bucket)]);
+}
+
+ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                             const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
+  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
+  const shm::PathCounts counts = shm_->path_counts();  // the measurement's runs are not calls
+  bool far = false;
+  {
+    algo::ShmLinks links{*shm_, deadline, name, call};
+    far = links.far(bytes);  // the direct step's stores, as the plan will take them
+  }
+  const std::array<double, 2> best = timed_forms(  // small, direct
+      [&](int form) {
+        algo::ShmLinks links{*shm_, deadline, name, call};
+        algo::shm_allreduce(links, scratch.data(), count, t, op, form == 0 ? ShmStep::kSmall : ShmStep::kDirect,
+                            form == 1 && far, size_);
+      },
+      deadline, name);
+  shm::PathCounts& now = shm_->path_counts();  // the forms and syncs back as they were (the
+  now.small = counts.small;                     // placement probe was real: it stays counted)
+  now.direct = counts.direct;
+  now.one_pass = counts.one_pass;
+  now.streamed = counts.streamed;
+  now.far = counts.far;
+  now.syncs = counts.syncs;
+  const ShmStep measured = best[0] <= best[1] ? ShmStep::kSmall : ShmStep::kDirect;
+  const ShmStep choice = static_cast<ShmStep>(record_decision(
+      shm_step_fingerprint(), size_bucket(bytes), static_cast<int>(measured), shm_step_names(), deadline, name));
+  spdlog::debug("rank {}: allreduce of {} B on one host: small {:.1f} us, direct {:.1f} us: {} for this size{}",
+                rank_, bytes, best[0] * 1e6, best[1] * 1e6, comm::name(choice),
+                choice == measured ? "" : " (recorded by another run meanwhile)");
   return choice;
 }
 

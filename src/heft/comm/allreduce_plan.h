@@ -40,6 +40,14 @@ struct AllreducePlan {
   }
 };
 
+// The sizes whose shared-memory step (small or direct) a machine measures and records when
+// CommunicatorOptions::measure_shm_small: bytes in (kMeasuredSmallMin, kMeasuredSmallMax].
+constexpr size_t kMeasuredSmallMin = 1 << 10;
+constexpr size_t kMeasuredSmallMax = 32 << 10;
+inline bool measured_small_size(size_t bytes) {
+  return bytes > kMeasuredSmallMin && bytes <= kMeasuredSmallMax;
+}
+
 // The shared-memory step a flat allreduce of `bytes` takes on a host under these options
 // (no measurement: `small_bytes` and the form asked for; single copy only where the kernel
 // allows it, else direct).

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,8 +23,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One line of the file: fingerprint, bucket, algorithm; false when malformed.
-bool parse_line(const std::string& line, std::string& fingerprint, int& bucket, int& choice) {
+// The value `text` names: its index in `names`, or with none an Algorithm's number; -1 when
+// it names nothing known.
+int value_of(const std::string& text, const FormNames& names) {
+  if (!names.empty()) {
+    const auto it = std::find(names.begin(), names.end(), text);
+    return it == names.end() ? -1 : static_cast<int>(it - names.begin());
+  }
+  try {
+    return static_cast<int>(parse_algorithm(text));
+  } catch (const InvalidArgument&) {
+    return -1;
+  }
+}
+
+std::string name_of(int value, const FormNames& names) {
+  return names.empty() ? name(static_cast<Algorithm>(value)) : names.at(static_cast<size_t>(value));
+}
+
+// One line of the file: fingerprint, bucket, form; false when malformed.
+bool parse_line(const std::string& line, const FormNames& names, std::string& fingerprint, int& bucket,
+                int& choice) {
   const auto a = line.find('\t');
   const auto b = a == std::string::npos ? a : line.find('\t', a + 1);
   if (b == std::string::npos) return false;
@@ -32,12 +52,8 @@ bool parse_line(const std::string& line, std::string& fingerprint, int& bucket, 
   const std::string number = line.substr(a + 1, b - a - 1);
   bucket = static_cast<int>(std::strtol(number.c_str(), &end, 10));
   if (number.empty() || *end != '\0' || bucket < 0 || bucket >= kSizeBuckets) return false;
-  try {
-    choice = static_cast<int>(parse_algorithm(line.substr(b + 1)));
-  } catch (const InvalidArgument&) {
-    return false;
-  }
-  return true;
+  choice = value_of(line.substr(b + 1), names);
+  return choice >= 0;
 }
 
 std::string read_all(const std::string& path) {
@@ -68,14 +84,15 @@ class FileLock {
 };
 
 // The decisions for `fingerprint` in the file's text.
-std::array<int, kSizeBuckets> choices_in(const std::string& text, const std::string& fingerprint) {
+std::array<int, kSizeBuckets> choices_in(const std::string& text, const std::string& fingerprint,
+                                         const FormNames& names) {
   std::array<int, kSizeBuckets> out;
   out.fill(-1);
   std::istringstream lines(text);
   std::string line, key;
   int bucket = 0, choice = 0;
   while (std::getline(lines, line))
-    if (parse_line(line, key, bucket, choice) && key == fingerprint && out[bucket] < 0)
+    if (parse_line(line, names, key, bucket, choice) && key == fingerprint && out[bucket] < 0)
       out[bucket] = choice;  // the first line for a key wins
   return out;
 }
@@ -90,13 +107,13 @@ std::string choice_cache_path() {
   return home + "/comm/allreduce-forms";
 }
 
-std::array<int, kSizeBuckets> read_choices(const std::string& path,
-                                           const std::string& fingerprint) {
-  return choices_in(read_all(path), fingerprint);
+std::array<int, kSizeBuckets> read_choices(const std::string& path, const std::string& fingerprint,
+                                           const FormNames& names) {
+  return choices_in(read_all(path), fingerprint, names);
 }
 
-int record_choice(const std::string& path, const std::string& fingerprint, int bucket,
-                  int choice) {
+int record_choice(const std::string& path, const std::string& fingerprint, int bucket, int choice,
+                  const FormNames& names) {
   const fs::path file(path);
   std::error_code ec;
   if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
@@ -105,14 +122,14 @@ int record_choice(const std::string& path, const std::string& fingerprint, int b
                   ec.message());
   FileLock lock(path + ".lock");
   const std::string old = read_all(path);
-  const int known = choices_in(old, fingerprint)[bucket];
+  const int known = choices_in(old, fingerprint, names)[bucket];
   if (known >= 0) return known;
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << old;
     if (!old.empty() && old.back() != '\n') out << '\n';
-    out << fingerprint << '\t' << bucket << '\t' << name(static_cast<Algorithm>(choice)) << '\n';
+    out << fingerprint << '\t' << bucket << '\t' << name_of(choice, names) << '\n';
     out.flush();
     if (!out) throw IoError("allreduce form cache: cannot write " + tmp);
   }

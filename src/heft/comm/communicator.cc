@@ -288,8 +288,12 @@ AllreducePlan Communicator::Impl::plan_allreduce(size_t count, DataType t, Reduc
         plan.shm = ShmStep::kCores;
         break;
       }
-      plan.shm = flat_shm_step(plan.bytes, options_.shm_small_bytes,
-                               options_.effective_shm_form(), shm_->cma_available());
+      if (options_.measure_shm_small && options_.effective_shm_form() == CommunicatorOptions::ShmForm::kAuto &&
+          measured_small_size(plan.bytes))
+        plan.shm = choose_shm_step(count, t, op, deadline, name);  // this machine's record, else measured now
+      else
+        plan.shm = flat_shm_step(plan.bytes, options_.shm_small_bytes, options_.effective_shm_form(),
+                                 shm_->cma_available());
       // The placement decides the direct form's stores (a probe every few calls: the
       // operation's first sync when it runs, carrying the call's check).
       if (plan.shm == ShmStep::kDirect) plan.far = local->far(plan.bytes);

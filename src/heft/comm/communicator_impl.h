@@ -26,6 +26,7 @@
 
 #include "heft/comm/algo/shm_links.h"
 #include "heft/comm/allreduce_plan.h"
+#include "heft/comm/choice_cache.h"
 #include "heft/comm/communicator.h"
 #include "heft/comm/trace.h"
 #include "heft/comm/transport/shm/context.h"
@@ -102,6 +103,29 @@ struct Communicator::Impl {
                               const std::string& name);
   // The decision taken for allreduces of `bytes` (kAuto: none yet). Any thread.
   Algorithm measured_allreduce(size_t bytes) const;
+  // The shared-memory step of a flat allreduce of count elements on one host under
+  // options_.measure_shm_small, for sizes in (kMeasuredSmallMin, kMeasuredSmallMax]: small or
+  // direct, the same on every rank and in every run that reads the same record: at the first
+  // such call, rank 0's record (load_shm_steps); for a size it lacks, both forms timed on a
+  // scratch buffer, the faster (slowest rank's times) recorded by rank 0 (measure_shm_step).
+  // Comm thread; collective.
+  ShmStep choose_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
+  ShmStep measure_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
+  // What the shared-memory steps recorded depend on: world, machine, the slots' options.
+  std::string shm_step_fingerprint() const;
+  // Rank 0's record for `fingerprint` on every rank: per size bucket the value (choice_cache.h
+  // FormNames) where `accept` takes it, else -1 (a missing or unreadable record: none).
+  std::array<int32_t, 64> recorded_choices(const std::string& fingerprint, const FormNames& names,
+                                           const std::function<bool(int)>& accept, Deadline deadline,
+                                           const std::string& name);
+  // Runs run(0) and run(1) in rounds, every rank starting each together (one untimed round,
+  // then kMeasureRounds), and returns each form's best seconds, the slowest rank's.
+  std::array<double, 2> timed_forms(const std::function<void(int form)>& run, Deadline deadline,
+                                    const std::string& name);
+  // Rank 0 records `measured` for (fingerprint, bucket) unless another run did first; every
+  // rank returns the recorded decision.
+  int record_decision(const std::string& fingerprint, int bucket, int measured, const FormNames& names,
+                      Deadline deadline, const std::string& name);
   // Rank 0's value on every rank (others pass anything >= -1 smaller; one tiny allreduce).
   int agree_on_rank0(int value, Deadline deadline, const std::string& name);
   // What the record's decisions depend on: world, ranks per host, machine, options.
@@ -138,6 +162,9 @@ struct Communicator::Impl {
   std::atomic<int> measurements_{0};
   std::atomic<int> cached_choices_{0};
   bool choices_loaded_ = false;  // rank 0's record read (comm thread)
+  // The shared-memory steps decided by size bucket (a ShmStep, -1 not yet; comm thread).
+  std::array<int32_t, 64> shm_steps_{};
+  bool shm_steps_loaded_ = false;
   std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
 
   // --- the queue ---

@@ -84,10 +84,13 @@ std::vector<Knob> make_knobs() {
            throw InvalidArgument("HEFT_SHM_CHUNK_BYTES: expected a multiple of 64, found " + v);
          o.shm_chunk_bytes = static_cast<size_t>(x);
        }},
-      {"HEFT_SHM_SMALL_BYTES", n(d.shm_small_bytes),
-       "shared-memory allreduce: whole-buffer form up to this size",
+      {"HEFT_SHM_SMALL_BYTES", "auto",
+       "shared-memory allreduce: whole-buffer form up to this size (auto: per size from 1 to 32 "
+       "KiB as this machine measured and recorded in HEFT_ALLREDUCE_CACHE, 16384 outside)",
        [](CommunicatorOptions& o, const std::string& v) {
-         o.shm_small_bytes = static_cast<size_t>(number("HEFT_SHM_SMALL_BYTES", v, 0));
+         o.measure_shm_small = v == "auto";
+         if (!o.measure_shm_small)
+           o.shm_small_bytes = static_cast<size_t>(number("HEFT_SHM_SMALL_BYTES", v, 0));
        }},
       {"HEFT_SHM_SPIN_US", n(d.shm_spin_us) + " (auto)",
        "microseconds a shared-memory wait spins before yielding and sleeping (auto: 500 on own "

@@ -47,6 +47,7 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.token = job.token.value_or("");
   o.timeout = std::chrono::seconds(job.timeout());
   o.host = job.host.value_or("");
+  o.measure_shm_small = true;  // HEFT_SHM_SMALL_BYTES=N turns it off
   for (const Knob& k : tuning_knobs()) {
     const char* v = k.apply ? knob_value(k.name) : nullptr;
     if (v) k.apply(o, v);

@@ -68,6 +68,13 @@ struct CommunicatorOptions {
   // Up to this size the shared-memory allreduce has every rank reduce the whole chunk (one
   // synchronisation); above it, each rank reduces a slice (two, but n times less reading).
   size_t shm_small_bytes = 16 << 10;
+  // Whether this machine's measurement moves that crossover (from_env's default, unless
+  // HEFT_SHM_SMALL_BYTES gives a size; a CommunicatorOptions built in code keeps the rule): on
+  // one shared-memory host under the auto form, for sizes from 1 KiB to 32 KiB
+  // (allreduce_plan.h's kMeasuredSmallMin/Max) the small or the direct step by power-of-two
+  // size, as the machine's record (choice_cache.h) has it, else timed at the first call of that
+  // size and recorded; shm_small_bytes decides outside that range.
+  bool measure_shm_small = false;
   // Microseconds a shared-memory wait spins before it yields and sleeps; -1 chooses from
   // the host's placement (transport/shm/context.h).
   int shm_spin_us = -1;
@@ -112,14 +119,16 @@ struct CommunicatorOptions {
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
   // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
-  // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES,
+  // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES (auto:
+  // measured, the default here | bytes),
   // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1),
   // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS,
   // HEFT_SHM_PROBE_BYTES, HEFT_SHM_FORM (auto | direct | slots | single_copy),
   // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_SHM_CORES (auto | off | k), HEFT_SHM_CORES_MIN_BYTES,
   // HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
-  // A malformed value throws heft::InvalidArgument naming the variable.
+  // A malformed value throws heft::InvalidArgument naming the variable. measure_shm_small is
+  // true unless HEFT_SHM_SMALL_BYTES gives a size.
   static CommunicatorOptions from_env();
 };
 

@@ -179,6 +179,28 @@ TEST(CommKnobs, EveryKnobIsReadAndAMalformedValueNamesIt) {
   }
 }
 
+// HEFT_SHM_SMALL_BYTES: unset or auto, the machine's measurement moves the small/direct
+// crossover (a job's communicator); a size fixes the rule; options built in code keep the rule.
+TEST(CommKnobs, TheSmallCrossoverIsMeasuredUnlessASizeIsGiven) {
+  EXPECT_FALSE(comm::CommunicatorOptions{}.measure_shm_small);
+  {
+    ScopedVariable unset("HEFT_SHM_SMALL_BYTES", "");
+    EXPECT_TRUE(comm::CommunicatorOptions::from_env().measure_shm_small);
+  }
+  {
+    ScopedVariable automatic("HEFT_SHM_SMALL_BYTES", "auto");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_TRUE(o.measure_shm_small);
+    EXPECT_EQ(o.shm_small_bytes, comm::CommunicatorOptions{}.shm_small_bytes);
+  }
+  {
+    ScopedVariable fixed("HEFT_SHM_SMALL_BYTES", "4096");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_FALSE(o.measure_shm_small);
+    EXPECT_EQ(o.shm_small_bytes, 4096u);
+  }
+}
+
 TEST(WorkerContract, HeftVariablesAreWrittenAndReadByOnePair) {
   contract::HeftVariables v;
   v.store = "10.0.0.1:5000";
