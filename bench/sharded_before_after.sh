@@ -6,7 +6,8 @@
 #   python       heft.torch.parallel.ShardedDataParallel on examples/gpt_sharded.py (the
 #                same shape, 30 steps) at 2 ranks, under `heft run`
 # and with --workloads (default heft-train,python) the pipeline's too:
-#   heft-train-pipeline  the same GPT cut into 2 stages, 8 micro-batches, interleaved
+#   heft-train-pipeline  the same GPT cut into 2 stages, 8 micro-batches, interleaved (the last
+#                        stage's figures: it prints the final line)
 #   python-pipeline      examples/gpt_3d.py --tensor 1 --pipeline 2 (heft.torch.parallel.Pipeline,
 #                        8 micro-batches, interleaved), the same shape (no peak RSS: nan)
 # Each build runs its own binaries and its own Python package ($BUILD/python). Prints every
@@ -39,7 +40,7 @@ run() {  # build workload -> "tokens_per_s peak_rss_mib"
       "$b/heft" run --hosts 1 -n 2 -- "$b/heft-train" --model gpt --n_layer 4 --n_embd 128 \
         --n_head 4 --batch_size 16 --max_steps 30 --eval false --log_every 100000 \
         --partitions 2 --microbatches 8 >"$log" 2>&1 || true
-      awk '/\[rank 0\] final:/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "tokens_per_s") t = kv[2] } }
+      awk '/\[rank 1\] final:/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "tokens_per_s") t = kv[2] } }
            /\[rank 0\] memory: rank=0 peak_rss_mb/ { split($0, kv, "peak_rss_mb="); m = kv[2] }
            END { if (t != "") printf "%s %s", t, (m == "" ? "nan" : m) }' "$log" ;;
     python-pipeline)

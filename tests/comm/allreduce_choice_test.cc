@@ -280,7 +280,7 @@ TEST(AllreduceChoice, SmallShmStepMeasuredOnceRecordedAndTakenFromTheRecord) {
     std::ifstream in(cache);
     std::string line;
     std::getline(in, line);
-    EXPECT_EQ(line.rfind("shm-step v1 world=2 ", 0), 0u) << line;
+    EXPECT_EQ(line.rfind("shm-step v2 world=2 ", 0), 0u) << line;
   }
   shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
     expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,

@@ -23,6 +23,9 @@ namespace heft::comm {
 namespace {
 // Timed runs of each form: the best of several is robust to a rank descheduled once.
 constexpr int kMeasureRounds = 4;
+// How much faster than the rule's a small allreduce's other shared-memory step must measure
+// to be taken.
+constexpr double kSmallMargin = 0.10;
 }  // namespace
 
 Algorithm Communicator::Impl::allreduce_algorithm(size_t bytes) const {
@@ -127,8 +130,8 @@ Algorithm Communicator::Impl::choose_allreduce(size_t count, DataType t, ReduceO
   return known != Algorithm::kAuto ? known : measure_allreduce(count, t, op, deadline, name);
 }
 
-std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(int)>& run, Deadline deadline,
-                                                      const std::string& name) {
+std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(int)>& run, int calls,
+                                                      Deadline deadline, const std::string& name) {
   std::array<double, 2> best = {1e300, 1e300};  // seconds, per form
   algo::Links sync{*transport_, deadline, name, algo::call_signature(algo::Call::barrier, 0)};
   // Round 0 warms both forms up (buffers, pages, links) untimed.
@@ -136,8 +139,9 @@ std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(i
     for (int form = 0; form < 2; ++form) {
       algo::dissemination_barrier(sync);  // start together: a rank's time is not its wait
       const auto start = std::chrono::steady_clock::now();
-      run(form);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (int call = 0; call < calls; ++call) run(form);
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
       if (round > 0) best[static_cast<size_t>(form)] = std::min(best[static_cast<size_t>(form)], s);
     }
   }
@@ -178,7 +182,7 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
           algo::ring_allreduce(links, scratch.data(), count, t, op);
         }
       },
-      deadline, name);
+      1, deadline, name);
   const Algorithm measured = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
   const Algorithm choice = static_cast<Algorithm>(
       record_decision(choice_fingerprint(), size_bucket(bytes), static_cast<int>(measured), {}, deadline, name));
@@ -212,7 +216,7 @@ const FormNames& shm_step_names() {
 std::string Communicator::Impl::shm_step_fingerprint() const {
   const char* placement[] = {"measure", "near", "far"};
   std::string key = fmt::format(
-      "shm-step v1 world={} machine={} chunk={} spin={} contended_spin={} stream={} placement={}", size_,
+      "shm-step v2 world={} machine={} chunk={} spin={} contended_spin={} stream={} placement={}", size_,
       machine_description(), options_.shm_chunk_bytes, options_.shm_spin_us, options_.shm_contended_spin_us,
       options_.shm_stream_slots ? 1 : 0, placement[static_cast<int>(options_.shm_placement)]);
   for (char& c : key)
@@ -249,13 +253,16 @@ ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp 
     algo::ShmLinks links{*shm_, deadline, name, call};
     far = links.far(bytes);  // the direct step's stores, as the plan will take them
   }
+  // A round runs each form on about kMeasuredSmallMax bytes in all (32 calls of 1 KiB, one of
+  // 32 KiB): one call of a few microseconds is within a timer's and a wake-up's noise.
+  const int calls = static_cast<int>(std::max<size_t>(1, kMeasuredSmallMax / std::max<size_t>(1, bytes)));
   const std::array<double, 2> best = timed_forms(  // small, direct
       [&](int form) {
         algo::ShmLinks links{*shm_, deadline, name, call};
         algo::shm_allreduce(links, scratch.data(), count, t, op, form == 0 ? ShmStep::kSmall : ShmStep::kDirect,
                             form == 1 && far, size_);
       },
-      deadline, name);
+      calls, deadline, name);
   shm::PathCounts& now = shm_->path_counts();  // the forms and syncs back as they were (the
   now.small = counts.small;                     // placement probe was real: it stays counted)
   now.direct = counts.direct;
@@ -263,7 +270,13 @@ ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp 
   now.streamed = counts.streamed;
   now.far = counts.far;
   now.syncs = counts.syncs;
-  const ShmStep measured = best[0] <= best[1] ? ShmStep::kSmall : ShmStep::kDirect;
+  // The rule's step unless the other is faster by kSmallMargin: where the two are within the
+  // machine's noise, the measurement does not move the crossover.
+  const ShmStep rule = bytes <= options_.shm_small_bytes ? ShmStep::kSmall : ShmStep::kDirect;
+  const double rule_s = rule == ShmStep::kSmall ? best[0] : best[1];
+  const double other_s = rule == ShmStep::kSmall ? best[1] : best[0];
+  const ShmStep other = rule == ShmStep::kSmall ? ShmStep::kDirect : ShmStep::kSmall;
+  const ShmStep measured = other_s < rule_s * (1 - kSmallMargin) ? other : rule;
   const ShmStep choice = static_cast<ShmStep>(record_decision(
       shm_step_fingerprint(), size_bucket(bytes), static_cast<int>(measured), shm_step_names(), deadline, name));
   spdlog::debug("rank {}: allreduce of {} B on one host: small {:.1f} us, direct {:.1f} us: {} for this size{}",

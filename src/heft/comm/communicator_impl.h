@@ -106,8 +106,9 @@ struct Communicator::Impl {
   // The shared-memory step of a flat allreduce of count elements on one host under
   // options_.measure_shm_small, for sizes in (kMeasuredSmallMin, kMeasuredSmallMax]: small or
   // direct, the same on every rank and in every run that reads the same record: at the first
-  // such call, rank 0's record (load_shm_steps); for a size it lacks, both forms timed on a
-  // scratch buffer, the faster (slowest rank's times) recorded by rank 0 (measure_shm_step).
+  // such call, rank 0's record; for a size it lacks, both forms timed on a scratch buffer, the
+  // rule's (shm_small_bytes) unless the other is 10% faster (the slowest rank's times),
+  // recorded by rank 0 (measure_shm_step).
   // Comm thread; collective.
   ShmStep choose_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
   ShmStep measure_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
@@ -118,9 +119,10 @@ struct Communicator::Impl {
   std::array<int32_t, 64> recorded_choices(const std::string& fingerprint, const FormNames& names,
                                            const std::function<bool(int)>& accept, Deadline deadline,
                                            const std::string& name);
-  // Runs run(0) and run(1) in rounds, every rank starting each together (one untimed round,
-  // then kMeasureRounds), and returns each form's best seconds, the slowest rank's.
-  std::array<double, 2> timed_forms(const std::function<void(int form)>& run, Deadline deadline,
+  // Runs run(0) and run(1) `calls` times each in rounds, every rank starting each together
+  // (one untimed round, then kMeasureRounds), and returns each form's best seconds per call,
+  // the slowest rank's.
+  std::array<double, 2> timed_forms(const std::function<void(int form)>& run, int calls, Deadline deadline,
                                     const std::string& name);
   // Rank 0 records `measured` for (fingerprint, bucket) unless another run did first; every
   // rank returns the recorded decision.

@@ -1,6 +1,6 @@
 // The device mesh's pure layout: the world's ranks laid out on named parallel dimensions,
 // each rank's coordinates and the members of each group. No communication and no LibTorch,
-// so the Python extension (python/heft/torch/mesh_binding.cc, heft.torch.parallel.DeviceMesh)
+// so the Python extension (python/heft/torch/csrc/mesh_binding.cc, heft.torch.parallel.DeviceMesh)
 // uses this very code; the communicating mesh is mesh.h.
 //
 // Dimensions (the only place the abbreviations are defined):

@@ -1,7 +1,7 @@
 """heft's multi-writer checkpoint directory for heft.torch.parallel.save_checkpoint
 (sharded/_checkpoint.py) and Pipeline.save_checkpoint (pipeline/_checkpoint.py): a thin layer
 over the C++ CheckpointDirectory (src/heft/parallel/checkpoint_dir.h, bound in
-python/heft/torch/checkpoint_binding.cc), so Python and heft-train write and check the format
+python/heft/torch/csrc/checkpoint_binding.cc), so Python and heft-train write and check the format
 with one implementation. Only the reading of a verified file's bytes happens here."""
 import json
 import os
