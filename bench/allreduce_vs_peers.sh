@@ -221,7 +221,7 @@ for n in $RANKS; do
   echo "## allreduce, $n ranks: every round (worst beside median)"
   worst_rounds "$n" heft "$OUT/heft-$n" openmpi "$OUT/openmpi-$n"
   echo "cache line round trip between the two CPUs before each round (ns; near about 100, far about 400):$placement"
-  echo "heft's own placement probe in each round (its answers in order, ns per sync; far from 120):$probes"
+  echo "heft's own placement probe in each round (its answers in order, ns per sync; which are far: this machine's record, docs/comm.md):$probes"
   if [[ -n $BASELINE ]]; then
     echo
     echo "## the same rounds, heft_baseline ($BASELINE)"

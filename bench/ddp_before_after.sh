@@ -8,7 +8,7 @@
 # Each build runs its own binaries and its own Python package ($BUILD/python). Prints every
 # run, then per workload the median and the worst round of each build and after/before.
 #
-#   bench/ddp_before_after.sh --before DIR --after DIR [--rounds 5]
+#   bench/ddp_before_after.sh --before DIR --after DIR [--rounds 5] [--before-env 'VAR=V ...']
 #     DIR: a build folder with heft, heft-train, memory_bandwidth_bench and python/heft
 #     (the before one built from the older commit, e.g. in a `git worktree`)
 set -euo pipefail
@@ -23,18 +23,18 @@ port=$((29500 + RANDOM % 150))
 before_after_header
 echo "# round build workload samples_or_tokens_per_s"
 
-run() {  # build workload -> throughput
-  local b=$1 w=$2
+run() {  # build workload side -> throughput
+  local b=$1 w=$2 side=$3
   case "$w" in
     heft-train)
-      "$b/heft" run --hosts 1 -n 2 -- "$b/heft-train" --model cnn --batch_size 64 --limit 12800 \
+      side_env "$side" "$b/heft" run --hosts 1 -n 2 -- "$b/heft-train" --model cnn --batch_size 64 --limit 12800 \
         --lr 0.01 --momentum 0.9 --eval false --log_every 100000 2>/dev/null |
         sed -n 's/.*final: .*samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1 ;;
     python-cnn)
-      PYTHONPATH=$b/python $py "$peers/ddp_torch.py" --ranks 2 --batch 64 --limit 12800 --threads 1 \
+      side_env "$side" PYTHONPATH="$b/python" $py "$peers/ddp_torch.py" --ranks 2 --batch 64 --limit 12800 --threads 1 \
         --backend heft --port $((port++)) 2>/dev/null | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1 ;;
     python-gpt)
-      PYTHONPATH=$b/python $py "$peers/gpt_torch.py" --ranks 2 --batch 16 --steps 60 --threads 1 \
+      side_env "$side" PYTHONPATH="$b/python" $py "$peers/gpt_torch.py" --ranks 2 --batch 16 --steps 60 --threads 1 \
         --backend heft --port $((port++)) 2>/dev/null | sed -n 's/^final:.*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -n 1 ;;
   esac
 }
@@ -46,7 +46,7 @@ for r in $(seq "$rounds"); do
     if (( r % 2 )); then order="before after"; else order="after before"; fi
     for side in $order; do
       if [[ $side == before ]]; then b=$before; else b=$after; fi
-      v=$(run "$b" "$w")
+      v=$(run "$b" "$w" "$side")
       [[ -n $v ]] || { echo "ddp_before_after: $side $w gave no throughput" >&2; exit 1; }
       echo "$r $side $w $v"
       rows+="$r $side $w $v"$'\n'

@@ -4,7 +4,8 @@
 // choice between the hierarchical form and the flat ring is recorded by rank 0 and taken
 // again by the next communicator on the same topology, before its first call, so two runs
 // sum in the same order; so is, on one host, a small allreduce's shared-memory step (small or
-// direct) where the options measure it. Real forked ranks.
+// direct) where the options measure it, and where ranks share cores, the core-grouped or the
+// flat form. Real forked ranks.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -303,6 +304,174 @@ TEST(AllreduceChoice, SmallShmStepMeasuredOnceRecordedAndTakenFromTheRecord) {
     outside(paths);
     expect_form(paths, 3, "shm/direct");
     expect_form(paths, 6, "shm/small");
+  });
+  fs::remove_all(dir);
+}
+
+// Ranks that share cores (measure_shm_cores: HEFT_SHM_CORES_MIN_BYTES auto): 4 ranks in core
+// groups of 2, their first ranks forced far, sizes inside the measured range (64 KiB, 512 KiB)
+// and outside it (32 KiB: flat, 4 MiB: core-grouped, by the rule). The first lifetime measures
+// each inside size once and rank 0 records it; the second takes the record; a record edited by
+// hand decides; the measurement's runs are not counted as calls.
+const size_t kCoresCounts[] = {8 << 10, 16 << 10, 128 << 10, 1 << 20};  // floats: 32, 64, 512 KiB, 4 MiB
+
+void cores_lifetime(const std::string& cache, const Check& check) {
+  test::StoreProcess store;
+  static int worlds = 0;
+  const std::string group = "shm-cores/world" + std::to_string(worlds++);
+  auto res = test::run_ranks(4, [&](int rank) {
+    setenv("HEFT_ALLREDUCE_CACHE", rank == 0 ? cache.c_str() : "off", 1);
+    CommunicatorOptions o;
+    o.token = store.token();
+    o.host = "h0";
+    o.timeout = std::chrono::seconds(60);
+    o.shm_core_group = 2;
+    o.shm_placement = CommunicatorOptions::ShmPlacement::kFar;
+    o.measure_shm_cores = true;
+    auto c = Communicator::create(store.connect(), group, rank, 4, o);
+    std::vector<std::string> paths;
+    for (size_t count : kCoresCounts)
+      for (int call = 0; call < 3; ++call) {
+        std::vector<float> x(count, static_cast<float>(rank + 1));
+        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        expect(x[0] == 10.0f && x[count - 1] == 10.0f, "wrong sum at " + std::to_string(count) + " floats");
+        paths.push_back(c->last_allreduce_path());
+      }
+    const shm::PathCounts k = c->shm_path_counts();
+    expect(k.cores + k.direct == 12 && k.small + k.slots + k.single_copy == 0,
+           "calls counted: cores " + std::to_string(k.cores) + " direct " + std::to_string(k.direct) +
+               ", want 12 in all");
+    check(*c, paths);
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(AllreduceChoice, CoreGroupedCrossoverMeasuredOnceRecordedAndTakenFromTheRecord) {
+  const fs::path dir = fs::temp_directory_path() / ("heft-shm-cores-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string cache = (dir / "comm" / "allreduce-forms").string();
+  const auto outside = [](const std::vector<std::string>& paths) {
+    expect_form(paths, 0, "shm/direct");  // 32 KiB: below the measured range
+    expect_form(paths, 9, "shm/cores");   // 4 MiB: above it
+  };
+  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
+    outside(paths);
+    for (size_t first : {3, 6})
+      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
+                 (paths[first] == "shm/cores" || paths[first] == "shm/direct"),
+             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
+  });
+  auto first = recorded(cache);
+  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
+  std::map<int, std::string> want(first.begin(), first.end());
+  ASSERT_EQ(want.count(16) + want.count(19), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
+  const auto path_of = [](const std::string& form) { return form == "cores" ? "shm/cores" : "shm/direct"; };
+  {
+    std::ifstream in(cache);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line.rfind("shm-cores v1 world=4 ", 0), 0u) << line;
+  }
+  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
+           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
+               std::to_string(c.recorded_allreduce_choices()));
+    outside(paths);
+    expect_form(paths, 3, path_of(want[16]));
+    expect_form(paths, 6, path_of(want[19]));
+  });
+  // The record decides: 64 KiB core-grouped, 512 KiB flat, whatever was measured.
+  {
+    std::ifstream in(cache);
+    std::string fingerprint;
+    std::getline(in, fingerprint, '\t');
+    in.close();
+    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t16\tcores\n" << fingerprint << "\t19\tflat\n";
+  }
+  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0, "measured despite a record");
+    outside(paths);
+    expect_form(paths, 3, "shm/cores");
+    expect_form(paths, 6, "shm/direct");
+  });
+  fs::remove_all(dir);
+}
+
+// Over TCP alone (measure_small_messages: HEFT_SMALL_MESSAGE_BYTES auto): 2 ranks on hosts that
+// share no memory, sizes inside the measured range (16 KiB, 256 KiB) and outside it (1 KiB:
+// recursive doubling, 4 MiB: the ring, by the rule). Measured once and recorded, taken from the
+// record by the next lifetime, a hand-edited record decides.
+const size_t kTcpCounts[] = {256, 4 << 10, 64 << 10, 1 << 20};  // floats: 1, 16, 256 KiB, 4 MiB
+
+void tcp_lifetime(const std::string& cache, const Check& check) {
+  test::StoreProcess store;
+  static int worlds = 0;
+  const std::string group = "tcp-small/world" + std::to_string(worlds++);
+  auto res = test::run_ranks(2, [&](int rank) {
+    setenv("HEFT_ALLREDUCE_CACHE", rank == 0 ? cache.c_str() : "off", 1);
+    CommunicatorOptions o;
+    o.token = store.token();
+    o.host = "h" + std::to_string(rank);
+    o.timeout = std::chrono::seconds(60);
+    o.measure_small_messages = true;
+    auto c = Communicator::create(store.connect(), group, rank, 2, o);
+    std::vector<std::string> paths;
+    for (size_t count : kTcpCounts)
+      for (int call = 0; call < 3; ++call) {
+        std::vector<float> x(count, static_cast<float>(rank + 1));
+        c->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);
+        expect(x[0] == 3.0f && x[count - 1] == 3.0f, "wrong sum at " + std::to_string(count) + " floats");
+        paths.push_back(c->last_allreduce_path());
+      }
+    check(*c, paths);
+  });
+  EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+TEST(AllreduceChoice, TcpCrossoverMeasuredOnceRecordedAndTakenFromTheRecord) {
+  const fs::path dir = fs::temp_directory_path() / ("heft-tcp-small-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string cache = (dir / "comm" / "allreduce-forms").string();
+  const auto outside = [](const std::vector<std::string>& paths) {
+    expect_form(paths, 0, "recursive_doubling");  // 1 KiB: below the measured range
+    expect_form(paths, 9, "ring");                // 4 MiB: above it
+  };
+  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
+    outside(paths);
+    for (size_t first : {3, 6})
+      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
+                 (paths[first] == "ring" || paths[first] == "recursive_doubling"),
+             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
+  });
+  auto first = recorded(cache);
+  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
+  std::map<int, std::string> want(first.begin(), first.end());
+  ASSERT_EQ(want.count(14) + want.count(18), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
+  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
+           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
+               std::to_string(c.recorded_allreduce_choices()));
+    outside(paths);
+    expect_form(paths, 3, want[14]);
+    expect_form(paths, 6, want[18]);
+  });
+  {
+    std::ifstream in(cache);
+    std::string fingerprint;
+    std::getline(in, fingerprint, '\t');
+    in.close();
+    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t14\tring\n"
+                                          << fingerprint << "\t18\trecursive_doubling\n";
+  }
+  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0, "measured despite a record");
+    outside(paths);
+    expect_form(paths, 3, "ring");
+    expect_form(paths, 6, "recursive_doubling");
   });
   fs::remove_all(dir);
 }

@@ -14,6 +14,10 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -261,6 +265,86 @@ TEST(ShmPlacement, MismatchedCallFailsAtTheProbe) {
     expect(false, "a mismatched allreduce ran");
   });
   EXPECT_TRUE(res.all_ok()) << res.summary();
+}
+
+// This machine's line (measure_far_line: HEFT_SHM_FAR_NS auto): a probe's reading is classed
+// by half-octave, and each class takes the stores rank 0's record holds for it. Calls under
+// 256 KiB never time the stores (the line decides, nothing is recorded); the first probe of a
+// 1 MiB call whose class is new times both stores and records its class; a record edited by
+// hand decides every call's stores (all far: every call streams; all near: none does), with
+// no measurement. Exact sums throughout.
+TEST(ShmPlacement, MeasuredLineClassifiesReadingsByTheRecord) {
+  if (!two_cpus()) GTEST_SKIP() << "needs CPUs 0 and 1 to pin two ranks apart";
+  const std::string dir = ::testing::TempDir() + "heft-far-line-" + std::to_string(getpid());
+  const std::string cache = dir + "/allreduce-forms";
+  std::filesystem::remove_all(dir);
+  setenv("HEFT_ALLREDUCE_CACHE", cache.c_str(), 1);  // read by rank 0 only
+  CommunicatorOptions o;
+  o.measure_far_line = true;
+  o.shm_chunk_bytes = 256 << 10;
+  // `calls` allreduces of `bytes` on a fresh pair; checks the sums and what `check` says.
+  const auto lifetime = [&](size_t bytes, const std::function<void(Communicator&, int calls_far)>& check) {
+    test::StoreProcess store;
+    auto res = pair(store, o, [&](Communicator& c) {
+      std::vector<float> x(bytes / 4);
+      int calls_far = 0;
+      for (int call = 0; call < 20; ++call) {
+        std::fill(x.begin(), x.end(), static_cast<float>(c.rank() + call));
+        c.allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+        expect(x[0] == static_cast<float>(1 + 2 * call) && x.back() == x[0], "call " + std::to_string(call));
+        calls_far += c.last_allreduce_plan().far;
+      }
+      const shm::PathCounts k = c.shm_path_counts();
+      expect(k.far == static_cast<uint64_t>(calls_far) && k.direct == 20,
+             "counted far " + std::to_string(k.far) + ", planned " + std::to_string(calls_far) + ", direct " +
+                 std::to_string(k.direct));
+      check(c, calls_far);
+    });
+    EXPECT_TRUE(res.all_ok()) << res.summary();
+  };
+  const auto lines = [&] {
+    std::vector<std::pair<int, std::string>> out;
+    std::ifstream in(cache);
+    for (std::string line; std::getline(in, line);) {
+      EXPECT_EQ(line.rfind("shm-far v1 world=2 ", 0), 0u) << line;
+      const auto a = line.find('\t'), b = line.rfind('\t');
+      out.emplace_back(std::atoi(line.substr(a + 1, b - a - 1).c_str()), line.substr(b + 1));
+    }
+    return out;
+  };
+  lifetime(64 << 10, [](Communicator& c, int) {
+    expect(c.allreduce_measurements() == 0, "64 KiB calls timed the stores");
+  });
+  EXPECT_TRUE(lines().empty()) << "a 64 KiB call recorded a class";
+  lifetime(1 << 20, [](Communicator& c, int calls_far) {
+    const shm::PathCounts k = c.shm_path_counts();
+    expect(c.allreduce_measurements() >= 1 && c.allreduce_measurements() <= static_cast<int>(k.probes),
+           std::to_string(c.allreduce_measurements()) + " measurements in " + std::to_string(k.probes) + " probes");
+    (void)calls_far;
+  });
+  const auto recorded = lines();
+  ASSERT_FALSE(recorded.empty()) << "nothing recorded in " << cache;
+  std::string fingerprint;
+  {
+    std::ifstream in(cache);
+    std::getline(in, fingerprint, '\t');
+  }
+  for (const char* stores : {"far", "near"}) {
+    {
+      std::ofstream out(cache, std::ios::trunc);
+      for (int bucket = 0; bucket < 64; ++bucket) out << fingerprint << '\t' << bucket << '\t' << stores << '\n';
+    }
+    const bool far = std::string(stores) == "far";
+    lifetime(1 << 20, [far](Communicator& c, int calls_far) {
+      expect(c.allreduce_measurements() == 0, "measured despite a record");
+      expect(calls_far == (far ? 20 : 0), std::to_string(calls_far) + " far calls of 20 under a record of " +
+                                               (far ? "far" : "near"));
+      const shm::PathCounts k = c.shm_path_counts();
+      expect((k.streamed > 0) == far, "streamed " + std::to_string(k.streamed));
+    });
+  }
+  unsetenv("HEFT_ALLREDUCE_CACHE");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

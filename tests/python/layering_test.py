@@ -40,6 +40,10 @@ read with `ast` only: nothing is imported, so it needs neither torch nor a build
    timing a user's layers, the heap their forwards keep and the optimizer's step is
    src/heft/parallel/layout/model_measure.h's (bound as _c10d.parallel.layout.measure_layers),
    heft-train's too. time.monotonic (how long a probe took, for the report) is not a measurement.
+7. A room uses another room's names, never its private ones: a `from X import name` in
+   parallel/<room>/ where X is in another room names nothing that starts with an underscore (a
+   helper another room needs is that room's on purpose: give it a public name). The private
+   modules (`_plan`, `_checkpoint`) are how a room is laid out, and may be named.
 """
 import ast
 import os
@@ -62,6 +66,21 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
 SHARDED_COORDINATION = {("_checkpoint.py", "barrier"), ("_checkpoint.py", "broadcast")}
 PARALLEL_FILES = {"__init__.py", "mesh.py", "checkpoint_dir.py"}
 MEASURING = {"process_time", "perf_counter", "thread_time", "heap_in_use", "getrusage"}
+
+
+def private_names_across_rooms(name, path, package):
+    """[(line, imported name, its room)] of the underscore-named names module `name` (in a room)
+    imports with `from X import ...` from a module of another room."""
+    own = room_of(name)
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            other = room_of(from_base(name, package, node) or "")
+            if other is not None and other != own:
+                found += [(node.lineno, a.name, other) for a in node.names if a.name.startswith("_")]
+    return found
 
 
 def modules():
@@ -363,6 +382,30 @@ class Layering(unittest.TestCase):
         if broken:
             self.fail("\n" + "\n".join(broken) + "\nthe model measurement is model_measure.h's "
                       "(_c10d.parallel.layout.measure_layers): a second one in Python is refused")
+
+    def test_no_room_takes_another_rooms_private_names(self):
+        broken, checked = [], 0
+        for name, (path, package) in sorted(self.known.items()):
+            if room_of(name) is None:
+                continue
+            checked += 1
+            broken += [f"{os.path.relpath(path, support.SOURCE_DIR)}:{line}: {bound} is room "
+                       f"{other}'s own" for line, bound, other in private_names_across_rooms(name, path, package)]
+        self.assertGreater(checked, 10)
+        if broken:
+            self.fail("\n" + "\n".join(broken) + "\ngive a helper another room needs a public name")
+
+    def test_the_private_name_finder_finds_one(self):
+        name = f"{PARALLEL}.pipeline._checkpoint"
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write("from ..sharded._checkpoint import _copy_into, load_part\n"
+                    "from ._plan import _own\nfrom heft.torch.parallel.tensor._plan import _x\n")
+        try:
+            self.assertEqual(private_names_across_rooms(name, f.name, False),
+                             [(1, "_copy_into", "sharded"), (3, "_x", "tensor")])
+        finally:
+            os.unlink(f.name)
 
     def test_the_measuring_finder_finds_each_spelling(self):
         import tempfile

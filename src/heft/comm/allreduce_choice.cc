@@ -1,8 +1,9 @@
 // Which allreduce form runs (communicator_impl.h): by options, size and topology, and where a
 // machine decides by measurement (across hosts under kAuto: hierarchical or the flat ring,
-// choose_allreduce; on one host, a small allreduce's shared-memory step: small or direct,
-// choose_shm_step) rank 0's record of earlier runs (choice_cache.h), else a measurement before
-// the first call of a size, recorded for the next runs.
+// or over TCP alone recursive doubling or the ring, choose_allreduce; on one host, a small allreduce's shared-memory step: small or direct,
+// choose_shm_step; where ranks share cores, the core-grouped or the flat form,
+// choose_cores_step) rank 0's record of earlier runs (choice_cache.h), else a measurement
+// before the first call of a size, recorded for the next runs.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -23,9 +24,10 @@ namespace heft::comm {
 namespace {
 // Timed runs of each form: the best of several is robust to a rank descheduled once.
 constexpr int kMeasureRounds = 4;
-// How much faster than the rule's a small allreduce's other shared-memory step must measure
-// to be taken.
-constexpr double kSmallMargin = 0.10;
+// How much faster than the rule's form a measured form on one host (a small allreduce's other
+// shared-memory step, the other of core-grouped and flat) must be to be taken: where the two
+// are within the machine's noise, the measurement does not move the crossover.
+constexpr double kRuleMargin = 0.10;
 }  // namespace
 
 Algorithm Communicator::Impl::allreduce_algorithm(size_t bytes) const {
@@ -43,6 +45,8 @@ Algorithm Communicator::Impl::allreduce_algorithm(size_t bytes) const {
       return Algorithm::kHierarchical;
     return measured_allreduce(bytes);  // kAuto until measured: run_allreduce measures
   }
+  if (options_.measure_allreduce && options_.measure_small_messages && measured_tcp_size(bytes))
+    return measured_allreduce(bytes);  // kAuto until measured: run_allreduce measures
   return bytes <= options_.small_message_bytes ? Algorithm::kRecursiveDoubling
                                                : Algorithm::kRing;
 }
@@ -104,7 +108,8 @@ void Communicator::Impl::load_choices(Deadline deadline, const std::string& name
   const std::array<int32_t, kSizeBuckets> known = recorded_choices(
       choice_fingerprint(), {},
       [](int v) {
-        return v == static_cast<int>(Algorithm::kRing) || v == static_cast<int>(Algorithm::kHierarchical);
+        return v == static_cast<int>(Algorithm::kRing) || v == static_cast<int>(Algorithm::kHierarchical) ||
+               v == static_cast<int>(Algorithm::kRecursiveDoubling);
       },
       deadline, name);
   int found = 0;
@@ -172,18 +177,32 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
   const size_t bytes = count * element_size(t);
   std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
   const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
-  const std::array<double, 2> best = timed_forms(  // hierarchical, ring
+  // Hosts that share memory: hierarchical or the flat ring, the faster (no rule to keep: the
+  // rule is hierarchical at every size). Else, over TCP alone: recursive doubling or the ring,
+  // the rule's (small_message_bytes) unless the other is kRuleMargin faster.
+  const bool hosts_share = options_.shared_memory && topology_.any_shared_host();
+  const Algorithm first = hosts_share ? Algorithm::kHierarchical : Algorithm::kRecursiveDoubling;
+  const std::array<double, 2> best = timed_forms(  // first, ring
       [&](int form) {
-        if (form == 0) {
+        algo::Links links{*transport_, deadline, name, call};
+        if (form == 1)
+          algo::ring_allreduce(links, scratch.data(), count, t, op);
+        else if (hosts_share)
           algo::hierarchical_allreduce(*transport_, shm_.get(), topology_, scratch.data(), count, t, op,
                                        options_.small_message_bytes, deadline, name);
-        } else {
-          algo::Links links{*transport_, deadline, name, call};
-          algo::ring_allreduce(links, scratch.data(), count, t, op);
-        }
+        else
+          algo::recursive_doubling_allreduce(links, scratch.data(), count, t, op);
       },
-      1, deadline, name);
-  const Algorithm measured = best[1] < best[0] ? Algorithm::kRing : Algorithm::kHierarchical;
+      // TCP alone: a round of about 1 MiB of calls (one call of a few microseconds is noise)
+      hosts_share ? 1 : static_cast<int>(std::max<size_t>(1, kMeasuredTcpMax / std::max<size_t>(1, bytes))),
+      deadline, name);
+  Algorithm measured = best[1] < best[0] ? Algorithm::kRing : first;
+  if (!hosts_share) {
+    const Algorithm rule = bytes <= options_.small_message_bytes ? first : Algorithm::kRing;
+    const double rule_s = rule == first ? best[0] : best[1];
+    const double other_s = rule == first ? best[1] : best[0];
+    measured = other_s < rule_s * (1 - kRuleMargin) ? (rule == first ? Algorithm::kRing : first) : rule;
+  }
   const Algorithm choice = static_cast<Algorithm>(
       record_decision(choice_fingerprint(), size_bucket(bytes), static_cast<int>(measured), {}, deadline, name));
   measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
@@ -191,9 +210,9 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
     return s > 0 ? 2.0 * (size_ - 1) / size_ * static_cast<double>(bytes) / s / 1e9 : 0.0;
   };
   const std::string line = fmt::format(
-      "allreduce of {} B over {} hosts: hierarchical {:.3f} ms ({:.2f} GB/s busbw), flat ring "
+      "allreduce of {} B over {} hosts: {} {:.3f} ms ({:.2f} GB/s busbw), flat ring "
       "{:.3f} ms ({:.2f} GB/s): {} for this size{}",
-      bytes, topology_.hosts(), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
+      bytes, topology_.hosts(), comm::name(first), best[0] * 1e3, busbw(best[0]), best[1] * 1e3, busbw(best[1]),
       comm::name(choice), choice == measured ? "" : " (recorded by another run meanwhile)");
   spdlog::debug("rank {}: {}", rank_, line);  // as the single-copy measurement
   return choice;
@@ -263,26 +282,188 @@ ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp 
                             form == 1 && far, size_);
       },
       calls, deadline, name);
-  shm::PathCounts& now = shm_->path_counts();  // the forms and syncs back as they were (the
-  now.small = counts.small;                     // placement probe was real: it stays counted)
-  now.direct = counts.direct;
-  now.one_pass = counts.one_pass;
-  now.streamed = counts.streamed;
-  now.far = counts.far;
-  now.syncs = counts.syncs;
-  // The rule's step unless the other is faster by kSmallMargin: where the two are within the
-  // machine's noise, the measurement does not move the crossover.
-  const ShmStep rule = bytes <= options_.shm_small_bytes ? ShmStep::kSmall : ShmStep::kDirect;
+  uncount_runs(counts);
+  // The rule's step unless the other is faster by kRuleMargin.
+  const ShmStep rule = flat_shm_step(bytes, options_.shm_small_bytes, CommunicatorOptions::ShmForm::kAuto, false);
   const double rule_s = rule == ShmStep::kSmall ? best[0] : best[1];
   const double other_s = rule == ShmStep::kSmall ? best[1] : best[0];
   const ShmStep other = rule == ShmStep::kSmall ? ShmStep::kDirect : ShmStep::kSmall;
-  const ShmStep measured = other_s < rule_s * (1 - kSmallMargin) ? other : rule;
+  const ShmStep measured = other_s < rule_s * (1 - kRuleMargin) ? other : rule;
   const ShmStep choice = static_cast<ShmStep>(record_decision(
       shm_step_fingerprint(), size_bucket(bytes), static_cast<int>(measured), shm_step_names(), deadline, name));
   spdlog::debug("rank {}: allreduce of {} B on one host: small {:.1f} us, direct {:.1f} us: {} for this size{}",
                 rank_, bytes, best[0] * 1e6, best[1] * 1e6, comm::name(choice),
                 choice == measured ? "" : " (recorded by another run meanwhile)");
   return choice;
+}
+
+void Communicator::Impl::uncount_runs(const shm::PathCounts& before) {
+  shm::PathCounts& now = shm_->path_counts();
+  now.small = before.small;
+  now.slots = before.slots;
+  now.single_copy = before.single_copy;
+  now.direct = before.direct;
+  now.cores = before.cores;
+  now.one_pass = before.one_pass;
+  now.streamed = before.streamed;
+  now.far = before.far;
+  now.syncs = before.syncs;
+}
+
+bool Communicator::Impl::takes_cores(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                     const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  const bool measured = options_.measure_shm_cores && measured_cores_size(bytes);
+  if (!measured && bytes <= options_.shm_cores_min_bytes) return false;
+  if (!cores_far(bytes, deadline, name)) return false;  // near: the flat forms, at every size
+  return !measured || choose_cores_step(count, t, op, deadline, name) == ShmStep::kCores;
+}
+
+namespace {
+// The core-grouped decisions a record may hold: "flat" (ShmStep::kNone's value) or "cores".
+const FormNames& cores_step_names() {
+  static const FormNames names = [] {
+    FormNames n(static_cast<size_t>(ShmStep::kCores) + 1, "-");
+    n[static_cast<size_t>(ShmStep::kNone)] = "flat";
+    n[static_cast<size_t>(ShmStep::kCores)] = name(ShmStep::kCores);
+    return n;
+  }();
+  return names;
+}
+}  // namespace
+
+std::string Communicator::Impl::cores_fingerprint() const {
+  const char* placement[] = {"measure", "near", "far"};
+  std::string key = fmt::format(
+      "shm-cores v1 world={} machine={} core_group={} core_ranks={} leaders={} chunk={} small={} form={} spin={} "
+      "contended_spin={} stream={} placement={}",
+      size_, machine_description(), options_.shm_core_group, cores_.core_ranks.size(),
+      cores_.leader_ranks.size(), options_.shm_chunk_bytes, options_.shm_small_bytes,
+      static_cast<int>(options_.effective_shm_form()), options_.shm_spin_us, options_.shm_contended_spin_us,
+      options_.shm_stream_slots ? 1 : 0, placement[static_cast<int>(options_.shm_placement)]);
+  for (char& c : key)
+    if (c == '\t' || c == '\n') c = ' ';
+  return key;
+}
+
+ShmStep Communicator::Impl::choose_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                              const std::string& name) {
+  if (!cores_steps_loaded_) {
+    cores_steps_ = recorded_choices(
+        cores_fingerprint(), cores_step_names(),
+        [](int v) { return v == static_cast<int>(ShmStep::kNone) || v == static_cast<int>(ShmStep::kCores); },
+        deadline, name);
+    int found = 0;
+    for (int32_t v : cores_steps_) found += v >= 0;
+    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
+    cores_steps_loaded_ = true;
+  }
+  const size_t bucket = static_cast<size_t>(size_bucket(count * element_size(t)));
+  if (cores_steps_[bucket] < 0)
+    cores_steps_[bucket] = static_cast<int32_t>(measure_cores_step(count, t, op, deadline, name));
+  return static_cast<ShmStep>(cores_steps_[bucket]);
+}
+
+ShmStep Communicator::Impl::measure_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
+                                               const std::string& name) {
+  const size_t bytes = count * element_size(t);
+  std::vector<uint8_t> scratch(bytes);  // zeros: any op and type reduce them safely
+  const auto call = algo::call_signature(algo::Call::allreduce, count, t, op);
+  const shm::PathCounts counts = shm_->path_counts();
+  // The flat form as the plan would run it: the rule's step, its stores by the placement.
+  const ShmStep flat =
+      flat_shm_step(bytes, options_.shm_small_bytes, options_.effective_shm_form(), shm_->cma_available());
+  bool far = false;
+  if (flat == ShmStep::kDirect) {
+    algo::ShmLinks links{*shm_, deadline, name, call};
+    far = links.far(bytes);
+  }
+  // A round reduces about kMeasuredCoresMax bytes with each form.
+  const int calls = static_cast<int>(std::max<size_t>(1, kMeasuredCoresMax / std::max<size_t>(1, bytes)));
+  const std::array<double, 2> best = timed_forms(  // flat, core-grouped
+      [&](int form) {
+        if (form == 0) {
+          algo::ShmLinks links{*shm_, deadline, name, call};
+          algo::shm_allreduce(links, scratch.data(), count, t, op, flat, far, size_);
+        } else {
+          algo::core_grouped_allreduce(cores_.core.get(), cores_.leaders.get(), scratch.data(), count, t, op,
+                                       options_.shm_small_bytes, size_, deadline, name);
+        }
+      },
+      calls, deadline, name);
+  uncount_runs(counts);
+  const bool rule_cores = bytes > options_.shm_cores_min_bytes;
+  const double rule_s = rule_cores ? best[1] : best[0];
+  const double other_s = rule_cores ? best[0] : best[1];
+  const bool cores = other_s < rule_s * (1 - kRuleMargin) ? !rule_cores : rule_cores;
+  const ShmStep measured = cores ? ShmStep::kCores : ShmStep::kNone;
+  const ShmStep choice = static_cast<ShmStep>(record_decision(
+      cores_fingerprint(), size_bucket(bytes), static_cast<int>(measured), cores_step_names(), deadline, name));
+  spdlog::debug("rank {}: allreduce of {} B on one host, ranks sharing cores: flat ({}) {:.1f} us, core-grouped "
+                "{:.1f} us: {} for this size{}",
+                rank_, bytes, comm::name(flat), best[0] * 1e6, best[1] * 1e6,
+                choice == ShmStep::kCores ? "core-grouped" : "flat",
+                choice == measured ? "" : " (recorded by another run meanwhile)");
+  return choice;
+}
+
+namespace {
+// The stores a record may hold for a reading: "near" (cached, 0) or "far" (streamed, 1).
+const FormNames& far_names() {
+  static const FormNames names = {"near", "far"};
+  return names;
+}
+}  // namespace
+
+std::string Communicator::Impl::far_fingerprint() const {
+  std::string key = fmt::format("shm-far v1 world={} machine={} chunk={} spin={} contended_spin={} disjoint={}",
+                                size_, machine_description(), options_.shm_chunk_bytes, options_.shm_spin_us,
+                                options_.shm_contended_spin_us, shm_->placement_disjoint() ? 1 : 0);
+  for (char& c : key)
+    if (c == '\t' || c == '\n') c = ' ';
+  return key;
+}
+
+bool Communicator::Impl::classify_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline,
+                                      const std::string& name) {
+  if (!far_readings_loaded_) {
+    far_readings_ = recorded_choices(far_fingerprint(), far_names(), [](int v) { return v == 0 || v == 1; },
+                                     deadline, name);
+    int found = 0;
+    for (int32_t v : far_readings_) found += v >= 0;
+    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
+    far_readings_loaded_ = true;
+  }
+  const size_t bucket = static_cast<size_t>(far_reading_bucket(ns));
+  if (far_readings_[bucket] >= 0) return far_readings_[bucket] == 1;
+  if (bytes < kMeasuredFarMinBytes) return line_far;  // too short to time the stores apart
+  // The direct form of a call of this size, both stores, as the plan would run it.
+  const size_t count = bytes / sizeof(float);
+  std::vector<float> scratch(count);  // zeros
+  const auto call = algo::call_signature(algo::Call::allreduce, count, DataType::f32, ReduceOp::sum);
+  const shm::PathCounts counts = shm_->path_counts();
+  // A round of about 4 MiB: a placement moves within seconds, a round takes about a millisecond.
+  const int calls = static_cast<int>(std::max<size_t>(1, (size_t{4} << 20) / bytes));
+  const std::array<double, 2> best = timed_forms(  // cached, streamed
+      [&](int form) {
+        algo::ShmLinks links{*shm_, deadline, name, call};
+        algo::shm_allreduce(links, scratch.data(), count, DataType::f32, ReduceOp::sum, ShmStep::kDirect, form == 1,
+                            size_);
+      },
+      calls, deadline, name);
+  uncount_runs(counts);
+  const double rule_s = line_far ? best[1] : best[0];
+  const double other_s = line_far ? best[0] : best[1];
+  const bool measured = other_s < rule_s * (1 - kRuleMargin) ? !line_far : line_far;
+  const bool far = record_decision(far_fingerprint(), static_cast<int>(bucket), measured ? 1 : 0, far_names(),
+                                   deadline, name) == 1;
+  far_readings_[bucket] = far ? 1 : 0;
+  spdlog::debug("rank {}: placement reading {} ns per sync (half-octave {}), direct allreduce of {} B: cached "
+                "stores {:.1f} us, streamed {:.1f} us: {} (the {} ns line said {}){}",
+                rank_, ns, bucket, bytes, best[0] * 1e6, best[1] * 1e6, far ? "far" : "near",
+                options_.shm_far_sync_ns, line_far ? "far" : "near",
+                far == measured ? "" : " (recorded by another run meanwhile)");
+  return far;
 }
 
 }  // namespace heft::comm

@@ -1,5 +1,8 @@
 #include "heft/comm/allreduce_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace heft::comm {
 
 const char* name(ShmStep s) {
@@ -24,6 +27,11 @@ std::string AllreducePlan::path() const {
     case Algorithm::kRing: return "ring";
     default: return "";
   }
+}
+
+int far_reading_bucket(uint64_t ns) {
+  if (ns == 0) return 0;
+  return std::min(63, static_cast<int>(std::floor(2.0 * std::log2(static_cast<double>(ns)))));
 }
 
 ShmStep flat_shm_step(size_t bytes, size_t small_bytes, CommunicatorOptions::ShmForm form,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "heft/comm/options.h"
@@ -47,6 +48,30 @@ constexpr size_t kMeasuredSmallMax = 32 << 10;
 inline bool measured_small_size(size_t bytes) {
   return bytes > kMeasuredSmallMin && bytes <= kMeasuredSmallMax;
 }
+
+// The sizes whose form, where ranks share cores and their first ranks read far (core-grouped or
+// flat), a machine measures and records when CommunicatorOptions::measure_shm_cores: bytes in
+// (kMeasuredCoresMin, kMeasuredCoresMax].
+constexpr size_t kMeasuredCoresMin = 32 << 10;
+constexpr size_t kMeasuredCoresMax = 1 << 20;
+inline bool measured_cores_size(size_t bytes) {
+  return bytes > kMeasuredCoresMin && bytes <= kMeasuredCoresMax;
+}
+
+// The sizes whose TCP form (recursive doubling or the ring, ranks on hosts that share no
+// memory) a machine measures and records when CommunicatorOptions::measure_small_messages:
+// bytes in (kMeasuredTcpMin, kMeasuredTcpMax].
+constexpr size_t kMeasuredTcpMin = 4 << 10;
+constexpr size_t kMeasuredTcpMax = 1 << 20;
+inline bool measured_tcp_size(size_t bytes) { return bytes > kMeasuredTcpMin && bytes <= kMeasuredTcpMax; }
+
+// The smallest call whose first probe, where its reading's half-octave is not yet decided,
+// times the direct form's two stores (CommunicatorOptions::measure_far_line): below it the
+// stores' difference is within a call's noise.
+constexpr size_t kMeasuredFarMinBytes = 256 << 10;
+// A probe's reading's class: its half-octave, floor(2 log2(ns)) (64-90 ns: 12, 90-128: 13,
+// 128-181: 14, ...), 0 for 0.
+int far_reading_bucket(uint64_t ns);
 
 // The shared-memory step a flat allreduce of `bytes` takes on a host under these options
 // (no measurement: `small_bytes` and the form asked for; single copy only where the kernel

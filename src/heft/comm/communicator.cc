@@ -283,8 +283,7 @@ AllreducePlan Communicator::Impl::plan_allreduce(size_t count, DataType t, Reduc
     plan.algorithm = choose_allreduce(count, t, op, deadline, name);
   switch (plan.algorithm) {
     case Algorithm::kShm:
-      if (cores_.active() && plan.bytes > options_.shm_cores_min_bytes &&
-          cores_far(plan.bytes, deadline, name)) {
+      if (cores_.active() && takes_cores(count, t, op, deadline, name)) {
         plan.shm = ShmStep::kCores;
         break;
       }

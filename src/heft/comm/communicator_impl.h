@@ -133,9 +133,31 @@ struct Communicator::Impl {
   // What the record's decisions depend on: world, ranks per host, machine, options.
   std::string choice_fingerprint() const;
 
-  // Whether a large allreduce of `bytes` takes the core-grouped form (cores_ active): at the
-  // first call and then once kCoresProbeBytes were reduced since the last probe, the cores'
-  // first ranks probe their placement and each shares the answer on its core; far, yes.
+  // Whether an allreduce of count elements takes the core-grouped form (cores_ active): above
+  // shm_cores_min_bytes, or under options_.measure_shm_cores for sizes in (kMeasuredCoresMin,
+  // kMeasuredCoresMax] as rank 0's record has it, else measured (choose_cores_step), and only
+  // where cores_far says far. Comm thread; collective, as the allreduce.
+  bool takes_cores(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
+  // kCores or kNone (the flat form) for this size: rank 0's record, else both timed on a scratch
+  // buffer, the rule's unless the other is 10% faster (the slowest rank's times), recorded.
+  ShmStep choose_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
+  ShmStep measure_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
+  // What the core-grouped decisions recorded depend on: world, groups, machine, slots' options.
+  std::string cores_fingerprint() const;
+  // The host context's far classifier (shm::Context::set_far_classifier) under
+  // options_.measure_far_line: the decision rank 0's record holds for the reading's half-octave
+  // (far_reading_bucket), else, for a call of at least kMeasuredFarMinBytes, the direct form
+  // timed with cached and with streamed stores on a scratch buffer of its size, the line's
+  // answer unless the other is 10% faster (the slowest rank's times), recorded; smaller calls
+  // take the line until then. Comm thread; collective, at the probe.
+  bool classify_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline, const std::string& name);
+  std::string far_fingerprint() const;
+  // The host context's form and sync counts back to `before` (a measurement's runs are not
+  // calls; its placement probes were real and stay counted).
+  void uncount_runs(const shm::PathCounts& before);
+  // Whether the cores' first ranks sit far apart (cores_ active): at the first call and then
+  // once kCoresProbeBytes were reduced since the last probe, they probe their placement and
+  // each shares the answer on its core.
   // Every rank of the host at the same calls (the same sizes: the same decisions).
   bool cores_far(size_t bytes, Deadline deadline, const std::string& name);
   // True when the whole group is one host with shared memory.
@@ -167,6 +189,12 @@ struct Communicator::Impl {
   // The shared-memory steps decided by size bucket (a ShmStep, -1 not yet; comm thread).
   std::array<int32_t, 64> shm_steps_{};
   bool shm_steps_loaded_ = false;
+  // The core-grouped decisions by size bucket (kCores or kNone, -1 not yet; comm thread).
+  std::array<int32_t, 64> cores_steps_{};
+  bool cores_steps_loaded_ = false;
+  // The stores decided by reading half-octave (1 far, 0 near, -1 not yet; comm thread).
+  std::array<int32_t, 64> far_readings_{};
+  bool far_readings_loaded_ = false;
   std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
 
   // --- the queue ---

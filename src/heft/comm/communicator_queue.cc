@@ -42,6 +42,11 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, std::string group, int ra
     shm_->set_liveness_check([this](int local_peer, const std::string& op) {
       transport_->check_link(topology_.local()[local_peer], op);
     });
+    // One host: a probe's reading is classified by this machine's record (classify_far), on
+    // both ranks at the same probe (its timing runs over every rank of the group).
+    if (options_.measure_far_line && single_shm_host())
+      shm_->set_far_classifier([this](uint32_t ns, bool line_far, size_t bytes, Deadline deadline,
+                                      const std::string& op) { return classify_far(ns, line_far, bytes, deadline, op); });
   }
   if (cores_.core)
     cores_.core->set_liveness_check([this](int local_peer, const std::string& op) {

@@ -52,14 +52,18 @@ std::vector<Knob> make_knobs() {
        [](CommunicatorOptions& o, const std::string& v) {
          o.broadcast_algorithm = algorithm("HEFT_BROADCAST_ALGO", v);
        }},
-      {"HEFT_SMALL_MESSAGE_BYTES", n(d.small_message_bytes),
-       "TCP: latency algorithms up to this size",
+      {"HEFT_SMALL_MESSAGE_BYTES", "auto",
+       "TCP: latency algorithms up to this size (auto: the flat allreduce per size from 4 KiB "
+       "to 1 MiB as this machine's links measured and recorded in HEFT_ALLREDUCE_CACHE, 65536 "
+       "outside and for the broadcast and the hierarchical form)",
        [](CommunicatorOptions& o, const std::string& v) {
-         o.small_message_bytes = static_cast<size_t>(number("HEFT_SMALL_MESSAGE_BYTES", v, 0));
+         o.measure_small_messages = v == "auto";
+         if (!o.measure_small_messages)
+           o.small_message_bytes = static_cast<size_t>(number("HEFT_SMALL_MESSAGE_BYTES", v, 0));
        }},
       {"HEFT_ALLREDUCE_MEASURE", d.measure_allreduce ? "1" : "0",
        "across hosts: measure hierarchical against the flat ring per size above the small size, "
-       "once per machine (`0`: hierarchical always)",
+       "once per machine (`0`: hierarchical always, and over TCP alone the small size's rule)",
        [](CommunicatorOptions& o, const std::string& v) {
          const char* const values[] = {"1", "0"};
          o.measure_allreduce = choice("HEFT_ALLREDUCE_MEASURE", v, values) == 0;
@@ -122,10 +126,13 @@ std::vector<Knob> make_knobs() {
          const P forms[] = {P::kMeasure, P::kNear, P::kFar};
          o.shm_placement = forms[choice("HEFT_SHM_PLACEMENT", v, values)];
        }},
-      {"HEFT_SHM_FAR_NS", n(d.shm_far_sync_ns),
-       "a probe's ns per synchronisation from which the placement counts as far",
+      {"HEFT_SHM_FAR_NS", "auto",
+       "a probe's ns per synchronisation from which the placement counts as far (auto: each "
+       "half-octave of readings as this machine measured the two stores and recorded in "
+       "HEFT_ALLREDUCE_CACHE, 120 until then)",
        [](CommunicatorOptions& o, const std::string& v) {
-         o.shm_far_sync_ns = static_cast<int>(number("HEFT_SHM_FAR_NS", v, 1));
+         o.measure_far_line = v == "auto";
+         if (!o.measure_far_line) o.shm_far_sync_ns = static_cast<int>(number("HEFT_SHM_FAR_NS", v, 1));
        }},
       {"HEFT_SHM_PROBE_BYTES", n(d.shm_probe_bytes),
        "bytes of direct allreduces since the last probe after which the next call probes again "
@@ -167,11 +174,14 @@ std::vector<Knob> make_knobs() {
            o.shm_core_group = static_cast<int>(k);
          }
        }},
-      {"HEFT_SHM_CORES_MIN_BYTES", n(d.shm_cores_min_bytes),
-       "grouped ranks may take the core-grouped allreduce above this size (where their probe "
-       "reads far)",
+      {"HEFT_SHM_CORES_MIN_BYTES", "auto",
+       "grouped ranks take the core-grouped allreduce above this size where their probe reads "
+       "far (auto: per size from 32 KiB to 1 MiB as this machine measured and recorded in "
+       "HEFT_ALLREDUCE_CACHE, 131072 outside)",
        [](CommunicatorOptions& o, const std::string& v) {
-         o.shm_cores_min_bytes = static_cast<size_t>(number("HEFT_SHM_CORES_MIN_BYTES", v, 0));
+         o.measure_shm_cores = v == "auto";
+         if (!o.measure_shm_cores)
+           o.shm_cores_min_bytes = static_cast<size_t>(number("HEFT_SHM_CORES_MIN_BYTES", v, 0));
        }},
       {"HEFT_COMPRESSION", d.compression == Compression::kBf16 ? "bf16" : "none",
        "`bf16`: lossy wire compression of every f32 allreduce",

@@ -48,6 +48,9 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.timeout = std::chrono::seconds(job.timeout());
   o.host = job.host.value_or("");
   o.measure_shm_small = true;  // HEFT_SHM_SMALL_BYTES=N turns it off
+  o.measure_shm_cores = true;  // HEFT_SHM_CORES_MIN_BYTES=N turns it off
+  o.measure_small_messages = true;  // HEFT_SMALL_MESSAGE_BYTES=N turns it off
+  o.measure_far_line = true;  // HEFT_SHM_FAR_NS=N turns it off
   for (const Knob& k : tuning_knobs()) {
     const char* v = k.apply ? knob_value(k.name) : nullptr;
     if (v) k.apply(o, v);

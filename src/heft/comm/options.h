@@ -55,6 +55,14 @@ struct CommunicatorOptions {
   Algorithm broadcast_algorithm = Algorithm::kAuto;
   // The size at or below which latency beats bandwidth on TCP.
   size_t small_message_bytes = 64 << 10;
+  // Whether this machine's links move that crossover for the flat TCP allreduce (from_env's
+  // default, unless HEFT_SMALL_MESSAGE_BYTES gives a size; options built in code keep the
+  // rule): ranks on hosts that share no memory, under kAuto, for sizes from 4 KiB to 1 MiB
+  // (allreduce_plan.h's kMeasuredTcpMin/Max) recursive doubling or the ring by power-of-two
+  // size, as rank 0's record has it, else timed at the first call of that size and recorded
+  // (the rule's form unless the other is 10% faster). The broadcast and the hierarchical
+  // form's exchange across hosts keep the rule.
+  bool measure_small_messages = false;
   // Where this rank listens for peers (never wider than asked).
   std::string bind_address = "127.0.0.1";
   // The host this rank runs on; ranks with the same host share memory. Empty: HEFT_HOST,
@@ -91,6 +99,14 @@ struct CommunicatorOptions {
   ShmPlacement shm_placement = ShmPlacement::kMeasure;
   // A probe's ns per sync from which it says far (shm::ContextOptions::far_sync_ns).
   int shm_far_sync_ns = 120;
+  // Whether this machine's measurement classifies the probe's readings instead (from_env's
+  // default, unless HEFT_SHM_FAR_NS gives a line; options built in code keep the line): on
+  // one host of 2 ranks under the auto placement, each half-octave of readings (64-90 ns,
+  // 90-128, 128-181, ...) takes the stores rank 0's record holds for it, else, at the first
+  // answered probe of a call of at least kMeasuredFarMinBytes (allreduce_plan.h), the direct
+  // form is timed with cached and with streamed stores and the line's answer kept unless the
+  // other is 10% faster, and recorded; smaller calls take the line until then.
+  bool measure_far_line = false;
   // Bytes since the last probe after which the next call probes again, as after 8 calls
   // (shm::ContextOptions::probe_bytes).
   size_t shm_probe_bytes = size_t{8} << 20;
@@ -116,19 +132,27 @@ struct CommunicatorOptions {
   // (tests and comparisons, whatever the binding).
   int shm_core_group = -1;
   size_t shm_cores_min_bytes = 128 << 10;
+  // Whether this machine's measurement moves that crossover (from_env's default, unless
+  // HEFT_SHM_CORES_MIN_BYTES gives a size; options built in code keep the rule): where the
+  // cores' first ranks read far, for sizes from 32 KiB to 1 MiB (allreduce_plan.h's
+  // kMeasuredCoresMin/Max) the core-grouped or the flat form by power-of-two size, as the
+  // machine's record has it, else timed at the first call of that size and recorded.
+  bool measure_shm_cores = false;
 
   // The defaults above overridden by the environment: HEFT_TOKEN, HEFT_TIMEOUT (seconds),
-  // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES, HEFT_BIND_ADDRESS,
+  // HEFT_ALLREDUCE_ALGO, HEFT_BROADCAST_ALGO, HEFT_SMALL_MESSAGE_BYTES (auto | bytes), HEFT_BIND_ADDRESS,
   // HEFT_HOST, HEFT_TRANSPORT (auto | tcp), HEFT_SHM_CHUNK_BYTES, HEFT_SHM_SMALL_BYTES (auto:
   // measured, the default here | bytes),
   // HEFT_SHM_SPIN_US, HEFT_SHM_CONTENDED_SPIN_US, HEFT_SHM_STREAM_SLOTS (0 | 1),
-  // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS,
+  // HEFT_SHM_PLACEMENT (auto | near | far), HEFT_SHM_FAR_NS (auto | ns),
   // HEFT_SHM_PROBE_BYTES, HEFT_SHM_FORM (auto | direct | slots | single_copy),
-  // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_SHM_CORES (auto | off | k), HEFT_SHM_CORES_MIN_BYTES,
+  // HEFT_SHM_SINGLE_COPY (auto | 1 | 0), HEFT_SHM_CORES (auto | off | k), HEFT_SHM_CORES_MIN_BYTES (auto | bytes),
   // HEFT_COMPRESSION (none | bf16),
   // HEFT_ALLREDUCE_MEASURE (1 | 0).
   // A malformed value throws heft::InvalidArgument naming the variable. measure_shm_small is
-  // true unless HEFT_SHM_SMALL_BYTES gives a size.
+  // true unless HEFT_SHM_SMALL_BYTES gives a size, measure_shm_cores unless
+  // HEFT_SHM_CORES_MIN_BYTES does, measure_small_messages unless HEFT_SMALL_MESSAGE_BYTES does,
+  // measure_far_line unless HEFT_SHM_FAR_NS does.
   static CommunicatorOptions from_env();
 };
 

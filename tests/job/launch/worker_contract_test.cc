@@ -201,6 +201,48 @@ TEST(CommKnobs, TheSmallCrossoverIsMeasuredUnlessASizeIsGiven) {
   }
 }
 
+// HEFT_SMALL_MESSAGE_BYTES likewise for the flat TCP allreduce's crossover.
+TEST(CommKnobs, TheTcpCrossoverIsMeasuredUnlessASizeIsGiven) {
+  EXPECT_FALSE(comm::CommunicatorOptions{}.measure_small_messages);
+  {
+    ScopedVariable automatic("HEFT_SMALL_MESSAGE_BYTES", "auto");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_TRUE(o.measure_small_messages);
+    EXPECT_EQ(o.small_message_bytes, comm::CommunicatorOptions{}.small_message_bytes);
+  }
+  {
+    ScopedVariable fixed("HEFT_SMALL_MESSAGE_BYTES", "8192");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_FALSE(o.measure_small_messages);
+    EXPECT_EQ(o.small_message_bytes, 8192u);
+  }
+}
+
+// HEFT_SHM_CORES_MIN_BYTES likewise for the core-grouped crossover.
+TEST(CommKnobs, TheCoresCrossoverIsMeasuredUnlessASizeIsGiven) {
+  EXPECT_FALSE(comm::CommunicatorOptions{}.measure_shm_cores);
+  {
+    ScopedVariable unset("HEFT_SHM_CORES_MIN_BYTES", "");
+    EXPECT_TRUE(comm::CommunicatorOptions::from_env().measure_shm_cores);
+  }
+  {
+    ScopedVariable automatic("HEFT_SHM_CORES_MIN_BYTES", "auto");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_TRUE(o.measure_shm_cores);
+    EXPECT_EQ(o.shm_cores_min_bytes, comm::CommunicatorOptions{}.shm_cores_min_bytes);
+  }
+  {
+    ScopedVariable fixed("HEFT_SHM_CORES_MIN_BYTES", "65536");
+    const comm::CommunicatorOptions o = comm::CommunicatorOptions::from_env();
+    EXPECT_FALSE(o.measure_shm_cores);
+    EXPECT_EQ(o.shm_cores_min_bytes, 65536u);
+  }
+  {
+    ScopedVariable bad("HEFT_SHM_CORES_MIN_BYTES", "lots");
+    EXPECT_THROW(comm::CommunicatorOptions::from_env(), InvalidArgument);
+  }
+}
+
 TEST(WorkerContract, HeftVariablesAreWrittenAndReadByOnePair) {
   contract::HeftVariables v;
   v.store = "10.0.0.1:5000";

@@ -268,6 +268,8 @@ py::dict measure_layers(const py::function& forward, const py::function& paramet
   d["transient_bytes"] = m.transient_bytes;
   d["loss_s"] = m.loss_s;
   d["optimizer_s"] = optimizer_s;
+  int64_t probe_bytes = 0, all_bytes = 0;  // the host probe's step is sized as heft-train's
+  d["step_probe_shapes"] = pl::step_probe_shapes(m, &probe_bytes, &all_bytes);
   return d;
 }
 

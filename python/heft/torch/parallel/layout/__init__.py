@@ -98,17 +98,19 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     and the model's measured terms for the search (ModelCost's names: saved_bytes,
     forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes,
     largest_tensor_bytes, backward_tensor_copies, step_tensor_copies, profile_peak_bytes,
-    profile_residue_bytes), on this process. The measurement is heft-train's, in C++
+    profile_residue_bytes; and step_probe_shapes, the optimizer probe's tensor shapes, which
+    the host probe reuses), on this process. The measurement is heft-train's, in C++
     (parallel/layout/model_measure.h through _c10d.parallel.layout.measure_layers): each layer
     timed at the example batch and again at twice it (a per-call part and a part per sample),
     the heap each layer's forward keeps, the loss's seconds and transient bytes (loss_fn's on
-    the last layer's output; without one the output's gradient), the optimizer's step on copies
-    shaped as the largest layer's parameters. The runtime's bytes are this process's resident
+    the last layer's output; without one the output's gradient), the optimizer's step on a probe
+    shaped as the largest layer's parameters (within 8 MiB, scaled to the model's bytes). The runtime's bytes are this process's resident
     set before profiling less the model's parameters and buffers (the layout places those);
     the profile's peak is the process's (ru_maxrss) and its residue the resident bytes
     profiling added. transient_retention, run_bytes and replica_group_bytes stay 0:
     heft-train's are fitted to its own runs (its allocator settings, its kernels), not
-    measured. torch's generator is put back; the layers' gradients are left None."""
+    measured. The caller puts torch's generator back (auto_layout's _Untouched); the layers'
+    gradients are left None."""
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
     before = _layout.resident_bytes()
     fixed = max(0, before - model_bytes)
@@ -118,18 +120,14 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     big = None
     if larger > profiled:
         big = torch.cat([example_batch] * -(-larger // profiled))[:larger]
-    rng = torch.get_rng_state()
-    try:
-        m = _layout.measure_layers(
-            forward=lambda i, x: layers[i](x),
-            parameters=lambda i: list(layers[i].parameters()),
-            layers=len(layers), names=[f"{i}:{type(l).__name__}" for i, l in enumerate(layers)],
-            batch=example_batch.detach(), batch_samples=profiled, larger=big, larger_samples=larger,
-            loss=loss_fn, input_requires_grad=example_batch.requires_grad,
-            make_step=lambda params: OPTIMIZERS[optimizer](params).step,
-            warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS)
-    finally:
-        torch.set_rng_state(rng)
+    m = _layout.measure_layers(
+        forward=lambda i, x: layers[i](x),
+        parameters=lambda i: list(layers[i].parameters()),
+        layers=len(layers), names=[f"{i}:{type(l).__name__}" for i, l in enumerate(layers)],
+        batch=example_batch.detach(), batch_samples=profiled, larger=big, larger_samples=larger,
+        loss=loss_fn, input_requires_grad=example_batch.requires_grad,
+        make_step=lambda params: OPTIMIZERS[optimizer](params).step,
+        warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS)
     for l in layers:
         for p in l.parameters():
             p.grad = None
@@ -140,7 +138,8 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
                  backward_tensor_copies=1.0, step_tensor_copies=STEP_TENSOR_COPIES[optimizer],
                  # the process's peak so far and what profiling left resident
                  profile_peak_bytes=_layout.peak_resident_bytes(),
-                 profile_residue_bytes=max(0, _layout.resident_bytes() - before))
+                 profile_residue_bytes=max(0, _layout.resident_bytes() - before),
+                 step_probe_shapes=[list(s) for s in m["step_probe_shapes"]])
     return [tuple(r) for r in m["rows"]], terms
 
 
@@ -171,13 +170,13 @@ def _input_of(layers, example_batch, i):
     return x
 
 
-def measured_host_terms(layers, example_batch, rows, optimizer, comm, group):
+def measured_host_terms(layers, example_batch, rows, optimizer, comm, group, step_probe_shapes=()):
     """SearchOptions' host_compute_inflation, host_step_inflation and host_sync, measured on
     every rank of the heft `group` at once (a collective; rank 0's figures on every rank) by
     host_probe.h, as heft-train's: the heaviest layer's forward and backward (CPU per call with
-    every rank busy over rank 0 alone), the optimizer's step on copies of the largest layer's
-    parameters, and the forward of the layer of median forward time between one-float
-    all-reduces per group size. The
+    every rank busy over rank 0 alone), the optimizer's step on tensors of the probe's shapes
+    measure_model timed (its step_probe_shapes), and the forward of the layer of median forward
+    time between one-float all-reduces per group size. The
     model's parameters, gradients, buffers and torch's generator are left as they were."""
     heavy = max(range(len(layers)), key=lambda i: rows[i][1] + rows[i][2])
     # Between synchronisation points: a layer of the median forward (the probe stays short).
@@ -202,11 +201,11 @@ def measured_host_terms(layers, example_batch, rows, optimizer, comm, group):
 
         compute = _layout.inflation(pg, block, rounds=6)
         sync = _layout.sync_delay(pg, forward, list(comm))
-    sizes = [_nbytes(l.parameters()) for l in layers]
-    largest = max(range(len(layers)), key=lambda i: sizes[i])
     step_x = 1.0
-    if sizes[largest] > 0:
-        copies = [torch.nn.Parameter(p.detach().clone()) for p in layers[largest].parameters()]
+    if step_probe_shapes and any(_nbytes(l.parameters()) for l in layers):
+        # the probe measure_model timed the step on (model_measure.h step_probe_shapes: the
+        # largest layer's shapes within 8 MiB), as heft-train's host probe
+        copies = [torch.nn.Parameter(torch.full(shape, 0.5)) for shape in step_probe_shapes]
         for p in copies:
             p.grad = torch.zeros_like(p)
         step = OPTIMIZERS[optimizer](copies)
@@ -300,7 +299,8 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
     probed = {}
     if heft_group is not None:  # every rank: the host's share a one-rank profile cannot see
         t0 = time.monotonic()
-        probed = measured_host_terms(layers, example_batch, rows, optimizer, comm, heft_group)
+        probed = measured_host_terms(layers, example_batch, rows, optimizer, comm, heft_group,
+                                     terms.get("step_probe_shapes", ()))
         probed["host_probe_s"] = time.monotonic() - t0
     terms = dict(terms, **probed)
     options = dict(terms, world=world, memory_limit=memory_limit, global_batch=global_batch,

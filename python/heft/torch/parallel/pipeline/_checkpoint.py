@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from heft.torch import _c10d
 from .. import checkpoint_dir as ckdir
-from ..sharded._checkpoint import _copy_into, load_part
+from ..sharded._checkpoint import copy_into, load_part
 from ..sharded._state import gather_flat, named_full_params
 
 _T = _c10d.parallel.tensor
@@ -205,14 +205,14 @@ def _load_sharded(sdp, params, optim, optimizer, rank, size, who, directory):
         missing = [n for n in names if n not in params]
         if missing:
             raise KeyError(f"{who}: dir={directory!r}: the checkpoint has no {missing[0]!r}")
-        _copy_into(u, {n: mine(n, params[n]) for n in names}, u.shard.data)
+        copy_into(u, {n: mine(n, params[n]) for n in names}, u.shard.data)
         if optimizer is None or names[0] not in optim:
             continue
         state = {}
         for key, v in optim[names[0]].items():
             if torch.is_tensor(v) and v.shape == params[names[0]].shape:
                 state[key] = torch.zeros(u.shard_numel, dtype=v.dtype)
-                _copy_into(u, {n: mine(n, optim[n][key]) for n in names}, state[key])
+                copy_into(u, {n: mine(n, optim[n][key]) for n in names}, state[key])
             else:
                 state[key] = v.clone() if torch.is_tensor(v) else v
         optimizer.state[u.shard] = state

@@ -235,7 +235,7 @@ def load_full_state_dict(directory):
             for k in keys if k in params or k in buffers}
 
 
-def _copy_into(unit, named, target):
+def copy_into(unit, named, target):
     """Copies the parts of `named`'s tensors that fall in this rank's shard of `unit` into
     target (a flat shard-sized tensor)."""
     lo, offset = unit.owner.shard_group.rank * unit.shard_numel, 0
@@ -274,7 +274,7 @@ def load_checkpoint(directory, model, optimizer=None):
     new_state = {}
     for named, optim, count in saved.flats():
         for u in model.units:
-            _copy_into(u, named, u.shard.data)
+            copy_into(u, named, u.shard.data)
             if optimizer is None:
                 continue
             names = [places[0].name for places in u.slots]
@@ -283,7 +283,7 @@ def load_checkpoint(directory, model, optimizer=None):
                 part = {n: optim[n][key] for n in names if key in optim.get(n, {})}
                 if key not in state:
                     state[key] = torch.zeros(u.shard_numel, dtype=next(iter(part.values())).dtype)
-                _copy_into(u, part, state[key])
+                copy_into(u, part, state[key])
                 steps = _step_tensor(optimizer, count)
                 if steps is not None:
                     state["step"] = steps

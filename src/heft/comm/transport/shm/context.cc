@@ -286,7 +286,7 @@ bool Context::probes_next() const {
 
 bool Context::probe_placement(Deadline deadline, const std::string& op) {
   if (!measure_placement_) return options_.placement == Placement::kFar;
-  far_ = probe(deadline, op, nullptr);
+  far_ = probe(deadline, op, nullptr, 0);
   return far_;
 }
 
@@ -295,7 +295,7 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
   HEFT_CHECK(!signature || probes_next(), "a signature for far() without a probe");
   bool far = options_.placement == Placement::kFar;
   if (measure_placement_) {
-    if (probes_next()) far_ = probe(deadline, op, signature);
+    if (probes_next()) far_ = probe(deadline, op, signature, bytes);
     ++calls_since_probe_;
     bytes_since_probe_ += bytes;
     far = far_;
@@ -312,7 +312,7 @@ bool Context::far(Deadline deadline, const std::string& op, size_t bytes,
 // hand-off only while they run on two CPUs with nothing else: where they shared one, one
 // moved during the probe, or its syncs took a scheduler's turn (kSchedulerTurnNs), it has no
 // answer and the last one holds (PathCounts::unanswered).
-bool Context::probe(Deadline deadline, const std::string& op, const Signature* signature) {
+bool Context::probe(Deadline deadline, const std::string& op, const Signature* signature, size_t bytes) {
   using Clock = std::chrono::steady_clock;
   ++counts_.probes;
   probed_ = true;
@@ -342,11 +342,13 @@ bool Context::probe(Deadline deadline, const std::string& op, const Signature* s
     return far_;
   }
   counts_.probe_ns = ns;
-  const bool far = counts_.probe_ns >= static_cast<uint64_t>(options_.far_sync_ns);
+  const bool line_far = counts_.probe_ns >= static_cast<uint64_t>(options_.far_sync_ns);
+  const bool far = classify_far_ ? classify_far_(ns, line_far, bytes, deadline, op) : line_far;
   if (far != far_ || counts_.probes - counts_.unanswered == 1)
-    spdlog::debug("rank {}: shared-memory placement {} ({} ns per sync, far from {})",
-                  global_ranks_[rank_], far ? "far" : "near", counts_.probe_ns,
-                  options_.far_sync_ns);
+    spdlog::debug("rank {}: shared-memory placement {} ({} ns per sync, {})", global_ranks_[rank_],
+                  far ? "far" : "near", counts_.probe_ns,
+                  classify_far_ ? std::string("as this machine's record has it")
+                                : "far from " + std::to_string(options_.far_sync_ns));
   return far;
 }
 

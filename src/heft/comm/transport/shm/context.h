@@ -94,7 +94,9 @@ struct ContextOptions {
   // least two CPUs, Context::probe; elsewhere near), or forced.
   Placement placement = Placement::kMeasure;
   // A probe whose syncs took at least this long each (the best of two batches) means far.
-  // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync.
+  // Measured on the 2-vCPU Zen 5 VM: near 40-80 ns, far 150-250 ns per sync. Where a far
+  // classifier is set (Context::set_far_classifier), it decides instead and is told this
+  // line's answer.
   int far_sync_ns = 120;
   // far() probes at its first call, then after probe_every calls or probe_bytes bytes since
   // the last probe, whichever comes first; between, it keeps the answer. A probe costs about
@@ -171,6 +173,16 @@ class Context {
   // cores, communicator.cc).
   bool probe_placement(Deadline deadline, const std::string& op);
 
+  // Decides far or near from an answered probe instead of ContextOptions::far_sync_ns: given
+  // the reading (local rank 0's ns per sync, the same on every rank), the line's answer, the
+  // call's bytes (0 for probe_placement()) and the operation. Called on every rank of the host
+  // at the same probe, after it (the call's first sync); it may synchronise and run
+  // collectives of its own (the communicator times both stores, allreduce_choice.cc). Its
+  // answer is kept as a probe's is. Throws as sync().
+  using FarClassifier =
+      std::function<bool(uint32_t ns, bool line_far, size_t bytes, Deadline deadline, const std::string& op)>;
+  void set_far_classifier(FarClassifier classify) { classify_far_ = std::move(classify); }
+
   // Barrier among the host's ranks (see the file comment). Throws heft::PeerLost when a peer
   // aborted or `liveness` reports it gone, heft::Timeout at the deadline; both name the peer
   // by its communicator rank and `op`. With `signature` (the first sync of an operation, on
@@ -218,7 +230,9 @@ class Context {
   void wait_for(int peer, uint32_t epoch, Deadline deadline, const std::string& op);
   // sync() without counting it in PathCounts::syncs.
   void barrier(Deadline deadline, const std::string& op, const Signature* signature);
-  bool probe(Deadline deadline, const std::string& op, const Signature* signature);
+  // One probe (for a call of `bytes`, 0 from probe_placement): the line's answer, or the
+  // classifier's where set; the last answer where this one could not be answered.
+  bool probe(Deadline deadline, const std::string& op, const Signature* signature, size_t bytes);
   void probe_cma(Store& store, const std::string& group, Millis timeout);
 
   int rank_;
@@ -237,6 +251,7 @@ class Context {
   bool cma_ = false;
   bool disjoint_ = false;
   bool measure_placement_ = false;
+  FarClassifier classify_far_;     // unset: the line (far_sync_ns) decides
   bool far_ = false;              // the last probe's answer
   bool probed_ = false;            // a probe ran (far() probes at its first call)
   uint64_t calls_since_probe_ = 0;  // far() calls since the last probe
