@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # heft.torch.parallel.ShardedDataParallel against torch's DDP over the heft backend and
-# torch's FSDP2 (`fully_shard` on each block, then the root, on the Gloo backend), on the
+# torch's FSDP2 (`fully_shard` on each block, then the root) on the Gloo backend and on heft's
+# (fsdp2_heft: the same script with --backend heft), on the
 # plain-PyTorch GPT of examples/gpt_sharded.py (4 blocks of width 128, byte vocabulary, tied
 # head, AdamW, global batch 16 x 128 tokens, seed 0: all three start from the same weights),
 # at 2 and 4 ranks, one thread per rank. --rounds times per rank count, the order of the
-# three rotating each round (round 1: ddp sharded fsdp2, round 2: sharded fsdp2 ddp, ...),
+# four rotating each round (round 1: ddp sharded fsdp2 fsdp2_heft, round 2: sharded fsdp2
+# fsdp2_heft ddp, ...),
 # so that none always runs first or last on a shared machine. Reports rank 0's figures:
 # tokens/s of all ranks (after 2 warm-up steps), its training state (parameters + gradients
 # + AdamW state, bytes) and peak RSS; each run as it ends, then per strategy the median and
@@ -44,9 +46,11 @@ if [[ -x build/memory_bandwidth_bench ]]; then
 fi
 LOG=$(mktemp) RESULTS=$(mktemp)
 trap 'rm -f "$LOG" "$RESULTS"' EXIT
-run() {  # $1 ranks, $2 strategy -> "tokens_per_s state_bytes peak_rss_mb" (rank 0), or nothing
+run() {  # $1 ranks, $2 side -> "tokens_per_s state_bytes peak_rss_mb" (rank 0), or nothing
+  local strategy=$2 backend=()
+  [[ $2 == fsdp2_heft ]] && strategy=fsdp2 backend=(--backend heft)
   if ! OMP_NUM_THREADS=1 $HEFT run -n "$1" -- $PY -u examples/gpt_sharded.py \
-      --strategy "$2" --steps "$STEPS" --n_layer "$LAYERS" --n_embd "$WIDTH" --n_head 4 \
+      --strategy "$strategy" "${backend[@]}" --steps "$STEPS" --n_layer "$LAYERS" --n_embd "$WIDTH" --n_head 4 \
       --batch_size "$BATCH" --block_size "$BLOCK" --log_every 100000 >"$LOG" 2>&1; then
     echo "sharded_python: $1 ranks, $2 failed:" >&2
     tail -20 "$LOG" >&2
@@ -54,13 +58,13 @@ run() {  # $1 ranks, $2 strategy -> "tokens_per_s state_bytes peak_rss_mb" (rank
   awk '/^\[rank 0\] final: rank=0 / { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
            printf "%s %s %s", v["tokens_per_s"], v["state_bytes"], v["peak_rss_mb"] }' "$LOG"
 }
-SIDES=(ddp sharded fsdp2)
+SIDES=(ddp sharded fsdp2 fsdp2_heft)
 echo
 echo "# each run: ranks round strategy tokens/s state_bytes peak_rss_mib"
 for n in 2 4; do
   for r in $(seq "$ROUNDS"); do
-    for i in 0 1 2; do
-      s=${SIDES[$(( (r - 1 + i) % 3 ))]}
+    for i in 0 1 2 3; do
+      s=${SIDES[$(( (r - 1 + i) % 4 ))]}
       read -r t b m <<<"$(run "$n" "$s")" || true
       [[ -n ${m:-} ]] || { echo "# $n $r $s failed"; continue; }
       echo "# $n $r $s $t $b $m"
@@ -88,7 +92,7 @@ def stats(key):
     return statistics.median(t), min(t), max(b), statistics.median(m), max(m)
 for n in (2, 4):
     ddp = stats((n, "ddp"))
-    for s in ("ddp", "sharded", "fsdp2"):
+    for s in ("ddp", "sharded", "fsdp2", "fsdp2_heft"):
         x = stats((n, s))
         if x is None:
             print(f"| {n} | {s} | failed | | | | | | |")
@@ -97,13 +101,17 @@ for n in (2, 4):
         rb = f"{x[2] / ddp[2]:.3f}" if ddp else "-"
         print(f"| {n} | {s} | {x[0]:.0f} | {x[1]:.0f} | {rt} | {x[2]} | {rb} | {x[3]:.0f} | {x[4]:.0f} |")
 print()
-print("# heft sharded against torch FSDP2: medians, their ratio, and the worst round's ratio "
-      "(each round's heft run against that round's FSDP2 run)")
-print("| ranks | heft tokens/s | FSDP2 tokens/s | heft / FSDP2 | worst round "
-      "| heft peak RSS MiB | FSDP2 peak RSS MiB | heft / FSDP2 | worst round |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for n in (2, 4):
-    h, f = runs.get((n, "sharded"), {}), runs.get((n, "fsdp2"), {})
+for mine, peer, title in (("sharded", "fsdp2", "heft sharded against torch FSDP2 on Gloo"),
+                          ("sharded", "fsdp2_heft", "heft sharded against torch FSDP2 on heft"),
+                          ("fsdp2_heft", "fsdp2", "torch FSDP2 on heft against FSDP2 on Gloo (the same script)")):
+  print()
+  print(f"# {title}: medians, their ratio, and the worst round's ratio (each round's run against "
+        "that round's peer run)")
+  print("| ranks | tokens/s | peer tokens/s | ratio | worst round "
+        "| peak RSS MiB | peer peak RSS MiB | ratio | worst round |")
+  print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+  for n in (2, 4):
+    h, f = runs.get((n, mine), {}), runs.get((n, peer), {})
     both = sorted(set(h) & set(f))
     if not both:
         print(f"| {n} | failed | | | | | | | |")

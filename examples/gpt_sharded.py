@@ -7,14 +7,16 @@ AdamW state sharded over the ranks (ZeRO-3). The heft lines are marked `# heft`.
     build/heft train examples/gpt-sharded-python.yaml          # the same script as a job
     ... examples/gpt_sharded.py --strategy ddp                 # torch's DDP, to compare
     ... examples/gpt_sharded.py --strategy fsdp2               # torch's FSDP2 on Gloo, likewise
+    ... examples/gpt_sharded.py --strategy fsdp2 --backend heft  # the same FSDP2 script on heft
 
 Each rank takes its share of every global batch (random windows of the text, the same on
 every rank for a step), prints `step=N loss=L tokens_per_s=T step_s=S` every log_every
 steps (S: that step's seconds) and a summary line `final: step=N loss=L tokens_per_s=T
 state_bytes=B peak_rss_mb=M strategy=S` (tokens of all ranks per second after the first 2
 steps; state_bytes: this rank's parameters + gradients + optimizer state). `--strategy
-fsdp2` is torch's own peer on its Gloo backend, no heft in the step: `fully_shard` on each
-block, then on the root, after building the whole model on every rank (the GPT initializes
+fsdp2` is torch's own peer, on its Gloo backend by default (no heft in the step) or with
+`--backend heft` on heft's collectives (the same script, one name changed): `fully_shard` on
+each block, then on the root, after building the whole model on every rank (the GPT initializes
 in its constructor, so torch's meta-device path would draw other numbers); the sharded-only
 flags (--sharded_degree, --mixed_precision, --activation_checkpointing, --units,
 --checkpoint_dir) do not apply to it. Hyperparameters
@@ -124,7 +126,10 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log_every", type=int, default=20)
     ap.add_argument("--strategy", choices=["sharded", "ddp", "fsdp2"], default="sharded",
-                    help="fsdp2: torch's fully_shard on Gloo, to compare")
+                    help="fsdp2: torch's fully_shard (on --backend), to compare")
+    ap.add_argument("--backend", choices=["gloo", "heft"], default=None,
+                    help="the process group's backend (default: heft, gloo for --strategy fsdp2); "
+                         "fsdp2 on heft is torch's FSDP2 with heft's collectives")
     ap.add_argument("--sharded_degree", type=int, default=0, help="0: every rank")
     ap.add_argument("--mixed_precision", default="none", choices=["none", "bf16"])
     ap.add_argument("--activation_checkpointing", type=int, default=0)
@@ -134,7 +139,10 @@ def main():
     ap.add_argument("--checkpoint_dir", default=os.environ.get("SM_CHECKPOINT_DIR", ""))
     ap.add_argument("--data", default=os.environ.get("SM_CHANNEL_TRAIN", "/usr/share/games/fortunes"))
     a = ap.parse_args()
-    dist.init_process_group("gloo" if a.strategy == "fsdp2" else "heft", init_method="env://")
+    backend = a.backend or ("gloo" if a.strategy == "fsdp2" else "heft")
+    if backend != "heft" and a.strategy != "fsdp2":
+        raise SystemExit(f"gpt_sharded: --backend {backend}: --strategy {a.strategy} runs on heft only")
+    dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.batch_size % world:
         raise SystemExit(f"gpt_sharded: --batch_size {a.batch_size} must divide by {world} ranks")
@@ -208,7 +216,8 @@ def main():
     rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"final: rank={rank} step={a.steps} loss={loss_value:.4f} tokens_per_s={rate:.0f} "
-          f"state_bytes={state_bytes(model, opt)} peak_rss_mb={rss:.0f} strategy={a.strategy}",
+          f"state_bytes={state_bytes(model, opt)} peak_rss_mb={rss:.0f} strategy={a.strategy} "
+          f"backend={backend}",
           flush=True)
     dist.destroy_process_group()
 

@@ -221,6 +221,66 @@ TEST(AllreduceChoice, OffMeasuresEachTime) {
   });
 }
 
+// One kind of decision measured on one host or over TCP and recorded (a fresh record, a
+// lifetime that reads it, a hand-edited record): `lifetime` runs a world whose rank 0 reads and
+// writes `cache`, three calls of each of four sizes, and checks what its Check says; the second
+// and third sizes are measured (size buckets `buckets`), the first and last follow the rule
+// (`outside`). `forms` are the record's names of the two forms, `path_of` a form's path.
+struct RecordLife {
+  std::function<void(const std::string& cache, const Check&)> lifetime;
+  std::string prefix;  // how the record's fingerprint starts
+  int buckets[2];
+  std::string forms[2];
+  std::function<std::string(const std::string& form)> path_of;
+  std::function<void(const std::vector<std::string>& paths)> outside;
+};
+
+// Measured once and recorded, taken from the record by the next lifetime (no measurement), a
+// record edited by hand decides (the first measured size the second form, the other the first).
+void check_record_life(const RecordLife& life, const std::string& dir_name) {
+  const fs::path dir = fs::temp_directory_path() / (dir_name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string cache = (dir / "comm" / "allreduce-forms").string();
+  const std::string either[] = {life.path_of(life.forms[0]), life.path_of(life.forms[1])};
+  life.lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
+           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
+    life.outside(paths);
+    for (size_t first : {3, 6})
+      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
+                 (paths[first] == either[0] || paths[first] == either[1]),
+             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
+  });
+  const auto first = recorded(cache);
+  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
+  std::map<int, std::string> want(first.begin(), first.end());
+  ASSERT_EQ(want.count(life.buckets[0]) + want.count(life.buckets[1]), 2u)
+      << "buckets recorded: " << first[0].first << ", " << first[1].first;
+  std::string fingerprint;
+  {
+    std::ifstream in(cache);
+    std::getline(in, fingerprint, '\t');
+  }
+  EXPECT_EQ(fingerprint.rfind(life.prefix, 0), 0u) << fingerprint;
+  life.lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
+           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
+               std::to_string(c.recorded_allreduce_choices()));
+    life.outside(paths);
+    expect_form(paths, 3, life.path_of(want[life.buckets[0]]));
+    expect_form(paths, 6, life.path_of(want[life.buckets[1]]));
+  });
+  std::ofstream(cache, std::ios::trunc) << fingerprint << '\t' << life.buckets[0] << '\t' << life.forms[1] << '\n'
+                                        << fingerprint << '\t' << life.buckets[1] << '\t' << life.forms[0] << '\n';
+  life.lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
+    expect(c.allreduce_measurements() == 0, "measured despite a record");
+    life.outside(paths);
+    expect_form(paths, 3, either[1]);
+    expect_form(paths, 6, either[0]);
+  });
+  fs::remove_all(dir);
+}
+
 // The shared-memory step of a small allreduce on one host (measure_shm_small: HEFT_SHM_SMALL_BYTES
 // auto): 2 ranks, sizes inside the measured range (4 KiB, 32 KiB) and outside it (256 B: small,
 // 256 KiB: direct, by the rule). The first lifetime measures each inside size once before its
@@ -257,55 +317,13 @@ void shm_lifetime(const std::string& cache, const Check& check) {
 }
 
 TEST(AllreduceChoice, SmallShmStepMeasuredOnceRecordedAndTakenFromTheRecord) {
-  const fs::path dir = fs::temp_directory_path() / ("heft-shm-step-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  const std::string cache = (dir / "comm" / "allreduce-forms").string();
-  const auto outside = [](const std::vector<std::string>& paths) {
-    expect_form(paths, 0, "shm/small");   // 256 B: below the measured range
-    expect_form(paths, 9, "shm/direct");  // 256 KiB: above it
-  };
-  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
-           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
-    outside(paths);
-    for (size_t first : {3, 6})
-      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
-                 (paths[first] == "shm/small" || paths[first] == "shm/direct"),
-             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
-  });
-  auto first = recorded(cache);
-  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
-  std::map<int, std::string> want(first.begin(), first.end());
-  ASSERT_EQ(want.count(12) + want.count(15), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
-  {
-    std::ifstream in(cache);
-    std::string line;
-    std::getline(in, line);
-    EXPECT_EQ(line.rfind("shm-step v2 world=2 ", 0), 0u) << line;
-  }
-  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
-           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
-               std::to_string(c.recorded_allreduce_choices()));
-    outside(paths);
-    expect_form(paths, 3, "shm/" + want[12]);
-    expect_form(paths, 6, "shm/" + want[15]);
-  });
-  // The record decides: 4 KiB direct, 32 KiB small, whatever was measured.
-  {
-    std::ifstream in(cache);
-    std::string fingerprint;
-    std::getline(in, fingerprint, '\t');
-    in.close();
-    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t12\tdirect\n" << fingerprint << "\t15\tsmall\n";
-  }
-  shm_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0, "measured despite a record");
-    outside(paths);
-    expect_form(paths, 3, "shm/direct");
-    expect_form(paths, 6, "shm/small");
-  });
-  fs::remove_all(dir);
+  check_record_life({shm_lifetime, "shm-step v2 world=2 ", {12, 15}, {"small", "direct"},
+                     [](const std::string& form) { return "shm/" + form; },
+                     [](const std::vector<std::string>& paths) {
+                       expect_form(paths, 0, "shm/small");   // 256 B: below the measured range
+                       expect_form(paths, 9, "shm/direct");  // 256 KiB: above it
+                     }},
+                    "heft-shm-step");
 }
 
 // Ranks that share cores (measure_shm_cores: HEFT_SHM_CORES_MIN_BYTES auto): 4 ranks in core
@@ -347,56 +365,13 @@ void cores_lifetime(const std::string& cache, const Check& check) {
 }
 
 TEST(AllreduceChoice, CoreGroupedCrossoverMeasuredOnceRecordedAndTakenFromTheRecord) {
-  const fs::path dir = fs::temp_directory_path() / ("heft-shm-cores-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  const std::string cache = (dir / "comm" / "allreduce-forms").string();
-  const auto outside = [](const std::vector<std::string>& paths) {
-    expect_form(paths, 0, "shm/direct");  // 32 KiB: below the measured range
-    expect_form(paths, 9, "shm/cores");   // 4 MiB: above it
-  };
-  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
-           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
-    outside(paths);
-    for (size_t first : {3, 6})
-      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
-                 (paths[first] == "shm/cores" || paths[first] == "shm/direct"),
-             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
-  });
-  auto first = recorded(cache);
-  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
-  std::map<int, std::string> want(first.begin(), first.end());
-  ASSERT_EQ(want.count(16) + want.count(19), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
-  const auto path_of = [](const std::string& form) { return form == "cores" ? "shm/cores" : "shm/direct"; };
-  {
-    std::ifstream in(cache);
-    std::string line;
-    std::getline(in, line);
-    EXPECT_EQ(line.rfind("shm-cores v1 world=4 ", 0), 0u) << line;
-  }
-  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
-           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
-               std::to_string(c.recorded_allreduce_choices()));
-    outside(paths);
-    expect_form(paths, 3, path_of(want[16]));
-    expect_form(paths, 6, path_of(want[19]));
-  });
-  // The record decides: 64 KiB core-grouped, 512 KiB flat, whatever was measured.
-  {
-    std::ifstream in(cache);
-    std::string fingerprint;
-    std::getline(in, fingerprint, '\t');
-    in.close();
-    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t16\tcores\n" << fingerprint << "\t19\tflat\n";
-  }
-  cores_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0, "measured despite a record");
-    outside(paths);
-    expect_form(paths, 3, "shm/cores");
-    expect_form(paths, 6, "shm/direct");
-  });
-  fs::remove_all(dir);
+  check_record_life({cores_lifetime, "shm-cores v1 world=4 ", {16, 19}, {"flat", "cores"},
+                     [](const std::string& form) { return form == "cores" ? "shm/cores" : "shm/direct"; },
+                     [](const std::vector<std::string>& paths) {
+                       expect_form(paths, 0, "shm/direct");  // 32 KiB: below the measured range
+                       expect_form(paths, 9, "shm/cores");   // 4 MiB: above it
+                     }},
+                    "heft-shm-cores");
 }
 
 // Over TCP alone (measure_small_messages: HEFT_SMALL_MESSAGE_BYTES auto): 2 ranks on hosts that
@@ -431,49 +406,13 @@ void tcp_lifetime(const std::string& cache, const Check& check) {
 }
 
 TEST(AllreduceChoice, TcpCrossoverMeasuredOnceRecordedAndTakenFromTheRecord) {
-  const fs::path dir = fs::temp_directory_path() / ("heft-tcp-small-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  const std::string cache = (dir / "comm" / "allreduce-forms").string();
-  const auto outside = [](const std::vector<std::string>& paths) {
-    expect_form(paths, 0, "recursive_doubling");  // 1 KiB: below the measured range
-    expect_form(paths, 9, "ring");                // 4 MiB: above it
-  };
-  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 2 && c.recorded_allreduce_choices() == 0,
-           "first lifetime: measurements " + std::to_string(c.allreduce_measurements()));
-    outside(paths);
-    for (size_t first : {3, 6})
-      expect(paths[first] == paths[first + 1] && paths[first] == paths[first + 2] &&
-                 (paths[first] == "ring" || paths[first] == "recursive_doubling"),
-             "a measured size's calls took " + paths[first] + ", " + paths[first + 1] + ", " + paths[first + 2]);
-  });
-  auto first = recorded(cache);
-  ASSERT_EQ(first.size(), 2u) << "rank 0 did not record both measured sizes in " << cache;
-  std::map<int, std::string> want(first.begin(), first.end());
-  ASSERT_EQ(want.count(14) + want.count(18), 2u) << "buckets recorded: " << first[0].first << ", " << first[1].first;
-  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0 && c.recorded_allreduce_choices() == 2,
-           "second lifetime measured again (" + std::to_string(c.allreduce_measurements()) + "), recorded " +
-               std::to_string(c.recorded_allreduce_choices()));
-    outside(paths);
-    expect_form(paths, 3, want[14]);
-    expect_form(paths, 6, want[18]);
-  });
-  {
-    std::ifstream in(cache);
-    std::string fingerprint;
-    std::getline(in, fingerprint, '\t');
-    in.close();
-    std::ofstream(cache, std::ios::trunc) << fingerprint << "\t14\tring\n"
-                                          << fingerprint << "\t18\trecursive_doubling\n";
-  }
-  tcp_lifetime(cache, [&](Communicator& c, const std::vector<std::string>& paths) {
-    expect(c.allreduce_measurements() == 0, "measured despite a record");
-    outside(paths);
-    expect_form(paths, 3, "ring");
-    expect_form(paths, 6, "recursive_doubling");
-  });
-  fs::remove_all(dir);
+  check_record_life({tcp_lifetime, "v2 world=2 hosts=1,1 ", {14, 18}, {"recursive_doubling", "ring"},
+                     [](const std::string& form) { return form; },
+                     [](const std::vector<std::string>& paths) {
+                       expect_form(paths, 0, "recursive_doubling");  // 1 KiB: below the measured range
+                       expect_form(paths, 9, "ring");                // 4 MiB: above it
+                     }},
+                    "heft-tcp-small");
 }
 
 }  // namespace

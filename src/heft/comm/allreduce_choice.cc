@@ -135,9 +135,9 @@ Algorithm Communicator::Impl::choose_allreduce(size_t count, DataType t, ReduceO
   return known != Algorithm::kAuto ? known : measure_allreduce(count, t, op, deadline, name);
 }
 
-std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(int)>& run, int calls,
-                                                      Deadline deadline, const std::string& name) {
-  std::array<double, 2> best = {1e300, 1e300};  // seconds, per form
+Communicator::Impl::FormTimes Communicator::Impl::timed_forms(const std::function<void(int)>& run, int calls,
+                                                             Deadline deadline, const std::string& name) {
+  std::array<std::vector<double>, 2> times;  // seconds per call, per form, per timed round
   algo::Links sync{*transport_, deadline, name, algo::call_signature(algo::Call::barrier, 0)};
   // Round 0 warms both forms up (buffers, pages, links) untimed.
   for (int round = 0; round <= kMeasureRounds; ++round) {
@@ -147,14 +147,26 @@ std::array<double, 2> Communicator::Impl::timed_forms(const std::function<void(i
       for (int call = 0; call < calls; ++call) run(form);
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
-      if (round > 0) best[static_cast<size_t>(form)] = std::min(best[static_cast<size_t>(form)], s);
+      if (round > 0) times[static_cast<size_t>(form)].push_back(s);
     }
+  }
+  // best 0, best 1, median 0, median 1 (the upper median of an even count)
+  std::array<double, 4> t{};
+  for (size_t form = 0; form < 2; ++form) {
+    std::sort(times[form].begin(), times[form].end());
+    t[form] = times[form].front();
+    t[2 + form] = times[form][times[form].size() / 2];
   }
   // Every rank must choose the same: decide on the slowest rank's times.
   algo::Links links{*transport_, deadline, name,
-                    algo::call_signature(algo::Call::allreduce, 2, DataType::f64, ReduceOp::max)};
-  algo::recursive_doubling_allreduce(links, best.data(), 2, DataType::f64, ReduceOp::max);
-  return best;
+                    algo::call_signature(algo::Call::allreduce, 4, DataType::f64, ReduceOp::max)};
+  algo::recursive_doubling_allreduce(links, t.data(), 4, DataType::f64, ReduceOp::max);
+  return FormTimes{{t[0], t[1]}, {t[2], t[3]}};
+}
+
+int Communicator::Impl::FormTimes::keep_rule_unless_faster(int rule, double margin) const {
+  const size_t r = static_cast<size_t>(rule), o = 1 - r;
+  return median[o] < median[r] * (1 - margin) && best[o] < best[r] ? static_cast<int>(o) : rule;
 }
 
 int Communicator::Impl::record_decision(const std::string& fingerprint, int bucket, int measured,
@@ -182,7 +194,7 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
   // the rule's (small_message_bytes) unless the other is kRuleMargin faster.
   const bool hosts_share = options_.shared_memory && topology_.any_shared_host();
   const Algorithm first = hosts_share ? Algorithm::kHierarchical : Algorithm::kRecursiveDoubling;
-  const std::array<double, 2> best = timed_forms(  // first, ring
+  const FormTimes times = timed_forms(  // first, ring
       [&](int form) {
         algo::Links links{*transport_, deadline, name, call};
         if (form == 1)
@@ -196,13 +208,11 @@ Algorithm Communicator::Impl::measure_allreduce(size_t count, DataType t, Reduce
       // TCP alone: a round of about 1 MiB of calls (one call of a few microseconds is noise)
       hosts_share ? 1 : static_cast<int>(std::max<size_t>(1, kMeasuredTcpMax / std::max<size_t>(1, bytes))),
       deadline, name);
-  Algorithm measured = best[1] < best[0] ? Algorithm::kRing : first;
-  if (!hosts_share) {
-    const Algorithm rule = bytes <= options_.small_message_bytes ? first : Algorithm::kRing;
-    const double rule_s = rule == first ? best[0] : best[1];
-    const double other_s = rule == first ? best[1] : best[0];
-    measured = other_s < rule_s * (1 - kRuleMargin) ? (rule == first ? Algorithm::kRing : first) : rule;
-  }
+  const std::array<double, 2>& best = times.best;
+  const int form = hosts_share ? (best[1] < best[0] ? 1 : 0)
+                               : times.keep_rule_unless_faster(bytes <= options_.small_message_bytes ? 0 : 1,
+                                                               kRuleMargin);
+  const Algorithm measured = form == 1 ? Algorithm::kRing : first;
   const Algorithm choice = static_cast<Algorithm>(
       record_decision(choice_fingerprint(), size_bucket(bytes), static_cast<int>(measured), {}, deadline, name));
   measured_[size_bucket(bytes)].store(static_cast<int>(choice), std::memory_order_release);
@@ -243,22 +253,28 @@ std::string Communicator::Impl::shm_step_fingerprint() const {
   return key;
 }
 
+int Communicator::Impl::decided(RecordedDecisions& d, const std::string& fingerprint, const FormNames& names,
+                                const std::function<bool(int)>& accept, int bucket,
+                                const std::function<int()>& measure, Deadline deadline, const std::string& name) {
+  if (!d.loaded) {
+    d.values = recorded_choices(fingerprint, names, accept, deadline, name);
+    int found = 0;
+    for (int32_t v : d.values) found += v >= 0;
+    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
+    d.loaded = true;
+  }
+  int32_t& v = d.values[static_cast<size_t>(bucket)];
+  if (v < 0) v = static_cast<int32_t>(measure());
+  return v;
+}
+
 ShmStep Communicator::Impl::choose_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
                                             const std::string& name) {
-  if (!shm_steps_loaded_) {
-    shm_steps_ = recorded_choices(
-        shm_step_fingerprint(), shm_step_names(),
-        [](int v) { return v == static_cast<int>(ShmStep::kSmall) || v == static_cast<int>(ShmStep::kDirect); },
-        deadline, name);
-    int found = 0;
-    for (int32_t v : shm_steps_) found += v >= 0;
-    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
-    shm_steps_loaded_ = true;
-  }
-  const int bucket = size_bucket(count * element_size(t));
-  if (shm_steps_[static_cast<size_t>(bucket)] < 0)
-    shm_steps_[static_cast<size_t>(bucket)] = static_cast<int32_t>(measure_shm_step(count, t, op, deadline, name));
-  return static_cast<ShmStep>(shm_steps_[static_cast<size_t>(bucket)]);
+  return static_cast<ShmStep>(decided(
+      shm_steps_, shm_step_fingerprint(), shm_step_names(),
+      [](int v) { return v == static_cast<int>(ShmStep::kSmall) || v == static_cast<int>(ShmStep::kDirect); },
+      size_bucket(count * element_size(t)),
+      [&] { return static_cast<int>(measure_shm_step(count, t, op, deadline, name)); }, deadline, name));
 }
 
 ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
@@ -275,7 +291,7 @@ ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp 
   // A round runs each form on about kMeasuredSmallMax bytes in all (32 calls of 1 KiB, one of
   // 32 KiB): one call of a few microseconds is within a timer's and a wake-up's noise.
   const int calls = static_cast<int>(std::max<size_t>(1, kMeasuredSmallMax / std::max<size_t>(1, bytes)));
-  const std::array<double, 2> best = timed_forms(  // small, direct
+  const FormTimes times = timed_forms(  // small, direct
       [&](int form) {
         algo::ShmLinks links{*shm_, deadline, name, call};
         algo::shm_allreduce(links, scratch.data(), count, t, op, form == 0 ? ShmStep::kSmall : ShmStep::kDirect,
@@ -283,16 +299,16 @@ ShmStep Communicator::Impl::measure_shm_step(size_t count, DataType t, ReduceOp 
       },
       calls, deadline, name);
   uncount_runs(counts);
-  // The rule's step unless the other is faster by kRuleMargin.
+  // The rule's step unless the other is faster by kRuleMargin (FormTimes::keep_rule_unless_faster).
   const ShmStep rule = flat_shm_step(bytes, options_.shm_small_bytes, CommunicatorOptions::ShmForm::kAuto, false);
-  const double rule_s = rule == ShmStep::kSmall ? best[0] : best[1];
-  const double other_s = rule == ShmStep::kSmall ? best[1] : best[0];
-  const ShmStep other = rule == ShmStep::kSmall ? ShmStep::kDirect : ShmStep::kSmall;
-  const ShmStep measured = other_s < rule_s * (1 - kRuleMargin) ? other : rule;
+  const ShmStep measured =
+      times.keep_rule_unless_faster(rule == ShmStep::kSmall ? 0 : 1, kRuleMargin) == 0 ? ShmStep::kSmall
+                                                                                       : ShmStep::kDirect;
+  const std::array<double, 2>& median = times.median;
   const ShmStep choice = static_cast<ShmStep>(record_decision(
       shm_step_fingerprint(), size_bucket(bytes), static_cast<int>(measured), shm_step_names(), deadline, name));
-  spdlog::debug("rank {}: allreduce of {} B on one host: small {:.1f} us, direct {:.1f} us: {} for this size{}",
-                rank_, bytes, best[0] * 1e6, best[1] * 1e6, comm::name(choice),
+  spdlog::debug("rank {}: allreduce of {} B on one host, median rounds: small {:.1f} us, direct {:.1f} us: {} for this size{}",
+                rank_, bytes, median[0] * 1e6, median[1] * 1e6, comm::name(choice),
                 choice == measured ? "" : " (recorded by another run meanwhile)");
   return choice;
 }
@@ -348,20 +364,11 @@ std::string Communicator::Impl::cores_fingerprint() const {
 
 ShmStep Communicator::Impl::choose_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
                                               const std::string& name) {
-  if (!cores_steps_loaded_) {
-    cores_steps_ = recorded_choices(
-        cores_fingerprint(), cores_step_names(),
-        [](int v) { return v == static_cast<int>(ShmStep::kNone) || v == static_cast<int>(ShmStep::kCores); },
-        deadline, name);
-    int found = 0;
-    for (int32_t v : cores_steps_) found += v >= 0;
-    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
-    cores_steps_loaded_ = true;
-  }
-  const size_t bucket = static_cast<size_t>(size_bucket(count * element_size(t)));
-  if (cores_steps_[bucket] < 0)
-    cores_steps_[bucket] = static_cast<int32_t>(measure_cores_step(count, t, op, deadline, name));
-  return static_cast<ShmStep>(cores_steps_[bucket]);
+  return static_cast<ShmStep>(decided(
+      cores_steps_, cores_fingerprint(), cores_step_names(),
+      [](int v) { return v == static_cast<int>(ShmStep::kNone) || v == static_cast<int>(ShmStep::kCores); },
+      size_bucket(count * element_size(t)),
+      [&] { return static_cast<int>(measure_cores_step(count, t, op, deadline, name)); }, deadline, name));
 }
 
 ShmStep Communicator::Impl::measure_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline,
@@ -380,7 +387,7 @@ ShmStep Communicator::Impl::measure_cores_step(size_t count, DataType t, ReduceO
   }
   // A round reduces about kMeasuredCoresMax bytes with each form.
   const int calls = static_cast<int>(std::max<size_t>(1, kMeasuredCoresMax / std::max<size_t>(1, bytes)));
-  const std::array<double, 2> best = timed_forms(  // flat, core-grouped
+  const FormTimes times = timed_forms(  // flat, core-grouped
       [&](int form) {
         if (form == 0) {
           algo::ShmLinks links{*shm_, deadline, name, call};
@@ -392,16 +399,14 @@ ShmStep Communicator::Impl::measure_cores_step(size_t count, DataType t, ReduceO
       },
       calls, deadline, name);
   uncount_runs(counts);
-  const bool rule_cores = bytes > options_.shm_cores_min_bytes;
-  const double rule_s = rule_cores ? best[1] : best[0];
-  const double other_s = rule_cores ? best[0] : best[1];
-  const bool cores = other_s < rule_s * (1 - kRuleMargin) ? !rule_cores : rule_cores;
+  const bool cores = times.keep_rule_unless_faster(bytes > options_.shm_cores_min_bytes ? 1 : 0, kRuleMargin) == 1;
+  const std::array<double, 2>& median = times.median;
   const ShmStep measured = cores ? ShmStep::kCores : ShmStep::kNone;
   const ShmStep choice = static_cast<ShmStep>(record_decision(
       cores_fingerprint(), size_bucket(bytes), static_cast<int>(measured), cores_step_names(), deadline, name));
-  spdlog::debug("rank {}: allreduce of {} B on one host, ranks sharing cores: flat ({}) {:.1f} us, core-grouped "
+  spdlog::debug("rank {}: allreduce of {} B on one host, ranks sharing cores, median rounds: flat ({}) {:.1f} us, core-grouped "
                 "{:.1f} us: {} for this size{}",
-                rank_, bytes, comm::name(flat), best[0] * 1e6, best[1] * 1e6,
+                rank_, bytes, comm::name(flat), median[0] * 1e6, median[1] * 1e6,
                 choice == ShmStep::kCores ? "core-grouped" : "flat",
                 choice == measured ? "" : " (recorded by another run meanwhile)");
   return choice;
@@ -426,17 +431,18 @@ std::string Communicator::Impl::far_fingerprint() const {
 
 bool Communicator::Impl::classify_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline,
                                       const std::string& name) {
-  if (!far_readings_loaded_) {
-    far_readings_ = recorded_choices(far_fingerprint(), far_names(), [](int v) { return v == 0 || v == 1; },
-                                     deadline, name);
-    int found = 0;
-    for (int32_t v : far_readings_) found += v >= 0;
-    cached_choices_.fetch_add(found, std::memory_order_acq_rel);
-    far_readings_loaded_ = true;
-  }
-  const size_t bucket = static_cast<size_t>(far_reading_bucket(ns));
-  if (far_readings_[bucket] >= 0) return far_readings_[bucket] == 1;
-  if (bytes < kMeasuredFarMinBytes) return line_far;  // too short to time the stores apart
+  const int v = decided(
+      far_readings_, far_fingerprint(), far_names(), [](int x) { return x == 0 || x == 1; }, far_reading_bucket(ns),
+      [&] {  // a call too short to time the stores apart takes the line, deciding nothing
+        return bytes < kMeasuredFarMinBytes ? -1 : measure_far(ns, line_far, bytes, deadline, name) ? 1 : 0;
+      },
+      deadline, name);
+  return v < 0 ? line_far : v == 1;
+}
+
+bool Communicator::Impl::measure_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline,
+                                     const std::string& name) {
+  const int bucket = far_reading_bucket(ns);
   // The direct form of a call of this size, both stores, as the plan would run it.
   const size_t count = bytes / sizeof(float);
   std::vector<float> scratch(count);  // zeros
@@ -444,7 +450,7 @@ bool Communicator::Impl::classify_far(uint32_t ns, bool line_far, size_t bytes, 
   const shm::PathCounts counts = shm_->path_counts();
   // A round of about 4 MiB: a placement moves within seconds, a round takes about a millisecond.
   const int calls = static_cast<int>(std::max<size_t>(1, (size_t{4} << 20) / bytes));
-  const std::array<double, 2> best = timed_forms(  // cached, streamed
+  const FormTimes times = timed_forms(  // cached, streamed
       [&](int form) {
         algo::ShmLinks links{*shm_, deadline, name, call};
         algo::shm_allreduce(links, scratch.data(), count, DataType::f32, ReduceOp::sum, ShmStep::kDirect, form == 1,
@@ -452,15 +458,12 @@ bool Communicator::Impl::classify_far(uint32_t ns, bool line_far, size_t bytes, 
       },
       calls, deadline, name);
   uncount_runs(counts);
-  const double rule_s = line_far ? best[1] : best[0];
-  const double other_s = line_far ? best[0] : best[1];
-  const bool measured = other_s < rule_s * (1 - kRuleMargin) ? !line_far : line_far;
-  const bool far = record_decision(far_fingerprint(), static_cast<int>(bucket), measured ? 1 : 0, far_names(),
-                                   deadline, name) == 1;
-  far_readings_[bucket] = far ? 1 : 0;
+  const bool measured = times.keep_rule_unless_faster(line_far ? 1 : 0, kRuleMargin) == 1;
+  const std::array<double, 2>& median = times.median;
+  const bool far = record_decision(far_fingerprint(), bucket, measured ? 1 : 0, far_names(), deadline, name) == 1;
   spdlog::debug("rank {}: placement reading {} ns per sync (half-octave {}), direct allreduce of {} B: cached "
-                "stores {:.1f} us, streamed {:.1f} us: {} (the {} ns line said {}){}",
-                rank_, ns, bucket, bytes, best[0] * 1e6, best[1] * 1e6, far ? "far" : "near",
+                "stores {:.1f} us, streamed {:.1f} us (median rounds): {} (the {} ns line said {}){}",
+                rank_, ns, bucket, bytes, median[0] * 1e6, median[1] * 1e6, far ? "far" : "near",
                 options_.shm_far_sync_ns, line_far ? "far" : "near",
                 far == measured ? "" : " (recorded by another run meanwhile)");
   return far;

@@ -119,15 +119,35 @@ struct Communicator::Impl {
   std::array<int32_t, 64> recorded_choices(const std::string& fingerprint, const FormNames& names,
                                            const std::function<bool(int)>& accept, Deadline deadline,
                                            const std::string& name);
+  // Two forms' seconds per call, each the slowest rank's: the best round and the median round.
+  struct FormTimes {
+    std::array<double, 2> best, median;
+    // The form taken where `rule` is the rule's: the other only when it is at least `margin`
+    // faster by the median round and faster by the best one too (a single lucky round on a
+    // busy machine moves nothing).
+    int keep_rule_unless_faster(int rule, double margin) const;
+  };
   // Runs run(0) and run(1) `calls` times each in rounds, every rank starting each together
-  // (one untimed round, then kMeasureRounds), and returns each form's best seconds per call,
-  // the slowest rank's.
-  std::array<double, 2> timed_forms(const std::function<void(int form)>& run, int calls, Deadline deadline,
-                                    const std::string& name);
+  // (one untimed round, then kMeasureRounds).
+  FormTimes timed_forms(const std::function<void(int form)>& run, int calls, Deadline deadline,
+                        const std::string& name);
   // Rank 0 records `measured` for (fingerprint, bucket) unless another run did first; every
   // rank returns the recorded decision.
   int record_decision(const std::string& fingerprint, int bucket, int measured, const FormNames& names,
                       Deadline deadline, const std::string& name);
+  // One kind of decision taken by bucket (size class or reading class) on one host: rank 0's
+  // record for `fingerprint` read at the first call (values `accept` takes), else, for a bucket
+  // it lacks, measure() now (-1: not decided, nothing kept). Returns the value or -1. Comm
+  // thread; collective, as every decision here.
+  struct RecordedDecisions {
+    std::array<int32_t, 64> values{};
+    bool loaded = false;
+  };
+  int decided(RecordedDecisions& d, const std::string& fingerprint, const FormNames& names,
+              const std::function<bool(int)>& accept, int bucket, const std::function<int()>& measure,
+              Deadline deadline, const std::string& name);
+  // Times the direct form with cached and with streamed stores at `bytes` (classify_far).
+  bool measure_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline, const std::string& name);
   // Rank 0's value on every rank (others pass anything >= -1 smaller; one tiny allreduce).
   int agree_on_rank0(int value, Deadline deadline, const std::string& name);
   // What the record's decisions depend on: world, ranks per host, machine, options.
@@ -187,14 +207,11 @@ struct Communicator::Impl {
   std::atomic<int> cached_choices_{0};
   bool choices_loaded_ = false;  // rank 0's record read (comm thread)
   // The shared-memory steps decided by size bucket (a ShmStep, -1 not yet; comm thread).
-  std::array<int32_t, 64> shm_steps_{};
-  bool shm_steps_loaded_ = false;
+  RecordedDecisions shm_steps_;
   // The core-grouped decisions by size bucket (kCores or kNone, -1 not yet; comm thread).
-  std::array<int32_t, 64> cores_steps_{};
-  bool cores_steps_loaded_ = false;
+  RecordedDecisions cores_steps_;
   // The stores decided by reading half-octave (1 far, 0 near, -1 not yet; comm thread).
-  std::array<int32_t, 64> far_readings_{};
-  bool far_readings_loaded_ = false;
+  RecordedDecisions far_readings_;
   std::string choice_cache_;     // the record's path on rank 0 ("" elsewhere or off)
 
   // --- the queue ---
