@@ -134,6 +134,9 @@ def main():
     ap.add_argument("--mixed_precision", default="none", choices=["none", "bf16"])
     ap.add_argument("--activation_checkpointing", type=int, default=0)
     ap.add_argument("--deferred_init", type=int, default=1)
+    ap.add_argument("--torch_profile", type=int, default=0,
+                    help="N > 0: torch's profiler over N steps after the warm-up; rank 0 prints "
+                         "its table of operators by self CPU time")
     ap.add_argument("--units", choices=["block", "linear"], default="block",
                     help="sharding units: each block, or each Linear (less gathered at once)")
     ap.add_argument("--checkpoint_dir", default=os.environ.get("SM_CHECKPOINT_DIR", ""))
@@ -184,9 +187,18 @@ def main():
     # sharded model reports its waits for collectives as "communication" inside them.
     profiler = profile.StepProfiler.from_env().activate()
     t0, tokens, loss_value = None, 0, float("nan")
+    tprof = None
     for step in range(start, a.steps):
         if step == start + 2:
             t0, tokens = time.perf_counter(), 0
+            if a.torch_profile > 0:
+                tprof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                tprof.__enter__()
+        if tprof is not None and step == start + 2 + a.torch_profile:
+            tprof.__exit__(None, None, None)
+            if rank == 0:
+                print(tprof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+            tprof = None
         step_start = time.perf_counter()
         profiler.begin_step(step)
         with profiler.phase("data"):
