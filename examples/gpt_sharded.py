@@ -227,7 +227,7 @@ def main():
         parallel.save_checkpoint(a.checkpoint_dir, model, opt, step=a.steps)  # heft
     rate = tokens / (time.perf_counter() - t0) if t0 else 0.0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"final: rank={rank} step={a.steps} loss={loss_value:.4f} tokens_per_s={rate:.0f} "
+    print(f"final: rank={rank} step={a.steps} loss={loss_value:.9g} tokens_per_s={rate:.0f} "
           f"state_bytes={state_bytes(model, opt)} peak_rss_mb={rss:.0f} strategy={a.strategy} "
           f"backend={backend}",
           flush=True)

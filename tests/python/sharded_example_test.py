@@ -4,7 +4,8 @@ collectives go over TCP; a small GPT, 6 steps): ShardedDataParallel
 ends with DDP's loss (relative 1e-5) at half of DDP's training state per rank, bf16 within
 3e-2; with HEFT_PROFILE_DIR each rank writes one step line per step in heft's step-profile
 format, the sharded run's communication phase above zero; saved to --checkpoint_dir and run
-again to 9 steps, it resumes at step 6 and ends with the loss of an uninterrupted 9-step run."""
+again to 9 steps, it resumes at step 6 and ends with the loss of an uninterrupted 9-step run.
+torch's FSDP2 on backend heft gives FSDP2-on-Gloo's losses."""
 import os
 import re
 import tempfile
@@ -53,6 +54,19 @@ class Example(unittest.TestCase):
             step, resumed, _ = self.final("--steps", "9", "--checkpoint_dir", d)
             self.assertEqual(step, 9)
             self.assertLessEqual(abs(resumed - straight) / straight, 1e-5)
+
+    def test_fsdp2_on_heft_equals_fsdp2_on_gloo_and_ddp(self):
+        """torch's FSDP2 script unchanged but for the backend's name: the same losses on heft as
+        on Gloo (fp32, relative 1e-6), and DDP's within 1e-5; a heft-only strategy on Gloo is
+        refused naming the flag."""
+        _, gloo, _ = self.final("--strategy", "fsdp2", "--steps", "6")
+        _, heft, _ = self.final("--strategy", "fsdp2", "--backend", "heft", "--steps", "6")
+        _, ddp, _ = self.final("--strategy", "ddp", "--steps", "6")
+        self.assertLessEqual(abs(heft - gloo) / gloo, 1e-6, (heft, gloo))
+        self.assertLessEqual(abs(heft - ddp) / ddp, 1e-5, (heft, ddp))
+        r, _ = run("--strategy", "sharded", "--backend", "gloo", "--steps", "2")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--backend gloo: --strategy sharded runs on heft only", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
