@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <unistd.h>
 
 #include "heft/host/host.h"
 
@@ -59,6 +61,35 @@ TEST(HostMemory, ThisProcessAndHostArePositive) {
   EXPECT_FALSE(source.empty());
   const double load = host::runnable_elsewhere(3, 1);
   EXPECT_TRUE(std::isfinite(load) && load >= 0) << load;
+}
+
+// The GPUs a worker sees, from a fake /proc holding the NVIDIA driver's folder of 3 devices:
+// all 3 without CUDA_VISIBLE_DEVICES; the listed ones up to the first that names no device;
+// none for "" or "-1"; none without the driver (this machine's /proc has no NVIDIA driver, or
+// the count is its GPUs).
+TEST(HostGpus, TheDriversDevicesNarrowedByCudaVisibleDevices) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("heft-host-gpus-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  for (const char* bus : {"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"})
+    fs::create_directories(root / "driver" / "nvidia" / "gpus" / bus);
+  const std::string r = root.string();
+  EXPECT_EQ(host::visible_gpus(r, nullptr), 3);
+  EXPECT_EQ(host::visible_gpus(r, "0,2"), 2);
+  EXPECT_EQ(host::visible_gpus(r, "1"), 1);
+  EXPECT_EQ(host::visible_gpus(r, "0,7,1"), 1);  // 7 names no device: the runtime stops there
+  EXPECT_EQ(host::visible_gpus(r, " 2 , 0"), 2);
+  EXPECT_EQ(host::visible_gpus(r, "GPU-8f3e2a1c,1"), 2);
+  EXPECT_EQ(host::visible_gpus(r, "0,1,2,0"), 3);  // never more than the devices
+  EXPECT_EQ(host::visible_gpus(r, ""), 0);
+  EXPECT_EQ(host::visible_gpus(r, "-1"), 0);
+  EXPECT_EQ(host::visible_gpus(r, "x"), 0);
+  EXPECT_EQ(host::visible_gpus((root / "none").string(), nullptr), 0);
+  EXPECT_EQ(host::visible_gpus((root / "none").string(), "0,1"), 0);
+  fs::remove_all(root);
+  if (!fs::exists("/proc/driver/nvidia/gpus")) {
+    EXPECT_EQ(host::visible_gpus("/proc", nullptr), 0);
+  }
 }
 
 }  // namespace

@@ -151,6 +151,28 @@ int online_cpus() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+int visible_gpus(const std::string& proc_root, const char* visible) {
+  int devices = 0;
+  if (DIR* d = ::opendir((proc_root + "/driver/nvidia/gpus").c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') ++devices;
+    ::closedir(d);
+  }
+  if (visible == nullptr) return devices;
+  int seen = 0;
+  std::stringstream entries(visible);
+  for (std::string entry; std::getline(entries, entry, ',');) {
+    entry.erase(0, entry.find_first_not_of(' '));
+    entry.erase(entry.find_last_not_of(' ') + 1);
+    const bool uuid = entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
+    char* end = nullptr;
+    const long index = entry.empty() ? -1 : std::strtol(entry.c_str(), &end, 10);
+    if (!uuid && (entry.empty() || *end != '\0' || index < 0 || index >= devices)) break;  // the runtime stops here
+    ++seen;
+  }
+  return std::min(seen, devices);
+}
+
 int available_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -3,12 +3,13 @@
 // through the binding): the memory a host can give its ranks, the smaller of /proc/meminfo's
 // MemAvailable and what the process's cgroup still allows (cgroup v2 memory.max -
 // memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes); /proc/meminfo itself;
-// a process's resident bytes (/proc/self/statm); the CPUs; and the host's other runnable
+// a process's resident bytes (/proc/self/statm); the CPUs and the GPUs; and the host's other runnable
 // threads (the contention the layout search prices). Depends on nothing but the standard
 // library; Linux only.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace heft::host {
@@ -34,6 +35,14 @@ MemInfo meminfo();
 int online_cpus();
 // The CPUs this process may run on (its affinity), else online_cpus(); at least 1.
 int available_cpus();
+
+// The NVIDIA GPUs a process started here sees, without the CUDA runtime (the launchers are
+// torch- and CUDA-free): the driver's devices (one folder each under
+// <proc_root>/driver/nvidia/gpus), narrowed by CUDA_VISIBLE_DEVICES as the runtime reads it
+// (`visible`, null: unset): its comma-separated entries up to the first that names no device
+// (an index in [0, devices), or a `GPU-`/`MIG-` UUID prefix, counted as one), at most the
+// devices; "" or "-1" hides every GPU. 0 without the driver.
+int visible_gpus(const std::string& proc_root = "/proc", const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"));
 
 // This process's resident set now, in bytes (0 when /proc/self/statm cannot be read).
 int64_t resident_bytes();

@@ -49,6 +49,16 @@ TEST(WorkerEnvironment, SetsEveryContractVariableForOneRank) {
   EXPECT_EQ(env, expected);
 }
 
+// SM_NUM_GPUS says what the host gives its workers (the launcher fills num_gpus from
+// host::visible_gpus; SM_TRAINING_ENV's num_gpus is read from it).
+TEST(WorkerEnvironment, NumGpusIsWhatTheHostHas) {
+  JobEnvironment job = two_by_two();
+  job.num_gpus = 4;
+  const Environment env = worker_environment(job, 1, {});
+  EXPECT_EQ(env.at("SM_NUM_GPUS"), "4");
+  EXPECT_EQ(worker_environment(two_by_two(), 1, {}).at("SM_NUM_GPUS"), "0");
+}
+
 TEST(WorkerEnvironment, RanksAreHostMajor) {
   JobEnvironment job = two_by_two();
   job.hosts = 3;

@@ -254,7 +254,7 @@ Environment engine_worker_environment(Environment env, int rank, int size, int l
   env.emplace("TORCHELASTIC_RESTART_COUNT", "0");
   const int cpus = available_cpus();
   env["SM_NUM_CPUS"] = std::to_string(cpus);
-  env["SM_NUM_GPUS"] = "0";
+  env["SM_NUM_GPUS"] = std::to_string(visible_gpus());
   env.emplace("OMP_NUM_THREADS", std::to_string(std::max(1, cpus / std::max(1, local_size))));
   return env;
 }

@@ -56,6 +56,7 @@ JobEnvironment start_environment(const LocalLauncherOptions& options, const std:
   job.store_address = store_address(options.store_bind_address, store_port);
   job.timeout_s = options.timeout_s;
   job.num_cpus = available_cpus();
+  job.num_gpus = visible_gpus();
   job.restart_count = restart_count;
   job.extra = options.extra_env;
   job.python_path = options.python_path;

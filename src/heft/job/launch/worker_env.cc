@@ -253,7 +253,7 @@ Environment worker_environment(const JobEnvironment& job, int rank, const Enviro
   env["SM_HOSTS"] = hosts_json(job.hosts);
   env["SM_CURRENT_HOST"] = host_id;
   env["SM_NUM_CPUS"] = std::to_string(job.num_cpus);
-  env["SM_NUM_GPUS"] = "0";
+  env["SM_NUM_GPUS"] = std::to_string(job.num_gpus);
   // heft
   contract::HeftVariables heft;
   heft.store = job.store_address;
@@ -289,6 +289,7 @@ Environment current_environment() {
 }
 
 int available_cpus() { return host::available_cpus(); }
+int visible_gpus() { return host::visible_gpus(); }
 
 std::vector<std::string> to_envp(const Environment& env) {
   std::vector<std::string> out;

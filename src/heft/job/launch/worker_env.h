@@ -45,6 +45,8 @@ struct JobEnvironment {
   int restart_count = 0;
   // Cores of this machine (SM_NUM_CPUS; OMP_NUM_THREADS is derived from it). >= 1.
   int num_cpus = 1;
+  // GPUs this host gives its workers (host::visible_gpus; SM_NUM_GPUS).
+  int num_gpus = 0;
   // A directory put first on every worker's PYTHONPATH, before what the parent (or `extra`)
   // has there: where heft's Python package is, so `import heft.torch` works in workers
   // without set-up. Empty: PYTHONPATH as the parent and `extra` have it.
@@ -109,6 +111,9 @@ Environment current_environment();
 
 // Cores this process may run on (sched_getaffinity), at least 1.
 int available_cpus();
+// The GPUs a worker here sees (host::visible_gpus: the NVIDIA driver's, within
+// CUDA_VISIBLE_DEVICES); 0 without.
+int visible_gpus();
 
 // "NAME=value" strings, the form execve() takes.
 std::vector<std::string> to_envp(const Environment& env);
