@@ -107,7 +107,7 @@ struct Communicator::Impl {
   // options_.measure_shm_small, for sizes in (kMeasuredSmallMin, kMeasuredSmallMax]: small or
   // direct, the same on every rank and in every run that reads the same record: at the first
   // such call, rank 0's record; for a size it lacks, both forms timed on a scratch buffer, the
-  // rule's (shm_small_bytes) unless the other is 10% faster (the slowest rank's times),
+  // rule's (shm_small_bytes) unless the other is 10% faster (FormTimes::keep_rule_unless_faster),
   // recorded by rank 0 (measure_shm_step).
   // Comm thread; collective.
   ShmStep choose_shm_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
@@ -159,7 +159,7 @@ struct Communicator::Impl {
   // where cores_far says far. Comm thread; collective, as the allreduce.
   bool takes_cores(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
   // kCores or kNone (the flat form) for this size: rank 0's record, else both timed on a scratch
-  // buffer, the rule's unless the other is 10% faster (the slowest rank's times), recorded.
+  // buffer, the rule's unless the other is 10% faster (FormTimes::keep_rule_unless_faster), recorded.
   ShmStep choose_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
   ShmStep measure_cores_step(size_t count, DataType t, ReduceOp op, Deadline deadline, const std::string& name);
   // What the core-grouped decisions recorded depend on: world, groups, machine, slots' options.
@@ -168,7 +168,7 @@ struct Communicator::Impl {
   // options_.measure_far_line: the decision rank 0's record holds for the reading's half-octave
   // (far_reading_bucket), else, for a call of at least kMeasuredFarMinBytes, the direct form
   // timed with cached and with streamed stores on a scratch buffer of its size, the line's
-  // answer unless the other is 10% faster (the slowest rank's times), recorded; smaller calls
+  // answer unless the other is 10% faster (FormTimes::keep_rule_unless_faster), recorded; smaller calls
   // take the line until then. Comm thread; collective, at the probe.
   bool classify_far(uint32_t ns, bool line_far, size_t bytes, Deadline deadline, const std::string& name);
   std::string far_fingerprint() const;
