@@ -267,6 +267,17 @@ TEST(HeftRun, DistributionReachesTheWorkersAsHeftTrainGivesIt) {
                                   show});
   ASSERT_EQ(plain.exit_code, 0) << describe(plain);
   EXPECT_EQ(plain.out.find("vendor"), std::string::npos) << plain.out;
+  // The model-parallel library's dict: its stand-in (not the data-parallel one) and its
+  // parameters as given, for smp.init.
+  const std::string mp_show = "echo \"$SM_HP_MP_PARAMETERS|$PYTHONPATH\"";
+  const Outcome mp = run_heft({"run", "-n", "2", "--no-prefix", "--distribution",
+                               R"({"smdistributed": {"modelparallel": {"enabled": true, )"
+                               R"("parameters": {"pipeline_parallel_degree": 2}}}})",
+                               "--", "/bin/sh", "-c", mp_show});
+  ASSERT_EQ(mp.exit_code, 0) << describe(mp);
+  EXPECT_NE(mp.out.find(R"({"pipeline_parallel_degree":2}|)"), std::string::npos) << mp.out;
+  EXPECT_NE(mp.out.find("/heft/vendor/smdmp"), std::string::npos) << mp.out;
+  EXPECT_EQ(mp.out.find("/heft/vendor/smddp"), std::string::npos) << mp.out;
   const Outcome bad = run_heft({"run", "-n", "2", "--distribution",
                                 R"({"modelparallel": {"enabled": true, "parameters": {"partitions": 3}}})",
                                 "--", "true"});

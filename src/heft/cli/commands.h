@@ -35,8 +35,10 @@ std::string heft_binary_dir();
 // in an installed copy; "" when there is none (built without Python) (train.cc).
 std::string heft_python_dir();
 // What workers get first on their PYTHONPATH for a job of distribution `d`: heft_python_dir(),
-// and, when `d` enables the vendor's smdistributed.dataparallel, heft's stand-in for it
-// (python/heft/vendor/smddp: docs/porting.md); "" without a Python package (train.cc).
+// and heft's stand-ins for the vendor's libraries `d` enables: smdistributed.dataparallel
+// (python/heft/vendor/smddp) and smdistributed.modelparallel, or heft's modelparallel block
+// (python/heft/vendor/smdmp), each a part of the namespace package `smdistributed`
+// (docs/porting.md); "" without a Python package (train.cc).
 std::string worker_python_path(const config::Distribution& d);
 // `heft plan SPEC [--set key.path=value ...]` (plan.cc)
 Command add_plan_command(CLI::App& app);

@@ -65,7 +65,8 @@ config::Distribution parse_distribution(const RunArgs& args) {
 }
 
 // What --distribution gives every worker: HEFT_DISTRIBUTION (heft's form, as `heft train`
-// passes it) and the training toolkit's framework parameters; and heft's Python path with
+// passes it), the training toolkit's framework parameters and, for model parallelism,
+// SM_HP_MP_PARAMETERS (as `heft train` gives a script); and heft's Python path with
 // the stand-ins the distribution asks for (worker_python_path).
 void apply_distribution(const RunArgs& args, job::Environment* env, std::string* python_path) {
   *python_path = heft_python_dir();
@@ -76,6 +77,7 @@ void apply_distribution(const RunArgs& args, job::Environment* env, std::string*
   heft.write(*env);
   const nlohmann::json framework = d.launch.framework_parameters(args.nproc_per_host);
   if (!framework.empty()) (*env)["SM_FRAMEWORK_PARAMS"] = framework.dump();
+  if (d.modelparallel.enabled) (*env)["SM_HP_MP_PARAMETERS"] = d.script_parameters().dump();
   *python_path = worker_python_path(d);
 }
 

@@ -148,8 +148,13 @@ std::string heft_python_dir() {
 
 std::string worker_python_path(const config::Distribution& d) {
   const std::string dir = heft_python_dir();
-  if (dir.empty() || !d.launch.given("smdistributed.dataparallel")) return dir;
-  return dir + ":" + dir + "/heft/vendor/smddp";
+  if (dir.empty()) return dir;
+  // Each stand-in's folder holds part of the namespace package `smdistributed`.
+  std::string path = dir;
+  if (d.launch.given("smdistributed.dataparallel")) path += ":" + dir + "/heft/vendor/smddp";
+  if (d.launch.given("smdistributed.modelparallel") || d.modelparallel.enabled)
+    path += ":" + dir + "/heft/vendor/smdmp";
+  return path;
 }
 
 Command add_train_command(CLI::App& app) {

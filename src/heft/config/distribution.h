@@ -108,6 +108,10 @@ struct Distribution {
   // needs a data-parallel degree of 1. The error names the spec's block, or the
   // hyperparameters where the degrees came from them.
   Status check_world(int world) const;
+  // What a script's workers get in SM_HP_MP_PARAMETERS when modelparallel is enabled: the
+  // library's parameters as the SDK's dict gave them, else the block's in heft's form
+  // (to_json's); null when modelparallel is not enabled.
+  nlohmann::json script_parameters() const;
   // The data-parallel degree on `world` ranks: world / (tensor x pipeline).
   int data_parallel_degree(int world) const;
 };

@@ -34,6 +34,12 @@ nlohmann::json Distribution::to_json() const {
   return j;
 }
 
+nlohmann::json Distribution::script_parameters() const {
+  if (!modelparallel.enabled) return nullptr;
+  if (launch.mp_parameters.is_object()) return launch.mp_parameters;
+  return to_json()["modelparallel"]["parameters"];
+}
+
 int Distribution::data_parallel_degree(int world) const {
   if (!modelparallel.enabled) return world;
   const int mp = modelparallel.tensor_parallel_degree * modelparallel.partitions;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "heft/config/distribution.h"
 #include "heft/contract/worker.h"
 #include "parallel_group.h"
 #include "process_group.h"
@@ -142,6 +143,30 @@ PYBIND11_MODULE(_c10d, m) {
       "heft's worker variables (HEFT_STORE, HEFT_TOKEN, HEFT_JOB, HEFT_TIMEOUT, ...) read and "
       "checked by the C++ reader (contract/worker.h; a malformed number raises an error naming "
       "the variable): None where unset, `job` with its default; docs/worker-contract.md");
+  m.def(
+      "model_parallel_parameters",
+      [](const std::string& text, int world) {
+        // The library's parameters read by the job spec's own rules (config/distribution.h),
+        // so a script and heft train accept and refuse the same keys with the same words.
+        const nlohmann::json given = nlohmann::json::parse(text, nullptr, false);
+        if (!given.is_object())
+          throw py::value_error("expected a JSON object of the library's parameters, found " +
+                                text.substr(0, 200));
+        const nlohmann::json block = {
+            {"smdistributed", {{"modelparallel", {{"enabled", true}, {"parameters", given}}}}}};
+        auto parsed = heft::config::Distribution::parse(block);
+        if (!parsed.ok()) throw py::value_error(parsed.error());
+        if (const heft::Status fits = world > 0 ? parsed.value().check_world(world)
+                                                : heft::Status::success();
+            !fits.ok())
+          throw py::value_error(fits.error());
+        return parsed.value().to_json()["modelparallel"]["parameters"].dump();
+      },
+      py::arg("parameters_json"), py::arg("world"),
+      "The model-parallel library's parameters (a JSON object's text) read by the job spec's "
+      "rules (config/distribution.h) and checked against `world` ranks: heft's form with every "
+      "knob's value, as JSON text (world 0: not checked against a world); ValueError with one "
+      "line per problem, led by its field.");
   m.def("job_store", &heft::torch_backend::job_store, py::arg("timeout_s"),
         py::call_guard<py::gil_scoped_release>(),
         "a c10d store over heft's authenticated job store (HEFT_STORE, HEFT_TOKEN)");

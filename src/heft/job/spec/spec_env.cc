@@ -126,12 +126,7 @@ Environment training_environment(const JobSpec& spec, const JobPaths& paths) {
                               : entry;
   env["SM_FRAMEWORK_MODULE"] = "";
   const config::Distribution& d = spec.distribution_config;
-  if (d.modelparallel.enabled)
-    env["SM_HP_MP_PARAMETERS"] =
-        (d.launch.mp_parameters.is_object()
-             ? d.launch.mp_parameters
-             : spec.distribution_normalized["modelparallel"].value("parameters", json::object()))
-            .dump();
+  if (d.modelparallel.enabled) env["SM_HP_MP_PARAMETERS"] = d.script_parameters().dump();
   env["SM_MODEL_DIR"] = paths.model;
   env["SM_OUTPUT_DIR"] = paths.output;
   env["SM_OUTPUT_DATA_DIR"] = paths.output_data;

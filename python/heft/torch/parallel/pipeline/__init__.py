@@ -203,24 +203,49 @@ class Pipeline(torch.nn.Module):
         for a loss_fn that averages over its micro-batch). Returns the loss of the whole
         batch (over the data dimension too) on every rank."""
         xs, ys = self._split("inputs", inputs), self._split("targets", targets)
-        shapes, dtype = self._activation_shapes(xs[0])
-        last_chunk = self.virtual_stages - 1 if self.stage == self.stages - 1 else None
         losses = []
 
-        def forward(c, m, x):
-            out = self._run_chunk(c, xs[m] if x is None else x, x is not None)
-            if c != last_chunk:
-                return out
+        def on_output(m, out):
             loss = loss_fn(out, ys[m])
             losses.append(loss.detach().double())
             return loss / self.microbatches
 
-        self.counters = self._run(self.schedule, forward, self._around_backward(),
-                                  self._received_shapes("train", shapes), dtype)
+        self.run_microbatches(xs, on_output)
         total = torch.zeros(1, dtype=torch.float64)
         if losses:
             total += torch.stack(losses).sum() / self.microbatches
         return self._everywhere(total).item()
+
+    def run_microbatches(self, inputs, on_output, train=True):
+        """The engine under step and evaluate, for callers that compute the loss their own
+        way (heft.torch.smp's smp.step): inputs holds one tensor per micro-batch (read on the
+        first stage only; every rank passes tensors of the same shapes); on the last stage,
+        on_output(m, output) is called with micro-batch m's output of the last chunk, in the
+        schedule's order. train: heft's training schedule, and on_output returns the tensor
+        whose backward the runtime runs (the loss scaled as the caller wants; gradients
+        accumulate in this stage's parameters, reduced over the data dimension as in step);
+        otherwise the forward-only schedule, on_output's value unused, the modules' modes and
+        the grad mode as the caller set them. Collective over the world; returns the
+        runtime's counters."""
+        if len(inputs) != self.microbatches:
+            raise ValueError(f"Pipeline: {len(inputs)} micro-batch inputs given, expected "
+                             f"microbatches={self.microbatches}")
+        shapes, dtype = self._activation_shapes(inputs[0])
+        last_chunk = self.virtual_stages - 1 if self.stage == self.stages - 1 else None
+
+        def forward(c, m, x):
+            out = self._run_chunk(c, inputs[m] if x is None else x, x is not None)
+            if c != last_chunk:
+                return out
+            value = on_output(m, out)
+            return value if train else out
+
+        name, schedule = ("train", self.schedule) if train else ("eval", self._eval_schedule)
+        counters = self._run(schedule, forward, self._around_backward() if train else None,
+                             self._received_shapes(name, shapes), dtype)
+        if train:
+            self.counters = counters  # the last training step's, as step leaves them
+        return counters
 
     def _around_backward(self):
         """With DDP: arms its reducer for each chunk's last backward of the step (DDP reduces
@@ -264,21 +289,15 @@ class Pipeline(torch.nn.Module):
         """The model's output on inputs, forward only (eval mode), micro-batched through the
         forwards of heft's action lists; returned on every rank of the pipeline group."""
         xs = self._split("inputs", inputs)
-        shapes, dtype = self._activation_shapes(xs[0])
-        last_chunk = self.virtual_stages - 1 if self.stage == self.stages - 1 else None
         outs = {}
 
-        def forward(c, m, x):
-            out = self._run_chunk(c, xs[m] if x is None else x, x is not None)
-            if c == last_chunk:
-                outs[m] = out
-            return out
+        def on_output(m, out):
+            outs[m] = out
 
         modes = [m.training for m in self.modules()]
         self.eval()
         try:
-            self._run(self._eval_schedule, forward, None, self._received_shapes("eval", shapes),
-                      dtype)
+            self.run_microbatches(xs, on_output, train=False)
         finally:
             for mod, mode in zip(self.modules(), modes):
                 mod.training = mode
