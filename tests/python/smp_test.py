@@ -5,10 +5,11 @@ heft (heft.torch.smp; docs/porting.md):
   dict (partitions 2, microbatches 4, interleaved, ddp): a traced nn.Module, 2 partitions x 4
   micro-batches x data 2, 3 SGD steps with momentum: every step's loss within TOLERANCE
   (relative, fp32) of one process on the whole batch, with the interleaved (1F1B) and simple
-  (GPipe) pipelines, with smp.partition blocks (auto_partition false), and with partitions 1
+  (GPipe) pipelines, interleaved over 2 virtual stages, with smp.partition blocks (auto_partition false), and with partitions 1
   (micro-batches as gradient accumulation, DDP over 4); evaluation through @smp.step under
   no_grad equal too; smp.save/smp.load partial checkpoints round-trip (a model built from
-  another seed, loaded before its first step, continues exactly as the saved one);
+  another seed, loaded before its first step, continues exactly as the saved one); the
+  worker's steps go through smp.amp.GradScaler (scale, step, update);
 - examples/smp/train_smp_v1.py, written as the vendor's examples are, with only the device
   patch: trains under `heft run -n 4` and as an estimator job with the library's dict (its
   accuracy parsed as a metric), and leaves its partial checkpoints;
@@ -80,6 +81,11 @@ class Worker(unittest.TestCase):
         self.assertEqual(row["mp_group"], [0, 1])  # cluster placement: a replica's ranks adjacent
         self.assertEqual(row["dp_group"], [0, 2])
         self.assertIn("2 stages", row["plan"])  # heft's partitioner cut the traced layers
+
+    def test_interleaved_virtual_stages_match_one_process(self):
+        row = self.case("virtual")
+        self.equivalent(row, "2 partitions x 2 virtual stages x 4 micro-batches x data 2")
+        self.assertIn("pipeline plan: 4 stages", row["plan"])  # 2 x 2 chunks
 
     def test_simple_pipeline_matches_one_process(self):
         self.equivalent(self.case("simple"), "2 partitions x 4 micro-batches x data 2, simple")

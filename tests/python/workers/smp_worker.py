@@ -18,6 +18,7 @@ import smdistributed.modelparallel.torch as smp
 
 STEPS, GLOBAL_BATCH, LR = 3, 16, 0.05
 folder = sys.argv[1]
+scaler = smp.amp.GradScaler()  # the library's amp scaler: scale 1 on CPUs (fp32, bf16)
 
 
 class Net(nn.Module):
@@ -71,7 +72,7 @@ def one_process():
 def train_step(model, data, target):
     output = model(data)
     loss = F.nll_loss(output, target, reduction="mean")
-    model.backward(loss)
+    model.backward(scaler.scale(loss))
     return output, loss
 
 
@@ -97,7 +98,8 @@ def train(model, optimizer, data):
         loss = loss_mb.reduce_mean().reshape(1).double()
         dist.all_reduce(loss, group=smp.get_dp_process_group())
         losses.append(loss.item() / smp.dp_size())
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
     return losses
 
 
@@ -176,6 +178,9 @@ def main():
     checkpoint_round_trip()
     smp.init({"partitions": 2, "microbatches": 4, "pipeline": "simple", "ddp": True})
     run_case("simple", reference)
+    smp.init({"partitions": 2, "microbatches": 4, "pipeline": "interleaved",
+              "virtual_stages": 2, "ddp": True})
+    run_case("virtual", reference)
     smp.init({"partitions": 1, "microbatches": 4, "ddp": True})
     run_case("data_only", reference)
     # smp.partition blocks with auto_partition false: conv1, conv2 on 0, the rest on 1.

@@ -50,8 +50,8 @@ KEYS = {
         "heft.torch.parallel.ShardedDataParallel with deferred_init (docs/sharded.md)")),
 }
 
-# The library v1's keys (smdistributed.modelparallel): heft train runs them through heft-train
-# (docs/jobs.md), not through tsm.
+# The library v1's keys (smdistributed.modelparallel): heft-train and heft.torch.smp run them
+# (docs/jobs.md, docs/porting.md), not tsm.
 V1_KEYS = ("partitions", "pipeline_parallel_degree", "microbatches", "pipeline", "optimize",
            "memory_weight", "placement_strategy", "auto_partition", "default_partition",
            "active_microbatches", "bf16", "ddp", "sharded_data_parallel_degree",
@@ -118,9 +118,10 @@ def _refusal(key, value, where):
 def _unknown(key, where):
     if key in V1_KEYS:
         return ValueError(f"tsm.init: {where}: {key!r} is a key of the model-parallel library "
-                          "v1 (smdistributed.modelparallel), which `heft train` runs through "
-                          "heft-train (docs/jobs.md); tsm takes the v2 keys: "
-                          + ", ".join(sorted(KEYS)))
+                          "v1 (smdistributed.modelparallel), which heft runs in heft-train "
+                          "(docs/jobs.md) and, for a script, as heft.torch.smp (`import "
+                          "smdistributed.modelparallel.torch as smp`, docs/porting.md); tsm "
+                          "takes the v2 keys: " + ", ".join(sorted(KEYS)))
     near = difflib.get_close_matches(key, list(KEYS), n=1, cutoff=0.5)
     hint = f"; did you mean {near[0]!r}?" if near else f"; the keys are {', '.join(sorted(KEYS))}"
     return ValueError(f"tsm.init: {where}: unknown key {key!r}{hint}")
