@@ -9,7 +9,9 @@ heft (heft.torch.smp; docs/porting.md):
   (micro-batches as gradient accumulation, DDP over 4); evaluation through @smp.step under
   no_grad equal too; smp.save/smp.load partial checkpoints round-trip (a model built from
   another seed, loaded before its first step, continues exactly as the saved one); the
-  worker's steps go through smp.amp.GradScaler (scale, step, update);
+  worker's steps go through smp.amp.GradScaler (scale, step, update); torchvision's
+  VisionTransformer and resnet18 (GroupNorm), traced into layers, pipelined the same way,
+  equal one process too;
 - examples/smp/train_smp_v1.py, written as the vendor's examples are, with only the device
   patch: trains under `heft run -n 4` and as an estimator job with the library's dict (its
   accuracy parsed as a metric), and leaves its partial checkpoints;
@@ -86,6 +88,20 @@ class Worker(unittest.TestCase):
         row = self.case("virtual")
         self.equivalent(row, "2 partitions x 2 virtual stages x 4 micro-batches x data 2")
         self.assertIn("pipeline plan: 4 stages", row["plan"])  # 2 x 2 chunks
+
+    def test_torchvision_models_traced_and_pipelined_match_one_process(self):
+        for case, what in (("vit", "torchvision's VisionTransformer"),
+                           ("resnet_group", "torchvision's resnet18 (GroupNorm)")):
+            with self.subTest(case=case):
+                row = self.case(case)
+                print(f"{what}: {row['layers']} traced layers")
+                print(f"{what}, 2 partitions x 4 micro-batches x data 2: losses "
+                      f"{row['losses']}\n  one process {row['reference']}\n  largest relative "
+                      f"difference {row['worst']:.2e} (tolerance {TOLERANCE:g})")
+                self.assertGreater(row["layers"], 4)
+                self.assertEqual(len(row["losses"]), 2)
+                self.assertLessEqual(row["worst"], TOLERANCE, row)
+                self.assertNotEqual(row["losses"][0], row["losses"][1])
 
     def test_simple_pipeline_matches_one_process(self):
         self.equivalent(self.case("simple"), "2 partitions x 4 micro-batches x data 2, simple")

@@ -16,6 +16,9 @@ import torch.nn.functional as F
 
 import smdistributed.modelparallel.torch as smp
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torchvision_cases as tc  # noqa: E402  (tests/python: models nobody here wrote)
+
 STEPS, GLOBAL_BATCH, LR = 3, 16, 0.05
 folder = sys.argv[1]
 scaler = smp.amp.GradScaler()  # the library's amp scaler: scale 1 on CPUs (fp32, bf16)
@@ -138,6 +141,36 @@ def run_case(case, reference):
     return model, optimizer
 
 
+@smp.step
+def vision_step(model, data, target):
+    loss = F.cross_entropy(model(data), target)
+    model.backward(loss)
+    return loss
+
+
+def torchvision_case(case, make, steps=2):
+    """A torchvision model (traced by heft: ViT's class token and residual blocks, ResNet's
+    blocks) under the library's pipeline against one process on the same global batch."""
+    ref = make()
+    ref_opt = tc.sgd(ref.parameters())
+    reference = [tc.reference_step(ref, ref_opt, *tc.batch(k, 0, GLOBAL_BATCH, GLOBAL_BATCH))
+                 for k in range(steps)]
+    model = smp.DistributedModel(make())
+    optimizer = smp.DistributedOptimizer(tc.sgd(model.parameters()))
+    model.train()
+    losses = []
+    for k in range(steps):
+        x, y = tc.batch(k, 0, GLOBAL_BATCH, GLOBAL_BATCH)
+        optimizer.zero_grad()
+        loss = vision_step(model, my_share(x), my_share(y)).reduce_mean().reshape(1).double()
+        dist.all_reduce(loss, group=smp.get_dp_process_group())
+        losses.append(loss.item() / smp.dp_size())
+        optimizer.step()
+    reference = [float(r) for r in reference]
+    report(case, losses=losses, reference=reference, worst=worst(losses, reference),
+           layers=len(model.layers), plan=model._pipe.plan_text)
+
+
 def checkpoint_round_trip():
     """Trained 2 steps, saved partially (dp_rank 0), loaded into a model built from another
     seed before its first step; both then train the same 2 steps: equal losses, equal whole
@@ -178,6 +211,8 @@ def main():
     checkpoint_round_trip()
     smp.init({"partitions": 2, "microbatches": 4, "pipeline": "simple", "ddp": True})
     run_case("simple", reference)
+    torchvision_case("vit", tc.vit)
+    torchvision_case("resnet_group", lambda: tc.resnet("group"))
     smp.init({"partitions": 2, "microbatches": 4, "pipeline": "interleaved",
               "virtual_stages": 2, "ddp": True})
     run_case("virtual", reference)
