@@ -23,7 +23,8 @@ from .mesh import DeviceMesh  # noqa: F401
 from .pipeline import Pipeline  # noqa: F401
 from .sharded import ShardedDataParallel  # noqa: F401
 from .sharded._checkpoint import (load_checkpoint, load_full_state_dict,  # noqa: F401
-                                  save_checkpoint)
+                                  load_torch_state_dicts, read_dcp, save_checkpoint,
+                                  torch_state_dicts)
 from .sharded._deferred import deferred_init  # noqa: F401
 from .tensor import full_state_dict, tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
 
@@ -53,6 +54,7 @@ class DistributedDataParallel(_TorchDDP):
 # attributes of this package too): the public names above, not the rooms.
 __all__ = ["BACKEND", "DeviceMesh", "DistributedDataParallel", "LayoutPlan", "Pipeline",
            "ShardedDataParallel", "auto_layout", "available_bytes", "deferred_init",
-           "full_state_dict", "load_checkpoint", "load_full_state_dict", "parameter_count",
+           "full_state_dict", "load_checkpoint", "load_full_state_dict",
+           "load_torch_state_dicts", "read_dcp", "torch_state_dicts", "parameter_count",
            "ranks_on_host", "require_memory", "save_checkpoint", "tensor_parallel",
            "training_state_bytes", "vocab_parallel_cross_entropy"]

@@ -271,8 +271,16 @@ def load_checkpoint(directory, model, optimizer=None):
     if missing:
         raise KeyError(f"load_checkpoint: dir={directory!r}: the checkpoint has no parameter "
                        f"{', '.join(missing[:5])} of this model")
+    _load_flats(model, optimizer, saved.flats(), saved.buffers, saved.param_groups)
+    return step, meta
+
+
+def _load_flats(model, optimizer, flats, buffers, param_groups):
+    """Each (params by name, {name: {state key: full tensor}}, step) of flats copied into
+    this rank's shards and their optimizer state; then the buffers and the groups'
+    hyperparameters."""
     new_state = {}
-    for named, optim, count in saved.flats():
+    for named, optim, count in flats:
         for u in model.units:
             copy_into(u, named, u.shard.data)
             if optimizer is None:
@@ -287,14 +295,99 @@ def load_checkpoint(directory, model, optimizer=None):
                 steps = _step_tensor(optimizer, count)
                 if steps is not None:
                     state["step"] = steps
-    buffers = dict(model.module.named_buffers())
-    for name, value in saved.buffers.items():
-        if name in buffers:
-            buffers[name].copy_(value)
+    own = dict(model.module.named_buffers())
+    for name, value in buffers.items():
+        if name in own:
+            own[name].copy_(value)
     if optimizer is not None:
-        for g, groups in zip(optimizer.param_groups, saved.param_groups):
-            g.update({k: _as_saved(v, g.get(k)) for k, v in groups.items()})
+        for g, groups in zip(optimizer.param_groups, param_groups):
+            g.update({k: _as_saved(v, g.get(k)) for k, v in groups.items() if k != "params"})
         for shard, state in new_state.items():
             if state:
                 optimizer.state[shard] = state
-    return step, meta
+
+
+# ---- torch's full state dicts (FSDP2's, DCP's) -------------------------------------------------
+def _torch_optim(optim_by_name, step, param_groups, names):
+    """torch's full optimizer state_dict by parameter name (get_state_dict's form with
+    full_state_dict=True): {"state": {name: {"step": tensor, key: tensor}}, "param_groups":
+    [{hyperparameters..., "params": [names]}]}; one group (heft's checkpoints keep the
+    groups' hyperparameters, not which parameters each held)."""
+    if len(param_groups) > 1:
+        raise ValueError(f"torch_state_dicts: the checkpoint's optimizer has "
+                         f"{len(param_groups)} parameter groups; torch's form needs each "
+                         "group's parameter names, which heft's checkpoint does not keep: "
+                         "use one group")
+    state = {}
+    for name, keys in optim_by_name.items():
+        state[name] = dict(keys)
+        if step is not None:
+            state[name]["step"] = torch.tensor(float(step))
+    groups = [dict(g, params=list(names)) for g in param_groups] or [{"params": list(names)}]
+    return {"state": state, "param_groups": groups}
+
+
+def torch_state_dicts(directory):
+    """The newest heft checkpoint (ShardedDataParallel's or heft-train's sharded GPT's) in
+    one process, no process group: (model_state_dict, optimizer_state_dict) as torch's
+    get_state_dict gives them with full_state_dict=True, full tensors by parameter name. An
+    FSDP2 model (any world size) loads them with torch.distributed.checkpoint.state_dict's
+    set_state_dict(model, optimizer, model_state_dict=..., optim_state_dict=...,
+    options=StateDictOptions(full_state_dict=True)); docs/sharded.md."""
+    _, _, saved = _read(directory, "torch_state_dicts")
+    params, optim, step, order = {}, {}, None, []
+    for named, by_name, count in saved.flats():
+        params.update(named)
+        order += [n for n in named if n not in order]
+        for name, keys in by_name.items():
+            optim[name] = {k: v.clone() for k, v in keys.items()}
+        step = count if by_name else step
+    keys = saved.state_keys or list(params) + list(saved.buffers)
+    model_sd = {k: (params[k] if k in params else saved.buffers[k]).clone()
+                for k in keys if k in params or k in saved.buffers}
+    names = [n for n in keys if n in params] or order
+    return model_sd, _torch_optim({n: optim[n] for n in names if n in optim}, step,
+                                  saved.param_groups, names)
+
+
+@torch.no_grad()
+def load_torch_state_dicts(model, model_state_dict, optimizer=None, optim_state_dict=None):
+    """torch's full state dicts by parameter name (an FSDP2 run's, from get_state_dict with
+    full_state_dict=True or read from its DCP folder by read_dcp) into a ShardedDataParallel
+    model and its optimizer (torch's per-parameter state becomes each shard's part; the
+    groups' hyperparameters are taken in order). Each rank passes the full dicts."""
+    wanted = [places[0].name for u in model.units for places in u.slots]
+    missing = [n for n in wanted if n not in model_state_dict]
+    if missing:
+        raise KeyError("load_torch_state_dicts: model_state_dict has no parameter "
+                       f"{', '.join(missing[:5])} of this model")
+    optim, groups, step = {}, [], 0
+    if optimizer is not None:
+        if optim_state_dict is None:
+            raise ValueError("load_torch_state_dicts: optimizer given without "
+                             "optim_state_dict")
+        for name, keys in optim_state_dict.get("state", {}).items():
+            optim[name] = {k: v for k, v in keys.items() if k != "step"}
+            if "step" in keys:
+                v = keys["step"]
+                step = int(v.item() if torch.is_tensor(v) else v)
+        groups = optim_state_dict.get("param_groups", [])
+    own = dict(model.module.named_buffers())
+    buffers = {k: v for k, v in model_state_dict.items() if k in own}
+    _load_flats(model, optimizer, [(model_state_dict, optim, step)], buffers, groups)
+
+
+def read_dcp(directory):
+    """A torch.distributed.checkpoint folder (DCP, as FSDP2 scripts save) as one plain
+    state dict of full tensors, in one process: what torch's dcp_to_torch_save writes,
+    loaded with weights_only=True."""
+    import os
+    import tempfile
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    if not os.path.isfile(os.path.join(directory, ".metadata")):
+        raise FileNotFoundError(f"read_dcp: {directory!r} is not a torch.distributed.checkpoint "
+                                "folder (no .metadata)")
+    with tempfile.TemporaryDirectory(prefix="heft-dcp-") as tmp:
+        path = os.path.join(tmp, "full.pt")
+        dcp_to_torch_save(directory, path)
+        return torch.load(path, weights_only=True)
