@@ -9,6 +9,7 @@ import torch.distributed as dist
 from heft.torch import _c10d
 from ..mesh import DeviceMesh
 from ..sharded import ShardedDataParallel
+from ..sharded._deferred import find, materialize
 from . import _checkpoint
 from . import _tensor as _tp
 from ._plan import check_arguments, layers_of, plan
@@ -81,6 +82,7 @@ class Pipeline(torch.nn.Module):
         self.tensor_plan = _tp.check_plan(layers, tensor_plan, mesh, bounds)
         self.layer_ranges = [bounds[k] for k in mine]
         owned = {i for k in mine for i in range(*bounds[k])}
+        self.deferred_peak_bytes = _materialize_deferred(layers, owned)
         _free([l for i, l in enumerate(layers) if i not in owned])
         modules = [_tp.chunk_module(layers, a, b) for a, b in self.layer_ranges]
         self.tensors = mesh.size("tensor") if self.tensor_plan else 1
@@ -369,6 +371,43 @@ def _refuse_tied(layers, bounds):
                                      f" and layer {i}, which fall in different chunks: tied "
                                      "weights across stages are not supported (untie them, or "
                                      "choose a partition that keeps them together)")
+
+
+class _Whole:
+    """materialize's engine for whole tensors: one shard, the size of the tensor."""
+    shard_rank = 0
+
+    @staticmethod
+    def shard_numel_for(n):
+        return n
+
+
+def _materialize_deferred(layers, owned):
+    """A model built under deferred_init: this rank's layers (indices `owned`) replayed into
+    real tensors, the values one process building the model after the same seed has, the
+    other layers' parameters and buffers left empty (never allocated whole); returns the
+    replay's peak bytes, or None when no layer is deferred."""
+    record = find(torch.nn.ModuleList(layers))
+    if record is None:
+        return None
+    mine = [layers[i] for i in sorted(owned)]
+    params = list(dict.fromkeys(p for layer in mine for p in layer.parameters()))
+    specs = [type("Spec", (), {"params": [p]}) for p in params]
+    real = materialize(record, torch.nn.ModuleList(mine), specs, _Whole)
+    made = {id(p): torch.nn.Parameter(r[:p.numel()].view(p.shape).to(p.dtype),
+                                      requires_grad=p.requires_grad)
+            for p, r in zip(params, real)}
+    for layer in layers:
+        for m in layer.modules():
+            for name, p in m._parameters.items():
+                if p is not None and p.is_meta:
+                    real = made.get(id(p))
+                    m._parameters[name] = real if real is not None else torch.nn.Parameter(
+                        torch.empty(0, dtype=p.dtype), requires_grad=p.requires_grad)
+            for name, b in m._buffers.items():
+                if b is not None and b.is_meta:
+                    m._buffers[name] = torch.empty(0, dtype=b.dtype)
+    return record.peak_bytes
 
 
 def _free(layers):

@@ -137,6 +137,12 @@ def plan(layers, chunks, partition, memory_weight, example_input):
     if partition != "auto":
         made = _pp.manual_partition(_static_costs(layers), list(partition), memory_weight)
         return made["first"], "partition (given)\n" + made["describe"]
+    if any(p.is_meta for layer in layers for p in layer.parameters()):
+        # deferred_init: no values to run; heft's partitioner balances the parameter bytes
+        # (the same on every rank, nothing to broadcast)
+        made = _pp.auto_partition(_static_costs(layers), chunks, 1.0, 0.05)
+        return made["first"], ("partition (auto, deferred_init: by parameter bytes, no layer "
+                               "profiled)\n" + made["describe"])
     if example_input is None:
         raise ValueError("Pipeline: partition='auto' profiles the layers on one micro-batch: "
                          "pass example_input (one micro-batch of the input), or give partition "
