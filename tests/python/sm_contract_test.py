@@ -231,7 +231,7 @@ class SdkContract(unittest.TestCase):
                    "ddp_dist_backend", "horovod", "contiguous", "fp16", "fp16_params",
                    "shard_optimizer_state", "prescaled_batch", "skip_tracing",
                    "deterministic_server", "offload_activations", "sm_activation_offloading",
-                   "activation_loading_horizon", "delayed_parameter_initialization",
+                   "activation_loading_horizon",
                    "sdp_reduce_bucket_size", "sdp_param_persistence_threshold",
                    "sdp_max_live_parameters", "sdp_hierarchical_allgather",
                    "sdp_gradient_clipping", "fsdp_cache_flush_warnings", "allow_empty_shards"]
@@ -257,21 +257,25 @@ class SdkContract(unittest.TestCase):
                     self.assertEqual(r.returncode, 2, r.stderr)
                     self.assertIn(field + ":", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(home, "jobs", "refused")))
-            # random_seed is the script's (heft.torch.sagemaker's tsm.init reads it from
-            # SM_HP_MP_PARAMETERS): accepted for a script, refused by name for heft-train.
-            seeded = smp % "random_seed"
-            for entry, code in (("[%s, %s]" % (support.PYTHON, WORKER), 0), ("heft-train", 2)):
-                with self.subTest(entry):
-                    with open(spec, "w") as f:
-                        f.write("name: seeded\nentry_point: %s\ndistribution: %s\n"
-                                % (entry, seeded))
-                    r = subprocess.run([support.HEFT, "train", spec, "--print-spec"],
-                                       capture_output=True, text=True, timeout=60,
-                                       env=support.clean_env(HEFT_HOME=home))
-                    self.assertEqual(r.returncode, code, r.stderr)
-                    if code:
-                        self.assertIn("parameters.random_seed: not supported by heft-train: use "
-                                      "heft-train's seed hyperparameter", r.stderr)
+            # random_seed and delayed_parameter_initialization are the script's
+            # (heft.torch.sagemaker's tsm.init reads them from SM_HP_MP_PARAMETERS): accepted
+            # for a script, refused by name for heft-train.
+            for key, why in (("random_seed", "use heft-train's seed hyperparameter"),
+                             ("delayed_parameter_initialization",
+                              "heft-train builds each rank's model in full")):
+                for entry, code in (("[%s, %s]" % (support.PYTHON, WORKER), 0),
+                                    ("heft-train", 2)):
+                    with self.subTest(key=key, entry=entry):
+                        with open(spec, "w") as f:
+                            f.write("name: seeded\nentry_point: %s\ndistribution: %s\n"
+                                    % (entry, smp % key))
+                        r = subprocess.run([support.HEFT, "train", spec, "--print-spec"],
+                                           capture_output=True, text=True, timeout=60,
+                                           env=support.clean_env(HEFT_HOME=home))
+                        self.assertEqual(r.returncode, code, r.stderr)
+                        if code:
+                            self.assertIn(f"parameters.{key}: not supported by heft-train: "
+                                          + why, r.stderr)
 
     def test_print_spec_shows_the_normalized_spec(self):
         with tempfile.TemporaryDirectory() as home:

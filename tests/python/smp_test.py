@@ -216,6 +216,8 @@ class Refused(unittest.TestCase):
         self.refused({"fp16": True}, "fp16: not supported")
         self.refused({"horovod": True}, "horovod: not supported")
         self.refused({"sharded_data_parallel_degree": 2}, "sharded_data_parallel_degree=2")
+        self.refused({"delayed_parameter_initialization": True},
+                     "delayed_parameter_initialization is not supported")
 
     def test_bad_values_and_unknown_keys(self):
         self.refused({"partitions": 0}, "partitions: expected an integer from 1")

@@ -101,6 +101,17 @@ class Ranks(unittest.TestCase):
             self.assertEqual(lay["rep_ranks"], [0, 1] if r < 2 else [2, 3])
             self.assertEqual(lay["dp_mesh"], [[2, 2], ["replicate", "shard"], [0, 1, 2, 3]])
 
+    def test_delayed_parameter_initialization_replays_only_this_ranks_slices(self):
+        row = self.case("delayed")
+        self.equivalent(row, "tensor 2 x data 2, the ViT under deferred_init")
+        print(f"delayed_parameter_initialization: {row['held_bytes']} of {row['whole_bytes']} "
+              f"parameter bytes held after transform, replay peak {row['peak']}")
+        self.assertTrue(row["exact"])  # one process's values, through full_state_dict
+        self.assertEqual(row["metas"], 0)
+        self.assertLess(row["held_bytes"], 0.75 * row["whole_bytes"])
+        self.assertLess(row["peak"], row["whole_bytes"])
+        self.assertIn("set delayed_parameter_initialization: true", row["undeclared"])
+
     def test_activation_checkpointing_recomputes_blocks_with_replicas_only(self):
         row = self.case("checkpointing")
         self.equivalent(row, "tensor 2 x data 2, hybrid_shard_degree 1, activation_checkpointing")
@@ -159,16 +170,16 @@ class Refused(unittest.TestCase):
         values = _config.read({"context_parallel_degree": 1, "expert_parallel_degree": 1,
                                "allow_empty_shards": False})
         self.assertEqual(values, {"tensor_parallel_degree": 1, "hybrid_shard_degree": 0,
-                                  "random_seed": None, "activation_checkpointing": False})
+                                  "random_seed": None, "activation_checkpointing": False,
+                                  "delayed_parameter_initialization": False})
 
     def test_allow_empty_shards_true_is_refused(self):
         self.refused({"allow_empty_shards": True}, "allow_empty_shards=True is not supported",
                      "divisible by tensor_parallel_degree")
 
-    def test_delayed_parameter_initialization_is_refused_with_the_reason(self):
-        self.refused({"delayed_parameter_initialization": True},
-                     "delayed_parameter_initialization is not supported", "deferred_init",
-                     "ShardedDataParallel")
+    def test_delayed_parameter_initialization_takes_a_boolean(self):
+        self.refused({"delayed_parameter_initialization": "yes"},
+                     "delayed_parameter_initialization='yes': expected true or false")
 
     def test_unknown_key_names_the_nearest(self):
         self.refused({"tensor_paralel_degree": 2}, "unknown key 'tensor_paralel_degree'; did "
@@ -177,7 +188,7 @@ class Refused(unittest.TestCase):
 
     def test_v1_key_points_to_heft_train(self):
         self.refused({"partitions": 2}, "'partitions' is a key of the model-parallel library v1",
-                     "heft train")
+                     "heft-train", "heft.torch.smp")
 
     def test_bad_values_name_the_key(self):
         self.refused({"tensor_parallel_degree": 0}, "tensor_parallel_degree=0: expected an "

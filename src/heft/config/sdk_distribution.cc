@@ -221,7 +221,7 @@ const std::vector<ParameterRule>& model_parallel_parameter_table() {
       {"offload_activations", U::kRefused, kOffloading},
       {"sm_activation_offloading", U::kRefused, kOffloading},
       {"activation_loading_horizon", U::kRefused, kOffloading},
-      {"delayed_parameter_initialization", U::kRefused,
+      {"delayed_parameter_initialization", U::kScript,
        "heft-train builds each rank's model in full before sharding or splitting it"},
       {"sdp_reduce_bucket_size", U::kRefused, kSdp},
       {"sdp_param_persistence_threshold", U::kRefused, kSdp},

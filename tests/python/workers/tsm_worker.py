@@ -20,6 +20,7 @@ from torchvision.models.vision_transformer import VisionTransformer
 
 import heft.torch.sagemaker as tsm
 from heft.torch import _c10d
+from heft.torch.parallel import deferred_init
 from heft.torch.parallel.tensor import full_state_dict
 
 VIT = dict(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64,
@@ -147,6 +148,32 @@ def case_checkpointing():
     emit("checkpointing", wrapped=wrapped, layouts=gather(layout()), **row)
 
 
+def case_delayed():
+    """delayed_parameter_initialization: tensor 2 x data 2, the ViT built under heft's
+    deferred_init: transform replays it, each rank keeping its slices and the other layers
+    whole; the values are one process's (full_state_dict) and no meta tensor is left."""
+    tsm.init({"tensor_parallel_degree": 2, "random_seed": SEED,
+              "delayed_parameter_initialization": True})
+    with deferred_init():
+        model = VisionTransformer(**VIT)
+    whole = sum(p.numel() * p.element_size() for p in reference(SEED).parameters())
+    model = tsm.transform(model)  # the replay draws what the seeded constructor drew
+    metas = sum(1 for p in model.parameters() if p.is_meta)
+    held = sum(p.numel() * p.element_size() for p in model.parameters())
+    exact = same_state(full_state_dict(model), reference(SEED).state_dict())
+    undeclared = refused(lambda: tsm.transform(_deferred_vit(False)))
+    row = train(model, reference(SEED))
+    emit("delayed", metas=metas, held_bytes=held, whole_bytes=whole, exact=exact,
+         peak=model.deferred_peak_bytes, undeclared=undeclared, **row)
+
+
+def _deferred_vit(declared):
+    tsm.init({"tensor_parallel_degree": 2, "random_seed": SEED,
+              "delayed_parameter_initialization": declared})
+    with deferred_init():
+        return VisionTransformer(**VIT)
+
+
 def refused(call):
     try:
         call()
@@ -177,6 +204,7 @@ def main():
     case_env()
     case_file(directory)
     case_checkpointing()
+    case_delayed()
     case_errors()
     dist.destroy_process_group()
 

@@ -25,7 +25,7 @@ from .sharded import ShardedDataParallel  # noqa: F401
 from .sharded._checkpoint import (load_checkpoint, load_full_state_dict,  # noqa: F401
                                   load_torch_state_dicts, read_dcp, save_checkpoint,
                                   torch_state_dicts)
-from .sharded._deferred import deferred_init  # noqa: F401
+from .deferred import deferred_init  # noqa: F401
 from .tensor import full_state_dict, tensor_parallel, vocab_parallel_cross_entropy  # noqa: F401
 
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 import heft.torch.distributed as _hdist
 from heft.torch import BACKEND, _c10d
-from heft.torch.parallel import DeviceMesh, tensor_parallel
+from heft.torch.parallel import DeviceMesh, deferred, tensor_parallel
 from torch.distributed.device_mesh import DeviceMesh as _TorchMesh
 
 from . import _config, _transform
@@ -151,9 +151,26 @@ def transform(model, device=None, dtype=None, config=None, load_state_dict_from_
         raise ValueError(f"tsm.transform: cp_comm_type={cp_comm_type!r}: expected 'p2p' or "
                          "'all_gather' (it applies to context parallelism only, which heft "
                          "does not have)")
+    delayed = state.config["delayed_parameter_initialization"]
+    record = deferred.find(model)
+    if delayed and record is None:
+        raise ValueError("tsm.transform: delayed_parameter_initialization is true but the model "
+                         "holds no parameter built under heft.torch.parallel.deferred_init(); "
+                         "build it inside `with heft.torch.parallel.deferred_init():`")
+    if record is not None and not delayed:
+        raise ValueError("tsm.transform: the model was built under deferred_init (its "
+                         "parameters are meta tensors); set delayed_parameter_initialization: "
+                         "true in tsm.init's config")
+    if delayed and load_state_dict_from_rank0:
+        raise ValueError("tsm.transform: load_state_dict_from_rank0=True broadcasts rank 0's "
+                         "full weights, which a model under delayed_parameter_initialization "
+                         "never has; every rank replays the same seed instead (random_seed)")
     if load_state_dict_from_rank0:
         _transform.from_rank0(model)
-    _transform.same_weights(model, None)
+    if not delayed:
+        _transform.same_weights(model, None)
+    elif state.tp_size == 1:  # nothing to split: each rank replays the model whole for FSDP2
+        _materialize_whole(model, record)
     if state.tp_size > 1:
         chosen = plan if plan is not None else _transform.default_plan(model)
         if not chosen:
@@ -166,6 +183,19 @@ def transform(model, device=None, dtype=None, config=None, load_state_dict_from_
     if checkpointing:
         _transform.checkpoint_blocks(model, checkpointing)
     return model
+
+
+def _materialize_whole(model, record):
+    made = {}
+
+    def keep(p, full):
+        made[id(p)] = torch.nn.Parameter(full.clone(), requires_grad=p.requires_grad)
+
+    deferred.replay(record, model, keep)
+    for m in model.modules():
+        for key, p in list(m._parameters.items()):
+            if p is not None and p.is_meta:
+                m._parameters[key] = made[id(p)]
 
 
 default_plan = _transform.default_plan

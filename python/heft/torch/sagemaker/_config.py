@@ -43,11 +43,10 @@ KEYS = {
     "expert_parallel_degree": (("refused unless", 1),
                                "heft has no expert parallelism (mixture-of-experts layers split "
                                "over ranks); use tensor_parallel_degree, or 1"),
-    "delayed_parameter_initialization": ("refused", (
-        "heft's deferred_init materializes parameters only inside ShardedDataParallel's flat "
-        "shards, while tsm.transform cuts real full weights and FSDP2 shards whatever each rank "
-        "holds; build the model whole (transform then keeps only this rank's slices), or use "
-        "heft.torch.parallel.ShardedDataParallel with deferred_init (docs/sharded.md)")),
+    "delayed_parameter_initialization": ("bool", (
+        "the model is built under heft.torch.parallel.deferred_init(): tsm.transform replays "
+        "it keeping this rank's slices of the split layers and the other layers whole, so no "
+        "rank holds the whole model (with tensor_parallel_degree > 1)")),
 }
 
 # The library v1's keys (smdistributed.modelparallel): heft-train and heft.torch.smp run them
@@ -129,11 +128,12 @@ def _unknown(key, where):
 
 def read(config):
     """{key: value} of the honoured keys (defaults filled in: tensor_parallel_degree 1,
-    hybrid_shard_degree 0, random_seed None, activation_checkpointing False), from `config`
+    hybrid_shard_degree 0, random_seed None, activation_checkpointing False,
+    delayed_parameter_initialization False), from `config`
     as `source` reads it. ValueError naming the first key heft refuses or does not know."""
     values, where = source(config)
     out = {"tensor_parallel_degree": 1, "hybrid_shard_degree": 0, "random_seed": None,
-           "activation_checkpointing": False}
+           "activation_checkpointing": False, "delayed_parameter_initialization": False}
     for key, value in values.items():
         if not isinstance(key, str) or key not in KEYS:
             raise _unknown(key, where)
@@ -141,6 +141,10 @@ def read(config):
         if kind == "int":
             lowest = {"tensor_parallel_degree": 1}.get(key, 0)
             out[key] = _integer(key, value, lowest)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"tsm.init: {key}={value!r}: expected true or false")
+            out[key] = value
         elif kind == "checkpointing":
             ok = isinstance(value, bool) or (isinstance(value, list) and value and all(
                 isinstance(v, str) for v in value))

@@ -100,6 +100,11 @@ def read(config, world=0):
     refuses, led by where the parameters came from; with world > 0 the degrees are checked
     against it too."""
     given, where = _source(config)
+    if "delayed_parameter_initialization" in given:
+        raise ValueError(f"smp.init: {where}: delayed_parameter_initialization is not supported "
+                         "on heft's v1 API: build the model whole (a stage keeps its layers "
+                         "only), or build it under heft.torch.parallel.deferred_init() for "
+                         "heft.torch.parallel.Pipeline or tsm (the v2 API)")
     seed = given.pop("random_seed", None)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"smp.init: {where}: random_seed={seed!r}: expected an integer")

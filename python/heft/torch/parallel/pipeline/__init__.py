@@ -9,7 +9,7 @@ import torch.distributed as dist
 from heft.torch import _c10d
 from ..mesh import DeviceMesh
 from ..sharded import ShardedDataParallel
-from ..sharded._deferred import find, materialize
+from ..deferred import find, replay
 from . import _checkpoint
 from . import _tensor as _tp
 from ._plan import check_arguments, layers_of, plan
@@ -373,15 +373,6 @@ def _refuse_tied(layers, bounds):
                                      "choose a partition that keeps them together)")
 
 
-class _Whole:
-    """materialize's engine for whole tensors: one shard, the size of the tensor."""
-    shard_rank = 0
-
-    @staticmethod
-    def shard_numel_for(n):
-        return n
-
-
 def _materialize_deferred(layers, owned):
     """A model built under deferred_init: this rank's layers (indices `owned`) replayed into
     real tensors, the values one process building the model after the same seed has, the
@@ -390,13 +381,14 @@ def _materialize_deferred(layers, owned):
     record = find(torch.nn.ModuleList(layers))
     if record is None:
         return None
-    mine = [layers[i] for i in sorted(owned)]
-    params = list(dict.fromkeys(p for layer in mine for p in layer.parameters()))
-    specs = [type("Spec", (), {"params": [p]}) for p in params]
-    real = materialize(record, torch.nn.ModuleList(mine), specs, _Whole)
-    made = {id(p): torch.nn.Parameter(r[:p.numel()].view(p.shape).to(p.dtype),
-                                      requires_grad=p.requires_grad)
-            for p, r in zip(params, real)}
+    mine = {id(p) for i in owned for p in layers[i].parameters()}
+    made = {}
+
+    def keep(p, full):
+        if id(p) in mine:
+            made[id(p)] = torch.nn.Parameter(full.clone(), requires_grad=p.requires_grad)
+
+    peak = replay(record, torch.nn.ModuleList(layers[i] for i in sorted(owned)), keep)
     for layer in layers:
         for m in layer.modules():
             for name, p in m._parameters.items():
@@ -407,7 +399,7 @@ def _materialize_deferred(layers, owned):
             for name, b in m._buffers.items():
                 if b is not None and b.is_meta:
                     m._buffers[name] = torch.empty(0, dtype=b.dtype)
-    return record.peak_bytes
+    return peak
 
 
 def _free(layers):

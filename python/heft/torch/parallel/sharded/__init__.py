@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 from heft.torch import BACKEND, _c10d
 from heft.torch.profile import phase
 from ..mesh import DeviceMesh
-from . import _deferred, _state, _units
+from .. import deferred
+from . import _state, _units
 from ._flat import FlatUnit, Group
 
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
@@ -153,9 +154,9 @@ class ShardedDataParallel(torch.nn.Module):
         self.engine = _c10d.parallel.sharded.Engine(
             self.shard_group.heft, self.replicate_group.heft if self.replicate_group else None,
             self.compute_dtype, self.reduce_dtype, _REDUCTIONS_IN_FLIGHT)
-        record = _deferred.find(module)
+        record = deferred.find(module)
         if record is not None:  # built under deferred_init(): each rank replays its shard
-            shards = _deferred.materialize(record, module, specs, self.engine)
+            shards = deferred.materialize(record, module, specs, self.engine)
             self.materialize_peak_bytes = record.peak_bytes
         else:
             shards = [self._shard_from_rank0(spec) for spec in specs]

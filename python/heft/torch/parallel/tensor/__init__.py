@@ -25,9 +25,11 @@ import weakref
 import torch.nn as nn
 
 from heft.torch import _c10d
+from ..deferred import find, replay
 from ..mesh import DeviceMesh
 from ._heads_attention import HeadsAttention
-from ._layers import ColwiseLinear, RowwiseLinear, TensorParallelLayer, VocabEmbedding
+from ._layers import (ColwiseLinear, RowwiseLinear, TensorParallelLayer, VocabEmbedding,
+                      slice_parameter)
 from ._plan import plan_layers
 
 _T = _c10d.parallel.tensor
@@ -82,6 +84,51 @@ def _check_ties(module, layers):
                                      "parameter but the plan cuts it in different ways")
 
 
+def _materialize_slices(record, module, layers, group, shared):
+    """A model built under deferred_init: the constructor replayed (one process's values for
+    the same seed), each planned parameter kept as this rank's slice only (put in `shared`,
+    where the parallel layers take it from), every other parameter whole (replicated, as
+    without the plan); returns the replay's peak bytes."""
+    modules, cuts = dict(module.named_modules()), {}
+    for name, pattern, style, parts, gather in layers:
+        m = modules[name]
+        table = dict(_cut(style, m, parts))
+        if style == "heads":  # HeadsAttention cuts out_proj rowwise too
+            table.update({"out_proj.weight": (1, 1), "out_proj.bias": (-1, 1)})
+        for attr, (dim, n) in table.items():
+            t = m.get_parameter(attr) if _has(m, attr) else None
+            if t is not None:
+                cuts.setdefault(id(t), (dim, n, f"tensor_parallel: plan pattern {pattern!r}: "
+                                                 f"{name!r}"))
+    made = {}
+
+    def keep(p, full):
+        if id(p) in cuts:
+            dim, n, what = cuts[id(p)]
+            made[id(p)] = slice_parameter(full, dim, n, group, what).requires_grad_(
+                p.requires_grad)
+        else:
+            made[id(p)] = nn.Parameter(full.clone(), requires_grad=p.requires_grad)
+
+    peak = replay(record, module, keep)
+    for pid in cuts:
+        if pid in made:
+            shared[pid] = made[pid]
+    for m in module.modules():
+        for key, p in list(m._parameters.items()):
+            if p is not None and p.is_meta and id(p) not in cuts:
+                m._parameters[key] = made[id(p)]
+    return peak
+
+
+def _has(m, dotted):
+    try:
+        m.get_parameter(dotted)
+        return True
+    except AttributeError:
+        return False
+
+
 def _replace(module, old, new):
     for m in module.modules():
         for key, child in m._modules.items():
@@ -96,7 +143,9 @@ def tensor_parallel(module, plan, mesh):
     model: build it with the same seed on every rank), whose forward and backward
     collectives are heft's C++ ones. Every rank of the tensor group calls it with the same
     plan and then runs the model on the same inputs. Make the optimizer afterwards (the
-    parameters are new). A plan that cannot be honoured raises ValueError naming the pattern
+    parameters are new). A model built under deferred_init is replayed, keeping this rank's
+    slices of the planned parameters and the others whole: no rank holds the planned layers
+    whole (module.deferred_peak_bytes: the replay's peak). A plan that cannot be honoured raises ValueError naming the pattern
     before anything changes. See the module docstring and docs/parallel.md."""
     group = _group(mesh, "tensor_parallel")
     if not isinstance(module, nn.Module):
@@ -105,6 +154,9 @@ def tensor_parallel(module, plan, mesh):
     layers, heads = plan_layers(module, plan, group.size)
     _check_ties(module, layers)
     modules, shared = dict(module.named_modules()), {}
+    record = find(module)
+    if record is not None:  # built under deferred_init: this rank's slices only
+        module.deferred_peak_bytes = _materialize_slices(record, module, layers, group, shared)
     for name, pattern, style, parts, gather in layers:
         full, what = modules[name], f"tensor_parallel: plan pattern {pattern!r}: {name!r}"
         if isinstance(full, nn.Embedding):

@@ -1,6 +1,7 @@
-"""heft.torch.parallel.deferred_init: build a model without allocating it, then let
-ShardedDataParallel materialize each rank's shards only (torch 1.13 has no meta-device
-context and no torchdistx).
+"""heft.torch.parallel.deferred_init: build a model without allocating it, then let each
+strategy materialize what its rank holds only: ShardedDataParallel its shards (materialize),
+Pipeline its stage's layers and tensor_parallel its slices (replay). Below the rooms: the
+sharded, pipeline and tensor rooms all materialize from here.
 
 Inside the context every factory operation makes a meta tensor and every operation touching
 one is recorded (a TorchDispatchMode at the aten level, so nn.init, reset_parameters and
@@ -14,6 +15,7 @@ constructor. Not replayed: operations that leave the dispatcher (numpy, .tolist(
 arithmetic on tensor values) raise on meta tensors inside the context; tensors kept in plain
 attributes (neither parameter nor buffer) stay meta."""
 import contextlib
+import functools
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -65,7 +67,8 @@ class _Record(TorchDispatchMode):
 
 @contextlib.contextmanager
 def deferred_init():
-    """Modules built inside hold meta tensors; ShardedDataParallel materializes them."""
+    """Modules built inside hold meta tensors; ShardedDataParallel, Pipeline and
+    tensor_parallel materialize what each rank holds."""
     record = _Record()
     with record:
         yield record
@@ -81,8 +84,9 @@ def find(module):
     for r in reversed(_recorders):
         if _key(metas[0]) in r.keys:
             return r
-    raise RuntimeError("ShardedDataParallel: module has meta parameters that "
-                       "heft.torch.parallel.deferred_init() did not record")
+    raise RuntimeError("heft.torch.parallel: the module has meta parameters that "
+                       "heft.torch.parallel.deferred_init() did not record (build it inside "
+                       "`with heft.torch.parallel.deferred_init():`)")
 
 
 def materialize(record, module, specs, engine):
@@ -98,9 +102,34 @@ def materialize(record, module, specs, engine):
         for p in spec.params:
             a, b = max(lo, offset), min(lo + shard_numel, offset + p.numel())
             if a < b:
-                wanted.setdefault(_key(p), []).append((p, shard, a - lo, a - offset, b - a))
+                wanted.setdefault(_key(p), []).append(
+                    (p, _copier(shard, a - lo, a - offset, b - a)))
             offset += p.numel()
         shards.append(shard)
+    _replay(record, module, wanted)
+    return shards
+
+
+def _copier(shard, at, start, count):
+    def copy(full):
+        shard[at:at + count].copy_(full.reshape(-1)[start:start + count])
+    return copy
+
+
+def replay(record, module, keep):
+    """Replays `record` for module's meta parameters: keep(p, full) is called once for each
+    (tied ones once), with p's final value as a real tensor, valid only during the call (keep
+    what you hold: a clone, a slice); real buffers are put into module. Returns the replay's
+    peak bytes: the most it held at once."""
+    wanted = {}
+    for p in dict.fromkeys(q for q in module.parameters() if q.is_meta):
+        wanted.setdefault(_key(p), []).append((p, functools.partial(keep, p)))
+    _replay(record, module, wanted)
+    return record.peak_bytes
+
+
+def _replay(record, module, wanted):
+    """The replay under materialize and replay: wanted {storage: [(meta tensor, fn(full))]}."""
     buffers = {}
     for mod in module.modules():
         for name, buf in mod._buffers.items():
@@ -141,7 +170,6 @@ def materialize(record, module, specs, engine):
     if record.last_random_state is None or not torch.equal(record.exit_state,
                                                            record.last_random_state):
         torch.set_rng_state(record.exit_state)
-    return shards
 
 
 # In-place operations that overwrite every element of their tensor without reading it.
@@ -175,9 +203,8 @@ def _plan(entries):
 
 
 def _retire(key, base, wanted, buffers):
-    """A storage's last recorded use is over: copy out what is kept of it."""
-    for p, shard, at, start, count in wanted.pop(key, []):
-        view = base.as_strided(p.shape, p.stride(), p.storage_offset()).reshape(-1)
-        shard[at:at + count].copy_(view[start:start + count])
+    """A storage's last recorded use is over: hand out what is kept of it."""
+    for p, fn in wanted.pop(key, []):
+        fn(base.as_strided(p.shape, p.stride(), p.storage_offset()))
     for mod, name, buf in buffers.pop(key, []):
         mod._buffers[name] = base.as_strided(buf.shape, buf.stride(), buf.storage_offset()).clone()
