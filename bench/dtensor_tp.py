@@ -11,8 +11,9 @@ A fused q/k/v projection is cut the way heft cuts it: its rows are reordered bef
 from [q | k | v] to T blocks [q_r | k_r | v_r], so ColwiseParallel's contiguous cut leaves rank r
 its heads' q, k and v, and each block's `heads` is divided by T.
 
-  dtensor_tp.py STEPS   (every rank; rank 0 prints step=N loss=L step_s=S, every rank
-                         memory: rank=R peak_rss_mb=M at the end)
+  dtensor_tp.py STEPS [BACKEND]   (every rank; rank 0 prints step=N loss=L step_s=S, every
+                         rank memory: rank=R peak_rss_mb=M at the end). BACKEND: gloo (the
+                         default) or heft (the same DTensor program on heft's collectives)
 """
 import os
 import resource
@@ -39,8 +40,10 @@ def heads_together(qkv, parts):
             p.copy_(torch.cat([w.chunk(parts)[r] for r in range(parts) for w in (q, k, v)]))
 
 
-def main(steps):
-    dist.init_process_group("gloo")
+def main(steps, backend):
+    if backend == "heft":
+        import heft.torch  # noqa: F401  registers the torch.distributed backend "heft"
+    dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
@@ -77,4 +80,4 @@ def main(steps):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "gloo")

@@ -6,7 +6,8 @@
 # head, q/k/v and fc colwise, proj and out rowwise, vocab-parallel cross-entropy) over tensor 2
 # on 2 ranks, against heft-train --tensor_parallel_degree 2 (the same C++ layers, in C++) and
 # against bench/dtensor_tp.py (the same model, seed and batches under parallelize_module with
-# ColwiseParallel/RowwiseParallel in that layout and loss_parallel, on Gloo), AdamW, no gradient
+# ColwiseParallel/RowwiseParallel in that layout and loss_parallel, on Gloo, and the same DTensor
+# program on backend heft: dtensor_heft), AdamW, no gradient
 # clipping, 16 x 128 bytes per step, one thread per rank. --rounds N runs each side N times,
 # the order reversed every other round. Prints the machine (CPU, memcpy GB/s, torch) first, a
 # line per run, then per side: the step seconds after 2 warm-up steps (a round's figure is its
@@ -15,7 +16,7 @@
 # heft's tokens/s over DTensor's, and each rank's peak RSS (its largest over rounds) with
 # heft / DTensor. heft-train's step time is its per-step rate (--log_every 1): 16 / samples_per_s.
 #
-#   bench/tensor_parallel_python.sh [--steps 30] [--rounds 3]
+#   bench/tensor_parallel_python.sh [--steps 30] [--rounds 3] [--ranks 2]   (tensor = ranks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=30 ROUNDS=3 RANKS=2 TOKENS=$((16 * 128))
@@ -23,9 +24,11 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--rounds N]" >&2; exit 2 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    *) echo "usage: $0 [--steps N] [--rounds N] [--ranks 2|4|8]" >&2; exit 2 ;;
   esac
 done
+[[ $RANKS =~ ^(2|4|8)$ ]] || { echo "$0: --ranks $RANKS: expected 2, 4 or 8 (dividing 8 heads)" >&2; exit 2; }
 [[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 3 && $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || {
   echo "$0: --steps must be >= 3 (2 warm-up steps) and --rounds >= 1" >&2; exit 2; }
 HEFT=build/heft PY=.venv/bin/python
@@ -84,7 +87,7 @@ from tp_gpt_model import GPT, batch
 
 steps = int(sys.argv[1])
 hdist.init_process_group()
-mesh = DeviceMesh(tensor=2)
+mesh = DeviceMesh(tensor=hdist.get_world_size())
 torch.manual_seed(0)
 plan = {"tok": "vocab", "blocks.*.qkv": "colwise", "blocks.*.proj": "rowwise",
         "blocks.*.fc": "colwise", "blocks.*.out": "rowwise", "head": "vocab"}
@@ -117,9 +120,10 @@ rss() {  # $1 log -> each rank's peak_rss_mb in rank order, space-separated
   awk '/memory: rank=/ { split($0, a, "rank="); split(a[2], b, " "); split($0, c, "peak_rss_mb="); m[b[1] + 0] = c[2] + 0 }
        END { for (r = 0; r < '"$RANKS"'; r++) printf "%s%s", (r ? " " : ""), (r in m ? m[r] : "-") }' "$1"
 }
-SIDES=(cpp heft dtensor)
+SIDES=(cpp heft dtensor dtensor_heft)
 declare -A NAME=([cpp]="heft-train C++ tensor $RANKS" [heft]="heft Python tensor_parallel $RANKS"
-                 [dtensor]="DTensor parallelize_module $RANKS (Gloo)")
+                 [dtensor]="DTensor parallelize_module $RANKS (Gloo)"
+                 [dtensor_heft]="DTensor parallelize_module $RANKS (heft)")
 run_side() {  # $1 side, $2 round: runs it, appends "median loss rss0 rss1 ..." to $DIR/$1
   local log=$DIR/log.$1 cmd
   case "$1" in
@@ -128,6 +132,7 @@ run_side() {  # $1 side, $2 round: runs it, appends "median loss rss0 rss1 ..." 
               --lr_schedule constant --eval false --log_every 1 --tensor_parallel_degree "$RANKS") ;;
     heft) cmd=($PY -u "$DIR/tp_gpt.py" "$STEPS") ;;
     dtensor) cmd=($PY -u bench/dtensor_tp.py "$STEPS") ;;
+    dtensor_heft) cmd=($PY -u bench/dtensor_tp.py "$STEPS" heft) ;;
   esac
   if ! OMP_NUM_THREADS=1 PYTHONPATH="$DIR${PYTHONPATH:+:$PYTHONPATH}" \
       $HEFT run --hosts 1 -n "$RANKS" -- "${cmd[@]}" >"$log" 2>&1; then
@@ -140,7 +145,7 @@ run_side() {  # $1 side, $2 round: runs it, appends "median loss rss0 rss1 ..." 
 }
 for ((round = 1; round <= ROUNDS; round++)); do
   order=("${SIDES[@]}")
-  ((round % 2)) || order=(dtensor heft cpp)
+  ((round % 2)) || order=(dtensor_heft dtensor heft cpp)
   for side in "${order[@]}"; do run_side "$side" "$round"; done
 done
 declare -A MED WORST
@@ -150,10 +155,10 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
 tokens() { awk -v s="$1" -v n="$TOKENS" 'BEGIN { printf "%.0f", n / s }'; }
 echo
-echo "| side | step s median | step s worst round | tokens/s | median / C++'s | tokens/s / DTensor's | loss at step $STEPS |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| side | step s median | step s worst round | tokens/s | median / C++'s | tokens/s / DTensor's (Gloo) | tokens/s / DTensor's (heft) | loss at step $STEPS |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for side in "${SIDES[@]}"; do
-  echo "| ${NAME[$side]} | ${MED[$side]} | ${WORST[$side]} | $(tokens "${MED[$side]}") | $(ratio "${MED[$side]}" "${MED[cpp]}") | $(ratio "${MED[dtensor]}" "${MED[$side]}") | $(tail -1 "$DIR/$side" | cut -d' ' -f2) |"
+  echo "| ${NAME[$side]} | ${MED[$side]} | ${WORST[$side]} | $(tokens "${MED[$side]}") | $(ratio "${MED[$side]}" "${MED[cpp]}") | $(ratio "${MED[dtensor]}" "${MED[$side]}") | $(ratio "${MED[dtensor_heft]}" "${MED[$side]}") | $(tail -1 "$DIR/$side" | cut -d' ' -f2) |"
 done
 echo
 head="| side |" rule="| --- |"
