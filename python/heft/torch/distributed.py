@@ -74,6 +74,25 @@ def get_world_size(group=None):
     return _dist.get_world_size(group) if group is not None else _dist.get_world_size()
 
 
+def join_heft_group(who):
+    """The default process group on backend heft, for APIs that join on the script's behalf
+    (tsm.init, smp.init; `who` names the caller): the one the script made (RuntimeError when
+    it uses another backend), else one made here from the environment (heft's store under
+    heft run / heft train, env:// under torchrun)."""
+    if _dist.is_initialized():
+        if str(_dist.get_backend()).lower() != BACKEND:
+            library = who.split(".")[0]
+            raise RuntimeError(f"{who}: the default process group uses backend "
+                               f"{_dist.get_backend()!r}; {library} runs on backend "
+                               f"{BACKEND!r} (call {who}() first, or "
+                               "init_process_group('heft'))")
+        return
+    if _c10d.worker_contract()["store"] is not None:
+        init_process_group()
+    else:
+        init_process_group(init_method="env://")
+
+
 def get_local_rank():
     """This process's rank on its host (LOCAL_RANK)."""
     return _env_int("LOCAL_RANK", 0 if get_world_size() == 1 else None)

@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 
 import heft.torch.distributed as _hdist
-from heft.torch import BACKEND, _c10d
 from heft.torch.parallel import DeviceMesh, deferred, tensor_parallel
 from torch.distributed.device_mesh import DeviceMesh as _TorchMesh
 
@@ -31,21 +30,6 @@ state = State()
 def is_initialized():
     """True after tsm.init()."""
     return state._values is not None
-
-
-def _join():
-    """The default process group on backend heft: the one the script made, or one made here
-    from the environment (heft's store under heft run / heft train, env:// under torchrun)."""
-    if dist.is_initialized():
-        if str(dist.get_backend()).lower() != BACKEND:
-            raise RuntimeError(f"tsm.init: the default process group uses backend "
-                               f"{dist.get_backend()!r}; tsm runs on backend {BACKEND!r} "
-                               "(call tsm.init() first, or init_process_group('heft'))")
-        return
-    if _c10d.worker_contract()["store"] is not None:
-        _hdist.init_process_group()
-    else:
-        _hdist.init_process_group(init_method="env://")
 
 
 def _degrees(values, world):
@@ -101,7 +85,7 @@ def init(config=None):
     Collective: every rank calls it with the same configuration. A later call replaces the
     state (new groups)."""
     values = _config.read(config)
-    _join()
+    _hdist.join_heft_group("tsm.init")
     world, rank = dist.get_world_size(), dist.get_rank()
     tp, dp, shard = _degrees(values, world)
     if values["random_seed"] is not None:

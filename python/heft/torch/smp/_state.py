@@ -9,7 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from heft.torch import BACKEND, _c10d
+from heft.torch import _c10d
 from heft.torch import distributed as _hdist
 from heft.torch.parallel import DeviceMesh
 
@@ -82,19 +82,6 @@ def _source(config):
     return value, ENV
 
 
-def _join():
-    if dist.is_initialized():
-        if str(dist.get_backend()).lower() != BACKEND:
-            raise RuntimeError(f"smp.init: the default process group uses backend "
-                               f"{dist.get_backend()!r}; smp runs on backend {BACKEND!r} "
-                               "(call smp.init() first, or init_process_group('heft'))")
-        return
-    if _c10d.worker_contract()["store"] is not None:
-        _hdist.init_process_group()
-    else:
-        _hdist.init_process_group(init_method="env://")
-
-
 def read(config, world=0):
     """(heft's reading of the parameters, random_seed): ValueError naming each key heft
     refuses, led by where the parameters came from; with world > 0 the degrees are checked
@@ -128,7 +115,7 @@ def init(config=None):
     heft's DeviceMesh(pipeline=partitions, placement=placement_strategy): the rest of the
     ranks are data-parallel replicas. Seeds torch with random_seed when given. Collective."""
     read(config)  # every key refused before any group is joined
-    _join()
+    _hdist.join_heft_group("smp.init")
     values, seed = read(config, dist.get_world_size())
     if seed is not None:
         torch.manual_seed(seed)
