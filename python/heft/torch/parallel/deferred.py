@@ -1,6 +1,6 @@
 """heft.torch.parallel.deferred_init: build a model without allocating it, then let each
 strategy materialize what its rank holds only: ShardedDataParallel its shards (materialize),
-Pipeline its stage's layers and tensor_parallel its slices (replay). Below the rooms: the
+Pipeline its stage's layers and tensor_parallel its slices (materialize_held). Below the rooms: the
 sharded, pipeline and tensor rooms all materialize from here.
 
 Inside the context every factory operation makes a meta tensor and every operation touching
@@ -116,20 +116,37 @@ def _copier(shard, at, start, count):
     return copy
 
 
-def replay(record, module, keep):
-    """Replays `record` for module's meta parameters: keep(p, full) is called once for each
-    (tied ones once), with p's final value as a real tensor, valid only during the call (keep
-    what you hold: a clone, a slice); real buffers are put into module. Returns the replay's
-    peak bytes: the most it held at once."""
-    wanted = {}
-    for p in dict.fromkeys(q for q in module.parameters() if q.is_meta):
-        wanted.setdefault(_key(p), []).append((p, functools.partial(keep, p)))
-    _replay(record, module, wanted)
-    return record.peak_bytes
+def materialize_held(record, module, keep, within=None):
+    """Replays `record` and puts real tensors in place of `module`'s meta parameters and
+    buffers: each meta parameter p of `within` (default: module) becomes a Parameter of
+    keep(p, full) (requires_grad as p's), where full is p's final value, valid only during
+    the call, and keep returns what this rank holds of it (a clone, a slice); every other
+    meta parameter and buffer becomes an empty tensor of its dtype (never allocated whole).
+    Returns ({id(meta parameter): its new Parameter}, the replay's peak bytes: the most it
+    held at once)."""
+    within = module if within is None else within
+    made, wanted = {}, {}
+
+    def hold(p, full):
+        made[id(p)] = torch.nn.Parameter(keep(p, full), requires_grad=p.requires_grad)
+
+    for p in dict.fromkeys(q for q in within.parameters() if q.is_meta):
+        wanted.setdefault(_key(p), []).append((p, functools.partial(hold, p)))
+    _replay(record, within, wanted)
+    for m in module.modules():
+        for name, p in m._parameters.items():
+            if p is not None and p.is_meta:
+                new = made.get(id(p))
+                m._parameters[name] = new if new is not None else torch.nn.Parameter(
+                    torch.empty(0, dtype=p.dtype), requires_grad=p.requires_grad)
+        for name, b in m._buffers.items():
+            if b is not None and b.is_meta:
+                m._buffers[name] = torch.empty(0, dtype=b.dtype)
+    return made, record.peak_bytes
 
 
 def _replay(record, module, wanted):
-    """The replay under materialize and replay: wanted {storage: [(meta tensor, fn(full))]}."""
+    """The replay under materialize and materialize_held: wanted {storage: [(meta tensor, fn(full))]}."""
     buffers = {}
     for mod in module.modules():
         for name, buf in mod._buffers.items():

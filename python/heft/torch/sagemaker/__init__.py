@@ -154,7 +154,7 @@ def transform(model, device=None, dtype=None, config=None, load_state_dict_from_
     if not delayed:
         _transform.same_weights(model, None)
     elif state.tp_size == 1:  # nothing to split: each rank replays the model whole for FSDP2
-        _materialize_whole(model, record)
+        deferred.materialize_held(record, model, lambda p, full: full.clone())
     if state.tp_size > 1:
         chosen = plan if plan is not None else _transform.default_plan(model)
         if not chosen:
@@ -167,19 +167,6 @@ def transform(model, device=None, dtype=None, config=None, load_state_dict_from_
     if checkpointing:
         _transform.checkpoint_blocks(model, checkpointing)
     return model
-
-
-def _materialize_whole(model, record):
-    made = {}
-
-    def keep(p, full):
-        made[id(p)] = torch.nn.Parameter(full.clone(), requires_grad=p.requires_grad)
-
-    deferred.replay(record, model, keep)
-    for m in model.modules():
-        for key, p in list(m._parameters.items()):
-            if p is not None and p.is_meta:
-                m._parameters[key] = made[id(p)]
 
 
 default_plan = _transform.default_plan

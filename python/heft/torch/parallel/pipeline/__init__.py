@@ -9,7 +9,7 @@ import torch.distributed as dist
 from heft.torch import _c10d
 from ..mesh import DeviceMesh
 from ..sharded import ShardedDataParallel
-from ..deferred import find, replay
+from ..deferred import find, materialize_held
 from . import _checkpoint
 from . import _tensor as _tp
 from ._plan import check_arguments, layers_of, plan
@@ -381,24 +381,9 @@ def _materialize_deferred(layers, owned):
     record = find(torch.nn.ModuleList(layers))
     if record is None:
         return None
-    mine = {id(p) for i in owned for p in layers[i].parameters()}
-    made = {}
-
-    def keep(p, full):
-        if id(p) in mine:
-            made[id(p)] = torch.nn.Parameter(full.clone(), requires_grad=p.requires_grad)
-
-    peak = replay(record, torch.nn.ModuleList(layers[i] for i in sorted(owned)), keep)
-    for layer in layers:
-        for m in layer.modules():
-            for name, p in m._parameters.items():
-                if p is not None and p.is_meta:
-                    real = made.get(id(p))
-                    m._parameters[name] = real if real is not None else torch.nn.Parameter(
-                        torch.empty(0, dtype=p.dtype), requires_grad=p.requires_grad)
-            for name, b in m._buffers.items():
-                if b is not None and b.is_meta:
-                    m._buffers[name] = torch.empty(0, dtype=b.dtype)
+    mine = torch.nn.ModuleList(layers[i] for i in sorted(owned))
+    _, peak = materialize_held(record, torch.nn.ModuleList(layers),
+                               lambda p, full: full.clone(), within=mine)
     return peak
 
 

@@ -25,7 +25,7 @@ import weakref
 import torch.nn as nn
 
 from heft.torch import _c10d
-from ..deferred import find, replay
+from ..deferred import find, materialize_held
 from ..mesh import DeviceMesh
 from ._heads_attention import HeadsAttention
 from ._layers import (ColwiseLinear, RowwiseLinear, TensorParallelLayer, VocabEmbedding,
@@ -96,37 +96,30 @@ def _materialize_slices(record, module, layers, group, shared):
         if style == "heads":  # HeadsAttention cuts out_proj rowwise too
             table.update({"out_proj.weight": (1, 1), "out_proj.bias": (-1, 1)})
         for attr, (dim, n) in table.items():
-            t = m.get_parameter(attr) if _has(m, attr) else None
+            t = _parameter(m, attr)
             if t is not None:
                 cuts.setdefault(id(t), (dim, n, f"tensor_parallel: plan pattern {pattern!r}: "
                                                  f"{name!r}"))
-    made = {}
 
     def keep(p, full):
-        if id(p) in cuts:
-            dim, n, what = cuts[id(p)]
-            made[id(p)] = slice_parameter(full, dim, n, group, what).requires_grad_(
-                p.requires_grad)
-        else:
-            made[id(p)] = nn.Parameter(full.clone(), requires_grad=p.requires_grad)
+        if id(p) not in cuts:
+            return full.clone()
+        dim, n, what = cuts[id(p)]
+        return slice_parameter(full, dim, n, group, what).detach()
 
-    peak = replay(record, module, keep)
-    for pid in cuts:
+    made, peak = materialize_held(record, module, keep)
+    for pid in cuts:  # the parallel layers take these as they are: already cut
         if pid in made:
-            shared[pid] = made[pid]
-    for m in module.modules():
-        for key, p in list(m._parameters.items()):
-            if p is not None and p.is_meta and id(p) not in cuts:
-                m._parameters[key] = made[id(p)]
+            shared[id(made[pid])] = made[pid]
     return peak
 
 
-def _has(m, dotted):
+def _parameter(m, dotted):
+    """m's parameter at the dotted name, or None (no such name, or a None bias)."""
     try:
-        m.get_parameter(dotted)
-        return True
+        return m.get_parameter(dotted)
     except AttributeError:
-        return False
+        return None
 
 
 def _replace(module, old, new):
