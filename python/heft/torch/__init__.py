@@ -51,7 +51,9 @@ def backend_of(group=None):
 
 
 if not hasattr(_dist.Backend, "HEFT"):
-    # torch 2: a c10d Backend for CPU tensors, which torch's ProcessGroup wraps.
-    _dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    # torch 2: a c10d Backend, which torch's ProcessGroup wraps, for CPU tensors and for CUDA
+    # tensors, which it stages through pinned host memory (ranks that share a GPU, or a GPU
+    # without NCCL; docs/gpu.md). "cpu:heft,cuda:nccl" keeps NCCL for CUDA tensors.
+    _dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
 
 __all__ = ["BACKEND", "ProcessGroupHeft", "backend_of"]

@@ -13,6 +13,7 @@
 #include "heft/contract/worker.h"
 #include "parallel_group.h"
 #include "process_group.h"
+#include "staging.h"
 #include "store_adapter.h"
 
 namespace {
@@ -47,6 +48,16 @@ void bind_process_group(py::module_& m) {
            "operations issued through this group (for tests: the heft path ran)")
       .def("reused_operations", &ProcessGroupHeft::reused_operations,
            "operations reused instead of allocated (for tests: the allocation-free path ran)")
+      .def_static("cuda_staged",
+           [] {
+             const auto& c = heft::torch_backend::cuda_staged();
+             py::dict d;
+             d["tensors"] = c.tensors.load();
+             d["bytes"] = c.bytes.load();
+             return d;
+           },
+           "CUDA tensors this process's heft groups staged through pinned host memory "
+           "({'tensors', 'bytes'}; for tests: the staging path ran)")
       .def("last_allreduce_path",
            [](ProcessGroupHeft& pg) { return pg.communicator().last_allreduce_path(); },
            "the algorithm heft's last allreduce ran with (shm/..., ring, ...)")

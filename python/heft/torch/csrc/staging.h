@@ -5,13 +5,22 @@
 // reduce ops as the communicator's. Every check throws c10::Error (RuntimeError in Python)
 // naming the operation and what was wrong, before anything is sent.
 //
-// Deliberately left out: GPU, sparse and quantized tensors, complex (torch hands SUM over as
-// pairs of floats itself), PREMUL_SUM (NCCL's).
+// CUDA tensors (ranks sharing a GPU, or a GPU without NCCL: docs/gpu.md) go through page-locked
+// host memory, as Gloo serves them: the caller's tensor is copied to a pinned host buffer when
+// staged (on the caller's current stream, which the copy waits for: what the caller queued
+// before the collective is in it), the host collective runs on that buffer, and the result is
+// copied back before the work completes. Whole tensors, synchronous copies: not yet the
+// chunked, overlapped staging of heft/cuda/staging.h. Counted (cuda_staged()).
+//
+// Deliberately left out: sparse and quantized tensors, devices other than the CPU and CUDA,
+// complex (torch hands SUM over as pairs of floats itself), PREMUL_SUM (NCCL's).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,11 +45,26 @@ struct Staged {
   }
 };
 
-// Throws unless `t` is a defined dense CPU tensor of a dtype the backend moves.
+// CUDA tensors staged through pinned host memory in this process (tensors and bytes), for the
+// tests and the device check to show the path ran.
+struct CudaStaged {
+  std::atomic<uint64_t> tensors{0}, bytes{0};
+};
+inline CudaStaged& cuda_staged() {
+  static CudaStaged c;
+  return c;
+}
+
+// A pinned host tensor of `sizes` and `dtype` for a CUDA tensor's collective.
+inline at::Tensor pinned_host(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(true));
+}
+
+// Throws unless `t` is a defined dense CPU or CUDA tensor of a dtype the backend moves.
 inline void check_tensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "heft ", op, ": an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "heft ", op, ": expected CPU tensors, found one on ",
-              t.device(), " (GPU tensors go through NCCL)");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "heft ", op,
+              ": expected CPU or CUDA tensors, found one on ", t.device());
   TORCH_CHECK(!t.is_sparse(), "heft ", op, ": sparse tensors are not supported");
   const at::ScalarType s = t.scalar_type();
   TORCH_CHECK(parallel::comm_dtype_of(s) || s == at::kBool, "heft ", op,
@@ -54,6 +78,15 @@ inline Staged stage(const at::Tensor& t, const char* op, bool copy_in = true) {
   check_tensor(t, op);
   Staged s;
   s.user = t;
+  if (t.is_cuda()) {  // through pinned host memory (above)
+    const std::optional<comm::DataType> d = parallel::comm_dtype_of(t.scalar_type());
+    s.type = d ? *d : comm::DataType::i32;  // bool: reduced as int32
+    s.buf = pinned_host(t.sizes(), d ? t.scalar_type() : at::kInt);
+    if (copy_in) s.buf.copy_(t);  // waits for the caller's stream
+    cuda_staged().tensors.fetch_add(1, std::memory_order_relaxed);
+    cuda_staged().bytes.fetch_add(static_cast<uint64_t>(s.buf.nbytes()), std::memory_order_relaxed);
+    return s;
+  }
   if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(t.scalar_type())) {
     s.type = *d;
     s.buf = t.is_contiguous() ? t : (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()));
@@ -110,6 +143,8 @@ inline Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy
     TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "heft ", op,
                 ": tensors of different dtypes (", dtype_name(ts[0].scalar_type()), " and ",
                 dtype_name(t.scalar_type()), ")");
+    TORCH_CHECK(t.device() == ts[0].device(), "heft ", op, ": tensors on different devices (",
+                ts[0].device(), " and ", t.device(), ")");
   }
   Flat f;
   at::ScalarType st = ts[0].scalar_type();
@@ -121,7 +156,12 @@ inline Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy
   }
   int64_t n = 0;
   for (const at::Tensor& t : ts) n += t.numel();
-  f.buf = at::empty({n}, ts[0].options().dtype(st));
+  const bool cuda = ts[0].is_cuda();
+  f.buf = cuda ? pinned_host({n}, st) : at::empty({n}, ts[0].options().dtype(st));
+  if (cuda) {
+    cuda_staged().tensors.fetch_add(ts.size(), std::memory_order_relaxed);
+    cuda_staged().bytes.fetch_add(static_cast<uint64_t>(f.buf.nbytes()), std::memory_order_relaxed);
+  }
   if (copy_in) {
     int64_t o = 0;
     for (const at::Tensor& t : ts) {
