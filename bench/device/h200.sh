@@ -14,7 +14,8 @@
 #   and stops at the first step that needs a GPU; here the CUDA tests skip, naming why.)
 #
 # Everything it prints goes to $OUT/h200.log (the device tool brings $OUT back; default
-# /tmp/heft-device) and the figures, one `name: value` line each, to $OUT/results.txt.
+# /tmp/heft-device), the figures, one `name: value` line each, to $OUT/results.txt, and each
+# step's own logs (configure, build, every test, every run) into $OUT/logs.tar.gz.
 # Options: --dry-run, --jobs N (build; default nproc), --build DIR (default build-device),
 #          --prefix DIR (where the .deb files are unpacked; default /tmp/heft-deps),
 #          --python PY (the Python with torch; default python3, the GPU machine's; here
@@ -39,7 +40,10 @@ while (($#)); do
 done
 [[ $py == */* ]] && py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")
 out=${OUT:-/tmp/heft-device}
-mkdir -p "$out"
+# Each step's own logs go to $logs, packed into $out/logs.tar.gz at the end (the device tool
+# brings back 8 files at most).
+logs=${LOGS:-/tmp/heft-device-logs}
+rm -rf "$logs" && mkdir -p "$out" "$logs"
 exec > >(tee -a "$out/h200.log") 2>&1
 results=$out/results.txt
 : > "$results"
@@ -64,6 +68,7 @@ step() {
   return $rc
 }
 finish() {
+  tar -C "$(dirname "$logs")" -czf "$out/logs.tar.gz" "$(basename "$logs")"
   result "total_seconds" "$(elapsed)"
   result "failed_steps" "$failed"
   echo "h200.sh: done in $(elapsed) s, $failed failed step(s); figures in $results"
@@ -127,8 +132,8 @@ configure() {
     ${cuda_root:+-DCUDAToolkit_ROOT="$cuda_root"} "${nccl_args[@]}" \
     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf" \
     -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/share/eigen3/cmake;$torch_cmake;$pybind_cmake" \
-    > "$out/configure.log" 2>&1 || { tail -n 30 "$out/configure.log"; return 1; }
-  grep -E '^-- heft:' "$out/configure.log"
+    > "$logs/configure.log" 2>&1 || { tail -n 30 "$logs/configure.log"; return 1; }
+  grep -E '^-- heft:' "$logs/configure.log"
   # Every Debian dependency must come from the prefix (on a machine that has them under /usr
   # too, CMake could find those instead and the run there would fail).
   local bad
@@ -143,8 +148,8 @@ targets=(heft heft-train memory_bandwidth_bench gpu_probe_test nccl_dispatch_tes
 grep -q '^HEFT_WITH_PYTHON:BOOL=ON' "$build/CMakeCache.txt" && targets+=(heft_python_c10d)
 build_heft() {
   local s; s=$(date +%s)
-  cmake --build "$build" -j "$jobs" --target "${targets[@]}" > "$out/build.log" 2>&1 \
-    || { grep -E 'error|Error' "$out/build.log" | head -n 30; tail -n 5 "$out/build.log"; return 1; }
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" > "$logs/build.log" 2>&1 \
+    || { grep -E 'error|Error' "$logs/build.log" | head -n 30; tail -n 5 "$logs/build.log"; return 1; }
   echo "built ${#targets[@]} targets with -j $jobs"
   result "build_seconds" "$(($(date +%s) - s)) (-j $jobs, ${#targets[@]} targets)"
 }
@@ -155,21 +160,21 @@ tests() {
   local t rc=0 line
   for t in gpu_probe_test nccl_dispatch_test staging_test hyperparameters_test \
            gpu_device_test nccl_device_test device_cuda_test; do
-    "$build/$t" --gtest_brief=1 > "$out/$t.log" 2>&1
+    "$build/$t" --gtest_brief=1 > "$logs/$t.log" 2>&1
     local r=$?
-    line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')
+    line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | tr '\n' ' ')
     echo "$t: rc=$r $line"
-    grep -E -A2 '^\[  SKIPPED \] [A-Za-z]' "$out/$t.log" | head -n 3
-    ((r == 0)) || { grep -E -B5 '^\[  FAILED  \]' "$out/$t.log" | head -n 40; rc=1; }
-    if ((dry == 0)) && grep -q 'SKIPPED' "$out/$t.log"; then echo "$t skipped a test on the GPU machine"; rc=1; fi
+    grep -E -A2 '^\[  SKIPPED \] [A-Za-z]' "$logs/$t.log" | head -n 3
+    ((r == 0)) || { grep -E -B5 '^\[  FAILED  \]' "$logs/$t.log" | head -n 40; rc=1; }
+    if ((dry == 0)) && grep -q 'SKIPPED' "$logs/$t.log"; then echo "$t skipped a test on the GPU machine"; rc=1; fi
   done
   if grep -q '^HEFT_WITH_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
     local p
     for p in cuda_backend_test; do  # label cuda: exit 77 where torch sees no GPU
-      HEFT_BINARY_DIR=$root/$build "$py" -u "tests/python/$p.py" > "$out/$p.log" 2>&1
+      HEFT_BINARY_DIR=$root/$build "$py" -u "tests/python/$p.py" > "$logs/$p.log" 2>&1
       local r=$?
-      echo "$p: rc=$r ($( ((r == 77)) && echo skipped || echo ran)) $(grep -E '^(skipped|cuda_backend_worker|OK|FAILED)' "$out/$p.log" | tr '\n' ' ')"
-      if ((r == 77 && dry == 0)) || ((r != 0 && r != 77)); then tail -n 30 "$out/$p.log"; rc=1; fi
+      echo "$p: rc=$r ($( ((r == 77)) && echo skipped || echo ran)) $(grep -E '^(skipped|cuda_backend_worker|OK|FAILED)' "$logs/$p.log" | tr '\n' ' ')"
+      if ((r == 77 && dry == 0)) || ((r != 0 && r != 77)); then tail -n 30 "$logs/$p.log"; rc=1; fi
     done
   fi
   return $rc
@@ -191,10 +196,10 @@ data=$root/.device/fortunes
 gpt=(--model gpt --n_layer 12 --n_head 12 --n_embd 768 --block_size 1024 --batch_size 32
      --lr 0.0006 --warmup_steps 5 --eval false --log_every 10 --max_steps 30 --data "$data")
 gpt_heft() {
-  "$build/heft-train" "${gpt[@]}" --device cuda --bf16 true > "$out/gpt_heft.log" 2>&1 || { tail -n 20 "$out/gpt_heft.log"; return 1; }
-  grep -E '^(step=|final:)' "$out/gpt_heft.log" | tail -n 4
+  "$build/heft-train" "${gpt[@]}" --device cuda --bf16 true > "$logs/gpt_heft.log" 2>&1 || { tail -n 20 "$logs/gpt_heft.log"; return 1; }
+  grep -E '^(step=|final:)' "$logs/gpt_heft.log" | tail -n 4
   local tps
-  tps=$(sed -n 's/.*final: .*tokens_per_s=\([0-9.]*\).*/\1/p' "$out/gpt_heft.log")
+  tps=$(sed -n 's/.*final: .*tokens_per_s=\([0-9.]*\).*/\1/p' "$logs/gpt_heft.log")
   result "gpt_heft_tokens_per_s" "$tps"
   # Model FLOPs per token: 6 x parameters (weights of the blocks and the head) + attention's
   # 12 x layers x width x context; against the H200's dense bf16 peak (989 TFLOP/s by the
@@ -213,9 +218,9 @@ step gpt_heft gpt_heft
 gpt_torch() {
   "$py" bench/device/gpt_torch_cuda.py --peer .device/peers/gpt_torch.py --data "$data" \
     --n_layer 12 --n_head 12 --n_embd 768 --block_size 1024 --batch 32 --steps 30 \
-    > "$out/gpt_torch.log" 2>&1 || { tail -n 20 "$out/gpt_torch.log"; return 1; }
-  tail -n 2 "$out/gpt_torch.log"
-  result "gpt_torch_tokens_per_s" "$(sed -n 's/.*final: .*tokens_per_s=\([0-9.]*\).*/\1/p' "$out/gpt_torch.log")"
+    > "$logs/gpt_torch.log" 2>&1 || { tail -n 20 "$logs/gpt_torch.log"; return 1; }
+  tail -n 2 "$logs/gpt_torch.log"
+  result "gpt_torch_tokens_per_s" "$(sed -n 's/.*final: .*tokens_per_s=\([0-9.]*\).*/\1/p' "$logs/gpt_torch.log")"
 }
 step gpt_torch gpt_torch
 if grep -q '^HEFT_WITH_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
@@ -223,17 +228,17 @@ if grep -q '^HEFT_WITH_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
   shared_gpu() {  # 2 ranks on the one GPU: Gloo, then heft (bit for bit, and allreduce time)
     local b
     for b in gloo heft; do
-      "$build/heft" run -n 2 -- "$py" bench/device/shared_gpu.py --backend $b --out "$out/shared_$b.json" \
-        > "$out/shared_$b.log" 2>&1 || { tail -n 20 "$out/shared_$b.log"; return 1; }
-      tail -n 8 "$out/shared_$b.log"
+      "$build/heft" run -n 2 -- "$py" bench/device/shared_gpu.py --backend $b --out "$logs/shared_$b.json" \
+        > "$logs/shared_$b.log" 2>&1 || { tail -n 20 "$logs/shared_$b.log"; return 1; }
+      tail -n 8 "$logs/shared_$b.log"
     done
-    "$py" bench/device/shared_gpu.py compare "$out/shared_gloo.json" "$out/shared_heft.json" | tee -a "$results"
+    "$py" bench/device/shared_gpu.py compare "$logs/shared_gloo.json" "$logs/shared_heft.json" | tee -a "$results"
   }
   step shared_gpu shared_gpu
   sharded_cuda() {
-    "$build/heft" run -n 1 -- "$py" bench/device/sharded_cuda.py > "$out/sharded_cuda.log" 2>&1 \
-      || { tail -n 20 "$out/sharded_cuda.log"; return 1; }
-    tail -n 4 "$out/sharded_cuda.log" | tee -a "$results"
+    "$build/heft" run -n 1 -- "$py" bench/device/sharded_cuda.py > "$logs/sharded_cuda.log" 2>&1 \
+      || { tail -n 20 "$logs/sharded_cuda.log"; return 1; }
+    tail -n 4 "$logs/sharded_cuda.log" | tee -a "$results"
   }
   step sharded_cuda sharded_cuda
 fi
