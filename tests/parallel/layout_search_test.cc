@@ -413,3 +413,62 @@ TEST(LayoutSearchHostTerms, OverlapNeedsIdleCores) {
 
 }  // namespace
 }  // namespace heft::parallel::layout
+
+namespace heft::parallel::layout {
+namespace {
+
+// The memory by component (estimate_memory's breakdown) sums to the prediction exactly on
+// every layout, and each component is the term it names: a DDP rank's parameters, gradients
+// and AdamW state are the model's bytes x 1, 1, 2; sharded over 4 a quarter each and two
+// gathered layers; the runtime and the profile's floor are what they were given.
+TEST(LayoutSearch, MemoryPartsSumToThePredictionAndNameTheirTerms) {
+  ModelCost m = model(1000, 1000);
+  m.largest_tensor_bytes.assign(8, 400);
+  m.fixed_bytes = 100000;
+  m.transient_bytes = 500;
+  m.backward_tensor_copies = 1;
+  m.step_tensor_copies = 4;
+  m.replica_gradient_copies = 1;
+  m.sharded_gradient_copies = 1;
+  const CommTable free = table(kInf, kInf, kInf);
+  const SearchOptions o = options(int64_t{1} << 50);
+  auto part = [](const Prediction& p, const std::string& name) {
+    for (const MemoryPart& x : p.memory_parts)
+      if (x.name == name) return x.bytes;
+    ADD_FAILURE() << "no part " << name;
+    return int64_t{-1};
+  };
+  const SearchResult all = search(m, free, o);
+  for (const Prediction& p : all.ranked) {
+    int64_t sum = 0;
+    for (const MemoryPart& x : p.memory_parts) {
+      EXPECT_GE(x.bytes, 0) << x.name << " of " << to_string(p.layout);
+      sum += x.bytes;
+    }
+    EXPECT_EQ(sum, p.memory_bytes) << to_string(p.layout);
+    EXPECT_EQ(part(p, "runtime"), 100000);
+  }
+  Layout ddp;
+  ddp.data = 4;
+  const Prediction d = evaluate(m, free, o, ddp);
+  EXPECT_EQ(part(d, "parameters"), 8000);
+  EXPECT_EQ(part(d, "gradients"), 8000);
+  EXPECT_EQ(part(d, "optimizer_state"), 16000);
+  EXPECT_EQ(part(d, "gradient_buffers"), 8000);  // DDP's bucket copy
+  EXPECT_EQ(part(d, "gathered_parameters"), 0);
+  EXPECT_EQ(part(d, "step_temporaries"), d.step_bytes);
+  EXPECT_EQ(part(d, "profile_floor"), 0);
+  Layout sharded;
+  sharded.sharded = 4;
+  const Prediction s = evaluate(m, free, o, sharded);
+  EXPECT_EQ(part(s, "parameters"), 2000);
+  EXPECT_EQ(part(s, "optimizer_state"), 4000);
+  EXPECT_EQ(part(s, "gathered_parameters"), 2 * 1000);
+  EXPECT_EQ(part(s, "gradient_buffers"), 8000);  // the full gradients before reduce-scatter
+  m.profile_peak_bytes = int64_t{1} << 40;
+  const Prediction floor = evaluate(m, free, o, ddp);
+  EXPECT_EQ(part(floor, "profile_floor"), (int64_t{1} << 40) - d.memory_bytes);
+}
+
+}  // namespace
+}  // namespace heft::parallel::layout

@@ -2,7 +2,8 @@
 // behind heft.torch.parallel.auto_layout (_auto_layout.py). Nothing is priced here: the rows
 // and the model's measured terms (ModelCost's saved bytes, per-call times, optimizer step,
 // transient and runtime bytes, largest tensors and their copies, the profile's peak and
-// residue; SearchOptions' host contention) go to search() as they are;
+// residue; SearchOptions' host contention) go to search() as they are (evaluate() prices one
+// layout, for heft.torch.parallel.estimate_memory);
 // measure_layers is the model measurement heft-train's profile runs (model_measure.h), over
 // the user's layers given as Python callables; heap_in_use, resident_bytes and
 // runnable_elsewhere are the host facts Python's side reads. heft::InvalidArgument becomes
@@ -55,6 +56,9 @@ py::dict prediction_dict(const pl::Prediction& p) {
   d["activation_bytes"] = p.activation_bytes, d["step_bytes"] = p.step_bytes;
   d["max_in_flight"] = p.max_in_flight;
   d["stage_first"] = p.stage_first;
+  py::list parts;
+  for (const pl::MemoryPart& x : p.memory_parts) parts.append(py::make_tuple(x.name, x.bytes));
+  d["memory_parts"] = parts;
   return d;
 }
 
@@ -117,9 +121,7 @@ pl::CommTable comm_table(const std::vector<py::tuple>& comm) {
   return table;
 }
 
-py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
-  const pl::ModelCost model = model_cost(rows, o);
-  const pl::CommTable table = comm_table(comm);
+pl::SearchOptions search_options(const py::dict& o) {
   pl::SearchOptions so;
   so.world = o["world"].cast<int>();
   so.memory_limit_bytes = o["memory_limit"].cast<int64_t>();
@@ -140,6 +142,13 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   so.overlap_needs_idle_cores = optional<bool>(o, "overlap_needs_idle_cores", false);
   so.bucket_bytes = optional<int64_t>(o, "bucket_bytes", so.bucket_bytes);
   so.first_bucket_bytes = optional<int64_t>(o, "first_bucket_bytes", so.first_bucket_bytes);
+  return so;
+}
+
+py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o) {
+  const pl::ModelCost model = model_cost(rows, o);
+  const pl::CommTable table = comm_table(comm);
+  const pl::SearchOptions so = search_options(o);
   pl::SearchResult r;
   try {
     r = pl::search(model, table, so);
@@ -156,6 +165,25 @@ py::dict search(const std::vector<py::tuple>& rows, const std::vector<py::tuple>
   py::dict out;
   out["ranked"] = ranked, out["dropped"] = dropped, out["describe"] = pl::describe(r);
   return out;
+}
+
+// One layout priced (layout_search.h evaluate): the prediction with its memory by component.
+py::dict evaluate(const std::vector<py::tuple>& rows, const std::vector<py::tuple>& comm, const py::dict& o,
+                  const py::dict& layout) {
+  const pl::ModelCost model = model_cost(rows, o);
+  const pl::CommTable table = comm_table(comm);
+  const pl::SearchOptions so = search_options(o);
+  pl::Layout l;
+  l.data = optional<int>(layout, "data", 1), l.sharded = optional<int>(layout, "sharded", 1);
+  l.tensor = optional<int>(layout, "tensor", 1), l.pipeline = optional<int>(layout, "pipeline", 1);
+  l.microbatches = optional<int>(layout, "microbatches", 1);
+  l.virtual_stages = optional<int>(layout, "virtual_stages", 1);
+  l.checkpointing = optional<bool>(layout, "checkpointing", false);
+  try {
+    return prediction_dict(pl::evaluate(model, table, so, l));
+  } catch (const heft::InvalidArgument& e) {
+    throw py::value_error(std::string("estimate_memory: ") + e.what());
+  }
 }
 
 // comm_measure.h on the group's communicator: (collective, group, alpha_s, beta) rows, rank
@@ -280,6 +308,9 @@ void bind_layout(py::module_& parallel) {
   m.def("search", &search, py::arg("layers"), py::arg("comm"), py::arg("options"),
         "the ranked and dropped layouts for (name, forward_s, backward_s, param_bytes, activation_bytes) "
         "rows, (collective, group, alpha_s, beta_bytes_per_s) rows and a dict of options");
+  m.def("evaluate", &evaluate, py::arg("layers"), py::arg("comm"), py::arg("options"), py::arg("layout"),
+        "one layout priced (data, sharded, tensor, pipeline, microbatches, virtual_stages, "
+        "checkpointing): its prediction with memory_parts, the memory by component");
   m.def("measure", &measure, py::arg("group"), py::arg("bytes") = std::vector<int64_t>{16 << 10, 256 << 10, 2 << 20},
         py::arg("warmup") = 2, py::arg("repeats") = 5,
         "(collective, group, alpha_s, beta_bytes_per_s) rows measured on the group's communicator "

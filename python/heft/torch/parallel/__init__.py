@@ -10,13 +10,15 @@ over the heft backend.
 ``auto_layout``: the data, sharded, tensor and pipeline degrees a cost model and search choose
 for a model, a world and a memory limit (docs/auto-layout.md).
 ``DeviceMesh``: the world laid out on data, pipeline, tensor and sharded dimensions.
+``estimate_memory``: a rank's peak memory for a layout of a model, by component, from a short
+measurement (docs/sharded.md#memory-estimate).
 ``training_state_bytes`` and ``require_memory``: a memory pre-flight that refuses a model
 the ranks on this machine cannot hold before anything is allocated."""
 import torch.distributed as _dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from heft.torch import BACKEND
-from .layout import LayoutPlan, auto_layout  # noqa: F401
+from .layout import LayoutPlan, MemoryEstimate, auto_layout, estimate_memory  # noqa: F401
 from .layout._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
                              require_memory, training_state_bytes)
 from .mesh import DeviceMesh  # noqa: F401
@@ -53,7 +55,8 @@ class DistributedDataParallel(_TorchDDP):
 # What `from heft.torch.parallel import *` gives, as before the rooms (whose subpackages are
 # attributes of this package too): the public names above, not the rooms.
 __all__ = ["BACKEND", "DeviceMesh", "DistributedDataParallel", "LayoutPlan", "Pipeline",
-           "ShardedDataParallel", "auto_layout", "available_bytes", "deferred_init",
+           "ShardedDataParallel", "MemoryEstimate", "auto_layout", "available_bytes", "deferred_init",
+           "estimate_memory",
            "full_state_dict", "load_checkpoint", "load_full_state_dict",
            "load_torch_state_dicts", "read_dcp", "torch_state_dicts", "parameter_count",
            "ranks_on_host", "require_memory", "save_checkpoint", "tensor_parallel",

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from heft.torch.parallel import Pipeline
-from . import _trace
+from heft.torch.parallel.pipeline import traced_layers
 from ._state import state
 
 
@@ -90,7 +90,8 @@ class DistributedModel(torch.nn.Module):
                 from torch.nn.parallel import DistributedDataParallel
                 d["_ddp"] = DistributedDataParallel(module, process_group=s.mesh.group("data"))
             return
-        self.layers = _trace.layers(module)  # refuses an untraceable model now, not at step 1
+        # Refuses an untraceable model now, not at step 1.
+        self.layers = traced_layers(module, "smp.DistributedModel (partitions > 1)")
         d["_local_keys"] = None
 
     # ---- partition ------------------------------------------------------------------------

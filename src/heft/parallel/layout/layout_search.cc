@@ -313,6 +313,22 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
       pr.state_bytes = state;
       pr.activation_bytes = act;
       pr.step_bytes = step;
+      // The same terms by component (the state's rounding goes to gradient_buffers).
+      const double share = l.sharded == 1 ? p_i : p_i / l.sharded;
+      const int64_t param_part = scaled(share), opt_part = scaled(opt * share);
+      const int64_t gathered = l.sharded == 1 ? 0 : 2 * largest[i];
+      const int64_t saved_part = act - transient - scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+      pr.memory_parts = {{"parameters", param_part},
+                         {"gradients", param_part},
+                         {"optimizer_state", opt_part},
+                         {"gradient_buffers", state - 2 * param_part - opt_part - gathered},
+                         {"gathered_parameters", gathered},
+                         {"activations", saved_part},
+                         {"loss_transient", transient},
+                         {"backward_temporaries", act - saved_part - transient},
+                         {"step_temporaries", step},
+                         {"runtime", runtime},
+                         {"profile_floor", memory - (state + act + step + runtime)}};
       pr.max_in_flight = in_flight[i];
       pr.tensor_comm_s = tc[i] * l.microbatches;
       shown_stage = i;

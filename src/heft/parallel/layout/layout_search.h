@@ -206,6 +206,12 @@ struct Layout {
 };
 std::string to_string(const Layout& l);  // "data 2 x sharded 1 x tensor 1 x pipeline 2, m 4, v 1, ckpt off"
 
+// One component of a rank's predicted peak memory (Prediction::memory_parts).
+struct MemoryPart {
+  std::string name;  // "parameters", "gradients", "optimizer_state", ...
+  int64_t bytes = 0;
+};
+
 struct Prediction {
   Layout layout;
   double step_s = 0;
@@ -220,6 +226,16 @@ struct Prediction {
   int64_t step_bytes = 0;        // after the backward: the gradient norm's and the optimizer's
   int max_in_flight = 1;
   std::vector<int> stage_first;  // the partitioner's first layer of each of P x v chunks
+  // memory_bytes by component, of the same stage, summing to it exactly: parameters,
+  // gradients, optimizer_state (the rank's share of each: 1/S when sharded), gradient_buffers
+  // (DDP's bucket copies; sharded: the full-size gradients before their reduce-scatters and
+  // the replicas' buffer), gathered_parameters (sharded: two layers gathered), activations
+  // (saved for the backward, m in flight; checkpointed: the stage inputs and one chunk's),
+  // loss_transient (the loss's buffers, with what the allocator keeps of them),
+  // backward_temporaries, step_temporaries (the norm's and the optimizer's), runtime (LibTorch,
+  // the communicator, what profiling left) and profile_floor (what the measured profile's own
+  // peak exceeds the rest by; usually 0).
+  std::vector<MemoryPart> memory_parts;
 };
 
 struct Dropped {

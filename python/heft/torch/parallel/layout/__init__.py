@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 import torch
 
 from heft.torch import _c10d
+from ..pipeline import traced_layers
 from ..pipeline._plan import PROFILE_REPEATS, PROFILE_WARMUP, layers_of
 from ..tensor._plan import plan_layers
+from ._estimate import MemoryEstimate, PART_MEANING, _layout_dict  # noqa: F401
 
 _layout = _c10d.parallel.layout
 
@@ -326,3 +328,58 @@ def auto_layout(layers_or_sequential, example_batch, world, memory_limit, *, glo
                       stage_first=best["stage_first"], ranked=result["ranked"],
                       dropped=result["dropped"], describe=result["describe"],
                       comm_measured=measured, inputs=terms, comm=comm)
+
+
+def estimate_memory(model, example_batch, layout="ddp", *, world=1, optimizer="adamw",
+                    loss_fn=None, comm=None, heads=0, tensor_plan=None,
+                    saved_activation_factor=4.0, tensor_allreduces_per_layer=2):
+    """A rank's peak memory for training `model` in `layout`, by component (MemoryEstimate).
+
+    model: an nn.Sequential, a list of layers, or any module torch.fx can trace into layers
+    (each taking the previous one's tensor: Pipeline's view of it); it must be materialised
+    (the measurement runs it; a deferred_init model: training_state_bytes/require_memory).
+    example_batch: one rank's batch of one step (its first dimension is the samples); the
+    global batch is that times data x sharded. layout: "ddp" or "sharded" over `world` ranks,
+    a dict of degrees (data, sharded, tensor, pipeline, microbatches, virtual_stages,
+    checkpointing), or auto_layout's LayoutPlan. optimizer: "adamw", "adam", "sgd" or
+    "sgd-momentum". loss_fn: the last layer's output -> the loss (else its gradient only).
+    Runs the model's forward and backward a few times on this process (training mode; the
+    model's parameters, buffers and torch's generator are left as they were; gradients None)."""
+    lay = _layout_dict(layout, world)
+    world = lay["data"] * lay["sharded"] * lay["tensor"] * lay["pipeline"]
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"estimate_memory: optimizer={optimizer!r}: expected one of "
+                         f"{sorted(OPTIMIZER_STATE)}")
+    if not isinstance(example_batch, torch.Tensor):
+        raise ValueError("estimate_memory: example_batch: expected a tensor (one rank's batch), "
+                         f"found {type(example_batch).__name__}")
+    if any(p.is_meta for p in model.parameters()) if isinstance(model, torch.nn.Module) else False:
+        raise ValueError("estimate_memory: the model is on the meta device (deferred_init): "
+                         "the measurement runs it; use training_state_bytes / require_memory "
+                         "for its state, or estimate a materialised smaller copy")
+    if isinstance(model, (torch.nn.Sequential, list, tuple)):
+        layers = layers_of(model)
+    else:
+        layers = [layer for layer, _ in traced_layers(model, "estimate_memory")]
+    whole = torch.nn.Sequential(*layers)
+    profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
+    global_batch = profiled * lay["data"] * lay["sharded"]
+    with _Untouched(layers):
+        rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn)
+    terms.pop("step_probe_shapes", None)
+    options = dict(terms, world=world, memory_limit=1 << 62, global_batch=global_batch,
+                   profiled_batch=profiled, optimizer_bytes_per_param_byte=OPTIMIZER_STATE[optimizer],
+                   saved_activation_factor=float(saved_activation_factor),
+                   tensor_allreduces_per_layer=tensor_allreduces_per_layer, heads=heads,
+                   microbatches=[lay["microbatches"]], virtual_stages=[lay["virtual_stages"]],
+                   checkpointing=[bool(lay["checkpointing"])], overlap_gradients=True,
+                   tensor_splits=tensor_splits(whole, world, heads, tensor_plan),
+                   # as auto_layout prices them: torch's DDP buckets are a flat copy of the
+                   # gradients; ShardedDataParallel holds the full gradients before their
+                   # reduce-scatters
+                   replica_gradient_copies=1.0, sharded_gradient_copies=1.0)
+    comm = list(comm or DEFAULT_COMM)
+    p = _layout.evaluate(rows, comm, options, lay)
+    return MemoryEstimate(layout=p["layout"], total_bytes=int(p["memory_bytes"]),
+                          parts={n: int(b) for n, b in p["memory_parts"]}, optimizer=optimizer,
+                          rows=rows, options=options, comm=comm)

@@ -13,6 +13,7 @@ from ..deferred import find, materialize_held
 from . import _checkpoint
 from . import _tensor as _tp
 from ._plan import check_arguments, layers_of, plan
+from ._trace import traced_layers  # noqa: F401  (smp, estimate_memory: any model as layers)
 
 _pp = _c10d.parallel.pipeline
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",

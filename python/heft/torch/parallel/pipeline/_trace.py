@@ -8,9 +8,8 @@ state_dict keys are the model's."""
 import torch
 
 
-def _fail(model, why):
-    return ValueError(f"smp.DistributedModel: {type(model).__name__} cannot run on heft's "
-                      f"pipeline (partitions > 1): {why}")
+def _fail(model, why, who):
+    return ValueError(f"{who}: {type(model).__name__} cannot be cut into layers: {why}")
 
 
 def _cuts(nodes):
@@ -46,26 +45,27 @@ def _piece(gm, nodes, source, result, name):
     return torch.fx.GraphModule(gm, graph, class_name=name)
 
 
-def layers(model):
+def traced_layers(model, who="heft.torch.parallel"):
     """[(layer, module_names)]: the model as heft's Pipeline runs it, with the qualified
-    names of the model's submodules each layer calls (for smp.partition)."""
+    names of the model's submodules each layer calls (for smp.partition). `who` begins the
+    ValueError raised when the model cannot be cut (smp.DistributedModel, estimate_memory)."""
     if isinstance(model, torch.nn.Sequential):
         return [(layer, [name]) for name, layer in model.named_children()]
     try:
         gm = torch.fx.symbolic_trace(model)
     except Exception as e:  # fx raises several kinds for code it cannot follow
         raise _fail(model, f"torch.fx cannot trace its forward ({type(e).__name__}: {e}); "
-                           "write it as an nn.Sequential, or keep partitions 1") from None
+                           "write it as an nn.Sequential", who) from None
     nodes = list(gm.graph.nodes)
     inputs = [n for n in nodes if n.op == "placeholder"]
     if len(inputs) != 1:
         raise _fail(model, f"its forward takes {len(inputs)} inputs "
                            f"({', '.join(n.target for n in inputs)}); heft's pipeline passes one "
-                           "tensor into the model and between its stages")
+                           "tensor into the model and between its stages", who)
     output = next(n for n in nodes if n.op == "output")
     if not isinstance(output.args[0], torch.fx.Node):
         raise _fail(model, "its forward returns a tuple or dict; heft's pipeline passes one "
-                           "tensor between stages and out of the last")
+                           "tensor between stages and out of the last", who)
     body = [n for n in nodes if n.op not in ("placeholder", "output", "get_attr")]
     cuts, order = set(_cuts(nodes)), {n: i for i, n in enumerate(nodes)}
     pieces, current, modules, source = [], [], [], inputs[0]
@@ -83,7 +83,7 @@ def layers(model):
         else:
             pieces.append((current, modules, source))
     if not pieces:
-        raise _fail(model, "its forward calls no submodule")
+        raise _fail(model, "its forward calls no submodule", who)
     out = []
     for k, (piece_nodes, names, first) in enumerate(pieces):
         result = output.args[0] if k == len(pieces) - 1 else piece_nodes[-1]
