@@ -164,7 +164,8 @@ tests() {
     local r=$?
     line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | tr '\n' ' ')
     echo "$t: rc=$r $line"
-    grep -E -A2 '^\[  SKIPPED \] [A-Za-z]' "$logs/$t.log" | head -n 3
+    grep -A1 ': Skipped$' "$logs/$t.log" | grep -v -e ': Skipped$' -e '^--$' | sort -u | sed 's/^/  skipped: /'
+
     ((r == 0)) || { grep -E -B5 '^\[  FAILED  \]' "$logs/$t.log" | head -n 40; rc=1; }
     if ((dry == 0)) && grep -q 'SKIPPED' "$logs/$t.log"; then echo "$t skipped a test on the GPU machine"; rc=1; fi
   done

@@ -465,6 +465,16 @@ TEST(LayoutSearch, MemoryPartsSumToThePredictionAndNameTheirTerms) {
   EXPECT_EQ(part(s, "optimizer_state"), 4000);
   EXPECT_EQ(part(s, "gathered_parameters"), 2 * 1000);
   EXPECT_EQ(part(s, "gradient_buffers"), 8000);  // the full gradients before reduce-scatter
+  // A measured step that held 1000 bytes more than the model counts for it (its saved
+  // activations 8 x 1000, the gradients 8000 and AdamW's state 16000, the transient 500, one
+  // 400-byte fresh gradient and the step's 4 copies of it): the slack, as a share of each
+  // layout's activations (here the whole of them).
+  EXPECT_EQ(part(d, "allocator_slack"), 0);
+  m.step_peak_bytes = 8000 + 3 * 8000 + 500 + 5 * 400 + 1000;
+  const Prediction slack = evaluate(m, free, o, ddp);
+  EXPECT_EQ(part(slack, "allocator_slack"), part(d, "activations") * 1000 / 8000);
+  EXPECT_EQ(slack.memory_bytes, d.memory_bytes + part(slack, "allocator_slack"));
+  m.step_peak_bytes = 0;
   m.profile_peak_bytes = int64_t{1} << 40;
   const Prediction floor = evaluate(m, free, o, ddp);
   EXPECT_EQ(part(floor, "profile_floor"), (int64_t{1} << 40) - d.memory_bytes);

@@ -198,6 +198,25 @@ int64_t resident_bytes() {
   return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
+bool reset_peak_resident() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+int64_t peak_resident_since_reset() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    int64_t kb = 0;
+    return (fields >> kb) ? kb * 1024 : 0;
+  }
+  return 0;
+}
+
 double runnable_elsewhere(int samples, int interval_ms) {
   double sum = 0;
   int read = 0;

@@ -47,6 +47,14 @@ int visible_gpus(const std::string& proc_root = "/proc", const char* visible = s
 // This process's resident set now, in bytes (0 when /proc/self/statm cannot be read).
 int64_t resident_bytes();
 
+// This process's peak resident set (VmHWM), reset to its resident set now: writes "5" to
+// /proc/self/clear_refs (Linux 4.0+). False where the kernel refuses (the peak then stays the
+// process's lifetime one).
+bool reset_peak_resident();
+// This process's peak resident set since it started or since reset_peak_resident(), in bytes
+// (/proc/self/status's VmHWM; 0 when it cannot be read).
+int64_t peak_resident_since_reset();
+
 // The host's runnable threads outside this process, each weighted by its CPU share against
 // a nice-0 thread of this process's: the load that takes cores from the job's ranks. In this
 // process's autogroup (or without autogroups) CFS weighs a thread by its nice (1024 /

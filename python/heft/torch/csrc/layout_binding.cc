@@ -108,6 +108,7 @@ pl::ModelCost model_cost(const std::vector<py::tuple>& rows, const py::dict& o) 
   model.profile_residue_bytes = optional<int64_t>(o, "profile_residue_bytes", 0);
   model.run_bytes = optional<int64_t>(o, "run_bytes", 0);
   model.replica_group_bytes = optional<int64_t>(o, "replica_group_bytes", 0);
+  model.step_peak_bytes = optional<int64_t>(o, "step_peak_bytes", 0);
   return model;
 }
 
@@ -240,7 +241,8 @@ std::vector<std::pair<int, double>> sync_delay(ParallelGroup& group, const py::f
 py::dict measure_layers(const py::function& forward, const py::function& parameters, int layers,
                         const std::vector<std::string>& names, const at::Tensor& batch, int64_t batch_samples,
                         const std::optional<at::Tensor>& larger, int64_t larger_samples, const py::object& loss,
-                        bool input_requires_grad, const py::function& make_step, int warmup, int repeats) {
+                        bool input_requires_grad, const py::function& make_step, int warmup, int repeats,
+                        bool step_probe) {
   if (static_cast<int>(names.size()) != layers)
     throw py::value_error("measure_layers: names: expected " + std::to_string(layers) + ", found " +
                           std::to_string(names.size()));
@@ -262,9 +264,20 @@ py::dict measure_layers(const py::function& forward, const py::function& paramet
       return loss(y).cast<at::Tensor>();
     };
   model.input_requires_grad = input_requires_grad;
+  py::object probe_step;  // the step probe's optimizer, released here with the GIL held
+  if (step_probe)
+    model.make_step = [&](std::vector<at::Tensor>& params) {
+      py::gil_scoped_acquire gil;
+      probe_step = make_step(params);
+      return std::function<void()>([&probe_step] {
+        py::gil_scoped_acquire gil;
+        probe_step();
+      });
+    };
   pl::LayerMeasureOptions options;
   options.profile = {warmup, repeats};
   options.trim = false;  // the user's process: its allocator is left as it is
+  options.step_probe = step_probe;
   pl::LayerMeasurement m;
   double optimizer_s = 0;
   py::object step;  // the optimizer's step, released here with the GIL held
@@ -296,6 +309,7 @@ py::dict measure_layers(const py::function& forward, const py::function& paramet
   d["transient_bytes"] = m.transient_bytes;
   d["loss_s"] = m.loss_s;
   d["optimizer_s"] = optimizer_s;
+  d["step_peak_bytes"] = m.step_peak_bytes;
   int64_t probe_bytes = 0, all_bytes = 0;  // the host probe's step is sized as heft-train's
   d["step_probe_shapes"] = pl::step_probe_shapes(m, &probe_bytes, &all_bytes);
   return d;
@@ -344,11 +358,13 @@ void bind_layout(py::module_& parallel) {
   m.def("measure_layers", &measure_layers, py::arg("forward"), py::arg("parameters"), py::arg("layers"),
         py::arg("names"), py::arg("batch"), py::arg("batch_samples"), py::arg("larger"), py::arg("larger_samples"),
         py::arg("loss"), py::arg("input_requires_grad"), py::arg("make_step"), py::arg("warmup"),
-        py::arg("repeats"),
+        py::arg("repeats"), py::arg("step_probe") = false,
         "the model's measured terms (model_measure.h, heft-train's profile) over forward(i, x) -> y, "
         "parameters(i) -> [tensors], loss(y) -> loss or None and make_step([params]) -> step(): a dict "
         "of rows (name, forward_s, backward_s, param_bytes, activation_bytes), saved_bytes, "
-        "forward_fixed_s, backward_fixed_s, largest_tensor_bytes, transient_bytes, loss_s, optimizer_s");
+        "forward_fixed_s, backward_fixed_s, largest_tensor_bytes, transient_bytes, loss_s, optimizer_s, "
+        "step_peak_bytes (with step_probe: two whole steps' peak resident bytes over the resident set "
+        "before them)");
   m.def("heap_in_use", &pl::heap_in_use, "bytes malloc has handed out and not taken back (mallinfo2)");
   m.def("peak_resident_bytes", &pl::peak_resident_bytes, "this process's peak resident bytes (ru_maxrss)");
   m.def("resident_bytes", &heft::host::resident_bytes, "this process's resident set in bytes (host/host.h)");

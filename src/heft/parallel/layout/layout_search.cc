@@ -276,6 +276,27 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     in_flight = sim.max_in_flight;
   }
 
+  // The allocator's slack per byte of activations, from one process's measured step at the
+  // profiled batch (ModelCost::step_peak_bytes; 0 when not measured).
+  double slack_per_saved = 0;
+  if (model.step_peak_bytes > 0) {
+    double saved_all = 0, params_all = 0;
+    int64_t largest_all = 0;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+      const pipeline::LayerCost& layer = model.layers[i];
+      saved_all += model.saved_bytes.empty() ? model.saved_activation_factor * static_cast<double>(layer.activation_bytes)
+                                             : static_cast<double>(model.saved_bytes[i]);
+      params_all += static_cast<double>(layer.param_bytes);
+      largest_all = std::max(largest_all, model.largest_tensor_bytes.empty() ? layer.param_bytes
+                                                                             : model.largest_tensor_bytes[i]);
+    }
+    // The probe's steps held the gradients, the optimizer's state and its step's temporaries too.
+    const double counted = saved_all + (1 + model.optimizer_bytes_per_param_byte) * params_all +
+                           static_cast<double>(model.transient_bytes) * (1 + model.transient_retention) +
+                           (model.backward_tensor_copies + model.step_tensor_copies) * static_cast<double>(largest_all);
+    if (saved_all > 0) slack_per_saved = std::max(0.0, static_cast<double>(model.step_peak_bytes) - counted) / saved_all;
+  }
+
   int64_t g = 0;
   size_t shown_stage = 0;  // the stage the prediction's memory and tensor comm are of
   for (int s = 0; s < P; ++s) {
@@ -307,7 +328,9 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     // not fit the holes the backward's freed blocks leave, and malloc keeps those.
     const int64_t runtime = model.fixed_bytes + model.profile_residue_bytes + model.run_bytes +
                             (l.data * l.sharded > 1 ? model.replica_group_bytes : 0);
-    const int64_t memory = std::max(state + act + step + runtime, model.profile_peak_bytes);
+    const int64_t saved_here = act - transient - scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+    const int64_t slack = scaled(slack_per_saved * static_cast<double>(saved_here));
+    const int64_t memory = std::max(state + act + step + runtime + slack, model.profile_peak_bytes);
     if (memory > pr.memory_bytes || s == 0) {
       pr.memory_bytes = memory;
       pr.state_bytes = state;
@@ -317,7 +340,7 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
       const double share = l.sharded == 1 ? p_i : p_i / l.sharded;
       const int64_t param_part = scaled(share), opt_part = scaled(opt * share);
       const int64_t gathered = l.sharded == 1 ? 0 : 2 * largest[i];
-      const int64_t saved_part = act - transient - scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+      const int64_t saved_part = saved_here;
       pr.memory_parts = {{"parameters", param_part},
                          {"gradients", param_part},
                          {"optimizer_state", opt_part},
@@ -328,7 +351,8 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
                          {"backward_temporaries", act - saved_part - transient},
                          {"step_temporaries", step},
                          {"runtime", runtime},
-                         {"profile_floor", memory - (state + act + step + runtime)}};
+                         {"allocator_slack", slack},
+                         {"profile_floor", memory - (state + act + step + runtime + slack)}};
       pr.max_in_flight = in_flight[i];
       pr.tensor_comm_s = tc[i] * l.microbatches;
       shown_stage = i;

@@ -133,6 +133,13 @@ struct ModelCost {
   // Per layer: its largest parameter tensor's bytes (the embedding's or head's matrix);
   // empty: the layer's param_bytes.
   std::vector<int64_t> largest_tensor_bytes;
+  // At profiled_batch, measured (model_measure.h's step probe; 0: not measured): the resident
+  // bytes three whole training steps of one process added at their peak. What it exceeds the
+  // model's own count of such a step by (saved activations, gradients, optimizer state, the
+  // loss's transient, the backward's and the step's temporaries) is the allocator's slack: freed blocks it keeps resident and the fragments
+  // between them; priced as a share of each layout's activations (MemoryPart
+  // "allocator_slack").
+  int64_t step_peak_bytes = 0;
   // The backward's fresh gradient of a parameter before it is added into the accumulated one
   // (autograd's AccumulateGrad): this many copies of the stage's largest tensor (/ T) at once.
   double backward_tensor_copies = 0;
@@ -233,8 +240,8 @@ struct Prediction {
   // (saved for the backward, m in flight; checkpointed: the stage inputs and one chunk's),
   // loss_transient (the loss's buffers, with what the allocator keeps of them),
   // backward_temporaries, step_temporaries (the norm's and the optimizer's), runtime (LibTorch,
-  // the communicator, what profiling left) and profile_floor (what the measured profile's own
-  // peak exceeds the rest by; usually 0).
+  // the communicator, what profiling left), allocator_slack (ModelCost::step_peak_bytes) and
+  // profile_floor (what the measured profile's own peak exceeds the rest by; usually 0).
   std::vector<MemoryPart> memory_parts;
 };
 

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "heft/error.h"
+#include "heft/host/host.h"
 
 namespace heft::parallel::layout {
 
@@ -60,6 +61,47 @@ parallel::pipeline::LayerCost time_layer(const MeasuredModel& model, int i, cons
 
 void trim(const LayerMeasureOptions& o) {
   if (o.trim) ::malloc_trim(0);
+}
+
+// Three whole training steps of the chain (LayerMeasureOptions::step_probe): the resident
+// set's peak over its size before them (0 where the kernel cannot reset the peak). The
+// parameters are put back and their gradients dropped afterwards.
+int64_t probe_steps(const MeasuredModel& model, const torch::Tensor& batch, const LayerMeasureOptions& o) {
+  std::vector<torch::Tensor> params, kept;
+  for (int i = 0; i < model.layers; ++i)
+    for (const torch::Tensor& t : model.parameters(i)) params.push_back(t);
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& t : params) kept.push_back(t.detach().clone());
+  }
+  trim(o);
+  const int64_t base = host::resident_bytes();
+  const bool reset = host::reset_peak_resident();
+  {
+    std::function<void()> step = model.make_step ? model.make_step(params) : std::function<void()>();
+    for (int round = 0; round < 3; ++round) {
+      torch::AutoGradMode grad(true);
+      torch::Tensor x = batch.is_floating_point()
+                            ? batch.detach().clone().requires_grad_(model.input_requires_grad)
+                            : batch;
+      for (int i = 0; i < model.layers; ++i) x = model.forward(i, x);
+      torch::Tensor loss = model.loss ? model.loss(x) : torch::Tensor();
+      for (torch::Tensor& t : params) t.mutable_grad().reset();  // zero_grad(set_to_none)
+      if (loss.defined()) {
+        loss.backward();
+      } else if (x.requires_grad()) {
+        x.backward(torch::ones_like(x));
+      }
+      if (step) step();
+    }
+  }
+  const int64_t peak = reset ? std::max<int64_t>(0, host::peak_resident_since_reset() - base) : 0;
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].mutable_grad().reset();
+    params[k].detach().copy_(kept[k]);
+  }
+  return peak;
 }
 
 }  // namespace
@@ -146,6 +188,7 @@ LayerMeasurement measure_layers(const MeasuredModel& model, const torch::Tensor&
     }
     m.costs.back().forward_s += m.loss_s;  // the loss runs after the head
   }
+  if (options.step_probe) m.step_peak_bytes = probe_steps(model, batch, options);
   return m;
 }
 

@@ -49,6 +49,9 @@ struct MeasuredModel {
   // Whether the first layer's input gradient is computed (and timed), as in a step where the
   // batch requires grad; a floating batch's later layers always compute it.
   bool input_requires_grad = false;
+  // The step probe's optimizer (LayerMeasureOptions::step_probe): made over every layer's
+  // parameters, its step() called after each backward. May be empty (no optimizer step).
+  std::function<std::function<void()>(std::vector<torch::Tensor>&)> make_step;
 };
 
 struct LayerMeasureOptions {
@@ -56,6 +59,15 @@ struct LayerMeasureOptions {
   // When the caller frees memory between layers: malloc's free blocks given back to the
   // system (malloc_trim) after each layer, so the profile's peak is its largest layer's.
   bool trim = true;
+  // After the layers: three whole training steps of the chain (every layer's forward with the
+  // previous step's gradients still held, as a loop that clears them before the backward
+  // has them; the loss or the output's gradient; the backward; MeasuredModel::make_step's
+  // step), the resident set's peak over its size before them (LayerMeasurement::
+  // step_peak_bytes): what the allocator really holds at a step's peak, beyond the heap the
+  // layers keep, and what it carries from one step into the next. The parameters are put
+  // back afterwards (a copy is kept meanwhile) and the optimizer dropped. Needs every layer
+  // alive at once (not for a caller that frees layers in `measured`).
+  bool step_probe = false;
 };
 
 // Per layer, what measure_layers finds, and the head's terms.
@@ -66,6 +78,11 @@ struct LayerMeasurement {
   std::vector<std::vector<std::vector<int64_t>>> shapes;  // each layer's parameters'
   int64_t transient_bytes = 0;  // the head's (see above)
   double loss_s = 0;            // the loss's forward, twice for its backward (already in the head's forward_s)
+  // With LayerMeasureOptions::step_probe: the peak resident bytes three whole steps added over
+  // the resident set before them (activations, the gradients, the optimizer's state and
+  // temporaries, the loss's buffers and what the allocator keeps); 0 without the probe or where
+  // the peak cannot be reset (host.h).
+  int64_t step_peak_bytes = 0;
 };
 
 // Measures `model` on `batch` (the first layer's input) and, when `larger` is defined (the same

@@ -95,7 +95,8 @@ def _nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None):
+def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_fn=None,
+                  step_probe=False):
     """(rows, terms): the layers' (name, forward_s, backward_s, param_bytes, output_bytes) rows
     and the model's measured terms for the search (ModelCost's names: saved_bytes,
     forward_fixed_s, backward_fixed_s, optimizer_s, transient_bytes, fixed_bytes,
@@ -111,8 +112,10 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     the profile's peak is the process's (ru_maxrss) and its residue the resident bytes
     profiling added. transient_retention, run_bytes and replica_group_bytes stay 0:
     heft-train's are fitted to its own runs (its allocator settings, its kernels), not
-    measured. The caller puts torch's generator back (auto_layout's _Untouched); the layers'
-    gradients are left None."""
+    measured. step_probe: two whole steps of the chain after the layers, their peak resident
+    bytes over the resident set before them (step_peak_bytes: the allocator's slack beyond the
+    heap the layers keep; estimate_memory's). The caller puts torch's generator back
+    (auto_layout's _Untouched); the layers' gradients are left None."""
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
     before = _layout.resident_bytes()
     fixed = max(0, before - model_bytes)
@@ -129,7 +132,7 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
         batch=example_batch.detach(), batch_samples=profiled, larger=big, larger_samples=larger,
         loss=loss_fn, input_requires_grad=example_batch.requires_grad,
         make_step=lambda params: OPTIMIZERS[optimizer](params).step,
-        warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS)
+        warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS, step_probe=step_probe)
     for l in layers:
         for p in l.parameters():
             p.grad = None
@@ -142,6 +145,8 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
                  profile_peak_bytes=_layout.peak_resident_bytes(),
                  profile_residue_bytes=max(0, _layout.resident_bytes() - before),
                  step_probe_shapes=[list(s) for s in m["step_probe_shapes"]])
+    if step_probe:
+        terms["step_peak_bytes"] = m["step_peak_bytes"]
     return [tuple(r) for r in m["rows"]], terms
 
 
@@ -365,8 +370,13 @@ def estimate_memory(model, example_batch, layout="ddp", *, world=1, optimizer="a
     profiled = int(example_batch.shape[0]) if example_batch.dim() > 0 else 1
     global_batch = profiled * lay["data"] * lay["sharded"]
     with _Untouched(layers):
-        rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn)
+        rows, terms = measure_model(layers, example_batch, global_batch, optimizer, loss_fn,
+                                    step_probe=True)
     terms.pop("step_probe_shapes", None)
+    # The measured steps' peak prices what the allocator keeps (allocator_slack); what the
+    # measurement itself left resident is such kept memory, which training reuses: not
+    # counted again.
+    terms["profile_residue_bytes"] = 0
     options = dict(terms, world=world, memory_limit=1 << 62, global_batch=global_batch,
                    profiled_batch=profiled, optimizer_bytes_per_param_byte=OPTIMIZER_STATE[optimizer],
                    saved_activation_factor=float(saved_activation_factor),
