@@ -3,11 +3,13 @@
 models nobody here wrote (torchvision's resnet18 and a VisionTransformer) under each Python
 strategy: torch's DDP over heft and heft's ShardedDataParallel on 2 ranks, and one process.
 
-Each case is its own `heft run` job (a fresh process per rank: ru_maxrss is the run's own):
-every rank builds the model, estimates its layout's memory with its own batch (the
-measurement runs in the same process, as a pre-flight would), wraps the model, trains
---steps steps with AdamW and prints `predicted=B measured=B` (the measured peak is
-ru_maxrss). Rank 0's line per case, then a markdown table with prediction/measured.
+Each case runs twice, each time its own `heft run` job (fresh processes: ru_maxrss is the
+run's own). First every rank builds the model, estimates its layout's memory with its own
+batch (the measurement runs in the same process, as a pre-flight would), wraps the model,
+trains --steps steps with AdamW and prints `predicted=B measured=B` (ru_maxrss: the
+measurement's own peak included, which the prediction's profile_floor covers). Then the same
+training without the estimate: its peak against the prediction without profile_floor (what a
+rank needs when the estimate ran elsewhere). Rank 0's lines, then a markdown table.
 
     bench/memory_estimate.py [--steps 5] [--cases resnet18-ddp,vit-sharded,...]
     build/heft run -n 2 -- .venv/bin/python bench/memory_estimate.py --worker CASE  (one case)
@@ -38,7 +40,7 @@ def model_of(name):
                              hidden_dim=384, mlp_dim=1536, num_classes=CLASSES)
 
 
-def worker(case, steps):
+def worker(case, steps, estimate=True):
     import torch
     import torch.nn.functional as F
     import heft.torch.distributed as hd
@@ -55,9 +57,11 @@ def worker(case, steps):
     x = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=g)
     y = torch.randint(0, CLASSES, (BATCH,), generator=g)
     t0 = time.monotonic()
-    est = parallel.estimate_memory(model, x, "sharded" if strategy == "sharded" else "ddp",
-                                   world=world, optimizer="adamw",
-                                   loss_fn=lambda out: F.cross_entropy(out, y))
+    est = None
+    if estimate:
+        est = parallel.estimate_memory(model, x, "sharded" if strategy == "sharded" else "ddp",
+                                       world=world, optimizer="adamw",
+                                       loss_fn=lambda out: F.cross_entropy(out, y))
     est_s = time.monotonic() - t0
     if strategy == "ddp":
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
@@ -72,7 +76,9 @@ def worker(case, steps):
         loss.backward()
         opt.step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if rank == 0:
+    if rank == 0 and est is None:
+        print(f"case={case} train_only_measured={peak}", flush=True)
+    elif rank == 0:
         parts = " ".join(f"{k}={v}" for k, v in est.parts.items() if v)
         print(f"case={case} predicted={est.total_bytes} measured={peak} estimate_s={est_s:.1f} "
               f"{parts}", flush=True)
@@ -83,31 +89,41 @@ def worker(case, steps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
+    ap.add_argument("--no-estimate", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.steps)
+        return worker(a.worker, a.steps, estimate=not a.no_estimate)
     py = os.path.join(ROOT, ".venv", "bin", "python")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     rows = []
-    for case in a.cases.split(","):
+
+    def run(case, *extra):
         n = "1" if case.endswith("single") else "2"
         cmd = [os.path.join(a.build, "heft"), "run", "-n", n, "--", py, "-u", __file__,
-               "--worker", case, "--steps", str(a.steps)]
+               "--worker", case, "--steps", str(a.steps), *extra]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
         line = next((l[l.index("case="):] for l in r.stdout.splitlines() if "case=" in l), None)
         if r.returncode != 0 or line is None:
             print(f"{case}: FAILED (exit {r.returncode})\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-            continue
+            return None
         print(line, flush=True)
-        f = dict(kv.split("=", 1) for kv in line.split())
-        rows.append((case, int(f["predicted"]), int(f["measured"]), f["estimate_s"]))
-    print("\n| case | predicted MB | measured peak RSS MB | predicted / measured | estimate s |")
-    print("| --- | --- | --- | --- | --- |")
-    for case, p, m, s in rows:
-        print(f"| {case} | {p / 1e6:.0f} | {m / 1e6:.0f} | {p / m:.3f} | {s} |")
+        return dict(kv.split("=", 1) for kv in line.split())
+
+    for case in a.cases.split(","):
+        f, g = run(case), run(case, "--no-estimate")
+        if f and g:
+            rows.append((case, int(f["predicted"]), int(f["measured"]),
+                         int(f["predicted"]) - int(f.get("profile_floor", 0)),
+                         int(g["train_only_measured"]), f["estimate_s"]))
+    print("\n| case | predicted MB | measured MB (estimate + training) | ratio | predicted without "
+          "the measurement's peak MB | measured MB (training alone) | ratio | estimate s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for case, p, m, p2, m2, s in rows:
+        print(f"| {case} | {p / 1e6:.0f} | {m / 1e6:.0f} | {p / m:.3f} | {p2 / 1e6:.0f} | "
+              f"{m2 / 1e6:.0f} | {p2 / m2:.3f} | {s} |")
     return 0
 
 
