@@ -112,9 +112,10 @@ def measure_model(layers, example_batch, global_batch, optimizer="adamw", loss_f
     the profile's peak is the process's (ru_maxrss) and its residue the resident bytes
     profiling added. transient_retention, run_bytes and replica_group_bytes stay 0:
     heft-train's are fitted to its own runs (its allocator settings, its kernels), not
-    measured. step_probe: two whole steps of the chain after the layers, their peak resident
-    bytes over the resident set before them (step_peak_bytes: the allocator's slack beyond the
-    heap the layers keep; estimate_memory's). The caller puts torch's generator back
+    measured. step_probe: three whole training steps of the chain after the layers (the
+    optimizer's step included, the parameters put back), their peak resident bytes over the
+    resident set before them (step_peak_bytes: what the allocator keeps beyond what the model
+    counts; estimate_memory's). The caller puts torch's generator back
     (auto_layout's _Untouched); the layers' gradients are left None."""
     model_bytes = sum(_nbytes(l.parameters()) + _nbytes(l.buffers()) for l in layers)
     before = _layout.resident_bytes()
@@ -358,7 +359,8 @@ def estimate_memory(model, example_batch, layout="ddp", *, world=1, optimizer="a
     if not isinstance(example_batch, torch.Tensor):
         raise ValueError("estimate_memory: example_batch: expected a tensor (one rank's batch), "
                          f"found {type(example_batch).__name__}")
-    if any(p.is_meta for p in model.parameters()) if isinstance(model, torch.nn.Module) else False:
+    modules = model if isinstance(model, (list, tuple)) else [model]
+    if any(p.is_meta for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()):
         raise ValueError("estimate_memory: the model is on the meta device (deferred_init): "
                          "the measurement runs it; use training_state_bytes / require_memory "
                          "for its state, or estimate a materialised smaller copy")
