@@ -37,6 +37,7 @@ class EstimateMemory(unittest.TestCase):
         self.assertEqual(ddp.parts["gradient_buffers"], PARAM_BYTES)    # DDP's bucket copy
         self.assertGreater(ddp.parts["activations"], 16 * 1024 * 4)     # the hidden layer's output
         self.assertGreater(ddp.parts["runtime"], 50 << 20)               # torch itself
+        self.assertGreater(ddp.options["step_peak_bytes"], 0)  # the step probe ran and read VmHWM
         sharded = parallel.estimate_memory(mlp(), x, "sharded", world=2)
         self.assertEqual(sum(sharded.parts.values()), sharded.total_bytes)
         self.assertEqual(sharded.parts["parameters"], PARAM_BYTES // 2)

@@ -55,6 +55,12 @@ inline CudaStaged& cuda_staged() {
   return c;
 }
 
+// Counts `tensors` CUDA tensors staged through a pinned buffer of `bytes`.
+inline void count_cuda_staged(uint64_t tensors, uint64_t bytes) {
+  cuda_staged().tensors.fetch_add(tensors, std::memory_order_relaxed);
+  cuda_staged().bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 // A pinned host tensor of `sizes` and `dtype` for a CUDA tensor's collective.
 inline at::Tensor pinned_host(at::IntArrayRef sizes, at::ScalarType dtype) {
   return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(true));
@@ -83,8 +89,7 @@ inline Staged stage(const at::Tensor& t, const char* op, bool copy_in = true) {
     s.type = d ? *d : comm::DataType::i32;  // bool: reduced as int32
     s.buf = pinned_host(t.sizes(), d ? t.scalar_type() : at::kInt);
     if (copy_in) s.buf.copy_(t);  // waits for the caller's stream
-    cuda_staged().tensors.fetch_add(1, std::memory_order_relaxed);
-    cuda_staged().bytes.fetch_add(static_cast<uint64_t>(s.buf.nbytes()), std::memory_order_relaxed);
+    count_cuda_staged(1, static_cast<uint64_t>(s.buf.nbytes()));
     return s;
   }
   if (const std::optional<comm::DataType> d = parallel::comm_dtype_of(t.scalar_type())) {
@@ -158,10 +163,7 @@ inline Flat flatten(const std::vector<at::Tensor>& ts, const char* op, bool copy
   for (const at::Tensor& t : ts) n += t.numel();
   const bool cuda = ts[0].is_cuda();
   f.buf = cuda ? pinned_host({n}, st) : at::empty({n}, ts[0].options().dtype(st));
-  if (cuda) {
-    cuda_staged().tensors.fetch_add(ts.size(), std::memory_order_relaxed);
-    cuda_staged().bytes.fetch_add(static_cast<uint64_t>(f.buf.nbytes()), std::memory_order_relaxed);
-  }
+  if (cuda) count_cuda_staged(ts.size(), static_cast<uint64_t>(f.buf.nbytes()));
   if (copy_in) {
     int64_t o = 0;
     for (const at::Tensor& t : ts) {

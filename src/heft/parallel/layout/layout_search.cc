@@ -318,9 +318,10 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
         s + 1 == P ? scaled(static_cast<double>(model.transient_bytes) * scale / l.tensor *
                             (1 + model.transient_retention))
                    : 0;
-    const int64_t act = (l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
-                                         : in_flight[i] * saved[i] / v) +
-                        transient + scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+    const int64_t saved_here = l.checkpointing ? in_flight[i] * inputs[i] / v + chunk_max[i]
+                                               : in_flight[i] * saved[i] / v;
+    const int64_t backward_temporaries = scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
+    const int64_t act = saved_here + transient + backward_temporaries;
     const double step_tensor = l.sharded == 1 ? static_cast<double>(tensor_max[i])
                                               : static_cast<double>(largest[i]) / l.sharded;
     const int64_t step = scaled(model.step_tensor_copies * step_tensor);
@@ -328,7 +329,6 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
     // not fit the holes the backward's freed blocks leave, and malloc keeps those.
     const int64_t runtime = model.fixed_bytes + model.profile_residue_bytes + model.run_bytes +
                             (l.data * l.sharded > 1 ? model.replica_group_bytes : 0);
-    const int64_t saved_here = act - transient - scaled(model.backward_tensor_copies * static_cast<double>(tensor_max[i]));
     const int64_t slack = scaled(slack_per_saved * static_cast<double>(saved_here));
     const int64_t memory = std::max(state + act + step + runtime + slack, model.profile_peak_bytes);
     if (memory > pr.memory_bytes || s == 0) {
@@ -340,15 +340,14 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
       const double share = l.sharded == 1 ? p_i : p_i / l.sharded;
       const int64_t param_part = scaled(share), opt_part = scaled(opt * share);
       const int64_t gathered = l.sharded == 1 ? 0 : 2 * largest[i];
-      const int64_t saved_part = saved_here;
       pr.memory_parts = {{"parameters", param_part},
                          {"gradients", param_part},
                          {"optimizer_state", opt_part},
                          {"gradient_buffers", state - 2 * param_part - opt_part - gathered},
                          {"gathered_parameters", gathered},
-                         {"activations", saved_part},
+                         {"activations", saved_here},
                          {"loss_transient", transient},
-                         {"backward_temporaries", act - saved_part - transient},
+                         {"backward_temporaries", backward_temporaries},
                          {"step_temporaries", step},
                          {"runtime", runtime},
                          {"allocator_slack", slack},
