@@ -1,7 +1,9 @@
 #include "heft/comm/init.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <spdlog/cfg/env.h>
 
@@ -42,9 +44,39 @@ World init(const CommunicatorOptions& options) {
   if (!knob_value("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
   World w;
   w.store = store;
-  w.comm = Communicator::create(store, job.job_name() + "/world", rank,
-                                size, o);
+  w.comm = Communicator::create(store, contract::world_group(job.job_name(), job.generation.value_or(0)),
+                                rank, size, o);
   return w;
+}
+
+int wait_for_generation(Store& store, int after, Millis timeout, const std::atomic<bool>* stop) {
+  const std::string key = contract::generation_key(contract::HeftVariables::from_process().job_name());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (stop && stop->load()) return -1;
+    if (store.check({key})) {
+      const Bytes v = store.get(key, timeout);
+      const int generation = std::atoi(std::string(v.begin(), v.end()).c_str());
+      if (generation > after) return generation;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Timeout("in-place recovery: no restarted rank's generation above " + std::to_string(after) +
+                    " under " + key + " after " + std::to_string(timeout.count() / 1000) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void rejoin(World& w, int generation, const CommunicatorOptions& options) {
+  const int rank = w.comm->rank();
+  const int size = w.comm->size();
+  w.comm.reset();
+  CommunicatorOptions o = options;
+  if (!knob_value("HEFT_BIND_ADDRESS")) {
+    if (const auto* tcp = dynamic_cast<const TcpStore*>(w.store.get())) o.bind_address = tcp->local_address();
+  }
+  w.comm = Communicator::create(
+      w.store, contract::world_group(contract::HeftVariables::from_process().job_name(), generation), rank,
+      size, o);
 }
 
 }  // namespace heft::comm

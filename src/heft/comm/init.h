@@ -6,6 +6,7 @@
 // HEFT_BIND_ADDRESS says otherwise.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "heft/comm/communicator.h"
@@ -25,6 +26,19 @@ World init();
 // `init()` with explicit options (taken from the environment first, then overridden by the
 // caller, e.g. `heft bench --algo`).
 World init(const CommunicatorOptions& options);
+
+// In-place recovery (docs/recovery.md). Waits until the launcher publishes, under
+// contract::generation_key(HEFT_JOB), a generation above `after` (it does once it restarted
+// the lost rank) and returns it. Polls every 50 ms; returns -1 once `stop` is set (SIGTERM: the
+// launcher gave up on recovering in place and stops the group); throws heft::Timeout after
+// `timeout` (no launcher restarted the rank).
+int wait_for_generation(Store& store, int after, Millis timeout, const std::atomic<bool>* stop);
+
+// Replaces w.comm by the world of generation `generation` (contract::world_group) on
+// w.store, as init() built it: the old communicator is closed first (after a lost peer it is
+// broken; its links are dropped). Blocks until every rank joined or options.timeout
+// (heft::Timeout naming the missing ranks).
+void rejoin(World& w, int generation, const CommunicatorOptions& options);
 
 // Reads an integer environment variable; throws InvalidArgument naming it when missing or
 // malformed.

@@ -120,6 +120,12 @@ const std::vector<Variable> kWorkerVariables = {
      "this worker's host, as SM_CURRENT_HOST; heft's transports group ranks into hosts by it", true},
     {"HEFT_CPUS", kEvery, "CPU list", "not bound", "`1`",
      "the cores this worker is bound to, when it is ([run.md](run.md#placement-on-cores))"},
+    {"HEFT_RECOVERY", kTrain, "`in_place`", "a lost rank stops the group", "`in_place`",
+     "the spec's `retry.in_place`: a rank killed by a signal is restarted alone and the others "
+     "rejoin it, taking its state from theirs ([recovery.md](recovery.md))", true},
+    {"HEFT_GENERATION", "the local launcher", "integer >= 0", "0", "`1`",
+     "the world a restarted rank joins: its group is `<HEFT_JOB>/world.g<N>` (0: `<HEFT_JOB>/world`)",
+     true},
     {"HEFT_STOP_GRACE_MS", "mpirun, Slurm", "integer >= 0 (ms)", "5000", "`5000`",
      "how long the rank's shim waits after SIGTERM before SIGKILL", true},
     {"HEFT_MPI_HOSTS", "mpirun", "comma-separated names", "", "`node1,node2`",
@@ -229,6 +235,8 @@ void HeftVariables::write(Environment& env) const {
   put("HEFT_CHECKPOINT", checkpoint);
   put("HEFT_STOP_GRACE_MS", stop_grace_ms);
   put("HEFT_CPUS", cpus);
+  put("HEFT_RECOVERY", recovery);
+  put("HEFT_GENERATION", generation);
 }
 
 HeftVariables HeftVariables::read(const Environment& env) {
@@ -243,6 +251,10 @@ HeftVariables HeftVariables::read(const Environment& env) {
   v.checkpoint = text(env, "HEFT_CHECKPOINT");
   v.stop_grace_ms = integer(env, "HEFT_STOP_GRACE_MS", 0, " (milliseconds)");
   v.cpus = text(env, "HEFT_CPUS");
+  v.recovery = text(env, "HEFT_RECOVERY");
+  if (v.recovery && *v.recovery != "in_place")
+    throw InvalidArgument("HEFT_RECOVERY: expected in_place, found '" + *v.recovery + "'");
+  if (auto g = integer(env, "HEFT_GENERATION", 0, "")) v.generation = static_cast<int>(*g);
   return v;
 }
 
@@ -257,6 +269,12 @@ HeftVariables HeftVariables::from_process() {
   }
   return read(env);
 }
+
+std::string world_group(const std::string& job, int generation) {
+  return job + "/world" + (generation > 0 ? ".g" + std::to_string(generation) : "");
+}
+
+std::string generation_key(const std::string& job) { return job + "/generation"; }
 
 std::string heft_home() {
   const char* home = std::getenv("HEFT_HOME");

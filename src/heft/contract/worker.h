@@ -57,6 +57,10 @@ struct HeftVariables {
   std::optional<std::string> checkpoint;    // HEFT_CHECKPOINT, a JSON object's text
   std::optional<int64_t> stop_grace_ms;     // HEFT_STOP_GRACE_MS, >= 0
   std::optional<std::string> cpus;          // HEFT_CPUS, a CPU list ("2-3")
+  // HEFT_RECOVERY: "in_place" when the launcher restarts a rank killed by a signal alone
+  // and the others rejoin it (docs/recovery.md); unset: a lost rank stops the group.
+  std::optional<std::string> recovery;
+  std::optional<int> generation;            // HEFT_GENERATION, >= 0: the world this worker joins
 
   // Sets every field that is set under its variable in `env`.
   void write(Environment& env) const;
@@ -70,7 +74,15 @@ struct HeftVariables {
   int timeout() const { return timeout_s.value_or(kDefaultTimeoutS); }
   int64_t stop_grace() const { return stop_grace_ms.value_or(kDefaultStopGraceMs); }
   std::string job_name() const { return job.value_or(kDefaultJob); }
+  bool in_place_recovery() const { return recovery.value_or("") == "in_place"; }
 };
+
+// The world communicator's group of `job` in generation `generation`: "<job>/world" for the
+// first, "<job>/world.g<N>" for the world re-formed after the N-th in-place recovery.
+std::string world_group(const std::string& job, int generation);
+// The store key under which the launcher publishes the generation the workers of `job` are
+// to join next (its value: the decimal number), once it has restarted a lost rank.
+std::string generation_key(const std::string& job);
 
 // heft's home: $HEFT_HOME when set and non-empty, else $HOME/.heft (the password database's
 // home when HOME is unset, /tmp without one). The job database, the jobs and comm's record of

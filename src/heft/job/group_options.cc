@@ -40,6 +40,7 @@ LocalLauncherOptions local_launcher_options(const JobSpec& spec, const GroupSett
   o.log_name = group.log_name;
   o.worker_umask = group.worker_umask;
   o.python_path = group.python_path;
+  o.in_place_recoveries = spec.retry.in_place ? kInPlaceRecoveries : 0;
   o.hooks = std::move(hooks);
   return o;
 }

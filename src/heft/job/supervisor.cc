@@ -135,6 +135,9 @@ class Supervisor::Impl {
     LauncherHooks hooks;
     hooks.on_line = [this](int rank, bool is_stderr, std::string_view line) {
       output_.line(rank, is_stderr, line, elapsed(job_start_));
+      // heft-train's reporting rank, once the re-formed world took its first step's state.
+      if (!is_stderr && line.rfind("recovered: ", 0) == 0)
+        db_.transition(job_.id, secondary::kTraining, "Recovered in place: " + std::string(line.substr(11)));
     };
     hooks.on_start = [this](int restart_count, const std::vector<int>& pids) {
       stragglers_.start(spec_.world_size());
@@ -146,6 +149,12 @@ class Supervisor::Impl {
       if (options_.observer) options_.observer->on_start(restart_count, pids);
     };
     hooks.on_exit = [this](int rank, int wait_status) { stragglers_.exited(rank, wait_status); };
+    hooks.on_recover = [this](int rank, int wait_status, int pid, int generation) {
+      db_.transition(job_.id, secondary::kTraining,
+                     "Rank " + std::to_string(rank) + " " + describe_wait_status(wait_status) +
+                         ": restarted alone (pid " + std::to_string(pid) + "), the others rejoin it in generation " +
+                         std::to_string(generation) + " (in-place recovery)");
+    };
     hooks.on_store = [this](StorePeek peek) {
       if (options_.observer) options_.observer->on_store(std::move(peek));
     };

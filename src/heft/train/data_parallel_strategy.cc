@@ -66,6 +66,11 @@ class DataParallel : public MeshStrategy {
   std::map<std::string, std::string> state() override {
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_);
   }
+  // Every rank holds the replica (of its tensor slice: none is whole with tensor parallelism).
+  std::optional<std::map<std::string, std::string>> replica_state() override {
+    if (tensor_.size > 1) return std::nullopt;
+    return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, /*replicate_rank=*/0, tensor_);
+  }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {
     if (parallel::sharded::is_sharded_checkpoint(parts)) {

@@ -268,6 +268,36 @@ int print_plan(const heft::train::Hyperparameters& hp, const heft::config::Distr
   }
 }
 
+// train(), and under in-place recovery (HEFT_RECOVERY=in_place, docs/recovery.md) again in
+// each re-formed world after a lost peer, for as long as this rank holds a state the others
+// can take and the launcher restarts the lost rank. `may_recover` false (an automatic
+// layout: a restarted rank would search again alone) keeps the first failure final.
+heft::train::TrainResult train_recovering(const heft::train::Hyperparameters& hp,
+                                          const heft::config::Distribution& distribution,
+                                          const std::string& test_dir, heft::comm::World& world,
+                                          bool may_recover) {
+  const heft::contract::HeftVariables job = heft::contract::HeftVariables::from_process();
+  heft::train::Recovery recovery;
+  recovery.enabled = may_recover && job.in_place_recovery() && world.comm->size() > 1;
+  recovery.generation = job.generation.value_or(0);
+  if (job.in_place_recovery() && !may_recover && world.comm->rank() == 0)
+    std::cerr << "heft-train: in-place recovery is off under auto_layout: a lost rank restarts the group\n";
+  for (;;) {
+    try {
+      return heft::train::train(hp, distribution, test_dir, *world.comm, std::cout, &g_stop, &recovery);
+    } catch (const heft::PeerLost& e) {
+      if (!recovery.enabled || !recovery.held) throw;
+      std::cerr << "heft-train: rank " << world.comm->rank() << ": " << e.what()
+                << "; holding step " << recovery.held->step << ", waiting for the restarted rank\n";
+      const heft::comm::CommunicatorOptions options = heft::comm::CommunicatorOptions::from_env();
+      const int next = heft::comm::wait_for_generation(*world.store, recovery.generation, options.timeout, &g_stop);
+      if (next < 0) throw;  // stopped while waiting: the launcher gave up on recovering in place
+      recovery.generation = next;
+      heft::comm::rejoin(world, next, options);
+    }
+  }
+}
+
 // Joins the job and trains; the exit code.
 int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution& distribution,
         const std::string& test_dir) {
@@ -286,8 +316,7 @@ int run(const heft::train::Hyperparameters& hp, const heft::config::Distribution
     }
     if (const heft::Status fits = run_distribution.check_world(world.comm->size()); !fits.ok())
       return fail(fits.error(), 2);
-    const heft::train::TrainResult r =
-        heft::train::train(run_hp, run_distribution, test_dir, *world.comm, std::cout, &g_stop);
+    const heft::train::TrainResult r = train_recovering(run_hp, run_distribution, test_dir, world, !choice);
     if (choice && world.comm->rank() == 0) {
       struct rusage u {};
       getrusage(RUSAGE_SELF, &u);

@@ -34,6 +34,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -91,6 +92,12 @@ class Strategy {
   virtual void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                           const std::string& where) = 0;
   virtual StateBytes state_bytes() = 0;
+  // In-place recovery (trainer.h): when every rank holds the whole training state (data
+  // parallelism without tensor or pipeline splits), this rank's state written as the first
+  // replica's part, which load_state() takes on any rank (a lost rank's state is any
+  // survivor's). nullopt where a rank's part is its own, which no survivor holds (sharded,
+  // tensor, pipeline: they need a buddy's copy, not kept yet). Local: no collective.
+  virtual std::optional<std::map<std::string, std::string>> replica_state() { return std::nullopt; }
   // Lines about the strategy's own work for the end of a run (may be empty): a pipeline
   // stage's busy share of its steps.
   virtual std::string summary() const { return ""; }

@@ -100,9 +100,10 @@ class Training {
  public:
   Training(const Hyperparameters& hp, const config::Distribution& distribution,
            const std::string& test_dir, comm::Communicator& world, std::ostream& out,
-           const std::atomic<bool>* stop)
+           const std::atomic<bool>* stop, Recovery* recovery)
       : hp_(hp),
         stop_(stop),
+        recovery_(recovery),
         world_(world),
         out_(out),
         mesh_(world, mesh_shape(distribution, world.size())),
@@ -121,7 +122,9 @@ class Training {
 
   TrainResult run() {
     print_layout();
-    if (!hp_.checkpoint_dir.empty()) resume();
+    if (recovery_ && recovery_->generation > 0) recover();
+    else if (!hp_.checkpoint_dir.empty()) resume();
+    state_valid_ = true;
     world_.barrier();  // start the clock together
     train_epochs();
     result_.steps = step_;
@@ -155,7 +158,15 @@ class Training {
     for (int64_t epoch = epoch_; epoch <= hp_.epochs && !done; ++epoch) {
       task_->set_epoch(epoch - 1);
       const Clock::time_point t0 = Clock::now();
+      epoch_t0_ = t0;
+      in_epoch_ = true;
       for (int64_t i = next_batch_; i < steps_per_epoch && !done; ++i) {
+        // The generator at this step boundary, for an in-place recovery's state (the step
+        // may draw from it before a collective fails).
+        if (recovery_ && recovery_->enabled) {
+          boundary_rng_ = parallel::rng_to_bytes();
+          boundary_step_ = step_;
+        }
         profiler_.begin_step(step_ + 1);
         const Clock::time_point step_start = Clock::now();
         const Batch batch = [&] {
@@ -170,6 +181,8 @@ class Training {
         const double lr = learning_rate(optimizer_config_, step_);
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
+        epoch_ = epoch;  // the position after this step, before any other collective
+        next_batch_ = i + 1;
         step_seconds_.push_back(seconds_since(step_start));
         samples_ += batch.samples;
         if (!memory_printed_) print_memory();
@@ -184,8 +197,6 @@ class Training {
           log_evaluation("step", step_);
           eval_seconds_ += seconds_since(e0);  // not training time
         }
-        epoch_ = epoch;
-        next_batch_ = i + 1;
         result_.stopped = stop_agreed();
         if (result_.stopped || (hp_.checkpoint_every > 0 && step_ % hp_.checkpoint_every == 0))
           checkpoint();
@@ -193,6 +204,7 @@ class Training {
       }
       seconds_ += seconds_since(t0) - eval_seconds_;
       eval_seconds_ = 0;
+      in_epoch_ = false;
       if (result_.stopped) break;
       if (hp_.eval && evaluated_step_ != step_) log_evaluation("epoch", epoch);
       if (next_batch_ == steps_per_epoch) {  // not when max_steps cut it short
@@ -202,6 +214,102 @@ class Training {
     }
   }
 
+  // In-place recovery, in the re-formed world (Recovery in trainer.h): every rank says the
+  // newest step it holds (-1: restarted, none), the lowest rank holding the newest sends
+  // that state to all, and every rank's freshly built strategy loads it.
+  void recover() {
+    const int n = world_.size();
+    const int64_t mine = recovery_->held ? recovery_->held->step : -1;
+    std::vector<int64_t> held(static_cast<size_t>(n));
+    world_.allgather(&mine, held.data(), 1, comm::DataType::i64);
+    int64_t target = -1;
+    int source = -1, restarted = 0;
+    for (int r = 0; r < n; ++r) {
+      if (held[r] < 0) ++restarted;
+      if (held[r] > target) {
+        target = held[r];
+        source = r;
+      }
+    }
+    if (source < 0) {  // nobody holds a state: as a start
+      if (strategy_->reports()) print("recover: no rank holds a state; starting as a new run");
+      if (!hp_.checkpoint_dir.empty()) resume();
+      return;
+    }
+    std::string blob;
+    if (world_.rank() == source) blob = pack(*recovery_->held);
+    int64_t bytes = static_cast<int64_t>(blob.size());
+    world_.broadcast(&bytes, 1, comm::DataType::i64, source);
+    blob.resize(static_cast<size_t>(bytes));
+    world_.broadcast(blob.data(), blob.size(), comm::DataType::u8, source);
+    Recovery::Snapshot got = unpack(blob);
+    const std::string where = "in-place recovery (rank " + std::to_string(source) + "'s state at step " +
+                              std::to_string(target) + ")";
+    const std::string rng = got.files.at("rng.pt");
+    got.files.erase("rng.pt");
+    strategy_->load_state({got.files}, where);
+    parallel::rng_from_bytes(rng, where + ": rng.pt");
+    step_ = got.step;
+    epoch_ = got.epoch;
+    next_batch_ = got.next_batch;
+    samples_ = samples_at_log_ = got.samples;
+    seconds_ = seconds_at_log_ = got.seconds;
+    result_.loss = got.loss;
+    const double took = std::chrono::duration<double>(Clock::now() - recovery_->lost_at).count();
+    if (strategy_->reports())
+      print("recovered: generation=%d step=%lld source_rank=%d restarted_ranks=%d state_bytes=%lld seconds=%.2f",
+            recovery_->generation, static_cast<long long>(step_), source, restarted,
+            static_cast<long long>(bytes), took);
+  }
+
+  static std::string pack(const Recovery::Snapshot& s) {
+    nlohmann::json j = {{"step", s.step},       {"epoch", s.epoch},     {"next_batch", s.next_batch},
+                        {"samples", s.samples}, {"seconds", s.seconds}, {"loss", s.loss}};
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [name, bytes] : s.files)
+      files[name] = nlohmann::json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+    j["files"] = std::move(files);
+    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
+    return std::string(cbor.begin(), cbor.end());
+  }
+
+  static Recovery::Snapshot unpack(const std::string& blob) {
+    const nlohmann::json j = nlohmann::json::from_cbor(blob.begin(), blob.end());
+    Recovery::Snapshot s;
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.next_batch = j.at("next_batch").get<int64_t>();
+    s.samples = j.at("samples").get<int64_t>();
+    s.seconds = j.at("seconds").get<double>();
+    s.loss = j.at("loss").get<double>();
+    for (const auto& [name, value] : j.at("files").items()) {
+      const std::vector<uint8_t>& b = value.get_binary();
+      s.files[name] = std::string(b.begin(), b.end());
+    }
+    return s;
+  }
+
+ public:
+  // This rank's state at its last completed step, for an in-place recovery; nullopt when it
+  // has none that a re-formed world could take (a strategy whose parts are the ranks' own, or
+  // a failure before the state was whole).
+  std::optional<Recovery::Snapshot> snapshot() {
+    if (!state_valid_) return std::nullopt;
+    std::optional<std::map<std::string, std::string>> replica = strategy_->replica_state();
+    if (!replica) return std::nullopt;
+    Recovery::Snapshot s;
+    s.step = step_;
+    s.epoch = epoch_;
+    s.next_batch = next_batch_;
+    s.samples = samples_;
+    s.seconds = seconds_ + (in_epoch_ ? seconds_since(epoch_t0_) - eval_seconds_ : 0.0);
+    s.loss = result_.loss;
+    s.files = std::move(*replica);
+    s.files["rng.pt"] = boundary_step_ == step_ ? boundary_rng_ : parallel::rng_to_bytes();
+    return s;
+  }
+
+ private:
   // The median and largest step of this run after its first (the first alone when it is
   // the only one): the first allocates what the others reuse.
   void step_times() {
@@ -380,6 +488,7 @@ class Training {
 
   const Hyperparameters& hp_;
   const std::atomic<bool>* stop_;
+  Recovery* recovery_;  // null: no in-place recovery
   comm::Communicator& world_;
   std::ostream& out_;
   parallel::DeviceMesh mesh_;
@@ -395,6 +504,11 @@ class Training {
   double seconds_ = 0, seconds_at_log_ = 0;  // training time so far; at the last step= line
   double eval_seconds_ = 0;                  // evaluation inside the current epoch
   bool memory_printed_ = false;
+  bool state_valid_ = false;             // the state is whole (after a resume or recovery)
+  Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_
+  bool in_epoch_ = false;
+  std::string boundary_rng_;             // the generator at the start of step boundary_step_ + 1
+  int64_t boundary_step_ = -1;
   std::vector<double> step_seconds_;         // this run's steps, wall time
   int64_t evaluated_step_ = -1;              // the step of the last evaluation
   // Step timings for the supervisor (step_profiler/step_profiler.h); active while run() runs.
@@ -410,10 +524,17 @@ class Training {
 
 TrainResult train(const Hyperparameters& hp, const config::Distribution& distribution,
                   const std::string& test_dir, comm::Communicator& world, std::ostream& out,
-                  const std::atomic<bool>* stop) {
-  Training training(hp, distribution, test_dir, world, out, stop);
-  TrainResult r = training.run();
-  return r;
+                  const std::atomic<bool>* stop, Recovery* recovery) {
+  Training training(hp, distribution, test_dir, world, out, stop, recovery);
+  try {
+    return training.run();
+  } catch (const PeerLost&) {
+    if (recovery && recovery->enabled) {
+      recovery->lost_at = std::chrono::steady_clock::now();
+      if (std::optional<Recovery::Snapshot> s = training.snapshot()) recovery->held = std::move(s);
+    }
+    throw;
+  }
 }
 
 }  // namespace heft::train

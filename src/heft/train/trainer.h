@@ -45,7 +45,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -70,6 +73,28 @@ struct TrainResult {
   double worst_step_s = 0;
 };
 
+// In-place recovery (docs/recovery.md): what a rank carries from a world that lost a peer
+// into the re-formed one. The caller (heft-train's main) keeps it across train() calls: when a
+// collective throws heft::PeerLost, train() leaves here this rank's state at its last
+// completed step (when its strategy's replica_state() has one) and rethrows; the caller
+// rejoins the next generation's world and calls train() again, which then does not resume
+// from disk: the ranks agree on the newest step any of them holds (a rank the launcher
+// restarted holds none), the lowest rank holding it broadcasts that state, and every rank
+// loads it and goes on from there. The reporting rank prints
+//   recovered: generation=G step=T source_rank=S restarted_ranks=R state_bytes=B seconds=X
+// (seconds: from this rank's loss of its peer, or its start, to the state loaded).
+struct Recovery {
+  struct Snapshot {
+    int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
+    double seconds = 0, loss = 0;
+    std::map<std::string, std::string> files;  // the strategy's replica_state() and rng.pt
+  };
+  bool enabled = false;  // HEFT_RECOVERY=in_place
+  int generation = 0;    // the world this rank is in (HEFT_GENERATION, then each rejoin's)
+  std::optional<Snapshot> held;  // this rank's state, once a world failed under it
+  std::chrono::steady_clock::time_point lost_at = std::chrono::steady_clock::now();
+};
+
 // `distribution` is resolved (config::Distribution::with_overrides): it alone sets the
 // parallelism, bf16 and activation_checkpointing. hp.data must name the directory with the task's training data; test_dir the one with its
 // held-out data (usually the same). When hp.model_dir is not empty, the strategy saves the
@@ -77,6 +102,6 @@ struct TrainResult {
 // every rank of the job.
 TrainResult train(const Hyperparameters& hp, const config::Distribution& distribution,
                   const std::string& test_dir, comm::Communicator& world, std::ostream& out,
-                  const std::atomic<bool>* stop = nullptr);
+                  const std::atomic<bool>* stop = nullptr, Recovery* recovery = nullptr);
 
 }  // namespace heft::train

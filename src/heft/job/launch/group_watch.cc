@@ -11,6 +11,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -258,6 +259,7 @@ class GroupWatch {
       const int status = w.process->wait_status();
       if (hooks_.on_exit) hooks_.on_exit(w.rank, status);
       if (shell_exit_code(status) == 0 || stopping()) continue;
+      if (recover_in_place(w, status)) continue;
       first_failure_code_ = shell_exit_code(status);
       end_.failed_rank = w.rank;
       end_.failed_wait_status = status;
@@ -274,6 +276,31 @@ class GroupWatch {
       blame_until_.reset();
       report_failure_and_stop();
     }
+  }
+
+  // A rank killed by a signal, restarted alone (WatchOptions::respawn); false when the group
+  // is to stop instead.
+  bool recover_in_place(Worker& w, int status) {
+    if (!options_.respawn || !WIFSIGNALED(status) || end_.recoveries >= options_.in_place_recoveries)
+      return false;
+    Respawned next;
+    try {
+      next = options_.respawn(w.rank);
+    } catch (const std::exception& e) {
+      std::cerr << options_.log_name << ": rank " << w.rank << " " << describe_wait_status(status)
+                << "; restarting it alone failed: " << e.what() << std::endl;
+      return false;
+    }
+    ++end_.recoveries;
+    w.process = next.process;
+    group_ = next.group;
+    std::cerr << options_.log_name << ": rank " << w.rank << " " << describe_wait_status(status)
+              << "; restarted it alone (pid " << next.process->pid() << "), the others rejoin it in generation "
+              << next.generation << " (in-place recovery " << end_.recoveries << " of "
+              << options_.in_place_recoveries << ")" << std::endl;
+    if (hooks_.on_recover)
+      hooks_.on_recover(w.rank, status, static_cast<int>(next.process->pid()), next.generation);
+    return true;
   }
 
   void report_failure_and_stop() {
@@ -341,7 +368,7 @@ class GroupWatch {
   std::vector<Worker>& workers_;
   SignalPipe& signals_;
   const comm::TcpStoreServer& store_;
-  const std::string& group_;  // the workers' world communicator ("<HEFT_JOB>/world")
+  std::string group_;  // the workers' world communicator ("<HEFT_JOB>/world", then .g<N>)
   GroupEnd end_;
   int interrupt_ = 0;           // the signal that interrupted the run, 0 if none
   int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none

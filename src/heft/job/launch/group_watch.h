@@ -55,6 +55,8 @@ struct GroupEnd {
   // Launchers that know more than an exit status say what happened here (the mpirun
   // launcher: which host was lost); "" otherwise.
   std::string failure_detail;
+  // Ranks restarted alone during this start (in-place recovery, WatchOptions::respawn).
+  int recoveries = 0;
 };
 
 // Called on the launcher's thread (never concurrently); each may be left empty.
@@ -74,6 +76,9 @@ struct LauncherHooks {
   // seen at the next tick. At most once per rank and start; ranks an engine ended without
   // their shim recording it are not reported.
   std::function<void(int rank, int wait_status)> on_exit;
+  // A rank killed by a signal was restarted alone (in-place recovery, docs/recovery.md): the
+  // new worker's pid and the generation of the world the ranks re-form. Called after on_exit.
+  std::function<void(int rank, int wait_status, int pid, int generation)> on_recover;
   // Under an engine: right after on_start, a way to read the start's store (where the ranks'
   // shims publish their system samples, worker_shim.h); an empty one when the start ended.
   // Local starts never call it (their workers are sampled from /proc).
@@ -111,12 +116,27 @@ class LineSplitter {
   std::string pending_;
 };
 
+// A rank restarted alone: its new process (owned by the launcher) and the world group the
+// ranks re-form ("<HEFT_JOB>/world.g<N>").
+struct Respawned {
+  Process* process = nullptr;
+  int generation = 0;
+  std::string group;
+};
+
 // What watch_group() needs of the launcher's options.
 struct WatchOptions {
   // Between SIGTERM (or a forwarded signal) and SIGKILL when stopping; zero: SIGKILL at once.
   std::chrono::milliseconds grace{0};
   // Leads every line the watch writes on stderr ("heft run: rank 2 exited ...").
   std::string log_name;
+  // In-place recovery: when set, a rank killed by a signal (not stopped by the watch) while no
+  // other rank has failed is restarted alone through it, at most `in_place_recoveries` times
+  // a start; the others keep running (they rejoin the new world). A rank that exits with a
+  // code, a second failure while one is being recovered, or a respawn that throws stops the
+  // group as without it.
+  std::function<Respawned(int rank)> respawn;
+  int in_place_recoveries = 0;
 };
 
 // Watches one start of a local group until every worker is reaped and says how it ended

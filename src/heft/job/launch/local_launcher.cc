@@ -94,6 +94,22 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   // workers: it says goodbye once they are reaped).
   OrphanGuard orphans(cgroup ? cgroup->kill_fd() : -1);
   std::vector<std::unique_ptr<Process>> workers;
+  // Starts rank `rank` in `generation` (0: the start's first world).
+  auto spawn_rank = [&](int rank, int generation) {
+    Environment env = worker_environment(job, rank, parent);
+    contract::HeftVariables own;
+    if (!placement[rank].empty()) own.cpus = cpu_list(placement[rank]);
+    if (options.in_place_recoveries > 0) own.recovery = "in_place";
+    if (generation > 0) own.generation = generation;
+    own.write(env);
+    SpawnOptions spawn{options.command, std::move(env),
+                       options.prefix_output || options.hooks.on_line != nullptr,
+                       placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1,
+                       /*opt_ml=*/true};
+    workers.push_back(Process::spawn(spawn));
+    orphans.watch(workers.back()->pid());  // each worker leads its own process group
+    return workers.back().get();
+  };
   for (int rank = 0; rank < world; ++rank) {
     // Ctrl-C or SIGTERM while workers are still being started: start no more; the ones
     // started are killed and reaped as `workers` goes (~Process).
@@ -104,18 +120,8 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
       end.interrupt_signal = sig;
       return end;
     }
-    SpawnOptions spawn{options.command, worker_environment(job, rank, parent),
-                       options.prefix_output || options.hooks.on_line != nullptr,
-                       placement[rank], options.worker_umask, cgroup ? cgroup->procs_fd() : -1,
-                       /*opt_ml=*/true};
-    if (!placement[rank].empty()) {
-      contract::HeftVariables bound;
-      bound.cpus = cpu_list(placement[rank]);
-      bound.write(spawn.env);
-    }
     try {
-      workers.push_back(Process::spawn(spawn));
-      orphans.watch(workers.back()->pid());  // each worker leads its own process group
+      spawn_rank(rank, 0);
     } catch (const SpawnError& e) {
       std::cerr << options.log_name << ": " << e.what() << std::endl;
       GroupEnd end = unstarted(restart_count, e.exit_code());
@@ -131,8 +137,22 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   // comm::init() names the world group after HEFT_JOB (contract::kDefaultJob when unset).
   const std::string job_name = worker_variable(options, parent, "HEFT_JOB");
   const std::string group = (job_name.empty() ? contract::kDefaultJob : job_name) + "/world";
-  GroupEnd end = watch_group(options.hooks, WatchOptions{options.grace, options.log_name},
-                             workers, signals, *store, group);
+  WatchOptions watch{options.grace, options.log_name, {}, options.in_place_recoveries};
+  int generation = 0;
+  std::unique_ptr<comm::TcpStore> publisher;  // the launcher's own client of the start's store
+  if (options.in_place_recoveries > 0)
+    watch.respawn = [&](int rank) {
+      ++generation;
+      if (!publisher) {
+        publisher = comm::TcpStore::connect(job.store_address, token, std::chrono::seconds(10));
+      }
+      const std::string g = std::to_string(generation);
+      publisher->set(contract::generation_key(job_name.empty() ? contract::kDefaultJob : job_name),
+                     comm::Bytes(g.begin(), g.end()));
+      return Respawned{spawn_rank(rank, generation), generation,
+                       contract::world_group(job_name.empty() ? contract::kDefaultJob : job_name, generation)};
+    };
+  GroupEnd end = watch_group(options.hooks, watch, workers, signals, *store, group);
   end.restart_count = restart_count;
   // What the workers left outside their groups (setsid, a daemon) was reparented here; what
   // still runs in the job's cgroup (its parent still alive) ends with it.

@@ -60,6 +60,12 @@ struct LocalLauncherOptions {
   std::string store_bind_address = "127.0.0.1";
   // Leads every line the launcher itself writes on stderr ("heft run: rank 2 exited...").
   std::string log_name = "heft run";
+  // In-place recovery (docs/recovery.md): a rank killed by a signal is started again alone,
+  // in the same store, with HEFT_GENERATION one above the last, and that generation is
+  // published under contract::generation_key(HEFT_JOB) for the others, which rejoin it; at
+  // most this many times a start (0: off, a lost rank stops the group). The workers get
+  // HEFT_RECOVERY=in_place.
+  int in_place_recoveries = 0;
   LauncherHooks hooks;
 };
 

@@ -48,7 +48,7 @@ const std::vector<std::string> kClusterKeys = {"instance_count", "processes_per_
 const std::vector<std::string> kCheckpointKeys = {"every_steps", "keep"};
 const std::vector<std::string> kStoppingKeys = {"max_runtime_s", "grace_s", "timeout_s",
                                                 "straggler_grace_s"};
-const std::vector<std::string> kRetryKeys = {"max_attempts"};
+const std::vector<std::string> kRetryKeys = {"max_attempts", "in_place"};
 const std::vector<std::string> kSpotKeys = {"enabled", "max_wait_s", "simulate"};
 const std::vector<std::string> kSimulateKeys = {"every_s", "count"};
 
@@ -445,6 +445,11 @@ class Validator {
     if (!r_.expect_map(n, "retry")) return;
     r_.check_keys(n, "retry", kRetryKeys);
     r_.get_int(n["max_attempts"], "retry.max_attempts", 1, 30, &spec_.retry.max_attempts);
+    if (present(n["in_place"]) && r_.get_bool(n["in_place"], "retry.in_place", &spec_.retry.in_place) &&
+        spec_.retry.in_place && spec_.cluster.launcher != "local")
+      r_.error("retry.in_place", n["in_place"],
+               "needs cluster.launcher: local (under " + spec_.cluster.launcher +
+                   " a lost rank still restarts the whole group from its checkpoints: docs/recovery.md)");
   }
 
   void spot(const YAML::Node& n) {

@@ -75,7 +75,13 @@ struct StoppingSpec {
 
 struct RetrySpec {
   int max_attempts = 1;  // starts of a group that keeps failing, 1 = no retry
+  // In-place recovery (docs/recovery.md): a rank killed by a signal is restarted alone and
+  // the others rejoin it, up to kInPlaceRecoveries times a start; the local launcher only.
+  bool in_place = false;
 };
+
+// The most ranks one start of a group restarts in place before a loss stops it.
+inline constexpr int kInPlaceRecoveries = 8;
 
 struct SpotSpec {
   bool enabled = false;

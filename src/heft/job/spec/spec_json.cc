@@ -53,7 +53,7 @@ nlohmann::json spec_to_json(const JobSpec& spec) {
         {"grace_s", spec.stopping.grace_s},
         {"timeout_s", spec.stopping.timeout_s},
         {"straggler_grace_s", spec.stopping.straggler_grace_s}}},
-      {"retry", {{"max_attempts", spec.retry.max_attempts}}},
+      {"retry", {{"max_attempts", spec.retry.max_attempts}, {"in_place", spec.retry.in_place}}},
       {"spot",
        {{"enabled", spec.spot.enabled},
         {"max_wait_s", spec.spot.max_wait_s},
