@@ -67,6 +67,7 @@ class DataParallel : public MeshStrategy {
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_);
   }
   // Every rank holds the replica (of its tensor slice: none is whole with tensor parallelism).
+  bool replicated_state() const override { return tensor_.size == 1; }
   std::optional<std::map<std::string, std::string>> replica_state() override {
     if (tensor_.size > 1) return std::nullopt;
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, /*replicate_rank=*/0, tensor_);

@@ -286,9 +286,9 @@ heft::train::TrainResult train_recovering(const heft::train::Hyperparameters& hp
     try {
       return heft::train::train(hp, distribution, test_dir, *world.comm, std::cout, &g_stop, &recovery);
     } catch (const heft::PeerLost& e) {
-      if (!recovery.enabled || !recovery.held) throw;
+      if (!recovery.enabled || !recovery.holds()) throw;
       std::cerr << "heft-train: rank " << world.comm->rank() << ": " << e.what()
-                << "; holding step " << recovery.held->step << ", waiting for the restarted rank\n";
+                << "; holding step " << recovery.newest() << ", waiting for the restarted rank\n";
       const heft::comm::CommunicatorOptions options = heft::comm::CommunicatorOptions::from_env();
       const int next = heft::comm::wait_for_generation(*world.store, recovery.generation, options.timeout, &g_stop);
       if (next < 0) throw;  // stopped while waiting: the launcher gave up on recovering in place

@@ -98,6 +98,8 @@ class Strategy {
   // survivor's). nullopt where a rank's part is its own, which no survivor holds (sharded,
   // tensor, pipeline: they need a buddy's copy, not kept yet). Local: no collective.
   virtual std::optional<std::map<std::string, std::string>> replica_state() { return std::nullopt; }
+  // Whether replica_state() has a state (the same answer on every rank of a run).
+  virtual bool replicated_state() const { return false; }
   // Lines about the strategy's own work for the end of a run (may be empty): a pipeline
   // stage's busy share of its steps.
   virtual std::string summary() const { return ""; }

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,6 +95,41 @@ std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMe
   return model;
 }
 
+// A rank's training state at a step boundary, for in-place recovery: the position and the
+// strategy's files, packed as CBOR (binary files in place).
+struct State {
+  int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
+  double seconds = 0, loss = 0;
+  std::map<std::string, std::string> files;
+};
+
+std::string pack(const State& s) {
+  nlohmann::json j = {{"step", s.step},       {"epoch", s.epoch},     {"next_batch", s.next_batch},
+                      {"samples", s.samples}, {"seconds", s.seconds}, {"loss", s.loss}};
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [name, bytes] : s.files)
+    files[name] = nlohmann::json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  j["files"] = std::move(files);
+  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
+  return std::string(cbor.begin(), cbor.end());
+}
+
+State unpack(const std::string& blob) {
+  const nlohmann::json j = nlohmann::json::from_cbor(blob.begin(), blob.end());
+  State s;
+  s.step = j.at("step").get<int64_t>();
+  s.epoch = j.at("epoch").get<int64_t>();
+  s.next_batch = j.at("next_batch").get<int64_t>();
+  s.samples = j.at("samples").get<int64_t>();
+  s.seconds = j.at("seconds").get<double>();
+  s.loss = j.at("loss").is_number() ? j.at("loss").get<double>() : std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [name, value] : j.at("files").items()) {
+    const std::vector<uint8_t>& b = value.get_binary();
+    s.files[name] = std::string(b.begin(), b.end());
+  }
+  return s;
+}
+
 // One run of train(): the mesh, the task, the strategy and what the loop counts. The rank
 // the strategy names prints.
 class Training {
@@ -122,8 +158,12 @@ class Training {
 
   TrainResult run() {
     print_layout();
-    if (recovery_ && recovery_->generation > 0) recover();
-    else if (!hp_.checkpoint_dir.empty()) resume();
+    if (recovery_ && recovery_->generation > 0) {
+      recover();
+    } else {
+      if (!hp_.checkpoint_dir.empty()) resume();
+      refresh_buddy();  // copies of the first state, before the first step
+    }
     state_valid_ = true;
     world_.barrier();  // start the clock together
     train_epochs();
@@ -179,10 +219,13 @@ class Training {
           return b;
         }();
         const double lr = learning_rate(optimizer_config_, step_);
+        in_step_ = true;
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
         epoch_ = epoch;  // the position after this step, before any other collective
         next_batch_ = i + 1;
+        in_step_ = false;
+        refresh_buddy();
         step_seconds_.push_back(seconds_since(step_start));
         samples_ += batch.samples;
         if (!memory_printed_) print_memory();
@@ -214,12 +257,18 @@ class Training {
     }
   }
 
-  // In-place recovery, in the re-formed world (Recovery in trainer.h): every rank says the
-  // newest step it holds (-1: restarted, none), the lowest rank holding the newest sends
-  // that state to all, and every rank's freshly built strategy loads it.
+  // In-place recovery, in the re-formed world (Recovery in trainer.h).
   void recover() {
+    if (replicated_) recover_replica();
+    else recover_parts();
+  }
+
+  // Data parallel: every rank says the newest step it holds (-1: restarted, none), the lowest
+  // rank holding the newest sends that state to all, and every rank's freshly built strategy
+  // loads it.
+  void recover_replica() {
     const int n = world_.size();
-    const int64_t mine = recovery_->held ? recovery_->held->step : -1;
+    const int64_t mine = recovery_->newest();
     std::vector<int64_t> held(static_cast<size_t>(n));
     world_.allgather(&mine, held.data(), 1, comm::DataType::i64);
     int64_t target = -1;
@@ -231,30 +280,122 @@ class Training {
         source = r;
       }
     }
-    if (source < 0) {  // nobody holds a state: as a start
-      if (strategy_->reports()) print("recover: no rank holds a state; starting as a new run");
-      if (!hp_.checkpoint_dir.empty()) resume();
-      return;
-    }
+    if (source < 0) throw Error("in-place recovery: no rank holds a state; the group restarts from its checkpoints");
     std::string blob;
-    if (world_.rank() == source) blob = pack(*recovery_->held);
+    if (world_.rank() == source) blob = recovery_->own.back().blob;
     int64_t bytes = static_cast<int64_t>(blob.size());
     world_.broadcast(&bytes, 1, comm::DataType::i64, source);
     blob.resize(static_cast<size_t>(bytes));
     world_.broadcast(blob.data(), blob.size(), comm::DataType::u8, source);
-    Recovery::Snapshot got = unpack(blob);
+    State got = unpack(blob);
     const std::string where = "in-place recovery (rank " + std::to_string(source) + "'s state at step " +
                               std::to_string(target) + ")";
     const std::string rng = got.files.at("rng.pt");
     got.files.erase("rng.pt");
     strategy_->load_state({got.files}, where);
     parallel::rng_from_bytes(rng, where + ": rng.pt");
+    take_position(got);
+    report_recovery(source, restarted, bytes);
+  }
+
+  // Every other strategy: the newest step whose every part is held (a restarted rank's by its
+  // buddy), the restarted ranks' parts from their buddies, then every part to every rank.
+  void recover_parts() {
+    const int n = world_.size();
+    constexpr int kFields = 5;  // own steps (2), kept steps (2), holds a state (0/1)
+    std::array<int64_t, kFields> mine{-1, -1, -1, -1, recovery_->holds() ? 1 : 0};
+    for (size_t i = 0; i < recovery_->own.size() && i < 2; ++i) mine[i] = recovery_->own[recovery_->own.size() - 1 - i].step;
+    for (size_t i = 0; i < recovery_->kept.size() && i < 2; ++i)
+      mine[2 + i] = recovery_->kept[recovery_->kept.size() - 1 - i].step;
+    std::vector<int64_t> all(static_cast<size_t>(n * kFields));
+    world_.allgather(mine.data(), all.data(), kFields, comm::DataType::i64);
+    const auto field = [&](int r, int f) { return all[static_cast<size_t>(r * kFields + f)]; };
+    // The steps rank x's part can be had at: its own, or (restarted) its buddy's copies.
+    const auto available = [&](int x, int64_t step) {
+      if (field(x, 4)) return step == field(x, 0) || step == field(x, 1);
+      const int h = holder_of(x);
+      return field(h, 4) != 0 && (step == field(h, 2) || step == field(h, 3));
+    };
+    int64_t target = -1;
+    int restarted = 0;
+    for (int x = 0; x < n; ++x) restarted += field(x, 4) ? 0 : 1;
+    for (int x = 0; x < n; ++x)
+      for (int f = 0; f < 4; ++f) {
+        const int64_t step = field(x, f);
+        if (step <= target) continue;
+        bool everyone = true;
+        for (int y = 0; y < n && everyone; ++y) everyone = available(y, step);
+        if (everyone) target = step;
+      }
+    if (target < 0) {
+      std::string lost;
+      for (int x = 0; x < n; ++x)
+        if (!field(x, 4)) lost += (lost.empty() ? "" : ", ") + std::to_string(x) + " (buddy rank " + std::to_string(holder_of(x)) + ")";
+      throw Error("in-place recovery: no step whose every part is held in memory (restarted ranks: " + lost +
+                  "); the group restarts from its checkpoints");
+    }
+    const auto find = [target](const std::vector<Recovery::Copy>& copies) -> const std::string& {
+      for (const Recovery::Copy& c : copies)
+        if (c.step == target) return c.blob;
+      throw Error("in-place recovery: no copy at step " + std::to_string(target));
+    };
+    // A restarted rank's part from its buddy: sizes, then bytes.
+    const int me = world_.rank();
+    std::string part;
+    if (recovery_->holds()) part = find(recovery_->own);
+    const int source = source_of(me);
+    const bool give = !field(source, 4) && recovery_->holds();
+    const bool take = !recovery_->holds();
+    int64_t give_bytes = 0, take_bytes = 0;
+    std::vector<comm::P2POp> ops;
+    const std::string* given = give ? &find(recovery_->kept) : nullptr;
+    if (give) {
+      give_bytes = static_cast<int64_t>(given->size());
+      ops.push_back(comm::P2POp::send(&give_bytes, 1, comm::DataType::i64, source));
+    }
+    if (take) ops.push_back(comm::P2POp::recv(&take_bytes, 1, comm::DataType::i64, holder_of(me)));
+    if (!ops.empty()) world_.exchange(ops);
+    ops.clear();
+    if (take) part.resize(static_cast<size_t>(take_bytes));
+    if (give) ops.push_back(comm::P2POp::send(given->data(), given->size(), comm::DataType::u8, source));
+    if (take) ops.push_back(comm::P2POp::recv(part.data(), part.size(), comm::DataType::u8, holder_of(me)));
+    if (!ops.empty()) world_.exchange(ops);
+    // Every part to every rank: the checkpoint's reader takes them all.
+    const int64_t my_bytes = static_cast<int64_t>(part.size());
+    std::vector<int64_t> sizes(static_cast<size_t>(n));
+    world_.allgather(&my_bytes, sizes.data(), 1, comm::DataType::i64);
+    const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
+    part.resize(static_cast<size_t>(widest));
+    std::string every(static_cast<size_t>(widest * n), '\0');
+    world_.allgather(part.data(), every.data(), static_cast<size_t>(widest), comm::DataType::u8);
+    std::vector<std::map<std::string, std::string>> parts;
+    std::optional<State> first;
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      State s = unpack(every.substr(static_cast<size_t>(r * widest), static_cast<size_t>(sizes[r])));
+      total += sizes[r];
+      if (!first) first = s;
+      s.files.erase("rng.pt");
+      parts.push_back(std::move(s.files));
+    }
+    const std::string where = "in-place recovery (the parts at step " + std::to_string(target) + ")";
+    strategy_->load_state(parts, where);
+    parallel::rng_from_bytes(first->files.at("rng.pt"), where + ": rng.pt");
+    take_position(*first);
+    report_recovery(-1, restarted, total);
+    refresh_buddy();  // the re-formed world holds copies at once
+  }
+
+  void take_position(const State& got) {
     step_ = got.step;
     epoch_ = got.epoch;
     next_batch_ = got.next_batch;
     samples_ = samples_at_log_ = got.samples;
     seconds_ = seconds_at_log_ = got.seconds;
     result_.loss = got.loss;
+  }
+
+  void report_recovery(int source, int restarted, int64_t bytes) {
     const double took = std::chrono::duration<double>(Clock::now() - recovery_->lost_at).count();
     if (strategy_->reports())
       print("recovered: generation=%d step=%lld source_rank=%d restarted_ranks=%d state_bytes=%lld seconds=%.2f",
@@ -262,54 +403,75 @@ class Training {
             static_cast<long long>(bytes), took);
   }
 
-  static std::string pack(const Recovery::Snapshot& s) {
-    nlohmann::json j = {{"step", s.step},       {"epoch", s.epoch},     {"next_batch", s.next_batch},
-                        {"samples", s.samples}, {"seconds", s.seconds}, {"loss", s.loss}};
-    nlohmann::json files = nlohmann::json::object();
-    for (const auto& [name, bytes] : s.files)
-      files[name] = nlohmann::json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
-    j["files"] = std::move(files);
-    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
-    return std::string(cbor.begin(), cbor.end());
+  // Buddies: the rank that keeps rank r's copies, and the rank whose copies r keeps. Another
+  // host's rank where there are several (LOCAL_WORLD_SIZE below WORLD_SIZE), else the next.
+  int holder_of(int r) const { return (r + buddy_shift_) % world_.size(); }
+  int source_of(int r) const { return (r - buddy_shift_ + world_.size()) % world_.size(); }
+
+  static int buddy_shift(int world) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int per_host = local ? std::atoi(local) : world;
+    return per_host > 0 && per_host < world ? per_host : 1;
   }
 
-  static Recovery::Snapshot unpack(const std::string& blob) {
-    const nlohmann::json j = nlohmann::json::from_cbor(blob.begin(), blob.end());
-    Recovery::Snapshot s;
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.next_batch = j.at("next_batch").get<int64_t>();
-    s.samples = j.at("samples").get<int64_t>();
-    s.seconds = j.at("seconds").get<double>();
-    s.loss = j.at("loss").get<double>();
-    for (const auto& [name, value] : j.at("files").items()) {
-      const std::vector<uint8_t>& b = value.get_binary();
-      s.files[name] = std::string(b.begin(), b.end());
-    }
-    return s;
-  }
-
- public:
-  // This rank's state at its last completed step, for an in-place recovery; nullopt when it
-  // has none that a re-formed world could take (a strategy whose parts are the ranks' own, or
-  // a failure before the state was whole).
-  std::optional<Recovery::Snapshot> snapshot() {
-    if (!state_valid_) return std::nullopt;
-    std::optional<std::map<std::string, std::string>> replica = strategy_->replica_state();
-    if (!replica) return std::nullopt;
-    Recovery::Snapshot s;
+  // This rank's state now (a step boundary): the strategy's files (its part, or with
+  // `replica` the whole replica) and the generator.
+  State current_state(bool replica) {
+    State s;
     s.step = step_;
     s.epoch = epoch_;
     s.next_batch = next_batch_;
     s.samples = samples_;
     s.seconds = seconds_ + (in_epoch_ ? seconds_since(epoch_t0_) - eval_seconds_ : 0.0);
     s.loss = result_.loss;
-    s.files = std::move(*replica);
+    s.files = replica ? *strategy_->replica_state() : strategy_->state();
     s.files["rng.pt"] = boundary_step_ == step_ ? boundary_rng_ : parallel::rng_to_bytes();
     return s;
   }
 
+  static void keep_two(std::vector<Recovery::Copy>& copies, Recovery::Copy c) {
+    copies.push_back(std::move(c));
+    if (copies.size() > 2) copies.erase(copies.begin());
+  }
+
+  // Buddies, at a step boundary: this rank's part to its holder, its source's part kept.
+  void refresh_buddy() {
+    if (!buddies_) return;
+    auto timed = profiler_.phase(profile::Phase::kCommunication);
+    Recovery::Copy mine{step_, pack(current_state(false))};
+    const int to = holder_of(world_.rank()), from = source_of(world_.rank());
+    int64_t out[2] = {static_cast<int64_t>(mine.blob.size()), step_};
+    int64_t in[2] = {0, -1};
+    world_.exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
+                     comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
+    Recovery::Copy theirs{in[1], std::string(static_cast<size_t>(in[0]), '\0')};
+    world_.exchange({comm::P2POp::send(mine.blob.data(), mine.blob.size(), comm::DataType::u8, to),
+                     comm::P2POp::recv(theirs.blob.data(), theirs.blob.size(), comm::DataType::u8, from)});
+    keep_two(own_copies_, std::move(mine));
+    keep_two(kept_copies_, std::move(theirs));
+    buddy_bytes_ += out[0];
+  }
+
+ public:
+  // After a lost peer: what this rank holds goes into the Recovery (nothing changes there when
+  // its state was not whole: a failure while a recovery loaded it keeps the previous world's).
+  void keep_for_recovery() {
+    if (!state_valid_) return;
+    if (replicated_) {
+      recovery_->own = {Recovery::Copy{step_, pack(current_state(true))}};
+      recovery_->kept.clear();
+      return;
+    }
+    std::vector<Recovery::Copy> own = own_copies_;
+    // Between steps the live part is whole; inside one it may be half updated.
+    if (!in_step_ && (own.empty() || own.back().step < step_))
+      keep_two(own, Recovery::Copy{step_, pack(current_state(false))});
+    recovery_->own = std::move(own);
+    recovery_->kept = kept_copies_;
+  }
+
  private:
+
   // The median and largest step of this run after its first (the first alone when it is
   // the only one): the first allocates what the others reuse.
   void step_times() {
@@ -505,6 +667,13 @@ class Training {
   double eval_seconds_ = 0;                  // evaluation inside the current epoch
   bool memory_printed_ = false;
   bool state_valid_ = false;             // the state is whole (after a resume or recovery)
+  bool in_step_ = false;                 // inside strategy_->step(): a part may be half updated
+  const bool replicated_ = strategy_->replicated_state();
+  // In-place recovery with buddies (not data parallel): the copies this rank holds.
+  const bool buddies_ = recovery_ && recovery_->enabled && world_.size() > 1 && !replicated_;
+  const int buddy_shift_ = buddy_shift(world_.size());
+  std::vector<Recovery::Copy> own_copies_, kept_copies_;
+  int64_t buddy_bytes_ = 0;              // sent to the holder, in all
   Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_
   bool in_epoch_ = false;
   std::string boundary_rng_;             // the generator at the start of step boundary_step_ + 1
@@ -531,7 +700,7 @@ TrainResult train(const Hyperparameters& hp, const config::Distribution& distrib
   } catch (const PeerLost&) {
     if (recovery && recovery->enabled) {
       recovery->lost_at = std::chrono::steady_clock::now();
-      if (std::optional<Recovery::Snapshot> s = training.snapshot()) recovery->held = std::move(s);
+      training.keep_for_recovery();
     }
     throw;
   }

@@ -51,6 +51,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "heft/comm/communicator.h"
 #include "heft/config/distribution.h"
@@ -75,24 +76,35 @@ struct TrainResult {
 
 // In-place recovery (docs/recovery.md): what a rank carries from a world that lost a peer
 // into the re-formed one. The caller (heft-train's main) keeps it across train() calls: when a
-// collective throws heft::PeerLost, train() leaves here this rank's state at its last
-// completed step (when its strategy's replica_state() has one) and rethrows; the caller
-// rejoins the next generation's world and calls train() again, which then does not resume
-// from disk: the ranks agree on the newest step any of them holds (a rank the launcher
-// restarted holds none), the lowest rank holding it broadcasts that state, and every rank
-// loads it and goes on from there. The reporting rank prints
+// collective throws heft::PeerLost, train() leaves here the states this rank holds and
+// rethrows; the caller rejoins the next generation's world and calls train() again, which
+// then does not resume from disk:
+//  - data parallel (Strategy::replicated_state): every rank's replica is a whole state; the
+//    ranks agree on the newest step any holds (a restarted rank holds none), the lowest rank
+//    holding it broadcasts it;
+//  - every other strategy (sharded, hybrid, tensor, pipeline: each rank's part is its own): each
+//    rank sends its part to a buddy on another host (rank + LOCAL_WORLD_SIZE, or the next rank
+//    on one host) at the end of every step and keeps its own; the ranks agree on the newest
+//    step for which every part is held (a restarted rank's by its buddy), the buddy hands the
+//    restarted rank its part, and every rank loads all the parts (the checkpoint's reader).
+//    When no such step exists (the buddy was lost too), every rank fails with a message
+//    saying so and the launcher restarts the group from its checkpoints.
+// The reporting rank prints
 //   recovered: generation=G step=T source_rank=S restarted_ranks=R state_bytes=B seconds=X
-// (seconds: from this rank's loss of its peer, or its start, to the state loaded).
+// (seconds: from this rank's loss of its peer, or its start, to the state loaded; source_rank
+// -1 with buddies).
 struct Recovery {
-  struct Snapshot {
-    int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
-    double seconds = 0, loss = 0;
-    std::map<std::string, std::string> files;  // the strategy's replica_state() and rng.pt
+  struct Copy {
+    int64_t step = -1;
+    std::string blob;  // the state at `step`, packed (trainer.cc)
   };
   bool enabled = false;  // HEFT_RECOVERY=in_place
   int generation = 0;    // the world this rank is in (HEFT_GENERATION, then each rejoin's)
-  std::optional<Snapshot> held;  // this rank's state, once a world failed under it
+  std::vector<Copy> own;   // this rank's states at completed steps, oldest first
+  std::vector<Copy> kept;  // its buddy-source's parts (buddies only), oldest first
   std::chrono::steady_clock::time_point lost_at = std::chrono::steady_clock::now();
+  bool holds() const { return !own.empty(); }
+  int64_t newest() const { return own.empty() ? -1 : own.back().step; }
 };
 
 // `distribution` is resolved (config::Distribution::with_overrides): it alone sets the
