@@ -27,6 +27,16 @@ int env_int(const char* name) {
   return static_cast<int>(x);
 }
 
+namespace {
+
+// Every rank of generation `generation` joined (Communicator::create returned): say so.
+void mark_formed(Store& store, const std::string& job, int generation) {
+  const std::string g = std::to_string(generation);
+  store.set(contract::formed_key(job), Bytes(g.begin(), g.end()));
+}
+
+}  // namespace
+
 World init() { return init(CommunicatorOptions::from_env()); }
 
 World init(const CommunicatorOptions& options) {
@@ -44,8 +54,9 @@ World init(const CommunicatorOptions& options) {
   if (!knob_value("HEFT_BIND_ADDRESS")) o.bind_address = store->local_address();
   World w;
   w.store = store;
-  w.comm = Communicator::create(store, contract::world_group(job.job_name(), job.generation.value_or(0)),
-                                rank, size, o);
+  const int generation = job.generation.value_or(0);
+  w.comm = Communicator::create(store, contract::world_group(job.job_name(), generation), rank, size, o);
+  if (generation > 0) mark_formed(*store, job.job_name(), generation);
   return w;
 }
 
@@ -74,9 +85,9 @@ void rejoin(World& w, int generation, const CommunicatorOptions& options) {
   if (!knob_value("HEFT_BIND_ADDRESS")) {
     if (const auto* tcp = dynamic_cast<const TcpStore*>(w.store.get())) o.bind_address = tcp->local_address();
   }
-  w.comm = Communicator::create(
-      w.store, contract::world_group(contract::HeftVariables::from_process().job_name(), generation), rank,
-      size, o);
+  const std::string job = contract::HeftVariables::from_process().job_name();
+  w.comm = Communicator::create(w.store, contract::world_group(job, generation), rank, size, o);
+  mark_formed(*w.store, job, generation);
 }
 
 }  // namespace heft::comm

@@ -276,6 +276,8 @@ std::string world_group(const std::string& job, int generation) {
 
 std::string generation_key(const std::string& job) { return job + "/generation"; }
 
+std::string formed_key(const std::string& job) { return job + "/generation.formed"; }
+
 std::string heft_home() {
   const char* home = std::getenv("HEFT_HOME");
   if (home != nullptr && *home != '\0') return home;

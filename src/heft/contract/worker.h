@@ -83,6 +83,9 @@ std::string world_group(const std::string& job, int generation);
 // The store key under which the launcher publishes the generation the workers of `job` are
 // to join next (its value: the decimal number), once it has restarted a lost rank.
 std::string generation_key(const std::string& job);
+// The store key under which a rank that has joined generation N's world (every rank has)
+// records N, so the launcher knows the group re-formed.
+std::string formed_key(const std::string& job);
 
 // heft's home: $HEFT_HOME when set and non-empty, else $HOME/.heft (the password database's
 // home when HOME is unset, /tmp without one). The job database, the jobs and comm's record of

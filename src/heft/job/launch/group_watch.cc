@@ -180,6 +180,12 @@ Hung find_hung_rank(const comm::TcpStoreServer& store, const std::string& group,
 // the terms.
 class GroupWatch {
  public:
+  // A rank lost in the settle window of an in-place recovery, and its waitpid() status.
+  struct Pending {
+    Worker* worker;
+    int status;
+  };
+
   GroupWatch(const LauncherHooks& hooks, const WatchOptions& options, std::vector<Worker>& workers,
              SignalPipe& signals, const comm::TcpStoreServer& store, const std::string& group)
       : hooks_(hooks), options_(options), workers_(workers), signals_(signals), store_(store),
@@ -192,6 +198,7 @@ class GroupWatch {
       for (int sig : signals_.take())
         if (sig != SIGCHLD) on_interrupt(sig);
       reap_exited();
+      if (recover_at_ && Clock::now() >= *recover_at_) restart_pending();
       if (kill_deadline_ && Clock::now() >= *kill_deadline_) kill_after_grace();
       if (hooks_.on_tick && Clock::now() >= next_tick && running() > 0) {
         next_tick = Clock::now() + hooks_.tick;
@@ -224,6 +231,7 @@ class GroupWatch {
     if (kill_deadline_) timeout = std::min(timeout, comm::tcp::millis_left(*kill_deadline_));
     if (next_tick) timeout = std::min(timeout, comm::tcp::millis_left(*next_tick));
     if (blame_until_) timeout = std::min(timeout, comm::tcp::millis_left(*blame_until_));
+    if (recover_at_) timeout = std::min(timeout, comm::tcp::millis_left(*recover_at_));
     if (::poll(fds.data(), fds.size(), std::max(timeout, 0)) <= 0) return;
     for (Worker& w : workers_) read_output(w, false);
   }
@@ -278,29 +286,62 @@ class GroupWatch {
     }
   }
 
-  // A rank killed by a signal, restarted alone (WatchOptions::respawn); false when the group
-  // is to stop instead.
+  // A rank killed by a signal, to be restarted alone (WatchOptions::respawn) once the ranks
+  // lost with it are in; false when the group is to stop instead.
   bool recover_in_place(Worker& w, int status) {
-    if (!options_.respawn || !WIFSIGNALED(status) || end_.recoveries >= options_.in_place_recoveries)
+    if (!options_.respawn || !WIFSIGNALED(status) ||
+        end_.recoveries + static_cast<int>(pending_.size()) >= options_.in_place_recoveries)
       return false;
-    Respawned next;
-    try {
-      next = options_.respawn(w.rank);
-    } catch (const std::exception& e) {
+    if (pending_.empty() && generation_ > 0 && options_.formed && options_.formed() < generation_) {
       std::cerr << options_.log_name << ": rank " << w.rank << " " << describe_wait_status(status)
-                << "; restarting it alone failed: " << e.what() << std::endl;
+                << " while the group re-forms generation " << generation_ << "; no in-place recovery" << std::endl;
       return false;
     }
-    ++end_.recoveries;
-    w.process = next.process;
-    group_ = next.group;
-    std::cerr << options_.log_name << ": rank " << w.rank << " " << describe_wait_status(status)
-              << "; restarted it alone (pid " << next.process->pid() << "), the others rejoin it in generation "
-              << next.generation << " (in-place recovery " << end_.recoveries << " of "
-              << options_.in_place_recoveries << ")" << std::endl;
-    if (hooks_.on_recover)
-      hooks_.on_recover(w.rank, status, static_cast<int>(next.process->pid()), next.generation);
+    pending_.push_back(Pending{&w, status});
+    if (!recover_at_) recover_at_ = Clock::now() + kRecoverySettle;
     return true;
+  }
+
+  // The ranks lost in the settle window, restarted in one generation.
+  void restart_pending() {
+    recover_at_.reset();
+    std::vector<Pending> lost;
+    lost.swap(pending_);
+    if (stopping()) return;  // a failure came meanwhile: the stop ends them all
+    for (const Worker& w : workers_)
+      if (w.process->reaped() && shell_exit_code(w.process->wait_status()) == 0) {
+        // The others are finishing: nobody would rejoin a restarted rank.
+        std::cerr << options_.log_name << ": rank " << lost.front().worker->rank << " "
+                  << describe_wait_status(lost.front().status) << " after rank " << w.rank
+                  << " finished; no in-place recovery" << std::endl;
+        fail_with(lost.front());
+        return;
+      }
+    try {
+      options_.publish(++generation_);
+      group_ = group_.substr(0, group_.rfind("/world")) + "/world.g" + std::to_string(generation_);
+      for (Pending& p : lost) {
+        p.worker->process = options_.respawn(p.worker->rank, generation_);
+        ++end_.recoveries;
+        std::cerr << options_.log_name << ": rank " << p.worker->rank << " " << describe_wait_status(p.status)
+                  << "; restarted it alone (pid " << p.worker->process->pid()
+                  << "), the others rejoin it in generation " << generation_ << " (in-place recovery "
+                  << end_.recoveries << " of " << options_.in_place_recoveries << ")" << std::endl;
+        if (hooks_.on_recover)
+          hooks_.on_recover(p.worker->rank, p.status, static_cast<int>(p.worker->process->pid()), generation_);
+      }
+    } catch (const std::exception& e) {
+      std::cerr << options_.log_name << ": restarting rank " << lost.front().worker->rank
+                << " alone failed: " << e.what() << "; stopping the group" << std::endl;
+      fail_with(lost.front());
+    }
+  }
+
+  void fail_with(const Pending& p) {
+    first_failure_code_ = shell_exit_code(p.status);
+    end_.failed_rank = p.worker->rank;
+    end_.failed_wait_status = p.status;
+    stop(SIGTERM);
   }
 
   void report_failure_and_stop() {
@@ -374,6 +415,11 @@ class GroupWatch {
   int first_failure_code_ = 0;  // exit code of the first failing worker, 0 if none
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Clock::time_point> blame_until_;  // a timed-out rank failed; others may vote
+  // In-place recovery: the ranks lost in the settle window (restarted at recover_at_), and
+  // the generation last published.
+  std::vector<Pending> pending_;
+  std::optional<Clock::time_point> recover_at_;
+  int generation_ = 0;
 };
 
 }  // namespace

@@ -116,28 +116,27 @@ class LineSplitter {
   std::string pending_;
 };
 
-// A rank restarted alone: its new process (owned by the launcher) and the world group the
-// ranks re-form ("<HEFT_JOB>/world.g<N>").
-struct Respawned {
-  Process* process = nullptr;
-  int generation = 0;
-  std::string group;
-};
-
 // What watch_group() needs of the launcher's options.
 struct WatchOptions {
   // Between SIGTERM (or a forwarded signal) and SIGKILL when stopping; zero: SIGKILL at once.
   std::chrono::milliseconds grace{0};
   // Leads every line the watch writes on stderr ("heft run: rank 2 exited ...").
   std::string log_name;
-  // In-place recovery: when set, a rank killed by a signal (not stopped by the watch) while no
-  // other rank has failed is restarted alone through it, at most `in_place_recoveries` times
-  // a start; the others keep running (they rejoin the new world). A rank that exits with a
-  // code, a second failure while one is being recovered, or a respawn that throws stops the
-  // group as without it.
-  std::function<Respawned(int rank)> respawn;
+  // In-place recovery (docs/recovery.md): when set, a rank killed by a signal (not stopped by
+  // the watch) is restarted alone, at most `in_place_recoveries` times a start, while the others
+  // keep running and rejoin it. Ranks lost within kRecoverySettle of each other (a host) are
+  // restarted together: `publish(g)` once with the next generation g, then `respawn(rank, g)`
+  // for each (the new process, owned by the launcher). A rank that exits with a code, a loss
+  // while the previous generation has not formed yet (`formed()` below it), or a publish or
+  // respawn that throws stops the group as without it.
+  std::function<void(int generation)> publish;
+  std::function<Process*(int rank, int generation)> respawn;
+  std::function<int()> formed;
   int in_place_recoveries = 0;
 };
+
+// How long the watch waits after a rank is lost for others lost with it (in-place recovery).
+inline constexpr std::chrono::milliseconds kRecoverySettle{100};
 
 // Watches one start of a local group until every worker is reaped and says how it ended
 // (restart_count left 0: the caller's to set). `workers[r]` is rank r, started; when its

@@ -137,21 +137,21 @@ GroupEnd run_once(const LocalLauncherOptions& options, SignalPipe& signals, int 
   // comm::init() names the world group after HEFT_JOB (contract::kDefaultJob when unset).
   const std::string job_name = worker_variable(options, parent, "HEFT_JOB");
   const std::string group = (job_name.empty() ? contract::kDefaultJob : job_name) + "/world";
-  WatchOptions watch{options.grace, options.log_name, {}, options.in_place_recoveries};
-  int generation = 0;
+  WatchOptions watch{options.grace, options.log_name, {}, {}, {}, options.in_place_recoveries};
   std::unique_ptr<comm::TcpStore> publisher;  // the launcher's own client of the start's store
-  if (options.in_place_recoveries > 0)
-    watch.respawn = [&](int rank) {
-      ++generation;
-      if (!publisher) {
-        publisher = comm::TcpStore::connect(job.store_address, token, std::chrono::seconds(10));
-      }
+  const std::string job_key = job_name.empty() ? contract::kDefaultJob : job_name;
+  if (options.in_place_recoveries > 0) {
+    watch.publish = [&](int generation) {
+      if (!publisher) publisher = comm::TcpStore::connect(job.store_address, token, std::chrono::seconds(10));
       const std::string g = std::to_string(generation);
-      publisher->set(contract::generation_key(job_name.empty() ? contract::kDefaultJob : job_name),
-                     comm::Bytes(g.begin(), g.end()));
-      return Respawned{spawn_rank(rank, generation), generation,
-                       contract::world_group(job_name.empty() ? contract::kDefaultJob : job_name, generation)};
+      publisher->set(contract::generation_key(job_key), comm::Bytes(g.begin(), g.end()));
     };
+    watch.respawn = [&](int rank, int generation) { return spawn_rank(rank, generation); };
+    watch.formed = [&] {
+      const std::optional<std::string> v = store->peek(contract::formed_key(job_key));
+      return v ? std::atoi(v->c_str()) : 0;
+    };
+  }
   GroupEnd end = watch_group(options.hooks, watch, workers, signals, *store, group);
   end.restart_count = restart_count;
   // What the workers left outside their groups (setsid, a daemon) was reparented here; what
