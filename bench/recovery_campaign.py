@@ -16,7 +16,10 @@ the kill goes to the worker whose environment has the job's HEFT_JOB and the cho
 
     .venv/bin/python bench/recovery_campaign.py [--trials 5] [--strategies ddp,sharded]
         [--steps 300] [--every 100] [--kill-from 120] [--kill-to 280] [--seed 1]
-        [--in-place] [--buddy-too] [--plain-once]
+        [--in-place] [--buddy-too] [--plain-once] [--overhead N]
+With --overhead N: no kills; N pairs of undisturbed runs per strategy, retry.in_place off and on
+in turn, and the median step time of each (heft-train's step_time line): what keeping the
+buddies' copies costs a step.
 Prints the machine (CPU, memcpy GB/s), every trial, then per strategy the median and worst.
 """
 import argparse
@@ -34,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEFT = os.path.join(ROOT, "build", "heft")
 STEP = re.compile(r"^\[rank 0\] step=(\d+) .*loss=(\S+)")
 RECOVERED = re.compile(r"^\[rank 0\] recovered: generation=\d+ step=(\d+)")
+STEP_TIME = re.compile(r"^\[rank 0\] step_time: median_s=(\S+) worst_s=(\S+)")
 STARTS = re.compile(r"Completed after .* (\d+) starts?,")
 FINAL = re.compile(r"^\[rank 0\] final: step=(\d+) loss=(\S+)")
 
@@ -109,11 +113,32 @@ def run(home, path, job, kill_after=None, kill_ranks=()):
         f = FINAL.match(line)
         if f:
             out["final"] = f[2]
+        t = STEP_TIME.match(line)
+        if t:
+            out["step_s"] = float(t[1])
     p.wait()
     out["orphans"] = sum(1 for r in range(4) if rank_pid(job, r))
     out["seconds"] = time.monotonic() - start
     out["code"] = p.returncode
     return out
+
+
+def overhead(a):
+    print("# strategy pair step_s_off step_s_on on/off", flush=True)
+    with tempfile.TemporaryDirectory(prefix="heft-recovery-") as tmp:
+        for strategy in a.strategies.split(","):
+            ratios = []
+            for t in range(a.overhead):
+                step = {}
+                for on in (False, True):
+                    name = f"{'on' if on else 'off'}-{strategy}-{t}"
+                    r = run(os.path.join(tmp, name), spec(tmp, name, strategy, a.steps, a.every, on), name)
+                    step[on] = r.get("step_s", float("nan"))
+                ratios.append(step[True] / step[False])
+                print(f"{strategy} {t} {step[False]:.4f} {step[True]:.4f} {ratios[-1]:.3f}", flush=True)
+            print(f"# {strategy}: step time with in_place / without: median {statistics.median(ratios):.3f}, "
+                  f"worst {max(ratios):.3f}", flush=True)
+    return 0
 
 
 def main():
@@ -127,6 +152,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--in-place", action="store_true", help="retry.in_place: restart the lost rank alone")
     ap.add_argument("--buddy-too", action="store_true", help="kill the rank's buddy (rank + 2) as well")
+    ap.add_argument("--overhead", type=int, default=0, help="N pairs of undisturbed runs, in_place off/on")
     ap.add_argument("--plain-once", action="store_true",
                     help="one undisturbed run per strategy, not one per trial")
     a = ap.parse_args()
@@ -142,6 +168,8 @@ def main():
           f"{'in place' if a.in_place else 'full restart'}{', buddy too' if a.buddy_too else ''}", flush=True)
     print("# strategy trial rank killed_after kill_to_next_step_s redone starts in_place_restarts job_s "
           "undisturbed_s same_final_loss orphans", flush=True)
+    if a.overhead:
+        return overhead(a)
     rows = {}
     with tempfile.TemporaryDirectory(prefix="heft-recovery-") as tmp:
         for strategy in a.strategies.split(","):

@@ -1,13 +1,14 @@
 # ctest-labels: multiproc
 """In-place recovery (retry.in_place, docs/recovery.md) with real processes: `heft train` of a
 small GPT on 2 simulated hosts x 2 workers, one rank SIGKILLed from outside after a step.
-For DDP, sharded (ZeRO-3 over 4) and hybrid (shard 2 x replicate 2): the launcher restarted that
+For DDP, sharded (ZeRO-3 over 4), hybrid (shard 2 x replicate 2), tensor parallel (2 x data 2)
+and pipeline (2 stages x data 2): the launcher restarted that
 rank alone (one start, one in-place restart), the reporting rank printed its `recovered:` line
 naming the newest step every rank held, no checkpoint was read, and every step's loss equals an
 undisturbed run's (the printed digits, bit for bit on this deterministic model). A rank lost
 with its buddy (rank + 2 holds its part): the group falls back to a restart from its
-checkpoints and still ends equal. A spec asking for in_place under another launcher is refused
-naming the field."""
+checkpoints and still ends equal. A spec asking for in_place under another launcher, or for a
+script, is refused naming the field."""
 import os
 import re
 import signal
@@ -18,15 +19,18 @@ import unittest
 
 import support
 
-STEP = re.compile(r"^\[rank 0\] step=(\d+) epoch=\d+ loss=(\S+)")
+STEP = re.compile(r"^\[rank \d+\] step=(\d+) epoch=\d+ loss=(\S+)")  # the reporting rank's
 STEPS = 24
 
 
+PARAMETERS = {"sharded": "{sharded_data_parallel_degree: 4, placement_strategy: cluster}",
+              "hybrid": "{sharded_data_parallel_degree: 2, placement_strategy: cluster}",
+              "tensor": "{tensor_parallel_degree: 2}", "pipeline": "{partitions: 2, microbatches: 2}"}
+
+
 def spec(folder, name, strategy, every=1000, launcher="local"):
-    degree = {"sharded": 4, "hybrid": 2}.get(strategy)
-    parallel = ("distribution:\n  modelparallel:\n    enabled: true\n    parameters:\n"
-                f"      sharded_data_parallel_degree: {degree}\n      placement_strategy: cluster\n"
-                if degree else "")
+    parallel = (f"distribution:\n  modelparallel:\n    enabled: true\n    parameters: {PARAMETERS[strategy]}\n"
+                if strategy in PARAMETERS else "")
     path = os.path.join(folder, name + ".yaml")
     with open(path, "w") as f:
         f.write(f"name: {name}\nentry_point: heft-train\n"
@@ -56,8 +60,8 @@ def rank_pid(job, rank):
 
 
 def train(home, path, job, kill_after=None, ranks=()):
-    """Runs the job, SIGKILLing `ranks` once rank 0 printed step kill_after; (code, output,
-    {rank: (its pid before the kill, its pid when rank 0 printed recovered:)} for the others)."""
+    """Runs the job, SIGKILLing `ranks` once the reporting rank printed step kill_after; (code, output,
+    {rank: (its pid before the kill, its pid when the recovered: line came)} for the others)."""
     env = support.clean_env(HEFT_HOME=home)
     p = subprocess.Popen([support.HEFT, "train", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env=env)
@@ -74,7 +78,7 @@ def train(home, path, job, kill_after=None, ranks=()):
                 if pid:
                     os.kill(pid, signal.SIGKILL)
             killed = True
-        if line.startswith("[rank 0] recovered:"):
+        if re.match(r"\[rank \d+\] recovered:", line):
             kept = {r: (pid, rank_pid(job, r)) for r, pid in before.items()}
         if time.monotonic() > deadline:
             p.kill()
@@ -83,7 +87,7 @@ def train(home, path, job, kill_after=None, ranks=()):
 
 
 def losses(out):
-    """step -> the loss rank 0 printed last for it."""
+    """step -> the loss the reporting rank printed last for it."""
     return {int(m[1]): m[2] for m in map(STEP.match, out.splitlines()) if m}
 
 
@@ -115,7 +119,7 @@ class InPlaceRecovery(unittest.TestCase):
         self.assertEqual(len(re.findall(r"restarted it alone", out)), 1, out)
         self.assertRegex(out, r"Completed after .* 1 start,", out)
         self.assertNotIn("resumed:", out)
-        rec = re.search(r"^\[rank 0\] recovered: generation=1 step=(\d+) source_rank=(-?\d+) restarted_ranks=1 "
+        rec = re.search(r"^\[rank \d+\] recovered: generation=1 step=(\d+) source_rank=(-?\d+) restarted_ranks=1 "
                         r"state_bytes=(\d+) seconds=([0-9.]+)$", out, re.M)
         self.assertIsNotNone(rec, out)
         self.assertGreaterEqual(int(rec[1]), 9, out)
@@ -141,6 +145,12 @@ class InPlaceRecovery(unittest.TestCase):
     def test_hybrid_restarts_the_lost_rank_alone_and_ends_equal(self):
         self.check_in_place("hybrid", 3)
 
+    def test_tensor_parallel_restarts_the_lost_rank_alone_and_ends_equal(self):
+        self.check_in_place("tensor", 1)
+
+    def test_pipeline_restarts_the_lost_rank_alone_and_ends_equal(self):
+        self.check_in_place("pipeline", 2)
+
     def test_a_rank_lost_with_its_buddy_falls_back_to_the_checkpoints(self):
         want = self.undisturbed("sharded")
         name = "buddy-too"
@@ -151,13 +161,23 @@ class InPlaceRecovery(unittest.TestCase):
         self.assertRegex(out, r"\[rank 0\] resumed: step=\d+", out)
         self.assertEqual(losses(out), want, out)
 
-    def test_in_place_under_another_launcher_is_refused_by_name(self):
+    def test_in_place_under_another_launcher_or_for_a_script_is_refused_by_name(self):
         path = spec(self.tmp.name, "refused", "ddp", launcher="slurm")
         p = subprocess.run([support.HEFT, "train", path], capture_output=True, text=True, timeout=60,
                            env=support.clean_env(HEFT_HOME=os.path.join(self.tmp.name, "refused")))
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn("retry.in_place", p.stderr)
         self.assertIn("needs cluster.launcher: local", p.stderr)
+        script = spec(self.tmp.name, "script", "ddp")
+        with open(script) as f:
+            text = f.read().replace("entry_point: heft-train", "entry_point: [python3, train.py]")
+        with open(script, "w") as f:
+            f.write(text)
+        p = subprocess.run([support.HEFT, "train", script], capture_output=True, text=True, timeout=60,
+                           env=support.clean_env(HEFT_HOME=os.path.join(self.tmp.name, "script")))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("retry.in_place", p.stderr)
+        self.assertIn("needs entry_point: heft-train", p.stderr)
 
 
 if __name__ == "__main__":

@@ -266,6 +266,44 @@ TEST(LocalLauncher, RunGroupNamesTheFirstFailingRank) {
   EXPECT_FALSE(end.stop_requested);
 }
 
+// In-place recovery: a rank killed by a signal is started again alone with HEFT_GENERATION 1
+// (published in the store) while the other keeps running; the start ends 0 with one recovery.
+TEST(LocalLauncher, InPlaceRecoveryRestartsTheKilledRankAlone) {
+  TempDir dir;
+  LocalLauncherOptions o = sh("echo \"$HEFT_RECOVERY ${HEFT_GENERATION:-0}\" >> " + dir.path() +
+                              "/rank-$RANK; if [ $RANK = 1 ] && [ -z \"$HEFT_GENERATION\" ]; then kill -9 $$; fi; "
+                              "[ $RANK = 0 ] && sleep 1; exit 0");
+  o.processes_per_host = 2;
+  o.prefix_output = false;
+  o.in_place_recoveries = 1;
+  int recovered = -1, generation = -1;
+  o.hooks.on_recover = [&](int rank, int status, int, int g) {
+    recovered = WIFSIGNALED(status) ? rank : -1;
+    generation = g;
+  };
+  const GroupEnd end = LocalLauncher(o).run_group();
+  EXPECT_EQ(end.exit_code, 0);
+  EXPECT_EQ(end.recoveries, 1);
+  EXPECT_EQ(end.restart_count, 0);
+  EXPECT_EQ(recovered, 1);
+  EXPECT_EQ(generation, 1);
+  EXPECT_EQ(read_file(dir.path() + "/rank-0"), "in_place 0\n");  // started once
+  EXPECT_EQ(read_file(dir.path() + "/rank-1"), "in_place 0\nin_place 1\n");
+}
+
+// Every rank lost at once: nobody holds a state, so the start fails as without recovery (and
+// is not mistaken for a success). Should the two deaths fall in different settle windows, the
+// second comes while generation 1 forms (the shell never says it formed): no second recovery.
+TEST(LocalLauncher, InPlaceRecoveryOfEveryRankFailsTheStart) {
+  LocalLauncherOptions o = sh("kill -9 $$");
+  o.processes_per_host = 2;
+  o.prefix_output = false;
+  o.in_place_recoveries = 4;
+  const GroupEnd end = LocalLauncher(o).run_group();
+  EXPECT_EQ(end.exit_code, 128 + SIGKILL);
+  EXPECT_LE(end.recoveries, 1);
+}
+
 TEST(LocalLauncher, RejectsBadOptionsNamingTheField) {
   LocalLauncherOptions o = sh("true");
   o.hosts = 0;

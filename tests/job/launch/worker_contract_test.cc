@@ -278,6 +278,31 @@ TEST(WorkerContract, HeftVariablesAreWrittenAndReadByOnePair) {
   EXPECT_THROW(contract::HeftVariables::read({{"HEFT_STOP_GRACE_MS", "-1"}}), InvalidArgument);
 }
 
+TEST(WorkerContract, InPlaceRecoveryVariablesNameTheGenerationsWorld) {
+  contract::HeftVariables v;
+  v.recovery = "in_place";
+  v.generation = 2;
+  Environment env;
+  v.write(env);
+  EXPECT_EQ(env.at("HEFT_RECOVERY"), "in_place");
+  EXPECT_EQ(env.at("HEFT_GENERATION"), "2");
+  const contract::HeftVariables r = contract::HeftVariables::read(env);
+  EXPECT_TRUE(r.in_place_recovery());
+  EXPECT_EQ(r.generation, 2);
+  EXPECT_FALSE(contract::HeftVariables::read({}).in_place_recovery());
+  EXPECT_EQ(contract::world_group("job", 0), "job/world");  // the first world keeps its name
+  EXPECT_EQ(contract::world_group("job", 3), "job/world.g3");
+  EXPECT_NE(contract::generation_key("job"), contract::formed_key("job"));
+  try {
+    contract::HeftVariables::read({{"HEFT_RECOVERY", "yes"}});
+    ADD_FAILURE() << "HEFT_RECOVERY=yes was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HEFT_RECOVERY: expected in_place, found 'yes'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(contract::HeftVariables::read({{"HEFT_GENERATION", "-1"}}), InvalidArgument);
+}
+
 TEST(WorkerContract, ASpecMaySetOnlyWhatHeftDoesNot) {
   for (const char* name : {"RANK", "MASTER_PORT", "HEFT_TOKEN", "HEFT_TIMEOUT", "SM_HPS",
                            "SM_HP_LR", "SM_ANYTHING", "TRAINING_JOB_NAME"})

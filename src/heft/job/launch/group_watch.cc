@@ -193,7 +193,7 @@ class GroupWatch {
 
   GroupEnd run() {
     Clock::time_point next_tick = Clock::now() + hooks_.tick;
-    while (running() > 0) {
+    while (running() > 0 || recover_at_) {
       wait_for_events(hooks_.on_tick ? std::optional(next_tick) : std::nullopt);
       for (int sig : signals_.take())
         if (sig != SIGCHLD) on_interrupt(sig);
@@ -308,6 +308,11 @@ class GroupWatch {
     std::vector<Pending> lost;
     lost.swap(pending_);
     if (stopping()) return;  // a failure came meanwhile: the stop ends them all
+    if (running() == 0) {  // every rank was lost: nobody holds a state to rejoin
+      std::cerr << options_.log_name << ": every rank was lost; no in-place recovery" << std::endl;
+      fail_with(lost.front());
+      return;
+    }
     for (const Worker& w : workers_)
       if (w.process->reaped() && shell_exit_code(w.process->wait_status()) == 0) {
         // The others are finishing: nobody would rejoin a restarted rank.

@@ -450,6 +450,10 @@ class Validator {
       r_.error("retry.in_place", n["in_place"],
                "needs cluster.launcher: local (under " + spec_.cluster.launcher +
                    " a lost rank still restarts the whole group from its checkpoints: docs/recovery.md)");
+    if (spec_.retry.in_place && !(spec_.entry_point.size() == 1 && spec_.entry_point[0] == "heft-train"))
+      r_.error("retry.in_place", n["in_place"],
+               "needs entry_point: heft-train (a script's ranks do not rejoin a restarted rank: "
+               "docs/recovery.md)");
   }
 
   void spot(const YAML::Node& n) {
