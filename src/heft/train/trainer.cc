@@ -287,14 +287,8 @@ class Training {
     world_.broadcast(&bytes, 1, comm::DataType::i64, source);
     blob.resize(static_cast<size_t>(bytes));
     world_.broadcast(blob.data(), blob.size(), comm::DataType::u8, source);
-    State got = unpack(blob);
-    const std::string where = "in-place recovery (rank " + std::to_string(source) + "'s state at step " +
-                              std::to_string(target) + ")";
-    const std::string rng = got.files.at("rng.pt");
-    got.files.erase("rng.pt");
-    strategy_->load_state({got.files}, where);
-    parallel::rng_from_bytes(rng, where + ": rng.pt");
-    take_position(got);
+    take_states({unpack(blob)}, "in-place recovery (rank " + std::to_string(source) + "'s state at step " +
+                                   std::to_string(target) + ")");
     report_recovery(source, restarted, bytes);
   }
 
@@ -368,22 +362,29 @@ class Training {
     part.resize(static_cast<size_t>(widest));
     std::string every(static_cast<size_t>(widest * n), '\0');
     world_.allgather(part.data(), every.data(), static_cast<size_t>(widest), comm::DataType::u8);
-    std::vector<std::map<std::string, std::string>> parts;
-    std::optional<State> first;
+    std::vector<State> states;
     int64_t total = 0;
     for (int r = 0; r < n; ++r) {
-      State s = unpack(every.substr(static_cast<size_t>(r * widest), static_cast<size_t>(sizes[r])));
+      states.push_back(unpack(every.substr(static_cast<size_t>(r * widest), static_cast<size_t>(sizes[r]))));
       total += sizes[r];
-      if (!first) first = s;
+    }
+    take_states(std::move(states), "in-place recovery (the parts at step " + std::to_string(target) + ")");
+    report_recovery(-1, restarted, total);
+    refresh_buddy();  // the re-formed world holds copies at once
+  }
+
+  // Every rank's part (one for a replica) into the strategy, as a checkpoint's parts; the
+  // generator and the position from the first, as resume() takes them.
+  void take_states(std::vector<State> states, const std::string& where) {
+    const std::string rng = states.front().files.at("rng.pt");
+    std::vector<std::map<std::string, std::string>> parts;
+    for (State& s : states) {
       s.files.erase("rng.pt");
       parts.push_back(std::move(s.files));
     }
-    const std::string where = "in-place recovery (the parts at step " + std::to_string(target) + ")";
     strategy_->load_state(parts, where);
-    parallel::rng_from_bytes(first->files.at("rng.pt"), where + ": rng.pt");
-    take_position(*first);
-    report_recovery(-1, restarted, total);
-    refresh_buddy();  // the re-formed world holds copies at once
+    parallel::rng_from_bytes(rng, where + ": rng.pt");
+    take_position(states.front());
   }
 
   void take_position(const State& got) {
@@ -449,7 +450,6 @@ class Training {
                      comm::P2POp::recv(theirs.blob.data(), theirs.blob.size(), comm::DataType::u8, from)});
     keep_two(own_copies_, std::move(mine));
     keep_two(kept_copies_, std::move(theirs));
-    buddy_bytes_ += out[0];
   }
 
  public:
@@ -673,7 +673,6 @@ class Training {
   const bool buddies_ = recovery_ && recovery_->enabled && world_.size() > 1 && !replicated_;
   const int buddy_shift_ = buddy_shift(world_.size());
   std::vector<Recovery::Copy> own_copies_, kept_copies_;
-  int64_t buddy_bytes_ = 0;              // sent to the holder, in all
   Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_
   bool in_epoch_ = false;
   std::string boundary_rng_;             // the generator at the start of step boundary_step_ + 1
