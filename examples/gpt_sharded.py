@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--n_layer", type=int, default=4)
     ap.add_argument("--n_head", type=int, default=4)
     ap.add_argument("--n_embd", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=256,
+                    help="embedding rows, tied to the head (the data are bytes: ids below 256)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log_every", type=int, default=20)
     ap.add_argument("--strategy", choices=["sharded", "ddp", "fsdp2"], default="sharded",
@@ -152,7 +154,7 @@ def main():
     text = load_text(a.data)
     degree = {"ddp": 1, "fsdp2": world}.get(a.strategy, a.sharded_degree or world)
     with parallel.deferred_init():  # heft: sized on meta tensors, nothing allocated
-        sizing = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+        sizing = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size, a.vocab)
     if rank == 0:
         print(f"parameters={parallel.parameter_count(sizing)}", flush=True)
     try:  # heft: refuse what the ranks on this machine cannot hold, before allocating it
@@ -164,15 +166,15 @@ def main():
         raise SystemExit(1)
     torch.manual_seed(0)
     if a.strategy == "ddp":
-        model = parallel.DistributedDataParallel(GPT(a.n_layer, a.n_head, a.n_embd, a.block_size))
+        model = parallel.DistributedDataParallel(GPT(a.n_layer, a.n_head, a.n_embd, a.block_size, a.vocab))
     elif a.strategy == "fsdp2":
-        model = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+        model = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size, a.vocab)
         for block in model.blocks:
             fully_shard(block)
         fully_shard(model)  # the root: embeddings, tied head, final LayerNorm
     else:
         with parallel.deferred_init() if a.deferred_init else torch.no_grad():  # heft
-            gpt = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size)
+            gpt = GPT(a.n_layer, a.n_head, a.n_embd, a.block_size, a.vocab)
         model = parallel.ShardedDataParallel(  # heft
             gpt, units=[Block] if a.units == "block" else [nn.Linear], sharded_degree=a.sharded_degree or None,
             mixed_precision=None if a.mixed_precision == "none" else a.mixed_precision,
@@ -204,7 +206,7 @@ def main():
         with profiler.phase("data"):
             x, y = batch(text, step, a.batch_size, a.block_size, rank * per, (rank + 1) * per)
         with profiler.phase("forward"):
-            loss = F.cross_entropy(model(x).float().reshape(-1, 256), y.reshape(-1))
+            loss = F.cross_entropy(model(x).float().reshape(-1, a.vocab), y.reshape(-1))
         with profiler.phase("backward"):
             opt.zero_grad(set_to_none=True)
             loss.backward()
