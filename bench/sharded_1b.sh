@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 HEFT=build/heft PY=.venv/bin/python
-[[ -x $HEFT && -f build/python/heft/torch/parallel/layout/_memory.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
+[[ -x $HEFT && -f build/python/heft/torch/parallel/memory.py ]] || { echo "$0: no build with the Python package: build heft and heft_python_c10d first" >&2; exit 1; }
 avail_kib() { awk '/^MemAvailable:/{print $2}' /proc/meminfo; }
 cpu() { grep -m1 "$1" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "# machine: $(nproc) cores, $(cpu 'model name') (family $(cpu 'cpu family') model $(cpu '^model\s')), $(free -g | awk '/Mem:/{print $2}') GiB; torch $($PY -c 'import torch; print(torch.__version__)')"

@@ -60,6 +60,9 @@ TEST(HeftPlan, PrintsTheRankedTableAndTheDroppedLayouts) {
   EXPECT_NE(out.text.find("memory limit 8.0 GB per rank (memory_limit_gb)"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("feasible layouts (fastest first)"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("rank  step ms  compute ms"), std::string::npos) << out.text;
+  // The top layouts' memory by component, largest first.
+  EXPECT_TRUE(std::regex_search(out.text, std::regex(R"(memory/rank by component, largest first:\n  1: [a-z_]+ [0-9.]+ [kMG]?B, [a-z_]+ )")))
+      << out.text;
   // Row 1 of the table, and the chosen layout's line with its fields.
   EXPECT_TRUE(std::regex_search(out.text, std::regex(R"(\n   1 +[0-9.]+ +[0-9.]+ .* data \d x sharded \d x tensor \d)")))
       << out.text;

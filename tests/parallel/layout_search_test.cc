@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <regex>
 #include <string>
 
 #include "heft/error.h"
@@ -163,6 +164,9 @@ TEST(LayoutSearch, FitsNowhereNamesTheSmallestMemory) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("memory_limit: no layout fits 1.0 GB per rank"), std::string::npos) << msg;
     EXPECT_NE(msg.find("the smallest needs " + format_bytes(smallest)), std::string::npos) << msg;
+    // The smallest layout's largest component comes first: here the model's state.
+    const std::regex parts(R"(largest parts first: (parameters|gradients|optimizer_state) [0-9.]+ [kMG]?B)");
+    EXPECT_TRUE(std::regex_search(msg, parts)) << msg;
   }
 }
 

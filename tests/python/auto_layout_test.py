@@ -159,7 +159,7 @@ class AutoLayoutTest(unittest.TestCase):
         # One table (parallel/layout/optimizer_memory.h) for heft-train, auto_layout and the
         # memory pre-flight: plain SGD makes no temporary (this side said one before it).
         from heft.torch import _c10d
-        from heft.torch.parallel.layout import _memory
+        from heft.torch.parallel import memory as _memory
         table = _c10d.parallel.layout.optimizer_memory()
         self.assertEqual(set(_auto_layout.OPTIMIZERS), set(_auto_layout.STEP_TENSOR_COPIES))
         for name in _auto_layout.OPTIMIZERS:

@@ -12,7 +12,8 @@ read with `ast` only: nothing is imported, so it needs neither torch nor a build
    module in parallel/<room>/ imports, within heft, only
      its own room;
      heft.torch (BACKEND, the extension _c10d), heft.torch.profile, heft.torch.parallel.mesh
-     heft.torch.parallel.checkpoint_dir and heft.torch.parallel.deferred (BELOW_ROOMS);
+     heft.torch.parallel.checkpoint_dir, heft.torch.parallel.deferred and
+     heft.torch.parallel.memory (BELOW_ROOMS);
      the rooms below it:
        room       may also use
        sharded    -
@@ -20,12 +21,15 @@ read with `ast` only: nothing is imported, so it needs neither torch nor a build
        pipeline   sharded (a chunk's ShardedDataParallel, its checkpoint's shards),
                   tensor (a stage's tensor plan)
        layout     sharded, tensor (which degrees a plan splits), pipeline (the profile)
-   mesh.py, checkpoint_dir.py and deferred.py (deferred_init's record and replay, which the
-   sharded, pipeline and tensor rooms materialize from) import only heft.torch, its
+   mesh.py, checkpoint_dir.py, deferred.py (deferred_init's record and replay, which the
+   sharded, pipeline and tensor rooms materialize from) and memory.py (the machines' memory
+   and the training state's bytes, which the sharded and layout rooms' pre-flights use)
+   import only heft.torch, its
    extension and profile; heft.torch
    itself (__init__), heft.torch.profile and heft.torch.distributed import no room (distributed
    reaches the public heft.torch.parallel, whose __init__ gathers the rooms' public names).
-3. python/heft/torch/parallel/ holds only __init__.py, mesh.py, checkpoint_dir.py, deferred.py
+3. python/heft/torch/parallel/ holds only __init__.py, mesh.py, checkpoint_dir.py, deferred.py,
+   memory.py
    and the rooms'
    folders: a module elsewhere in it would escape rule 2.
 4. No package's __init__ binds the name of one of its own submodules to anything but that
@@ -61,14 +65,14 @@ ROOMS = {"sharded": (), "tensor": (), "pipeline": ("sharded", "tensor"),
 EXTENSION = "heft.torch._c10d"
 BELOW_PARALLEL = ("heft.torch", EXTENSION, "heft.torch.profile")
 BELOW_ROOMS = BELOW_PARALLEL + (PARALLEL + ".mesh", PARALLEL + ".checkpoint_dir",
-                                PARALLEL + ".deferred")
+                                PARALLEL + ".deferred", PARALLEL + ".memory")
 TOP = ("heft.torch", "heft.torch.profile", "heft.torch.distributed")
 COLLECTIVES = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
                "reduce_scatter", "reduce_scatter_tensor", "broadcast", "broadcast_object_list",
                "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
                "reduce", "gather", "scatter", "batch_isend_irecv", "monitored_barrier"}
 SHARDED_COORDINATION = {("_checkpoint.py", "barrier"), ("_checkpoint.py", "broadcast")}
-PARALLEL_FILES = {"__init__.py", "mesh.py", "checkpoint_dir.py", "deferred.py"}
+PARALLEL_FILES = {"__init__.py", "mesh.py", "checkpoint_dir.py", "deferred.py", "memory.py"}
 MEASURING = {"process_time", "perf_counter", "thread_time", "heap_in_use", "getrusage"}
 
 
@@ -317,7 +321,7 @@ class Layering(unittest.TestCase):
                 why = (f"room {room} may use its own, {', '.join(BELOW_ROOMS)} and the rooms "
                        f"{', '.join(ROOMS[room]) or '(none)'}")
             elif name in (PARALLEL + ".mesh", PARALLEL + ".checkpoint_dir", PARALLEL + ".deferred"):
-                allowed, why = BELOW_PARALLEL, "mesh, checkpoint_dir and deferred sit below every room"
+                allowed, why = BELOW_PARALLEL, "mesh, checkpoint_dir, deferred and memory sit below every room"
             elif name in TOP:
                 allowed, why = None, f"{name} sits below heft.torch.parallel's rooms"
             else:

@@ -7,10 +7,19 @@ rank and on the machine, what is available and the sharded degree that would fit
 by hand (no launcher stopping the others), every rank exits 1. training_state_bytes of a
 small model equals the bytes of its real parameters, gradients and optimizer state after
 one step, exactly (AdamW with a frozen parameter and a tied one, SGD with momentum, plain
-SGD); and a bad optimizer name or degree is refused naming the argument."""
+SGD); and a bad optimizer name or degree is refused naming the argument.
+
+ShardedDataParallel's own pre-flight (memory_check): its plan's components are the shards
+(equal to training_state_bytes sharded, but for padding), the gathered units (the root and
+two of the largest other; halved in bf16; every unit under zero_stage=2) and the gradients in
+flight; a machine that cannot hold them gets a MemoryError naming every component, the root
+unit and the options that fit; a user's script building a GPT with a 50k tied vocabulary
+under deferred_init that no machine can train sharded over 2 ranks (39e9 parameters) is
+refused by every rank of a heft run job within a minute, before a shard is allocated."""
 import os
 import re
 import sys
+import tempfile
 import time
 import unittest
 
@@ -23,6 +32,8 @@ import torch  # noqa: E402
 
 import gpt_sharded as G  # noqa: E402
 from heft.torch import parallel  # noqa: E402
+from heft.torch.parallel import memory as _memory  # noqa: E402
+from heft.torch.parallel.sharded import _preflight, _units  # noqa: E402
 
 EXAMPLE = os.path.join(support.SOURCE_DIR, "examples", "gpt_sharded.py")
 HUGE = ["--n_layer", "112", "--n_embd", "12288", "--n_head", "96", "--block_size", "64",
@@ -98,6 +109,128 @@ class Preflight(unittest.TestCase):
             parallel.training_state_bytes(model, "lamb")
         with self.assertRaisesRegex(ValueError, r"sharded_degree=0: expected a positive"):
             parallel.training_state_bytes(model, sharded_degree=0)
+
+
+SHARDED_SCRIPT = """
+import sys
+import torch.distributed as dist
+import gpt_sharded as G
+from heft.torch import parallel
+dist.init_process_group("heft")
+with parallel.deferred_init():
+    model = G.GPT(48, 64, 8192, 64, 50257)
+try:
+    parallel.ShardedDataParallel(model, units=[G.Block])
+except MemoryError as e:
+    print(f"MemoryError: {e}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+print("constructed", flush=True)
+"""
+
+
+def specs_of(model, units=(G.Block,)):
+    specs = _units.assign(model, _units.select_units(model, list(units)))
+    return specs[:1] + [s for s in specs[1:] if s.params]
+
+
+class ShardedPreflight(unittest.TestCase):
+    def setUp(self):
+        with parallel.deferred_init():
+            self.model = G.GPT(3, 4, 64, 32, 1000)  # tied 1000-row embedding and head
+
+    def test_plan_counts_shards_gathered_units_and_gradients_in_flight(self):
+        f32, bf16 = torch.float32, torch.bfloat16
+        specs = specs_of(self.model)
+        parts, root, biggest = _preflight.plan(specs, 2, f32, f32, "adamw")
+        self.assertEqual(list(parts), list(_preflight.PARTS))
+        state = parts["parameters"] + parts["gradients"] + parts["optimizer_state"]
+        exact = parallel.training_state_bytes(self.model, "adamw", 2)
+        self.assertLessEqual(abs(state - exact), 16 * len(specs), (state, exact))
+        self.assertEqual(root.numel, 1000 * 64 + 32 * 64 + 2 * 64)  # tok (tied head), pos, ln
+        self.assertEqual(biggest.numel, sum(p.numel() for p in self.model.blocks[0].parameters()))
+        self.assertEqual(parts["gathered_parameters"], (root.padded + 2 * biggest.padded) * 4)
+        # The root's backward: its flat gradient and the tied weight's gradient being added.
+        self.assertEqual(parts["gradients_in_flight"],
+                         (root.padded + 1000 * 64) * 4 + 2 * biggest.padded * 4)
+        slack = parts["allocator_slack"]
+        self.assertEqual(slack, int(0.10 * (sum(parts.values()) - slack)) + (64 << 20))
+        half, _, _ = _preflight.plan(specs, 2, bf16, f32, "adamw")
+        self.assertEqual(half["gathered_parameters"] * 2, parts["gathered_parameters"])
+        self.assertEqual(half["parameters"], parts["parameters"])  # fp32 master shards
+        stage2, _, _ = _preflight.plan(specs, 2, f32, f32, "adamw", zero_stage=2)
+        self.assertEqual(stage2["gathered_parameters"], sum(_preflight._Unit(s, 2).padded
+                                                            for s in specs) * 4)
+        sgd, _, _ = _preflight.plan(specs, 2, f32, f32, "sgd")
+        self.assertEqual(sgd["optimizer_state"], 0)
+
+    def test_a_machine_short_of_the_plan_is_refused_naming_components_and_options(self):
+        specs = specs_of(self.model)
+        parts, _, _ = _preflight.plan(specs, 4, torch.float32, torch.float32, "adamw")
+        need = sum(parts.values())
+        real = _memory.machines_needing
+        try:
+            # 4 ranks on a machine that has room for 3 and a bit.
+            _memory.machines_needing = lambda n: [(4, int(3.5 * need), 4 * n)]
+            with self.assertRaises(MemoryError) as caught:
+                _preflight.check(self.model, specs, 4, torch.float32, torch.float32, "adamw",
+                                 zero_stage=3, reductions_in_flight=2,
+                                 options=[("mixed_precision='bf16'", lambda: {"x": need // 2}),
+                                          ("units=9", lambda: {"x": need})])
+            text = str(caught.exception)
+            for part in ("parameters", "gradients", "adamw state", "gathered parameters",
+                         "gradients in flight", "allocator slack"):
+                self.assertIn(part, text)
+            self.assertIn("sharded over 4 ranks", text)
+            self.assertIn("the root unit (66,176 parameters: tok.weight, pos.weight", text)
+            self.assertIn("the 4 rank(s) on this machine need", text)
+            self.assertIn("it would fit with mixed_precision='bf16'", text)
+            self.assertNotIn("units=9", text)  # the same need: does not fit
+            self.assertIn("at most 3 rank(s) per machine (more machines)", text)
+            self.assertIn("memory_check=False skips this check", text)
+            _memory.machines_needing = lambda n: [(4, 4 * need, 4 * n)]
+            self.assertEqual(_preflight.check(self.model, specs, 4, torch.float32,
+                                              torch.float32, "adamw", zero_stage=3,
+                                              reductions_in_flight=2, options=[]), parts)
+        finally:
+            _memory.machines_needing = real
+
+    def test_one_process_keeps_its_plan_and_bad_memory_check_is_refused(self):
+        torch.manual_seed(0)
+        sdp = parallel.ShardedDataParallel(G.GPT(1, 2, 32, 16), units=[G.Block])
+        self.assertEqual(list(sdp.memory_plan), list(_preflight.PARTS))
+        self.assertGreater(sdp.memory_plan["optimizer_state"], 0)
+        self.assertIsNone(parallel.ShardedDataParallel(G.GPT(1, 2, 32, 16),
+                                                       memory_check=False).memory_plan)
+        with self.assertRaisesRegex(ValueError, r"memory_check: optimizer='lamb': expected"):
+            parallel.ShardedDataParallel(G.GPT(1, 2, 32, 16), memory_check="lamb")
+        with self.assertRaisesRegex(ValueError, r"memory_check=True: expected an optimizer"):
+            parallel.ShardedDataParallel(G.GPT(1, 2, 32, 16), memory_check=True)
+
+    def test_a_step_no_machine_holds_is_refused_by_every_rank_before_allocating(self):
+        with parallel.deferred_init():
+            model = G.GPT(48, 64, 8192, 64, 50257)
+        count = parallel.parameter_count(model)
+        self.assertGreater(count, 3.9e10)
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "user_sharded.py")
+            with open(script, "w") as f:
+                f.write(SHARDED_SCRIPT)
+            env = support.clean_env()
+            env["PYTHONPATH"] = os.path.join(support.SOURCE_DIR, "examples")
+            start = time.monotonic()
+            r = support.heft_run(["-n", "2", "--", support.PYTHON, "-u", script], timeout=180,
+                                 env=env)
+            elapsed = time.monotonic() - start
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out[-3000:])
+        self.assertLess(elapsed, 60, out[-3000:])
+        self.assertNotIn("constructed", out)
+        line = re.search(r"\[rank \d\] MemoryError: ShardedDataParallel: GPT "
+                         rf"\({count:,} parameters\) sharded over 2 ranks needs .*", out)
+        self.assertIsNotNone(line, out[-3000:])
+        self.assertIn("gathered parameters", line[0])
+        self.assertIn("the root unit (", line[0])
+        self.assertIn("'blocks.0'", line[0])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from heft.torch import BACKEND
 from .layout import LayoutPlan, MemoryEstimate, auto_layout, estimate_memory  # noqa: F401
-from .layout._memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
+from .memory import (available_bytes, parameter_count, ranks_on_host,  # noqa: F401
                              require_memory, training_state_bytes)
 from .mesh import DeviceMesh  # noqa: F401
 from .pipeline import Pipeline  # noqa: F401

@@ -10,6 +10,25 @@ namespace heft::parallel::layout {
 
 namespace {
 
+// "optimizer_state 1.2 GB, activations 640.0 MB, ...": the parts, largest first (`most` of
+// them; the rest summed as "other").
+std::string largest_parts(const Prediction& p, size_t most) {
+  std::vector<MemoryPart> parts = p.memory_parts;
+  std::stable_sort(parts.begin(), parts.end(), [](const MemoryPart& a, const MemoryPart& b) { return a.bytes > b.bytes; });
+  std::string out;
+  int64_t other = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].bytes <= 0) continue;
+    if (i >= most) {
+      other += parts[i].bytes;
+      continue;
+    }
+    out += (out.empty() ? "" : ", ") + parts[i].name + " " + format_bytes(parts[i].bytes);
+  }
+  if (other > 0) out += ", other " + format_bytes(other);
+  return out;
+}
+
 std::vector<int> divisors(int n) {
   std::vector<int> out;
   for (int d = 1; d <= n; ++d)
@@ -88,7 +107,7 @@ SearchResult search(const ModelCost& model, const CommTable& comm, const SearchO
                             (r.dropped.empty() ? std::string("none enumerated") : r.dropped.front().reason));
     throw InvalidArgument("memory_limit: no layout fits " + format_bytes(o.memory_limit_bytes) +
                           " per rank; the smallest needs " + format_bytes(smallest->memory_bytes) + " (" +
-                          to_string(smallest->layout) + ")");
+                          to_string(smallest->layout) + "), largest parts first: " + largest_parts(*smallest, 4));
   }
   // Enumeration order is the tie-break: stable_sort keeps it for equal times.
   std::stable_sort(r.ranked.begin(), r.ranked.end(),
@@ -109,6 +128,9 @@ std::string describe(const SearchResult& result, int top, int dropped) {
                   format_bytes(p.memory_bytes).c_str(), to_string(p.layout).c_str());
     os << buf;
   }
+  if (n > 0) os << "memory/rank by component, largest first:\n";
+  for (int i = 0; i < std::min(n, 3); ++i)
+    os << "  " << i + 1 << ": " << largest_parts(result.ranked[static_cast<size_t>(i)], 6) << "\n";
   const size_t shown = dropped < 0 ? result.dropped.size() : std::min(result.dropped.size(), static_cast<size_t>(dropped));
   if (shown > 0) os << "dropped:\n";
   for (size_t i = 0; i < shown; ++i)

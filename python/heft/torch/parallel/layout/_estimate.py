@@ -9,7 +9,7 @@ a layout the ranks of this machine cannot hold, naming the largest component and
 would fit."""
 from dataclasses import dataclass, field
 
-from ._memory import _machines, available_bytes
+from ..memory import _machines, available_bytes
 
 # The layout's fields and their defaults (LayoutPlan's names).
 LAYOUT_FIELDS = {"data": 1, "sharded": 1, "tensor": 1, "pipeline": 1, "microbatches": 1,

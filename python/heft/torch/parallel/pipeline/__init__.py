@@ -108,7 +108,8 @@ class Pipeline(torch.nn.Module):
             return DistributedDataParallel(module, process_group=self.mesh.group("data"),
                                            broadcast_buffers=False)
         if self.data_parallel == "sharded":
-            return ShardedDataParallel(module, mesh=self.mesh,
+            # memory_check=False: a chunk is part of a rank (estimate_memory prices the layout)
+            return ShardedDataParallel(module, mesh=self.mesh, memory_check=False,
                                        activation_checkpointing=self.activation_checkpointing)
         return module
 

@@ -24,7 +24,7 @@ from heft.torch import BACKEND, _c10d
 from heft.torch.profile import phase
 from ..mesh import DeviceMesh
 from .. import deferred
-from . import _state, _units
+from . import _preflight, _state, _units
 from ._flat import FlatUnit, Group
 
 _MIXED = {None: (torch.float32, torch.float32), "fp32": (torch.float32, torch.float32),
@@ -124,10 +124,16 @@ class ShardedDataParallel(torch.nn.Module):
                     those units' forward during backward
     zero_stage      3 (free full parameters after each forward, gather again for
                     backward) or 2 (keep them from forward to the unit's backward)
+    memory_check    the optimizer the memory pre-flight assumes ("adamw" by default; the
+                    names of training_state_bytes), or False: no pre-flight. Collective:
+                    before any shard is allocated, every rank raises MemoryError when the
+                    ranks of a machine would need more than it has available, naming the
+                    components and the options that fit (docs/sharded.md); the prediction
+                    is kept as .memory_plan (bytes per component, activations not counted)
     """
 
     def __init__(self, module, *, sharded_degree=None, units=None, mixed_precision=None,
-                 activation_checkpointing=False, zero_stage=3, mesh=None):
+                 activation_checkpointing=False, zero_stage=3, mesh=None, memory_check="adamw"):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ShardedDataParallel: module must be a torch.nn.Module, found "
@@ -150,6 +156,9 @@ class ShardedDataParallel(torch.nn.Module):
         ckpt = self._checkpoint_match(activation_checkpointing)
         self.shard_group, self.replicate_group = (
             _groups(sharded_degree) if mesh is None else _mesh_groups(mesh, sharded_degree))
+        self.memory_plan = None
+        if memory_check is not False:
+            self.memory_plan = self._preflight(module, specs, memory_check, zero_stage, mesh)
         self.module = module
         self.engine = _c10d.parallel.sharded.Engine(
             self.shard_group.heft, self.replicate_group.heft if self.replicate_group else None,
@@ -182,6 +191,38 @@ class ShardedDataParallel(torch.nn.Module):
                     m.register_forward_pre_hook(_batch_norm_in_fp32)
 
     # ---- construction helpers -------------------------------------------------------
+    def _preflight(self, module, specs, optimizer, zero_stage, mesh):
+        """The memory pre-flight (_preflight.check), with the options it may name: bf16
+        compute, shards over the whole world (hybrid), smaller automatic units."""
+        if not isinstance(optimizer, str):
+            raise ValueError(f"ShardedDataParallel: memory_check={optimizer!r}: expected an "
+                             "optimizer name (\"adamw\", \"adam\", \"sgd-momentum\", \"sgd\", "
+                             "...) or False")
+        try:
+            _preflight._memory.optimizer_state_of(optimizer)
+        except ValueError as e:
+            raise ValueError(f"ShardedDataParallel: memory_check: {e}") from None
+
+        def price(unit_specs=specs, degree=self.shard_group.size,
+                  dtypes=(self.compute_dtype, self.reduce_dtype)):
+            return _preflight.plan(unit_specs, degree, *dtypes, optimizer, zero_stage=zero_stage,
+                                   reductions_in_flight=_REDUCTIONS_IN_FLIGHT)[0]
+
+        options = []
+        if self.compute_dtype == torch.float32:
+            options.append(("mixed_precision='bf16'", lambda: price(dtypes=_MIXED["bf16"])))
+        if self.replicate_group is not None and mesh is None:
+            world = dist.get_world_size()
+            options.append((f"sharded_degree={world}", lambda: price(degree=world)))
+        largest = max((sum(p.numel() for p in s.params) for s in specs[1:]), default=0)
+        for n in (largest // 4, largest // 16):
+            if n >= 1:
+                options.append((f"units={n}",
+                                lambda n=n: price(unit_specs=_preflight.auto_units(module, n))))
+        return _preflight.check(module, specs, self.shard_group.size, self.compute_dtype,
+                                self.reduce_dtype, optimizer, zero_stage=zero_stage,
+                                reductions_in_flight=_REDUCTIONS_IN_FLIGHT, options=options)
+
     @staticmethod
     def _checkpoint_match(spec):
         if spec is False or spec is None:

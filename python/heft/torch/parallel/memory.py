@@ -24,7 +24,9 @@ _OPTIMIZER_STATE = {name: (int(f[0]), int(f[1]))
                     for name, f in _c10d.parallel.layout.optimizer_memory().items()}
 
 
-def _state_of(optimizer):
+def optimizer_state_of(optimizer):
+    """(state elements per parameter element, state bytes per parameter tensor) of an
+    optimizer name (ValueError naming it when unknown)."""
     key = "none" if optimizer is None else str(optimizer).lower()
     if key not in _OPTIMIZER_STATE:
         raise ValueError(f"optimizer={optimizer!r}: expected one of "
@@ -55,7 +57,7 @@ def training_state_bytes(module, optimizer="adamw", sharded_degree=1):
     bytes per unit (padding up to K-1 elements, the optimizer's step scalar per shard).
     Not counted: activations, a unit's gathered parameters during a step, DDP's gradient
     buckets (one more gradient copy), torch itself: it is a lower bound of the peak."""
-    per_element, per_tensor = _state_of(optimizer)
+    per_element, per_tensor = optimizer_state_of(optimizer)
     if not isinstance(sharded_degree, int) or sharded_degree < 1:
         raise ValueError(f"sharded_degree={sharded_degree!r}: expected a positive integer")
     params = _unique_parameters(module)
@@ -89,17 +91,28 @@ def _machines():
     it also groups heft run's simulated hosts, all on one machine), a machine's available
     bytes the least any of its ranks saw, this machine first; without a group, this machine
     with LOCAL_WORLD_SIZE ranks (heft run, heft train, torchrun), else 1."""
+    return [(r, a) for r, a, _ in machines_needing(0)]
+
+
+def machines_needing(need):
+    """[(ranks, available bytes, the ranks' summed need)] per machine, this machine first,
+    when each rank will add `need` bytes (ranks may differ): as _machines, one all-gather
+    over the default group when there is one (every rank must call it), else this machine
+    with LOCAL_WORLD_SIZE ranks each needing `need`."""
     if dist.is_available() and dist.is_initialized():
-        mine = torch.tensor([_machine_id(), available_bytes()], dtype=torch.int64)
+        mine = torch.tensor([_machine_id(), available_bytes(), int(need)], dtype=torch.int64)
         every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
         dist.all_gather(every, mine)
-        machines = {int(mine[0]): [0, int(mine[1])]}
+        machines = {int(mine[0]): [0, int(mine[1]), 0]}
         for t in every:
-            entry = machines.setdefault(int(t[0]), [0, int(t[1])])
-            entry[0], entry[1] = entry[0] + 1, min(entry[1], int(t[1]))
+            entry = machines.setdefault(int(t[0]), [0, int(t[1]), 0])
+            entry[0] += 1
+            entry[1] = min(entry[1], int(t[1]))
+            entry[2] += int(t[2])
         return [tuple(v) for v in machines.values()]
     value = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return [(int(value) if value.isdigit() and int(value) > 0 else 1, available_bytes())]
+    ranks = int(value) if value.isdigit() and int(value) > 0 else 1
+    return [(ranks, available_bytes(), ranks * int(need))]
 
 
 def ranks_on_host():
