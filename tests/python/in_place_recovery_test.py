@@ -122,7 +122,9 @@ class InPlaceRecovery(unittest.TestCase):
         rec = re.search(r"^\[rank \d+\] recovered: generation=1 step=(\d+) source_rank=(-?\d+) restarted_ranks=1 "
                         r"state_bytes=(\d+) seconds=([0-9.]+)$", out, re.M)
         self.assertIsNotNone(rec, out)
-        self.assertGreaterEqual(int(rec[1]), 9, out)
+        # Killed after step 9: the buddies' copies of a boundary are in before the next step's
+        # first collective, so at most one step is redone (step 8's copies at the least).
+        self.assertGreaterEqual(int(rec[1]), 8, out)
         self.assertEqual(int(rec[2]) >= 0, strategy == "ddp", out)  # a source rank for DDP; buddies else
         self.assertGreater(int(rec[3]), 0)
         self.assertEqual(losses(out), want, out)

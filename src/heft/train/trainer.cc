@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -96,7 +98,9 @@ std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMe
 }
 
 // A rank's training state at a step boundary, for in-place recovery: the position and the
-// strategy's files, packed as CBOR (binary files in place).
+// strategy's files. Packed as an 8-byte length, the position and the files' names and sizes
+// in CBOR, then the files' bytes back to back (one copy each: a per-step buddy copy of a few
+// MB costs a memcpy, not a byte-by-byte encoding).
 struct State {
   int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
   double seconds = 0, loss = 0;
@@ -106,16 +110,32 @@ struct State {
 std::string pack(const State& s) {
   nlohmann::json j = {{"step", s.step},       {"epoch", s.epoch},     {"next_batch", s.next_batch},
                       {"samples", s.samples}, {"seconds", s.seconds}, {"loss", s.loss}};
-  nlohmann::json files = nlohmann::json::object();
-  for (const auto& [name, bytes] : s.files)
-    files[name] = nlohmann::json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  nlohmann::json files = nlohmann::json::array();
+  size_t total = 0;
+  for (const auto& [name, bytes] : s.files) {
+    files.push_back({name, bytes.size()});
+    total += bytes.size();
+  }
   j["files"] = std::move(files);
-  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
-  return std::string(cbor.begin(), cbor.end());
+  const std::vector<uint8_t> meta = nlohmann::json::to_cbor(j);
+  const uint64_t meta_size = meta.size();
+  std::string out;
+  out.reserve(sizeof meta_size + meta.size() + total);
+  out.append(reinterpret_cast<const char*>(&meta_size), sizeof meta_size);
+  out.append(reinterpret_cast<const char*>(meta.data()), meta.size());
+  for (const auto& [name, bytes] : s.files) out.append(bytes);
+  return out;
 }
 
 State unpack(const std::string& blob) {
-  const nlohmann::json j = nlohmann::json::from_cbor(blob.begin(), blob.end());
+  uint64_t meta_size = 0;
+  if (blob.size() < sizeof meta_size) throw Error("in-place recovery: a state of " + std::to_string(blob.size()) + " bytes is truncated");
+  std::memcpy(&meta_size, blob.data(), sizeof meta_size);
+  if (meta_size > blob.size() - sizeof meta_size)
+    throw Error("in-place recovery: a state's header says " + std::to_string(meta_size) + " bytes, it holds " +
+                std::to_string(blob.size()));
+  const char* meta = blob.data() + sizeof meta_size;
+  const nlohmann::json j = nlohmann::json::from_cbor(meta, meta + meta_size);
   State s;
   s.step = j.at("step").get<int64_t>();
   s.epoch = j.at("epoch").get<int64_t>();
@@ -123,9 +143,14 @@ State unpack(const std::string& blob) {
   s.samples = j.at("samples").get<int64_t>();
   s.seconds = j.at("seconds").get<double>();
   s.loss = j.at("loss").is_number() ? j.at("loss").get<double>() : std::numeric_limits<double>::quiet_NaN();
-  for (const auto& [name, value] : j.at("files").items()) {
-    const std::vector<uint8_t>& b = value.get_binary();
-    s.files[name] = std::string(b.begin(), b.end());
+  size_t at = sizeof meta_size + meta_size;
+  for (const nlohmann::json& f : j.at("files")) {
+    const size_t size = f.at(1).get<size_t>();
+    if (size > blob.size() - at)
+      throw Error("in-place recovery: a state's file " + f.at(0).get<std::string>() + " of " + std::to_string(size) +
+                  " bytes runs past its end");
+    s.files[f.at(0).get<std::string>()] = blob.substr(at, size);
+    at += size;
   }
   return s;
 }
@@ -158,11 +183,14 @@ class Training {
 
   TrainResult run() {
     print_layout();
+    // The buddies' copies travel on a communicator of their own, whose thread moves them
+    // while training goes on (the world's runs its operations one at a time, in order).
+    if (buddies_) buddy_comm_ = world_.split(0, world_.rank());
     if (recovery_ && recovery_->generation > 0) {
       recover();
     } else {
       if (!hp_.checkpoint_dir.empty()) resume();
-      refresh_buddy();  // copies of the first state, before the first step
+      refresh_buddy(/*wait=*/true);  // copies of the first state, before the first step
     }
     state_valid_ = true;
     world_.barrier();  // start the clock together
@@ -219,6 +247,10 @@ class Training {
           return b;
         }();
         const double lr = learning_rate(optimizer_config_, step_);
+        // The buddies' copies of the last boundary, in before this step's first collective:
+        // once any rank has finished this step, every rank's part of the last boundary is
+        // held by its buddy, so a recovery redoes at most one step.
+        collect_buddy();
         in_step_ = true;
         const torch::Tensor loss_sum = strategy_->step(batch, *task_, lr);
         ++step_;
@@ -370,7 +402,7 @@ class Training {
     }
     take_states(std::move(states), "in-place recovery (the parts at step " + std::to_string(target) + ")");
     report_recovery(-1, restarted, total);
-    refresh_buddy();  // the re-formed world holds copies at once
+    refresh_buddy(/*wait=*/true);  // the re-formed world holds copies at once
   }
 
   // Every rank's part (one for a replica) into the strategy, as a checkpoint's parts; the
@@ -435,27 +467,45 @@ class Training {
     if (copies.size() > 2) copies.erase(copies.begin());
   }
 
-  // Buddies, at a step boundary: this rank's part to its holder, its source's part kept.
-  void refresh_buddy() {
+  // Buddies, at a step boundary: this rank's part (packed here, from the live state) kept as
+  // its own copy and sent to its holder, its source's part received, on the buddies'
+  // communicator's thread while this boundary's logging and the next batch go on; collected
+  // before the next step's first collective (train_epochs), or at once with `wait`.
+  void refresh_buddy(bool wait = false) {
     if (!buddies_) return;
     auto timed = profiler_.phase(profile::Phase::kCommunication);
+    collect_buddy();
     Recovery::Copy mine{step_, pack(current_state(false))};
     const int to = holder_of(world_.rank()), from = source_of(world_.rank());
-    int64_t out[2] = {static_cast<int64_t>(mine.blob.size()), step_};
-    int64_t in[2] = {0, -1};
-    world_.exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
-                     comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
-    Recovery::Copy theirs{in[1], std::string(static_cast<size_t>(in[0]), '\0')};
-    world_.exchange({comm::P2POp::send(mine.blob.data(), mine.blob.size(), comm::DataType::u8, to),
-                     comm::P2POp::recv(theirs.blob.data(), theirs.blob.size(), comm::DataType::u8, from)});
+    pending_ = std::async(std::launch::async, [comm = buddy_comm_.get(), to, from, step = step_,
+                                               blob = mine.blob]() {
+      int64_t out[2] = {static_cast<int64_t>(blob.size()), step};
+      int64_t in[2] = {0, -1};
+      comm->exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
+                      comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
+      Recovery::Copy theirs{in[1], std::string(static_cast<size_t>(in[0]), '\0')};
+      comm->exchange({comm::P2POp::send(blob.data(), blob.size(), comm::DataType::u8, to),
+                      comm::P2POp::recv(theirs.blob.data(), theirs.blob.size(), comm::DataType::u8, from)});
+      return theirs;
+    });
     keep_two(own_copies_, std::move(mine));
-    keep_two(kept_copies_, std::move(theirs));
+    if (wait) collect_buddy();
+  }
+
+  // The last boundary's exchange, waited for: its source's part joins the kept copies. A
+  // failure (a peer lost) is the training's.
+  void collect_buddy() {
+    if (pending_.valid()) keep_two(kept_copies_, pending_.get());
   }
 
  public:
   // After a lost peer: what this rank holds goes into the Recovery (nothing changes there when
   // its state was not whole: a failure while a recovery loaded it keeps the previous world's).
   void keep_for_recovery() {
+    try {
+      collect_buddy();  // what the buddies' exchange in flight got, if it completed
+    } catch (const std::exception&) {
+    }
     if (!state_valid_) return;
     if (replicated_) {
       recovery_->own = {Recovery::Copy{step_, pack(current_state(true))}};
@@ -673,6 +723,9 @@ class Training {
   const bool buddies_ = recovery_ && recovery_->enabled && world_.size() > 1 && !replicated_;
   const int buddy_shift_ = buddy_shift(world_.size());
   std::vector<Recovery::Copy> own_copies_, kept_copies_;
+  std::unique_ptr<comm::Communicator> buddy_comm_;  // the buddies' copies travel here
+  std::future<Recovery::Copy> pending_;  // the last boundary's exchange (after buddy_comm_:
+                                         // destroyed first, it waits for the exchange)
   Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_
   bool in_epoch_ = false;
   std::string boundary_rng_;             // the generator at the start of step boundary_step_ + 1
