@@ -206,6 +206,22 @@ class ShardedPreflight(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"memory_check=True: expected an optimizer"):
             parallel.ShardedDataParallel(G.GPT(1, 2, 32, 16), memory_check=True)
 
+    def test_each_use_of_a_tied_weight_adds_its_gradient_as_soon_as_it_is_made(self):
+        torch.manual_seed(0)
+        sdp = parallel.ShardedDataParallel(G.GPT(2, 2, 32, 16, 500), units=[G.Block])
+        root = sdp.units[0]
+        calls, real = [], root.accumulate
+        root.accumulate = lambda i, g: (calls.append((i, tuple(g.shape))), real(i, g))[1]
+        x = torch.randint(0, 256, (2, 16))
+        sdp(x).float().pow(2).mean().backward()
+        tied = (0, (500, 32))  # tok.weight, also the head's
+        # The head's gradient first (the last module run), the embedding's last: two adds into
+        # the flat gradient, never summed by autograd beside it.
+        self.assertEqual(calls[0], tied, calls)
+        self.assertEqual(calls[-1], tied, calls)
+        self.assertEqual(calls.count(tied), 2, calls)
+        self.assertGreater(sdp.units[0].shard.grad.abs().sum().item(), 0)
+
     def test_a_step_no_machine_holds_is_refused_by_every_rank_before_allocating(self):
         with parallel.deferred_init():
             model = G.GPT(48, 64, 8192, 64, 50257)

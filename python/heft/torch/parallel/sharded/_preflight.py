@@ -3,8 +3,8 @@ will add to its resident memory to train the model sharded (its shards of the pa
 gradients and optimizer state, and the step's peaks: the units gathered at once and the
 gradients on their way to a reduce-scatter), summed over the ranks of each machine and
 compared with what the machine has available. Too much: every rank raises MemoryError
-naming the components, the largest, and the options that would fit (docs/sharded.md,
-"Memory pre-flight"). Activations are not counted (they need a batch: estimate_memory)."""
+naming the components, the units that set the step's peak, and the options that would fit
+(docs/sharded.md, "Memory pre-flight"). Activations are not counted (they need a batch: estimate_memory)."""
 import torch
 
 from .. import memory as _memory
@@ -100,9 +100,9 @@ def check(module, specs, degree, compute_dtype, reduce_dtype, optimizer, *, zero
           reductions_in_flight, options):
     """Raises MemoryError, on every rank alike (one all-gather over the default group when
     there is one: every rank must construct its ShardedDataParallel), when the ranks of a
-    machine would need more than it has available. `options(**change) -> parts` prices an
-    alternative (mixed_precision, units, sharded_degree) for the message. Returns the
-    parts (bytes per component)."""
+    machine would need more than it has available. `options`: [(label, price)], where
+    price() gives the parts of an alternative (mixed_precision, units, sharded_degree); the
+    message names those that fit. Returns the parts (bytes per component)."""
     parts, root, biggest = plan(specs, degree, compute_dtype, reduce_dtype, optimizer,
                                 zero_stage=zero_stage,
                                 reductions_in_flight=reductions_in_flight)
