@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 from heft.torch import BACKEND, _c10d
 from heft.torch.profile import phase
 from ..mesh import DeviceMesh
-from .. import deferred
+from .. import deferred, memory
 from . import _preflight, _state, _units
 from ._flat import FlatUnit, Group
 
@@ -199,7 +199,7 @@ class ShardedDataParallel(torch.nn.Module):
                              "optimizer name (\"adamw\", \"adam\", \"sgd-momentum\", \"sgd\", "
                              "...) or False")
         try:
-            _preflight._memory.optimizer_state_of(optimizer)
+            memory.optimizer_state_of(optimizer)
         except ValueError as e:
             raise ValueError(f"ShardedDataParallel: memory_check: {e}") from None
 
