@@ -5,7 +5,8 @@
 // every part's files streamed and skips a corrupt or single-writer newer checkpoint.
 // A crafted archive (TorchScript that creates a file when LibTorch's loader unpickles it, a
 // pickled os.system, a registered C++ class) with a valid CRC is refused naming the file,
-// and nothing in it runs.
+// and nothing in it runs. In-place recovery's raw copy of a part gives back the files the
+// checkpoint writes.
 #include "heft/parallel/checkpoint.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -20,6 +21,7 @@
 
 #include "heft/error.h"
 #include "heft/parallel/sharded/sharded_checkpoint.h"
+#include "heft/parallel/torch_state.h"
 
 namespace {
 
@@ -153,6 +155,49 @@ TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
   const torch::Tensor first = torch::randn({8});
   heft::parallel::rng_from_bytes(rng, "rng.pt");
   EXPECT_TRUE(torch::equal(first, torch::randn({8})));
+}
+
+// In-place recovery's copy of a part (copy_part: raw bytes at the boundary) gives back the
+// files the checkpoint writes, with the values of the moment it was taken.
+TEST_F(CheckpointTest, ACopiedPartGivesBackTheFilesOfTheMomentItWasTaken) {
+  namespace sh = heft::parallel::sharded;
+  torch::manual_seed(3);
+  torch::nn::Linear model(6, 5);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(0.01));
+  model->forward(torch::randn({4, 6})).sum().backward();
+  opt.step();
+  sh::PartTensors part = sh::replica_part(*model, opt, "adamw", 0);
+  part.files["replicated.pt"] = {{"ids", torch::arange(7, torch::kLong).reshape({7, 1})},
+                                 {"half", torch::randn({3}).to(torch::kBFloat16)}};
+  const std::map<std::string, std::string> written = sh::write_part(part);
+  const std::string copy = sh::copy_part(part);
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.add_(1.0);  // the next step: the copy keeps what it took
+  }
+  const std::map<std::string, std::string> back = sh::files_from_copy(copy, "test");
+  ASSERT_EQ(back.size(), written.size());
+  EXPECT_EQ(back.at("layout.json"), written.at("layout.json"));
+  for (const auto& [file, bytes] : written) {
+    if (file == "layout.json") continue;
+    const auto want = heft::parallel::tensors_from_pickle(bytes, file);
+    const auto got = heft::parallel::tensors_from_pickle(back.at(file), file);
+    ASSERT_EQ(got.size(), want.size()) << file;
+    for (const auto& [name, t] : want) {
+      EXPECT_EQ(got.at(name).scalar_type(), t.scalar_type()) << file << " " << name;
+      EXPECT_TRUE(torch::equal(got.at(name), t)) << file << " " << name;
+    }
+  }
+  EXPECT_FALSE(torch::equal(heft::parallel::tensors_from_pickle(back.at("unit-00000.pt"), "u").at("param"),
+                            model->weight.detach().reshape({-1})));
+  try {
+    sh::files_from_copy(copy.substr(0, copy.size() - 3), "rank 2's part");
+    FAIL() << "a truncated copy was read";
+  } catch (const heft::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2's part"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ends inside tensor"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sh::files_from_copy("abc", "x"), heft::IoError);
 }
 
 }  // namespace

@@ -96,8 +96,13 @@ class Strategy {
   // parallelism without tensor or pipeline splits), this rank's state written as the first
   // replica's part, which load_state() takes on any rank (a lost rank's state is any
   // survivor's). nullopt where a rank's part is its own, which no survivor holds (sharded,
-  // tensor, pipeline: they need a buddy's copy, not kept yet). Local: no collective.
+  // tensor, pipeline: a buddy keeps a copy). Local: no collective.
   virtual std::optional<std::map<std::string, std::string>> replica_state() { return std::nullopt; }
+  // state() copied as it is into one buffer (parallel::sharded::copy_part: a memcpy of the
+  // live tensors, no pickling): the buddies' copy at every step boundary, turned back into
+  // state()'s files by parallel::sharded::files_from_copy only when a recovery needs it.
+  // nullopt: the strategy has no such form (the trainer takes state()).
+  virtual std::optional<std::string> state_copy() { return std::nullopt; }
   // Whether replica_state() has a state (the same answer on every rank of a run).
   virtual bool replicated_state() const { return false; }
   // Lines about the strategy's own work for the end of a run (may be empty): a pipeline

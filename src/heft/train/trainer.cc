@@ -18,6 +18,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/checkpoint_collective.h"
 #include "heft/parallel/mesh.h"
+#include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/step_profiler/step_profiler.h"
 #include "heft/train/gpt.h"
 #include "heft/train/models.h"
@@ -101,6 +102,9 @@ std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMe
 // strategy's files. Packed as an 8-byte length, the position and the files' names and sizes
 // in CBOR, then the files' bytes back to back (one copy each: a per-step buddy copy of a few
 // MB costs a memcpy, not a byte-by-byte encoding).
+// A part as Strategy::state_copy gives it (State::files holds it in place of the part's files).
+constexpr char kPartCopy[] = "part.copy";
+
 struct State {
   int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
   double seconds = 0, loss = 0;
@@ -412,6 +416,8 @@ class Training {
     std::vector<std::map<std::string, std::string>> parts;
     for (State& s : states) {
       s.files.erase("rng.pt");
+      if (const auto copy = s.files.find(kPartCopy); copy != s.files.end())
+        s.files = parallel::sharded::files_from_copy(copy->second, where);
       parts.push_back(std::move(s.files));
     }
     strategy_->load_state(parts, where);
@@ -457,7 +463,13 @@ class Training {
     s.samples = samples_;
     s.seconds = seconds_ + (in_epoch_ ? seconds_since(epoch_t0_) - eval_seconds_ : 0.0);
     s.loss = result_.loss;
-    s.files = replica ? *strategy_->replica_state() : strategy_->state();
+    if (replica) {
+      s.files = *strategy_->replica_state();
+    } else if (std::optional<std::string> copy = strategy_->state_copy()) {
+      s.files[kPartCopy] = std::move(*copy);  // pickled only if a recovery takes it
+    } else {
+      s.files = strategy_->state();
+    }
     s.files["rng.pt"] = boundary_step_ == step_ ? boundary_rng_ : parallel::rng_to_bytes();
     return s;
   }
@@ -475,27 +487,39 @@ class Training {
     if (!buddies_) return;
     auto timed = profiler_.phase(profile::Phase::kCommunication);
     collect_buddy();
-    Recovery::Copy mine{step_, pack(current_state(false))};
+    // Here only the part's memcpy (Strategy::state_copy); packing and the exchange on the
+    // buddies' thread.
     const int to = holder_of(world_.rank()), from = source_of(world_.rank());
     pending_ = std::async(std::launch::async, [comm = buddy_comm_.get(), to, from, step = step_,
-                                               blob = mine.blob]() {
-      int64_t out[2] = {static_cast<int64_t>(blob.size()), step};
-      int64_t in[2] = {0, -1};
-      comm->exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
-                      comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
-      Recovery::Copy theirs{in[1], std::string(static_cast<size_t>(in[0]), '\0')};
-      comm->exchange({comm::P2POp::send(blob.data(), blob.size(), comm::DataType::u8, to),
-                      comm::P2POp::recv(theirs.blob.data(), theirs.blob.size(), comm::DataType::u8, from)});
-      return theirs;
+                                               state = current_state(false)]() {
+      Exchanged got;
+      got.mine = {step, pack(state)};
+      try {
+        const std::string& blob = got.mine.blob;
+        int64_t out[2] = {static_cast<int64_t>(blob.size()), step};
+        int64_t in[2] = {0, -1};
+        comm->exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
+                        comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
+        got.theirs = {in[1], std::string(static_cast<size_t>(in[0]), '\0')};
+        comm->exchange({comm::P2POp::send(blob.data(), blob.size(), comm::DataType::u8, to),
+                        comm::P2POp::recv(got.theirs.blob.data(), got.theirs.blob.size(), comm::DataType::u8, from)});
+      } catch (...) {
+        got.failed = std::current_exception();
+      }
+      return got;
     });
-    keep_two(own_copies_, std::move(mine));
     if (wait) collect_buddy();
   }
 
-  // The last boundary's exchange, waited for: its source's part joins the kept copies. A
-  // failure (a peer lost) is the training's.
+  // The last boundary's exchange, waited for: this rank's part joins its own copies, its
+  // source's part the kept ones. A failure (a peer lost) is the training's, after this rank's
+  // own part is kept.
   void collect_buddy() {
-    if (pending_.valid()) keep_two(kept_copies_, pending_.get());
+    if (!pending_.valid()) return;
+    Exchanged got = pending_.get();
+    keep_two(own_copies_, std::move(got.mine));
+    if (got.failed) std::rethrow_exception(got.failed);
+    keep_two(kept_copies_, std::move(got.theirs));
   }
 
  public:
@@ -724,7 +748,11 @@ class Training {
   const int buddy_shift_ = buddy_shift(world_.size());
   std::vector<Recovery::Copy> own_copies_, kept_copies_;
   std::unique_ptr<comm::Communicator> buddy_comm_;  // the buddies' copies travel here
-  std::future<Recovery::Copy> pending_;  // the last boundary's exchange (after buddy_comm_:
+  struct Exchanged {
+    Recovery::Copy mine, theirs;
+    std::exception_ptr failed;  // the exchange's failure (mine is whole)
+  };
+  std::future<Exchanged> pending_;       // the last boundary's exchange (after buddy_comm_:
                                          // destroyed first, it waits for the exchange)
   Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_
   bool in_epoch_ = false;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -79,12 +80,11 @@ std::string unit_file(size_t f) {
 
 }  // namespace
 
-std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flats,
-                                              const PartHeader& header) {
+PartTensors part_tensors(const std::vector<SavedFlat>& flats, const PartHeader& header) {
   const json extra = json::parse(header.extra_json, nullptr, false);
   if (extra.is_discarded() || !extra.is_object())
     throw InvalidArgument("checkpoint: extra_json must be a JSON object, got " + header.extra_json);
-  std::map<std::string, std::string> files;
+  PartTensors part;
   json entries = json::array();
   for (size_t f = 0; f < flats.size(); ++f) {
     const SavedFlat& flat = flats[f];
@@ -103,7 +103,7 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
       tensors[name] = t.detach().reshape({-1}).to(torch::kCPU);
       state.push_back(name);
     }
-    files[unit_file(f)] = tensors_to_pickle(tensors);
+    part.files[unit_file(f)] = std::move(tensors);
     const FlatInfo& info = flat.info;
     json members = json::array();
     for (const FlatMember& m : info.members) {
@@ -133,17 +133,86 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
     json names = json::array();
     for (const auto& [name, t] : header.buffers) names.push_back(name);
     layout["buffers"] = names;
-    files["replicated.pt"] = tensors_to_pickle(header.buffers);
+    part.files["replicated.pt"] = header.buffers;
   }
-  files["layout.json"] = layout.dump();
+  part.layout_json = layout.dump();
+  return part;
+}
+
+std::map<std::string, std::string> write_part(const PartTensors& part) {
+  std::map<std::string, std::string> files;
+  for (const auto& [file, tensors] : part.files) files[file] = tensors_to_pickle(tensors);
+  files["layout.json"] = part.layout_json;
   return files;
 }
 
-std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
-                                               torch::optim::Optimizer& optimizer,
-                                               const std::string& optimizer_name,
-                                               int replicate_rank, const TensorLayout& tensor,
-                                               int pipeline_rank) {
+std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flats,
+                                              const PartHeader& header) {
+  return write_part(part_tensors(flats, header));
+}
+
+// copy_part's form: an 8-byte length, then CBOR {"layout": layout.json's text, "tensors":
+// [[file, name, dtype, shape, bytes], ..]}, then each tensor's bytes in that order.
+std::string copy_part(const PartTensors& part) {
+  json index = json::array();
+  std::vector<torch::Tensor> order;
+  size_t total = 0;
+  for (const auto& [file, tensors] : part.files)
+    for (const auto& [name, t] : tensors) {
+      torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+      index.push_back({file, name, static_cast<int>(c.scalar_type()), c.sizes().vec(), c.nbytes()});
+      total += c.nbytes();
+      order.push_back(std::move(c));
+    }
+  const std::vector<uint8_t> meta = json::to_cbor(json{{"layout", part.layout_json}, {"tensors", index}});
+  const uint64_t meta_size = meta.size();
+  std::string out(sizeof meta_size + meta.size() + total, '\0');
+  char* at = out.data();
+  std::memcpy(at, &meta_size, sizeof meta_size);
+  std::memcpy(at += sizeof meta_size, meta.data(), meta.size());
+  at += meta.size();
+  for (const torch::Tensor& t : order) {
+    std::memcpy(at, t.data_ptr(), t.nbytes());
+    at += t.nbytes();
+  }
+  return out;
+}
+
+std::map<std::string, std::string> files_from_copy(const std::string& copy, const std::string& what) {
+  uint64_t meta_size = 0;
+  if (copy.size() < sizeof meta_size || (std::memcpy(&meta_size, copy.data(), sizeof meta_size),
+                                         meta_size > copy.size() - sizeof meta_size))
+    throw IoError(what + ": a part's copy of " + std::to_string(copy.size()) + " bytes is truncated");
+  const char* meta = copy.data() + sizeof meta_size;
+  json index;
+  try {
+    index = json::from_cbor(meta, meta + meta_size);
+  } catch (const json::exception& e) {
+    throw IoError(what + ": a part's copy has no index (" + e.what() + ")");
+  }
+  PartTensors part;
+  part.layout_json = index.at("layout").get<std::string>();
+  size_t at = sizeof meta_size + meta_size;
+  for (const json& e : index.at("tensors")) {
+    const size_t bytes = e.at(4).get<size_t>();
+    if (bytes > copy.size() - at)
+      throw IoError(what + ": a part's copy ends inside tensor " + e.at(1).get<std::string>() + " of " +
+                    e.at(0).get<std::string>());
+    torch::Tensor t = torch::empty(e.at(3).get<std::vector<int64_t>>(),
+                                   torch::TensorOptions().dtype(static_cast<c10::ScalarType>(e.at(2).get<int>())));
+    if (t.nbytes() != bytes)
+      throw IoError(what + ": a part's copy gives tensor " + e.at(1).get<std::string>() + " " +
+                    std::to_string(bytes) + " bytes for its shape's " + std::to_string(t.nbytes()));
+    std::memcpy(t.data_ptr(), copy.data() + at, bytes);
+    at += bytes;
+    part.files[e.at(0).get<std::string>()][e.at(1).get<std::string>()] = std::move(t);
+  }
+  return write_part(part);
+}
+
+PartTensors shards_part(ShardedDataParallel& sdp, torch::optim::Optimizer& optimizer,
+                        const std::string& optimizer_name, int replicate_rank, const TensorLayout& tensor,
+                        int pipeline_rank) {
   std::vector<SavedFlat> flats;
   for (size_t f = 0; f < sdp.shards().size(); ++f) {
     SavedFlat p;
@@ -160,14 +229,12 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
   h.replicate_rank = replicate_rank;
   h.tensor = tensor;
   h.pipeline_rank = pipeline_rank;
-  return write_part(flats, h);
+  return part_tensors(flats, h);
 }
 
-std::map<std::string, std::string> save_replica(torch::nn::Module& module,
-                                                torch::optim::Optimizer& optimizer,
-                                                const std::string& optimizer_name,
-                                                int replicate_rank, const TensorLayout& tensor,
-                                                int pipeline_rank) {
+PartTensors replica_part(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                         const std::string& optimizer_name, int replicate_rank, const TensorLayout& tensor,
+                         int pipeline_rank) {
   std::vector<SavedFlat> flats;
   for (const auto& item : module.named_parameters()) {
     SavedFlat p;
@@ -183,7 +250,19 @@ std::map<std::string, std::string> save_replica(torch::nn::Module& module,
   h.replicate_rank = replicate_rank;
   h.tensor = tensor;
   h.pipeline_rank = pipeline_rank;
-  return write_part(flats, h);
+  return part_tensors(flats, h);
+}
+
+std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp, torch::optim::Optimizer& optimizer,
+                                               const std::string& optimizer_name, int replicate_rank,
+                                               const TensorLayout& tensor, int pipeline_rank) {
+  return write_part(shards_part(sdp, optimizer, optimizer_name, replicate_rank, tensor, pipeline_rank));
+}
+
+std::map<std::string, std::string> save_replica(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                                                const std::string& optimizer_name, int replicate_rank,
+                                                const TensorLayout& tensor, int pipeline_rank) {
+  return write_part(replica_part(module, optimizer, optimizer_name, replicate_rank, tensor, pipeline_rank));
 }
 
 namespace {

@@ -87,12 +87,29 @@ struct PartHeader {
   std::string extra_json = "{}";                 // a JSON object, stored as given
 };
 
-// A part's files (layout.json, unit-NNNNN.pt, replicated.pt). Throws heft::InvalidArgument
-// for extra_json that is not a JSON object or a state tensor that is not shard-sized.
+// A part before its tensors are pickled: layout.json's text and each file's tensors by name
+// (the live tensors, not copies).
+struct PartTensors {
+  std::string layout_json;
+  std::map<std::string, std::map<std::string, torch::Tensor>> files;  // unit-NNNNN.pt, replicated.pt
+};
+// Throws heft::InvalidArgument for extra_json that is not a JSON object or a state tensor
+// that is not shard-sized.
+PartTensors part_tensors(const std::vector<SavedFlat>& flats, const PartHeader& header);
+// A part's files (layout.json, unit-NNNNN.pt, replicated.pt).
+std::map<std::string, std::string> write_part(const PartTensors& part);
 std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flats,
                                               const PartHeader& header);
+// A part copied as it is into one buffer (an index, then each tensor's bytes: one memcpy, no
+// pickling, no checksum): in-place recovery's copy at every step boundary. files_from_copy
+// gives write_part's files back; heft::IoError naming `what` for a buffer that is not one.
+std::string copy_part(const PartTensors& part);
+std::map<std::string, std::string> files_from_copy(const std::string& copy, const std::string& what);
 
-// This rank's part of a sharded module.
+// This rank's part of a sharded module (save_shards: write_part(shards_part(..))).
+PartTensors shards_part(ShardedDataParallel& sdp, torch::optim::Optimizer& optimizer,
+                        const std::string& optimizer_name, int replicate_rank,
+                        const TensorLayout& tensor = {}, int pipeline_rank = 0);
 std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& optimizer_name,
@@ -103,6 +120,9 @@ std::map<std::string, std::string> save_shards(ShardedDataParallel& sdp,
 // is its data-parallel index (only index 0's part is read back).
 // pipeline_rank: the stage whose layers `module` holds (the parts of every stage together
 // make the model).
+PartTensors replica_part(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                         const std::string& optimizer_name, int replicate_rank,
+                         const TensorLayout& tensor = {}, int pipeline_rank = 0);
 std::map<std::string, std::string> save_replica(torch::nn::Module& module,
                                                 torch::optim::Optimizer& optimizer,
                                                 const std::string& optimizer_name,
