@@ -38,6 +38,8 @@ HEFT = os.path.join(ROOT, "build", "heft")
 STEP = re.compile(r"^\[rank 0\] step=(\d+) .*loss=(\S+)")
 RECOVERED = re.compile(r"^\[rank 0\] recovered: generation=\d+ step=(\d+)")
 STEP_TIME = re.compile(r"^\[rank 0\] step_time: median_s=(\S+) worst_s=(\S+)")
+BUDDIES = re.compile(r"^\[rank 0\] buddies: copies=\d+ part_bytes=(\d+) copy_ms median=(\S+) worst=(\S+) "
+                     r"cpu_median=(\S+) wait_ms median=(\S+) worst=(\S+)")
 STARTS = re.compile(r"Completed after .* (\d+) starts?,")
 FINAL = re.compile(r"^\[rank 0\] final: step=(\d+) loss=(\S+)")
 
@@ -116,6 +118,9 @@ def run(home, path, job, kill_after=None, kill_ranks=()):
         t = STEP_TIME.match(line)
         if t:
             out["step_s"] = float(t[1])
+        b = BUDDIES.match(line)
+        if b:
+            out["buddies"] = (int(b[1]),) + tuple(float(x) for x in b.groups()[1:])
     p.wait()
     out["orphans"] = sum(1 for r in range(4) if rank_pid(job, r))
     out["seconds"] = time.monotonic() - start
@@ -124,7 +129,8 @@ def run(home, path, job, kill_after=None, kill_ranks=()):
 
 
 def overhead(a):
-    print("# strategy pair step_s_off step_s_on on/off", flush=True)
+    print("# strategy pair step_s_off step_s_on on/off  (on: rank 0's part bytes, the training thread's copy ms "
+          "median/worst (its CPU ms median) and wait ms median/worst a boundary)", flush=True)
     with tempfile.TemporaryDirectory(prefix="heft-recovery-") as tmp:
         for strategy in a.strategies.split(","):
             ratios = []
@@ -134,8 +140,12 @@ def overhead(a):
                     name = f"{'on' if on else 'off'}-{strategy}-{t}"
                     r = run(os.path.join(tmp, name), spec(tmp, name, strategy, a.steps, a.every, on), name)
                     step[on] = r.get("step_s", float("nan"))
+                    if on:
+                        b = r.get("buddies")
+                        buddies = (f"  part {b[0]} B, copy {b[1]:.2f}/{b[2]:.2f} ms (CPU {b[3]:.2f}), "
+                                   f"wait {b[4]:.2f}/{b[5]:.2f} ms" if b else "")
                 ratios.append(step[True] / step[False])
-                print(f"{strategy} {t} {step[False]:.4f} {step[True]:.4f} {ratios[-1]:.3f}", flush=True)
+                print(f"{strategy} {t} {step[False]:.4f} {step[True]:.4f} {ratios[-1]:.3f}{buddies}", flush=True)
             print(f"# {strategy}: step time with in_place / without: median {statistics.median(ratios):.3f}, "
                   f"worst {max(ratios):.3f}", flush=True)
     return 0

@@ -155,6 +155,17 @@ TEST_F(CheckpointTest, ModuleOptimizerAndRngRoundTrip) {
   const torch::Tensor first = torch::randn({8});
   heft::parallel::rng_from_bytes(rng, "rng.pt");
   EXPECT_TRUE(torch::equal(first, torch::randn({8})));
+  // The raw form (in-place recovery's, at every step boundary) restores the same draws.
+  const std::string raw = heft::parallel::rng_raw();
+  const torch::Tensor again = torch::randn({8});
+  heft::parallel::rng_from_raw(raw, "the generator");
+  EXPECT_TRUE(torch::equal(again, torch::randn({8})));
+  try {
+    heft::parallel::rng_from_raw(raw.substr(0, 100), "rank 1's generator");
+    FAIL() << "a truncated generator state was taken";
+  } catch (const heft::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's generator"), std::string::npos) << e.what();
+  }
 }
 
 // In-place recovery's copy of a part (copy_part: raw bytes at the boundary) gives back the

@@ -128,6 +128,12 @@ class InPlaceRecovery(unittest.TestCase):
         self.assertEqual(int(rec[2]) >= 0, strategy == "ddp", out)  # a source rank for DDP; buddies else
         self.assertGreater(int(rec[3]), 0)
         self.assertEqual(losses(out), want, out)
+        # Every strategy but DDP kept buddies' copies: what they took from the training thread.
+        buddies = re.search(r"^\[rank \d+\] buddies: copies=(\d+) part_bytes=(\d+) copy_ms median=", out, re.M)
+        self.assertEqual(buddies is not None, strategy != "ddp", out)
+        if buddies:
+            self.assertGreater(int(buddies[1]), 0, out)
+            self.assertGreater(int(buddies[2]), 0, out)
         # The ranks not killed are the processes that were running before the kill, and each
         # held its state.
         self.assertEqual(sorted(kept), sorted(set(range(4)) - {rank}), out)

@@ -234,4 +234,28 @@ void rng_from_bytes(const std::string& bytes, const std::string& what) {
   gen.set_state(state);
 }
 
+std::string rng_raw() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get_state();
+  }
+  state = state.contiguous();
+  return {static_cast<const char*>(state.data_ptr()), state.nbytes()};
+}
+
+void rng_from_raw(const std::string& bytes, const std::string& what) {
+  torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  try {
+    gen.set_state(state);
+  } catch (const c10::Error& e) {
+    throw IoError(what + ": not a CPU generator's state (" + std::to_string(bytes.size()) + " bytes): " +
+                  e.what_without_backtrace());
+  }
+}
+
 }  // namespace heft::parallel

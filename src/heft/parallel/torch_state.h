@@ -24,6 +24,10 @@ void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const std::string&
 // torch's default CPU generator (torch::manual_seed, dropout, randn, ...).
 std::string rng_to_bytes();
 void rng_from_bytes(const std::string& bytes, const std::string& what);
+// The same generator's state as its raw bytes (a memcpy, no archive: in-place recovery takes
+// one at every step boundary); heft::IoError naming `what` for bytes the generator refuses.
+std::string rng_raw();
+void rng_from_raw(const std::string& bytes, const std::string& what);
 
 // A torch::serialize archive is a TorchScript zip: LibTorch's loader (torch::jit::load)
 // compiles the source under code/ and runs a class's __setstate__ while unpickling

@@ -66,9 +66,10 @@ class DataParallel : public MeshStrategy {
   std::map<std::string, std::string> state() override {
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_);
   }
-  std::optional<std::string> state_copy() override {
-    return parallel::sharded::copy_part(
-        parallel::sharded::replica_part(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_));
+  bool state_copy(std::string* out) override {
+    parallel::sharded::copy_part(
+        parallel::sharded::replica_part(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_), out);
+    return true;
   }
   // Every rank holds the replica (of its tensor slice: none is whole with tensor parallelism).
   bool replicated_state() const override { return tensor_.size == 1; }

@@ -250,12 +250,16 @@ class Pipelined : public MeshStrategy {
     return parallel::sharded::save_replica(*model_, *optimizer_, hp_.optimizer, data_rank_, tensor_,
                                            pipe_.rank());
   }
-  std::optional<std::string> state_copy() override {
+  bool state_copy(std::string* out) override {
     if (sdp_)
-      return parallel::sharded::copy_part(parallel::sharded::shards_part(
-          *sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_, pipe_.rank()));
-    return parallel::sharded::copy_part(parallel::sharded::replica_part(
-        *model_, *optimizer_, hp_.optimizer, data_rank_, tensor_, pipe_.rank()));
+      parallel::sharded::copy_part(parallel::sharded::shards_part(*sdp_, *optimizer_, hp_.optimizer,
+                                                                  replicate_rank_, tensor_, pipe_.rank()),
+                                   out);
+    else
+      parallel::sharded::copy_part(parallel::sharded::replica_part(*model_, *optimizer_, hp_.optimizer,
+                                                                   data_rank_, tensor_, pipe_.rank()),
+                                   out);
+    return true;
   }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {

@@ -66,9 +66,10 @@ class Sharded : public MeshStrategy {
   std::map<std::string, std::string> state() override {
     return parallel::sharded::save_shards(*sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_);
   }
-  std::optional<std::string> state_copy() override {
-    return parallel::sharded::copy_part(
-        parallel::sharded::shards_part(*sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_));
+  bool state_copy(std::string* out) override {
+    parallel::sharded::copy_part(
+        parallel::sharded::shards_part(*sdp_, *optimizer_, hp_.optimizer, replicate_rank_, tensor_), out);
+    return true;
   }
   void load_state(const std::vector<std::map<std::string, std::string>>& parts,
                   const std::string& where) override {

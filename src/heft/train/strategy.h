@@ -98,11 +98,11 @@ class Strategy {
   // survivor's). nullopt where a rank's part is its own, which no survivor holds (sharded,
   // tensor, pipeline: a buddy keeps a copy). Local: no collective.
   virtual std::optional<std::map<std::string, std::string>> replica_state() { return std::nullopt; }
-  // state() copied as it is into one buffer (parallel::sharded::copy_part: a memcpy of the
-  // live tensors, no pickling): the buddies' copy at every step boundary, turned back into
-  // state()'s files by parallel::sharded::files_from_copy only when a recovery needs it.
-  // nullopt: the strategy has no such form (the trainer takes state()).
-  virtual std::optional<std::string> state_copy() { return std::nullopt; }
+  // state() copied as it is into *out, whose capacity is reused (parallel::sharded::copy_part:
+  // a memcpy of the live tensors, no pickling): the buddies' copy at every step boundary,
+  // turned back into state()'s files by parallel::sharded::files_from_copy only when a
+  // recovery needs it. false: the strategy has no such form (the trainer takes state()).
+  virtual bool state_copy(std::string* /*out*/) { return false; }
   // Whether replica_state() has a state (the same answer on every rank of a run).
   virtual bool replicated_state() const { return false; }
   // Lines about the strategy's own work for the end of a run (may be empty): a pipeline

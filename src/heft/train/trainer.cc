@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <future>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "heft/parallel/checkpoint.h"
 #include "heft/parallel/checkpoint_collective.h"
 #include "heft/parallel/mesh.h"
+#include "heft/parallel/pipeline/partition.h"
 #include "heft/parallel/sharded/sharded_checkpoint.h"
 #include "heft/step_profiler/step_profiler.h"
 #include "heft/train/gpt.h"
@@ -31,6 +33,13 @@ namespace heft::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// This thread's CPU seconds (what it computed, not the time it waited for a core).
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -104,6 +113,8 @@ std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMe
 // MB costs a memcpy, not a byte-by-byte encoding).
 // A part as Strategy::state_copy gives it (State::files holds it in place of the part's files).
 constexpr char kPartCopy[] = "part.copy";
+// The generator's raw state (parallel::rng_raw) in a State's files.
+constexpr char kRngRaw[] = "rng.raw";
 
 struct State {
   int64_t step = 0, epoch = 1, next_batch = 0, samples = 0;
@@ -236,7 +247,7 @@ class Training {
         // The generator at this step boundary, for an in-place recovery's state (the step
         // may draw from it before a collective fails).
         if (recovery_ && recovery_->enabled) {
-          boundary_rng_ = parallel::rng_to_bytes();
+          boundary_rng_ = parallel::rng_raw();
           boundary_step_ = step_;
         }
         profiler_.begin_step(step_ + 1);
@@ -412,16 +423,16 @@ class Training {
   // Every rank's part (one for a replica) into the strategy, as a checkpoint's parts; the
   // generator and the position from the first, as resume() takes them.
   void take_states(std::vector<State> states, const std::string& where) {
-    const std::string rng = states.front().files.at("rng.pt");
+    const std::string rng = states.front().files.at(kRngRaw);
     std::vector<std::map<std::string, std::string>> parts;
     for (State& s : states) {
-      s.files.erase("rng.pt");
+      s.files.erase(kRngRaw);
       if (const auto copy = s.files.find(kPartCopy); copy != s.files.end())
         s.files = parallel::sharded::files_from_copy(copy->second, where);
       parts.push_back(std::move(s.files));
     }
     strategy_->load_state(parts, where);
-    parallel::rng_from_bytes(rng, where + ": rng.pt");
+    parallel::rng_from_raw(rng, where + ": the generator");
     take_position(states.front());
   }
 
@@ -465,12 +476,12 @@ class Training {
     s.loss = result_.loss;
     if (replica) {
       s.files = *strategy_->replica_state();
-    } else if (std::optional<std::string> copy = strategy_->state_copy()) {
-      s.files[kPartCopy] = std::move(*copy);  // pickled only if a recovery takes it
+    } else if (std::string copy = std::move(spare_copy_); strategy_->state_copy(&copy)) {
+      s.files[kPartCopy] = std::move(copy);  // pickled only if a recovery takes it
     } else {
       s.files = strategy_->state();
     }
-    s.files["rng.pt"] = boundary_step_ == step_ ? boundary_rng_ : parallel::rng_to_bytes();
+    s.files[kRngRaw] = boundary_step_ == step_ ? boundary_rng_ : parallel::rng_raw();
     return s;
   }
 
@@ -487,13 +498,18 @@ class Training {
     if (!buddies_) return;
     auto timed = profiler_.phase(profile::Phase::kCommunication);
     collect_buddy();
+    const Clock::time_point t0 = Clock::now();
+    const double cpu0 = thread_cpu_seconds();
     // Here only the part's memcpy (Strategy::state_copy); packing and the exchange on the
     // buddies' thread.
     const int to = holder_of(world_.rank()), from = source_of(world_.rank());
+    State state = current_state(false);
     pending_ = std::async(std::launch::async, [comm = buddy_comm_.get(), to, from, step = step_,
-                                               state = current_state(false)]() {
+                                               state = std::move(state)]() mutable {
       Exchanged got;
       got.mine = {step, pack(state)};
+      if (const auto copy = state.files.find(kPartCopy); copy != state.files.end())
+        got.spare = std::move(copy->second);  // the next boundary's copy reuses its pages
       try {
         const std::string& blob = got.mine.blob;
         int64_t out[2] = {static_cast<int64_t>(blob.size()), step};
@@ -508,6 +524,8 @@ class Training {
       }
       return got;
     });
+    buddy_copy_s_.push_back(seconds_since(t0));
+    buddy_copy_cpu_s_.push_back(thread_cpu_seconds() - cpu0);
     if (wait) collect_buddy();
   }
 
@@ -516,7 +534,11 @@ class Training {
   // own part is kept.
   void collect_buddy() {
     if (!pending_.valid()) return;
+    const Clock::time_point t0 = Clock::now();
     Exchanged got = pending_.get();
+    spare_copy_ = std::move(got.spare);
+    buddy_wait_s_.push_back(seconds_since(t0));
+    buddy_part_bytes_ = static_cast<int64_t>(got.mine.blob.size());
     keep_two(own_copies_, std::move(got.mine));
     if (got.failed) std::rethrow_exception(got.failed);
     keep_two(kept_copies_, std::move(got.theirs));
@@ -579,6 +601,17 @@ class Training {
     }
     if (task_->tokens_per_sample() > 0)
       print("memory: rank=%d peak_rss_mb=%.1f", world_.rank(), peak_rss_mb());
+    if (buddies_ && !buddy_copy_s_.empty() && !buddy_wait_s_.empty() && strategy_->reports())
+      // What keeping the buddies' copies took from this rank's training thread: the part's
+      // copy at each boundary, and the wait for the exchange before the next step.
+      print("buddies: copies=%zu part_bytes=%lld copy_ms median=%.2f worst=%.2f cpu_median=%.2f wait_ms median=%.2f "
+            "worst=%.2f",
+            buddy_copy_s_.size(), static_cast<long long>(buddy_part_bytes_),
+            1e3 * parallel::pipeline::median(buddy_copy_s_),
+            1e3 * *std::max_element(buddy_copy_s_.begin(), buddy_copy_s_.end()),
+            1e3 * parallel::pipeline::median(buddy_copy_cpu_s_),
+            1e3 * parallel::pipeline::median(buddy_wait_s_),
+            1e3 * *std::max_element(buddy_wait_s_.begin(), buddy_wait_s_.end()));
     if (const std::string summary = strategy_->summary();
         !summary.empty() && mesh_.coordinate(parallel::Dim::kData) == 0 &&
         mesh_.coordinate(parallel::Dim::kTensor) == 0)
@@ -751,7 +784,13 @@ class Training {
   struct Exchanged {
     Recovery::Copy mine, theirs;
     std::exception_ptr failed;  // the exchange's failure (mine is whole)
+    std::string spare;          // the boundary's copy buffer, packed into mine
   };
+  std::string spare_copy_;  // a copy buffer already resident, for the next boundary
+  // The training thread's share of the buddies' copies, per boundary: wall and CPU seconds of
+  // the copy (wall - CPU: the thread waited for a core), wall seconds waiting for the exchange.
+  std::vector<double> buddy_copy_s_, buddy_copy_cpu_s_, buddy_wait_s_;
+  int64_t buddy_part_bytes_ = 0;                      // the last packed part
   std::future<Exchanged> pending_;       // the last boundary's exchange (after buddy_comm_:
                                          // destroyed first, it waits for the exchange)
   Clock::time_point epoch_t0_;           // the current epoch's training clock, while in_epoch_

@@ -154,6 +154,12 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
 // copy_part's form: an 8-byte length, then CBOR {"layout": layout.json's text, "tensors":
 // [[file, name, dtype, shape, bytes], ..]}, then each tensor's bytes in that order.
 std::string copy_part(const PartTensors& part) {
+  std::string out;
+  copy_part(part, &out);
+  return out;
+}
+
+void copy_part(const PartTensors& part, std::string* out) {
   json index = json::array();
   std::vector<torch::Tensor> order;
   size_t total = 0;
@@ -166,8 +172,9 @@ std::string copy_part(const PartTensors& part) {
     }
   const std::vector<uint8_t> meta = json::to_cbor(json{{"layout", part.layout_json}, {"tensors", index}});
   const uint64_t meta_size = meta.size();
-  std::string out(sizeof meta_size + meta.size() + total, '\0');
-  char* at = out.data();
+  // A buffer reused is already resident and mostly of this size: only growth is zero-filled.
+  out->resize(sizeof meta_size + meta.size() + total);
+  char* at = out->data();
   std::memcpy(at, &meta_size, sizeof meta_size);
   std::memcpy(at += sizeof meta_size, meta.data(), meta.size());
   at += meta.size();
@@ -175,7 +182,6 @@ std::string copy_part(const PartTensors& part) {
     std::memcpy(at, t.data_ptr(), t.nbytes());
     at += t.nbytes();
   }
-  return out;
 }
 
 std::map<std::string, std::string> files_from_copy(const std::string& copy, const std::string& what) {

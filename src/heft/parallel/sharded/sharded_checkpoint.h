@@ -104,6 +104,9 @@ std::map<std::string, std::string> write_part(const std::vector<SavedFlat>& flat
 // pickling, no checksum): in-place recovery's copy at every step boundary. files_from_copy
 // gives write_part's files back; heft::IoError naming `what` for a buffer that is not one.
 std::string copy_part(const PartTensors& part);
+// The same into *out, whose capacity is reused (a buffer kept from an earlier copy: no fresh
+// pages to fault in).
+void copy_part(const PartTensors& part, std::string* out);
 std::map<std::string, std::string> files_from_copy(const std::string& copy, const std::string& what);
 
 // This rank's part of a sharded module (save_shards: write_part(shards_part(..))).
