@@ -83,7 +83,7 @@ if os.environ.get("ONLY"):
     SHAPES = {k: v for k, v in SHAPES.items() if k in os.environ["ONLY"].split(",")}
 COMMON = f"--model gpt --batch_size 8 --max_steps {STEPS} --eval false --log_every 1000 --seed 1"
 GENEROUS_GB = 8.0
-ROW = re.compile(r"^\s*\d+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+ [kMG]?B)\s+"
+ROW = re.compile(r"^\s*\d+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+ [kMG]?B)\s+([0-9.]+ [kMG]?B)\s+"
                  r"data (\d+) x sharded (\d+) x tensor (\d+) x pipeline (\d+), m (\d+), v (\d+), ckpt (\w+)")
 UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
 
@@ -119,9 +119,9 @@ def table(out):
         line = re.sub(r"^\[rank \d+\] ", "", line)
         m = ROW.match(line)
         if m:
-            num, unit = m.group(2).split()
-            rows.append(dict(pred_s=float(m.group(1)) / 1e3, mem_gb=float(num) * UNIT[unit] / 1e9,
-                             key=tuple(int(m.group(i)) for i in range(3, 9)), ckpt=m.group(9) != "off"))
+            gb = [float(x.split()[0]) * UNIT[x.split()[1]] / 1e9 for x in (m.group(2), m.group(3))]
+            rows.append(dict(pred_s=float(m.group(1)) / 1e3, mem_gb=gb[0], own_gb=gb[1],
+                             key=tuple(int(m.group(i)) for i in range(4, 10)), ckpt=m.group(10) != "off"))
     return rows
 
 
@@ -162,6 +162,8 @@ def trial_info(out):
 
 
 errors, choices = [], []  # choices: (row/best, own/best)
+memory = []  # per row run: the largest peak RSS over the ranks / the prediction for ranks that did not profile
+memory_auto = []  # per auto run: (rank 0's peak / the prediction, ranks 1-3's largest / theirs)
 cal_errors, out_of_sample = [], []  # calibrated: every run; rows step 1 did not try
 phase_s = []  # per auto run: (trials s, runoff s)
 for shape, hp in SHAPES.items():
@@ -179,7 +181,7 @@ for shape, hp in SHAPES.items():
     if not scale:
         print("  step 1: no calibration (no trials ran): calibrated = predicted")
     print(f"{'layout':28} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'spread':>7} {'err':>6} {'cal err':>7} {'in':>3}"
-          f" {'pred GB':>8} {'rss GB':>7}")
+          f" {'pred GB':>8} {'w/o prof':>8} {'rss GB':>7} {'rss/pred':>8}")
     measured = {}  # (key, ckpt) -> (row, step s, rss GB)
     fits = {label: {} for label in limits}  # per limit: degrees -> the fastest row that fits
     for label, limit in limits.items():
@@ -201,8 +203,10 @@ for shape, hp in SHAPES.items():
             if not tag:
                 out_of_sample.append(cal_err)
             measured[k] = (r, step, rss)
+            memory.append(rss / r["own_gb"])  # a run given its layout: no rank profiled
             print(f"{extra + name(r):28} {r['pred_s']*1e3:8.1f} {cal_s*1e3:8.1f} {step*1e3:8.1f} {spread*100:6.1f}%"
-                  f" {err*100:5.0f}% {cal_err*100:6.0f}% {tag:>3} {r['mem_gb']:8.3f} {rss:7.3f}")
+                  f" {err*100:5.0f}% {cal_err*100:6.0f}% {tag:>3} {r['mem_gb']:8.3f} {r['own_gb']:8.3f} {rss:7.3f}"
+                  f" {rss / r['own_gb']:8.2f}")
         return measured[k][1]
 
     for label in limits:
@@ -223,6 +227,8 @@ for shape, hp in SHAPES.items():
             cal_errors.append(abs((cal or pred) - step) / step)
             _, _, _, trials_s, runoff_s = trial_info(out)
             phase_s.append((trials_s, runoff_s))
+            if row:
+                memory_auto.append((rss0 / row["mem_gb"], rss / row["own_gb"]))
             layout = f"d{key[0]} s{key[1]} t{key[2]} p{key[3]} m{key[4]} v{key[5]}{' ckpt' if ckpt else ''}"
             for t in trials:
                 print(f"  {t}")
@@ -241,6 +247,13 @@ print(f"\n# median |predicted - measured| / measured over {len(errors)} runs: {s
 print(f"# auto's choice within 10% of the best row: {within} of {len(choices)} by its row (worst"
       f" {max(r for r, _ in choices):.2f}), {own_within} of {len(choices)} by its own run (worst"
       f" {max(o for _, o in choices):.2f})")
+if memory:
+    inside = sum(1 for x in memory if 0.9 <= x <= 1.1)
+    print(f"# memory, rows (peak RSS, largest over the ranks / predicted w/o profile): {min(memory):.2f}-"
+          f"{max(memory):.2f}, median {statistics.median(memory):.2f}; within 10%: {inside} of {len(memory)}")
+if memory_auto:
+    print("# memory, auto runs (rank 0 / predicted; ranks 1-3 / predicted w/o profile): " +
+          ", ".join(f"{a:.2f} {b:.2f}" for a, b in memory_auto))
 if phase_s:
     t_s, r_s = sorted(t for t, _ in phase_s), sorted(r for _, r in phase_s)
     print(f"# per auto run: trials {statistics.median(t_s):.1f} s median ({t_s[0]:.1f}-{t_s[-1]:.1f}), runoff"

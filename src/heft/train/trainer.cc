@@ -122,7 +122,16 @@ struct State {
   std::map<std::string, std::string> files;
 };
 
+void pack(const State& s, std::string* out);
+
 std::string pack(const State& s) {
+  std::string out;
+  pack(s, &out);
+  return out;
+}
+
+// Into *out, whose capacity is reused (a copy evicted earlier: its pages are resident).
+void pack(const State& s, std::string* out) {
   nlohmann::json j = {{"step", s.step},       {"epoch", s.epoch},     {"next_batch", s.next_batch},
                       {"samples", s.samples}, {"seconds", s.seconds}, {"loss", s.loss}};
   nlohmann::json files = nlohmann::json::array();
@@ -134,12 +143,15 @@ std::string pack(const State& s) {
   j["files"] = std::move(files);
   const std::vector<uint8_t> meta = nlohmann::json::to_cbor(j);
   const uint64_t meta_size = meta.size();
-  std::string out;
-  out.reserve(sizeof meta_size + meta.size() + total);
-  out.append(reinterpret_cast<const char*>(&meta_size), sizeof meta_size);
-  out.append(reinterpret_cast<const char*>(meta.data()), meta.size());
-  for (const auto& [name, bytes] : s.files) out.append(bytes);
-  return out;
+  out->resize(sizeof meta_size + meta.size() + total);  // only growth is zero-filled
+  char* at = out->data();
+  std::memcpy(at, &meta_size, sizeof meta_size);
+  std::memcpy(at += sizeof meta_size, meta.data(), meta.size());
+  at += meta.size();
+  for (const auto& [name, bytes] : s.files) {
+    std::memcpy(at, bytes.data(), bytes.size());
+    at += bytes.size();
+  }
 }
 
 State unpack(const std::string& blob) {
@@ -485,9 +497,15 @@ class Training {
     return s;
   }
 
-  static void keep_two(std::vector<Recovery::Copy>& copies, Recovery::Copy c) {
+  // Keeps the newest two; the evicted copy's buffer is returned for reuse.
+  static std::string keep_two(std::vector<Recovery::Copy>& copies, Recovery::Copy c) {
     copies.push_back(std::move(c));
-    if (copies.size() > 2) copies.erase(copies.begin());
+    std::string evicted;
+    if (copies.size() > 2) {
+      evicted = std::move(copies.front().blob);
+      copies.erase(copies.begin());
+    }
+    return evicted;
   }
 
   // Buddies, at a step boundary: this rank's part (packed here, from the live state) kept as
@@ -505,9 +523,11 @@ class Training {
     const int to = holder_of(world_.rank()), from = source_of(world_.rank());
     State state = current_state(false);
     pending_ = std::async(std::launch::async, [comm = buddy_comm_.get(), to, from, step = step_,
-                                               state = std::move(state)]() mutable {
+                                               state = std::move(state), packed = std::move(spare_pack_),
+                                               received = std::move(spare_received_)]() mutable {
       Exchanged got;
-      got.mine = {step, pack(state)};
+      pack(state, &packed);
+      got.mine = {step, std::move(packed)};
       if (const auto copy = state.files.find(kPartCopy); copy != state.files.end())
         got.spare = std::move(copy->second);  // the next boundary's copy reuses its pages
       try {
@@ -516,7 +536,8 @@ class Training {
         int64_t in[2] = {0, -1};
         comm->exchange({comm::P2POp::send(out, 2, comm::DataType::i64, to),
                         comm::P2POp::recv(in, 2, comm::DataType::i64, from)});
-        got.theirs = {in[1], std::string(static_cast<size_t>(in[0]), '\0')};
+        received.resize(static_cast<size_t>(in[0]));
+        got.theirs = {in[1], std::move(received)};
         comm->exchange({comm::P2POp::send(blob.data(), blob.size(), comm::DataType::u8, to),
                         comm::P2POp::recv(got.theirs.blob.data(), got.theirs.blob.size(), comm::DataType::u8, from)});
       } catch (...) {
@@ -539,9 +560,9 @@ class Training {
     spare_copy_ = std::move(got.spare);
     buddy_wait_s_.push_back(seconds_since(t0));
     buddy_part_bytes_ = static_cast<int64_t>(got.mine.blob.size());
-    keep_two(own_copies_, std::move(got.mine));
+    spare_pack_ = keep_two(own_copies_, std::move(got.mine));
     if (got.failed) std::rethrow_exception(got.failed);
-    keep_two(kept_copies_, std::move(got.theirs));
+    spare_received_ = keep_two(kept_copies_, std::move(got.theirs));
   }
 
  public:
@@ -786,7 +807,9 @@ class Training {
     std::exception_ptr failed;  // the exchange's failure (mine is whole)
     std::string spare;          // the boundary's copy buffer, packed into mine
   };
-  std::string spare_copy_;  // a copy buffer already resident, for the next boundary
+  // Buffers already resident, for the next boundary: the part's copy, the packed state (the
+  // own copy evicted), the buddy-source's part received (the kept copy evicted).
+  std::string spare_copy_, spare_pack_, spare_received_;
   // The training thread's share of the buddies' copies, per boundary: wall and CPU seconds of
   // the copy (wall - CPU: the thread waited for a core), wall seconds waiting for the exchange.
   std::vector<double> buddy_copy_s_, buddy_copy_cpu_s_, buddy_wait_s_;

@@ -331,6 +331,8 @@ Prediction evaluate(const ModelCost& model, const CommTable& comm, const SearchO
                             (l.data * l.sharded > 1 ? model.replica_group_bytes : 0);
     const int64_t slack = scaled(slack_per_saved * static_cast<double>(saved_here));
     const int64_t memory = std::max(state + act + step + runtime + slack, model.profile_peak_bytes);
+    pr.unprofiled_memory_bytes =
+        std::max(pr.unprofiled_memory_bytes, state + act + step + runtime + slack - model.profile_residue_bytes);
     if (memory > pr.memory_bytes || s == 0) {
       pr.memory_bytes = memory;
       pr.state_bytes = state;

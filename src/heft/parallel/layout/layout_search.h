@@ -228,6 +228,9 @@ struct Prediction {
   double gradient_comm_s = 0;
   double sync_s = 0;         // of which (tensor comm, gradient comm, pipeline) synchronisation delays
   int64_t memory_bytes = 0;  // per rank, the largest stage
+  // The same for a rank that did not profile (every rank of a run given its layout; ranks > 0
+  // of an automatic one): memory_bytes without rank 0's profile residue and floor.
+  int64_t unprofiled_memory_bytes = 0;
   int64_t state_bytes = 0;   // of which parameters + gradients + optimizer + gather buffers
   int64_t activation_bytes = 0;  // the backward's: saved activations, transient, fresh gradients
   int64_t step_bytes = 0;        // after the backward: the gradient norm's and the optimizer's

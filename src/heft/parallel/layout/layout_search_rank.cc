@@ -119,13 +119,14 @@ std::string describe(const SearchResult& result, int top, int dropped) {
   std::ostringstream os;
   char buf[320];
   os << result.ranked.size() << " feasible layouts (fastest first), " << result.dropped.size() << " dropped\n";
-  os << "rank  step ms  compute ms  bubble  grad comm ms  tensor comm ms  memory/rank  layout\n";
+  os << "rank  step ms  compute ms  bubble  grad comm ms  tensor comm ms  memory/rank  w/o profile  layout\n";
   const int n = std::min<int>(top, static_cast<int>(result.ranked.size()));
   for (int i = 0; i < n; ++i) {
     const Prediction& p = result.ranked[static_cast<size_t>(i)];
-    std::snprintf(buf, sizeof buf, "%4d  %7.2f  %10.2f  %6.3f  %12.2f  %14.2f  %11s  %s\n", i + 1, p.step_s * 1e3,
-                  p.compute_s * 1e3, p.bubble, p.gradient_comm_s * 1e3, p.tensor_comm_s * 1e3,
-                  format_bytes(p.memory_bytes).c_str(), to_string(p.layout).c_str());
+    std::snprintf(buf, sizeof buf, "%4d  %7.2f  %10.2f  %6.3f  %12.2f  %14.2f  %11s  %11s  %s\n", i + 1,
+                  p.step_s * 1e3, p.compute_s * 1e3, p.bubble, p.gradient_comm_s * 1e3, p.tensor_comm_s * 1e3,
+                  format_bytes(p.memory_bytes).c_str(), format_bytes(p.unprofiled_memory_bytes).c_str(),
+                  to_string(p.layout).c_str());
     os << buf;
   }
   if (n > 0) os << "memory/rank by component, largest first:\n";
