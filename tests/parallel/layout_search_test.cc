@@ -283,10 +283,14 @@ TEST(LayoutSearch, LargestTensorTransientsAndTheProfile) {
   sharded.sharded = 4;
   EXPECT_EQ(evaluate(m, free, o, sharded).step_bytes, 4 * 8000 / 4);
   // Rank 0's profile: what it keeps is added; its peak is a floor.
+  // A rank that did not profile (every rank of a run given its layout) has neither.
+  EXPECT_EQ(step.unprofiled_memory_bytes, step.memory_bytes);
   m.profile_residue_bytes = 7000;
   EXPECT_EQ(evaluate(m, free, o, ddp).memory_bytes, step.memory_bytes + 7000);
+  EXPECT_EQ(evaluate(m, free, o, ddp).unprofiled_memory_bytes, step.memory_bytes);
   m.profile_peak_bytes = int64_t{1} << 40;
   EXPECT_EQ(evaluate(m, free, o, ddp).memory_bytes, int64_t{1} << 40);
+  EXPECT_EQ(evaluate(m, free, o, ddp).unprofiled_memory_bytes, step.memory_bytes);
   // A run's own bytes on every layout; the replicas' gradient groups' only with data x sharded > 1.
   m.profile_peak_bytes = 0;
   m.run_bytes = 300, m.replica_group_bytes = 5000;

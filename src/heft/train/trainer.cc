@@ -110,10 +110,10 @@ std::shared_ptr<Model> build_model(const Hyperparameters& hp, parallel::DeviceMe
 // A rank's training state at a step boundary, for in-place recovery: the position and the
 // strategy's files. Packed as an 8-byte length, the position and the files' names and sizes
 // in CBOR, then the files' bytes back to back (one copy each: a per-step buddy copy of a few
-// MB costs a memcpy, not a byte-by-byte encoding).
-// A part as Strategy::state_copy gives it (State::files holds it in place of the part's files).
+// MB costs a memcpy, not a byte-by-byte encoding). Its files: the strategy's part as
+// Strategy::state_copy gives it (kPartCopy; else state()'s files) and the generator's raw
+// state (kRngRaw).
 constexpr char kPartCopy[] = "part.copy";
-// The generator's raw state (parallel::rng_raw) in a State's files.
 constexpr char kRngRaw[] = "rng.raw";
 
 struct State {
@@ -508,18 +508,17 @@ class Training {
     return evicted;
   }
 
-  // Buddies, at a step boundary: this rank's part (packed here, from the live state) kept as
-  // its own copy and sent to its holder, its source's part received, on the buddies'
-  // communicator's thread while this boundary's logging and the next batch go on; collected
-  // before the next step's first collective (train_epochs), or at once with `wait`.
+  // Buddies, at a step boundary: this rank's part (copied here, from the live state; packed on
+  // the buddies' thread) kept as its own copy and sent to its holder, its source's part
+  // received, on the buddies' communicator's thread while this boundary's logging and the
+  // next batch go on; collected before the next step's first collective (train_epochs), or at
+  // once with `wait`.
   void refresh_buddy(bool wait = false) {
     if (!buddies_) return;
     auto timed = profiler_.phase(profile::Phase::kCommunication);
     collect_buddy();
     const Clock::time_point t0 = Clock::now();
     const double cpu0 = thread_cpu_seconds();
-    // Here only the part's memcpy (Strategy::state_copy); packing and the exchange on the
-    // buddies' thread.
     const int to = holder_of(world_.rank()), from = source_of(world_.rank());
     State state = current_state(false);
     pending_ = std::async(std::launch::async, [comm = buddy_comm_.get(), to, from, step = step_,
