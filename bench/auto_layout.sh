@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The automatic layout against every layout, measured (issue 33's must-show): on 4 ranks of
-# this host (heft run -n 4, one thread each), three small GPTs (deep+narrow, wide+shallow, a
-# heavy vocabulary head) x two memory limits (one admitting plain DDP, one not).
+# this host (heft run -n 4, one thread each), four small GPTs (deep+narrow, wide+shallow, two
+# heavy vocabulary heads) x two memory limits (one admitting plain DDP, one not).
 #
 # Per shape:
 #  1. heft-train --auto_layout true with a generous limit prints the search's whole ranked
@@ -39,7 +39,8 @@
 #
 #   bench/auto_layout.sh [--steps 10] [--repeats 2] [--trials K] [--shapes a,b]
 # --trials K: auto (and step 1) runs with --auto_layout_trials K (default: heft-train's, 6).
-# --shapes: only these shapes (deep+narrow, wide+shallow, vocab-head; default all three).
+# --shapes: only these shapes (deep+narrow, wide+shallow, vocab-head, vocab-50k: GPT-2's 50,257-token
+# vocabulary, whose odd size leaves no tensor split; default all four).
 # HEFT_BIN=DIR runs DIR/heft and DIR/heft-train (a copy, while others rebuild build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +76,7 @@ SHAPES = {  # name: heft-train's gpt hyperparameters
     "deep+narrow": "--n_layer 12 --n_embd 192 --n_head 4 --block_size 32 --vocab 256",
     "wide+shallow": "--n_layer 2 --n_embd 512 --n_head 8 --block_size 32 --vocab 256",
     "vocab-head": "--n_layer 2 --n_embd 128 --n_head 4 --block_size 32 --vocab 32768",
+    "vocab-50k": "--n_layer 2 --n_embd 128 --n_head 4 --block_size 32 --vocab 50257",
 }
 if os.environ.get("ONLY"):
     unknown = set(os.environ["ONLY"].split(",")) - set(SHAPES)
