@@ -5,7 +5,6 @@ gradients on their way to a reduce-scatter), summed over the ranks of each machi
 compared with what the machine has available. Too much: every rank raises MemoryError
 naming the components, the units that set the step's peak, and the options that would fit
 (docs/sharded.md, "Memory pre-flight"). Activations are not counted (they need a batch: estimate_memory)."""
-import torch
 
 from .. import memory as _memory
 from . import _units
@@ -37,10 +36,6 @@ class _Unit:
                                                if len(names) > 4 else "")
 
 
-def _bytes(dtype):
-    return torch.empty(0, dtype=dtype).element_size()
-
-
 def plan(specs, degree, compute_dtype, reduce_dtype, optimizer, *, zero_stage=3,
          reductions_in_flight=2):
     """{component: bytes} one rank adds to train the units `specs` (_units.UnitSpec, the root
@@ -55,7 +50,7 @@ def plan(specs, degree, compute_dtype, reduce_dtype, optimizer, *, zero_stage=3,
     per_element, per_tensor = _memory.optimizer_state_of(optimizer)
     units = [_Unit(s, degree) for s in specs]
     root, rest = units[0], units[1:]
-    cb, rb = _bytes(compute_dtype), _bytes(reduce_dtype)
+    cb, rb = compute_dtype.itemsize, reduce_dtype.itemsize
     shards = sum(u.shard for u in units) * 4
     trainable = [u for u in units if u.trainable]
     grads = sum(u.shard for u in trainable) * 4
